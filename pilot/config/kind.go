@@ -1,0 +1,105 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Kind names a config kind as users write it in YAML.
+type Kind string
+
+// The kinds Sextant reads.
+const (
+	Namespace           Kind = "Namespace"
+	Service             Kind = "Service"
+	Pod                 Kind = "Pod"
+	Node                Kind = "Node"
+	EndpointSlice       Kind = "EndpointSlice"
+	ServiceEntry        Kind = "ServiceEntry"
+	WorkloadEntry       Kind = "WorkloadEntry"
+	DestinationRule     Kind = "DestinationRule"
+	VirtualService      Kind = "VirtualService"
+	Gateway             Kind = "Gateway"
+	Sidecar             Kind = "Sidecar"
+	AuthorizationPolicy Kind = "AuthorizationPolicy"
+	PeerAuthentication  Kind = "PeerAuthentication"
+)
+
+// KindInfo describes where a kind lives in the Kubernetes API.
+type KindInfo struct {
+	Kind       Kind
+	Group      string
+	Versions   []string // accepted versions; the first is the one Sextant watches
+	Plural     string
+	Namespaced bool
+}
+
+// APIVersion returns group/version for the preferred version.
+func (k KindInfo) APIVersion() string {
+	if k.Group == "" {
+		return k.Versions[0]
+	}
+	return k.Group + "/" + k.Versions[0]
+}
+
+var kinds = []KindInfo{
+	{Namespace, "", []string{"v1"}, "namespaces", false},
+	{Service, "", []string{"v1"}, "services", true},
+	{Pod, "", []string{"v1"}, "pods", true},
+	{Node, "", []string{"v1"}, "nodes", false},
+	{EndpointSlice, "discovery.k8s.io", []string{"v1"}, "endpointslices", true},
+	{ServiceEntry, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "serviceentries", true},
+	{WorkloadEntry, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "workloadentries", true},
+	{DestinationRule, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "destinationrules", true},
+	{VirtualService, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "virtualservices", true},
+	{Gateway, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "gateways", true},
+	{Sidecar, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "sidecars", true},
+	{AuthorizationPolicy, "security.istio.io", []string{"v1", "v1beta1"}, "authorizationpolicies", true},
+	{PeerAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "peerauthentications", true},
+}
+
+// Kinds returns every kind Sextant reads, in a stable order.
+func Kinds() []KindInfo { return kinds }
+
+// Info returns the description of kind k.
+func Info(k Kind) (KindInfo, bool) {
+	for _, ki := range kinds {
+		if ki.Kind == k {
+			return ki, true
+		}
+	}
+	return KindInfo{}, false
+}
+
+// LookupKind resolves apiVersion and kind as written in a document.
+func LookupKind(apiVersion, kind string) (KindInfo, error) {
+	group, version := "", apiVersion
+	if i := strings.LastIndexByte(apiVersion, '/'); i >= 0 {
+		group, version = apiVersion[:i], apiVersion[i+1:]
+	}
+	for _, ki := range kinds {
+		if string(ki.Kind) != kind {
+			continue
+		}
+		if ki.Group != group {
+			continue
+		}
+		for _, v := range ki.Versions {
+			if v == version {
+				return ki, nil
+			}
+		}
+		return KindInfo{}, fmt.Errorf("apiVersion %q is not served for kind %s (want %s/%s)", apiVersion, kind, ki.Group, strings.Join(ki.Versions, "|"))
+	}
+	return KindInfo{}, fmt.Errorf("unknown kind %q (apiVersion %q)", kind, apiVersion)
+}
+
+// IsEndpointKind reports whether changes of kind k only move endpoints and workloads,
+// so they can be applied without rebuilding the PushContext's other indexes.
+func IsEndpointKind(k Kind) bool {
+	switch k {
+	case EndpointSlice, Pod, WorkloadEntry, Node:
+		return true
+	}
+	return false
+}

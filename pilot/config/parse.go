@@ -1,0 +1,326 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// Error is a rejected document. It names the file, the document's index in it, the object where known,
+// and the field at fault.
+type Error struct {
+	File  string `json:"file,omitempty"`
+	Index int    `json:"index"` // 0-based position of the document in the file
+	Kind  string `json:"kind,omitempty"`
+	// Namespace and Name are empty when the document did not get far enough to tell.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Field     string `json:"field,omitempty"`
+	Message   string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		fmt.Fprintf(&b, "%s: document %d", e.File, e.Index)
+	} else {
+		fmt.Fprintf(&b, "document %d", e.Index)
+	}
+	if e.Kind != "" || e.Name != "" {
+		b.WriteString(" (")
+		b.WriteString(e.Kind)
+		if e.Name != "" {
+			b.WriteString(" ")
+			if e.Namespace != "" {
+				b.WriteString(e.Namespace + "/")
+			}
+			b.WriteString(e.Name)
+		}
+		b.WriteString(")")
+	}
+	if e.Field != "" {
+		b.WriteString(": field " + e.Field)
+	}
+	b.WriteString(": " + e.Message)
+	return b.String()
+}
+
+// SplitDocuments splits a multi-document YAML (or a JSON stream) into documents, dropping empty ones
+// but keeping each remaining document's position so errors can name it.
+func SplitDocuments(data []byte) ([][]byte, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := reader.Read()
+		if err == io.EOF {
+			return docs, nil
+		}
+		if err != nil {
+			return docs, err
+		}
+		docs = append(docs, doc)
+	}
+}
+
+// IsEmptyDocument reports whether a document holds nothing but comments and whitespace.
+func IsEmptyDocument(doc []byte) bool {
+	for line := range bytes.SplitSeq(doc, []byte("\n")) {
+		t := bytes.TrimSpace(line)
+		if len(t) == 0 || t[0] == '#' || string(t) == "---" {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+type envelope struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+}
+
+// istioDocument is the strict shape of an Istio CRD document; spec is decoded with protojson.
+type istioDocument struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       jsonRaw           `json:"spec"`
+	Status     jsonRaw           `json:"status,omitempty"`
+}
+
+type jsonRaw []byte
+
+func (r *jsonRaw) UnmarshalJSON(b []byte) error { *r = append((*r)[:0], b...); return nil }
+
+var protoPosition = regexp.MustCompile(`^proto:\s*(\(line \d+:\d+\):\s*)?`)
+
+// Parse decodes and validates one YAML or JSON document. file and index only label errors and Source.
+// A namespaced object without a namespace gets defaultNamespace, as kubectl does.
+func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config, error) {
+	fail := func(env *envelope, field, format string, args ...any) *Error {
+		e := &Error{File: file, Index: index, Field: field, Message: fmt.Sprintf(format, args...)}
+		if env != nil {
+			e.Kind, e.Namespace, e.Name = env.Kind, env.Metadata.Namespace, env.Metadata.Name
+		}
+		return e
+	}
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, fail(nil, "", "not valid YAML: %v", cleanYAMLError(err))
+	}
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return nil, fail(nil, "", "empty document")
+	}
+	var env envelope
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &env); err != nil {
+		// Recover what we can for the message: the document may still have a kind and name.
+		var loose struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name, Namespace string
+			} `json:"metadata"`
+		}
+		_ = sigsjson.UnmarshalCaseSensitivePreserveInts(js, &loose)
+		e := fail(nil, jsonErrorField(err), "%s", jsonErrorMessage(err))
+		e.Kind, e.Name, e.Namespace = loose.Kind, loose.Metadata.Name, loose.Metadata.Namespace
+		return nil, e
+	}
+	if env.Kind == "" {
+		return nil, fail(&env, "kind", "missing")
+	}
+	if env.APIVersion == "" {
+		return nil, fail(&env, "apiVersion", "missing")
+	}
+	info, err := LookupKind(env.APIVersion, env.Kind)
+	if err != nil {
+		return nil, fail(&env, "kind", "%v", err)
+	}
+	if env.Metadata.Name == "" {
+		return nil, fail(&env, "metadata.name", "missing")
+	}
+	if errs := validation.IsDNS1123Subdomain(env.Metadata.Name); len(errs) > 0 {
+		return nil, fail(&env, "metadata.name", "%q is invalid: %s", env.Metadata.Name, strings.Join(errs, "; "))
+	}
+	if info.Namespaced {
+		if env.Metadata.Namespace == "" {
+			env.Metadata.Namespace = defaultNamespace
+		}
+		if errs := validation.IsDNS1123Label(env.Metadata.Namespace); len(errs) > 0 {
+			return nil, fail(&env, "metadata.namespace", "%q is invalid: %s", env.Metadata.Namespace, strings.Join(errs, "; "))
+		}
+	} else if env.Metadata.Namespace != "" {
+		env.Metadata.Namespace = "" // kubectl ignores a namespace on cluster-scoped objects
+	}
+
+	var spec any
+	if info.Group == "" || info.Group == "discovery.k8s.io" {
+		obj := newKubeObject(info.Kind)
+		strict, err := sigsjson.UnmarshalStrict(js, obj)
+		if err != nil {
+			return nil, fail(&env, jsonErrorField(err), "%s", jsonErrorMessage(err))
+		}
+		if len(strict) > 0 {
+			return nil, fail(&env, jsonErrorField(strict[0]), "%s", jsonErrorMessage(strict[0]))
+		}
+		meta := objectMeta(obj)
+		meta.Namespace = env.Metadata.Namespace
+		spec = obj
+	} else {
+		var d istioDocument
+		strict, err := sigsjson.UnmarshalStrict(js, &d)
+		if err != nil {
+			return nil, fail(&env, jsonErrorField(err), "%s", jsonErrorMessage(err))
+		}
+		if len(strict) > 0 {
+			return nil, fail(&env, jsonErrorField(strict[0]), "%s", jsonErrorMessage(strict[0]))
+		}
+		msg := NewIstioSpec(info.Kind)
+		if len(d.Spec) > 0 && string(d.Spec) != "null" {
+			if err := protojson.Unmarshal(d.Spec, msg); err != nil {
+				field, m := protoErrorFieldAndMessage(err)
+				return nil, fail(&env, "spec"+field, "%s", m)
+			}
+		}
+		spec = msg
+	}
+	cfg := &Config{
+		Key:               Key{Kind: info.Kind, Namespace: env.Metadata.Namespace, Name: env.Metadata.Name},
+		Labels:            env.Metadata.Labels,
+		Annotations:       env.Metadata.Annotations,
+		ResourceVersion:   env.Metadata.ResourceVersion,
+		Generation:        env.Metadata.Generation,
+		CreationTimestamp: env.Metadata.CreationTimestamp.Time,
+		UID:               string(env.Metadata.UID),
+		Source:            fmt.Sprintf("file:%s#%d", file, index),
+		Spec:              spec,
+	}
+	if err := Validate(cfg); err != nil {
+		e := fail(&env, "", "%v", err)
+		if fe, ok := err.(*FieldError); ok {
+			e.Field, e.Message = fe.Field, fe.Message
+		}
+		return nil, e
+	}
+	return cfg, nil
+}
+
+func newKubeObject(k Kind) any {
+	switch k {
+	case Namespace:
+		return &corev1.Namespace{}
+	case Service:
+		return &corev1.Service{}
+	case Pod:
+		return &corev1.Pod{}
+	case Node:
+		return &corev1.Node{}
+	case EndpointSlice:
+		return &discoveryv1.EndpointSlice{}
+	}
+	panic("not a Kubernetes core kind: " + k)
+}
+
+func objectMeta(obj any) *metav1.ObjectMeta {
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		return &o.ObjectMeta
+	case *corev1.Service:
+		return &o.ObjectMeta
+	case *corev1.Pod:
+		return &o.ObjectMeta
+	case *corev1.Node:
+		return &o.ObjectMeta
+	case *discoveryv1.EndpointSlice:
+		return &o.ObjectMeta
+	}
+	panic(fmt.Sprintf("no metadata for %T", obj))
+}
+
+// NewIstioSpec returns an empty istio.io/api message for an Istio kind.
+func NewIstioSpec(k Kind) proto.Message {
+	switch k {
+	case ServiceEntry:
+		return &networking.ServiceEntry{}
+	case WorkloadEntry:
+		return &networking.WorkloadEntry{}
+	case DestinationRule:
+		return &networking.DestinationRule{}
+	case VirtualService:
+		return &networking.VirtualService{}
+	case Gateway:
+		return &networking.Gateway{}
+	case Sidecar:
+		return &networking.Sidecar{}
+	case AuthorizationPolicy:
+		return &security.AuthorizationPolicy{}
+	case PeerAuthentication:
+		return &security.PeerAuthentication{}
+	}
+	panic("not an Istio kind: " + k)
+}
+
+var unknownFieldRE = regexp.MustCompile(`unknown field "([^"]+)"`)
+var duplicateFieldRE = regexp.MustCompile(`duplicate field "([^"]+)"`)
+var goStructFieldRE = regexp.MustCompile(`Go struct field \S+?\.([\w.\[\]]+) of type (\S+)`)
+
+func jsonErrorField(err error) string {
+	s := err.Error()
+	if m := unknownFieldRE.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	if m := duplicateFieldRE.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	if m := goStructFieldRE.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+func jsonErrorMessage(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "json: ")
+	switch {
+	case unknownFieldRE.MatchString(s):
+		return "unknown field"
+	case duplicateFieldRE.MatchString(s):
+		return "duplicate field"
+	}
+	if m := goStructFieldRE.FindStringSubmatch(s); m != nil {
+		if i := strings.Index(s, " into Go struct field"); i > 0 {
+			return s[:i] + " (want " + m[2] + ")"
+		}
+	}
+	return s
+}
+
+var protoFieldRE = regexp.MustCompile(`(?:unknown field|field|for \w+ field|for enum field) "?([\w]+)"?`)
+
+func protoErrorFieldAndMessage(err error) (string, string) {
+	msg := protoPosition.ReplaceAllString(err.Error(), "")
+	field := ""
+	if m := protoFieldRE.FindStringSubmatch(msg); m != nil {
+		field = "." + m[1]
+	}
+	return field, msg
+}
+
+func cleanYAMLError(err error) string {
+	return strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+}

@@ -1,0 +1,406 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// FieldError is a validation failure at one field, written as a path like "spec.http[0].route[1].weight".
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return "field " + e.Field + ": " + e.Message }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks the semantic rules a proxy relies on, beyond what decoding already enforced.
+// It returns the first problem found, as a *FieldError.
+func Validate(c *Config) error {
+	switch s := c.Spec.(type) {
+	case *corev1.Service:
+		return validateService(s)
+	case *discoveryv1.EndpointSlice:
+		return validateEndpointSlice(s)
+	case *corev1.Pod, *corev1.Node, *corev1.Namespace:
+		return nil
+	case *networking.ServiceEntry:
+		return validateServiceEntry(s)
+	case *networking.WorkloadEntry:
+		return validateWorkloadEntry("spec", s)
+	case *networking.DestinationRule:
+		return validateDestinationRule(s)
+	case *networking.VirtualService:
+		return validateVirtualService(s)
+	case *networking.Gateway:
+		return validateGateway(s)
+	case *networking.Sidecar:
+		return validateSidecar(s)
+	case *security.AuthorizationPolicy:
+		return validateAuthorizationPolicy(s)
+	case *security.PeerAuthentication:
+		return validatePeerAuthentication(s)
+	}
+	return fmt.Errorf("no validation for %T", c.Spec)
+}
+
+func validPort(n int64) bool { return n >= 1 && n <= 65535 }
+
+func validateService(s *corev1.Service) error {
+	names := map[string]bool{}
+	for i, p := range s.Spec.Ports {
+		f := fmt.Sprintf("spec.ports[%d]", i)
+		if !validPort(int64(p.Port)) {
+			return fieldErr(f+".port", "%d is not a valid port (1-65535)", p.Port)
+		}
+		if len(s.Spec.Ports) > 1 && p.Name == "" {
+			return fieldErr(f+".name", "required when a Service has more than one port")
+		}
+		if names[p.Name] {
+			return fieldErr(f+".name", "duplicate port name %q", p.Name)
+		}
+		names[p.Name] = true
+		switch p.Protocol {
+		case "", corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
+		default:
+			return fieldErr(f+".protocol", "unsupported protocol %q (want TCP, UDP or SCTP)", p.Protocol)
+		}
+	}
+	if ip := s.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			return fieldErr("spec.clusterIP", "%q is not an IP address", ip)
+		}
+	}
+	return nil
+}
+
+func validateEndpointSlice(s *discoveryv1.EndpointSlice) error {
+	switch s.AddressType {
+	case discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6, discoveryv1.AddressTypeFQDN:
+	case "":
+		return fieldErr("addressType", "required (IPv4, IPv6 or FQDN)")
+	default:
+		return fieldErr("addressType", "unsupported %q (want IPv4, IPv6 or FQDN)", s.AddressType)
+	}
+	for i, ep := range s.Endpoints {
+		if len(ep.Addresses) == 0 {
+			return fieldErr(fmt.Sprintf("endpoints[%d].addresses", i), "at least one address is required")
+		}
+		if s.AddressType != discoveryv1.AddressTypeFQDN {
+			for j, a := range ep.Addresses {
+				if _, err := netip.ParseAddr(a); err != nil {
+					return fieldErr(fmt.Sprintf("endpoints[%d].addresses[%d]", i, j), "%q is not an IP address", a)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func validateServiceEntry(s *networking.ServiceEntry) error {
+	if len(s.Hosts) == 0 {
+		return fieldErr("spec.hosts", "at least one host is required")
+	}
+	for i, h := range s.Hosts {
+		if h == "" || h == "*" {
+			return fieldErr(fmt.Sprintf("spec.hosts[%d]", i), "%q is not a valid host", h)
+		}
+	}
+	names := map[string]bool{}
+	for i, p := range s.Ports {
+		f := fmt.Sprintf("spec.ports[%d]", i)
+		if !validPort(int64(p.Number)) {
+			return fieldErr(f+".number", "%d is not a valid port (1-65535)", p.Number)
+		}
+		if p.TargetPort != 0 && !validPort(int64(p.TargetPort)) {
+			return fieldErr(f+".targetPort", "%d is not a valid port (1-65535)", p.TargetPort)
+		}
+		if p.Name == "" {
+			return fieldErr(f+".name", "required")
+		}
+		if names[p.Name] {
+			return fieldErr(f+".name", "duplicate port name %q", p.Name)
+		}
+		names[p.Name] = true
+	}
+	for i, a := range s.Addresses {
+		if _, err := netip.ParsePrefix(a); err != nil {
+			if _, err := netip.ParseAddr(a); err != nil {
+				return fieldErr(fmt.Sprintf("spec.addresses[%d]", i), "%q is not an IP address or CIDR", a)
+			}
+		}
+	}
+	if len(s.Endpoints) > 0 && s.WorkloadSelector != nil {
+		return fieldErr("spec.workloadSelector", "cannot be set together with spec.endpoints")
+	}
+	for i, ep := range s.Endpoints {
+		f := fmt.Sprintf("spec.endpoints[%d]", i)
+		if s.Resolution == networking.ServiceEntry_STATIC && ep.Address != "" {
+			if _, err := netip.ParseAddr(ep.Address); err != nil && !strings.HasPrefix(ep.Address, "unix://") {
+				return fieldErr(f+".address", "%q is not an IP address (resolution STATIC)", ep.Address)
+			}
+		}
+		if err := validateWorkloadEntry(f, ep); err != nil {
+			return err
+		}
+		for name := range ep.Ports {
+			if !names[name] {
+				return fieldErr(f+".ports."+name, "no port named %q in spec.ports", name)
+			}
+		}
+	}
+	return nil
+}
+
+func validateWorkloadEntry(prefix string, w *networking.WorkloadEntry) error {
+	if w.Address == "" && w.Network == "" {
+		return fieldErr(prefix+".address", "required unless network is set")
+	}
+	for name, p := range w.Ports {
+		if !validPort(int64(p)) {
+			return fieldErr(prefix+".ports."+name, "%d is not a valid port (1-65535)", p)
+		}
+	}
+	return nil
+}
+
+func validateDestinationRule(s *networking.DestinationRule) error {
+	if s.Host == "" {
+		return fieldErr("spec.host", "required")
+	}
+	seen := map[string]bool{}
+	for i, ss := range s.Subsets {
+		f := fmt.Sprintf("spec.subsets[%d]", i)
+		if ss.Name == "" {
+			return fieldErr(f+".name", "required")
+		}
+		if seen[ss.Name] {
+			return fieldErr(f+".name", "duplicate subset %q", ss.Name)
+		}
+		seen[ss.Name] = true
+	}
+	if err := validateTrafficPolicy("spec.trafficPolicy", s.TrafficPolicy); err != nil {
+		return err
+	}
+	for i, ss := range s.Subsets {
+		if err := validateTrafficPolicy(fmt.Sprintf("spec.subsets[%d].trafficPolicy", i), ss.TrafficPolicy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateTrafficPolicy(f string, tp *networking.TrafficPolicy) error {
+	if tp == nil {
+		return nil
+	}
+	if tls := tp.Tls; tls != nil {
+		if tls.Mode == networking.ClientTLSSettings_MUTUAL && tls.CredentialName == "" && (tls.ClientCertificate == "" || tls.PrivateKey == "") {
+			return fieldErr(f+".tls", "MUTUAL needs credentialName or clientCertificate and privateKey")
+		}
+	}
+	if od := tp.OutlierDetection; od != nil && od.MaxEjectionPercent < 0 || od != nil && od.MaxEjectionPercent > 100 {
+		return fieldErr(f+".outlierDetection.maxEjectionPercent", "%d is not a percentage", od.MaxEjectionPercent)
+	}
+	for i, pl := range tp.PortLevelSettings {
+		if pl.Port == nil || !validPort(int64(pl.Port.Number)) {
+			return fieldErr(fmt.Sprintf("%s.portLevelSettings[%d].port", f, i), "a port number (1-65535) is required")
+		}
+	}
+	return nil
+}
+
+func validateDestination(f string, d *networking.Destination) error {
+	if d == nil {
+		return fieldErr(f, "required")
+	}
+	if d.Host == "" {
+		return fieldErr(f+".host", "required")
+	}
+	if d.Port != nil && d.Port.Number != 0 && !validPort(int64(d.Port.Number)) {
+		return fieldErr(f+".port.number", "%d is not a valid port (1-65535)", d.Port.Number)
+	}
+	return nil
+}
+
+func validateVirtualService(s *networking.VirtualService) error {
+	if len(s.Hosts) == 0 {
+		return fieldErr("spec.hosts", "at least one host is required")
+	}
+	if len(s.Http) == 0 && len(s.Tcp) == 0 && len(s.Tls) == 0 {
+		return fieldErr("spec.http", "at least one of http, tcp or tls routes is required")
+	}
+	for i, r := range s.Http {
+		f := fmt.Sprintf("spec.http[%d]", i)
+		if len(r.Route) == 0 && r.Redirect == nil && r.DirectResponse == nil && r.Delegate == nil {
+			return fieldErr(f+".route", "a route, redirect or directResponse is required")
+		}
+		if r.Redirect != nil && len(r.Route) > 0 {
+			return fieldErr(f+".redirect", "cannot be combined with route")
+		}
+		for j, m := range r.Match {
+			if m.Uri != nil {
+				if err := validateStringMatch(fmt.Sprintf("%s.match[%d].uri", f, j), m.Uri); err != nil {
+					return err
+				}
+			}
+		}
+		for j, d := range r.Route {
+			df := fmt.Sprintf("%s.route[%d]", f, j)
+			if err := validateDestination(df+".destination", d.Destination); err != nil {
+				return err
+			}
+			if d.Weight < 0 || d.Weight > 100 {
+				return fieldErr(df+".weight", "%d is not between 0 and 100", d.Weight)
+			}
+		}
+		if r.Mirror != nil {
+			if err := validateDestination(f+".mirror", r.Mirror); err != nil {
+				return err
+			}
+		}
+		if fault := r.Fault; fault != nil && fault.Abort != nil {
+			if code := fault.Abort.GetHttpStatus(); code != 0 && (code < 200 || code > 599) {
+				return fieldErr(f+".fault.abort.httpStatus", "%d is not an HTTP status", code)
+			}
+		}
+	}
+	for i, r := range s.Tcp {
+		for j, d := range r.Route {
+			if err := validateDestination(fmt.Sprintf("spec.tcp[%d].route[%d].destination", i, j), d.Destination); err != nil {
+				return err
+			}
+		}
+	}
+	for i, r := range s.Tls {
+		if len(r.Match) == 0 {
+			return fieldErr(fmt.Sprintf("spec.tls[%d].match", i), "at least one match (sniHosts) is required")
+		}
+		for j, d := range r.Route {
+			if err := validateDestination(fmt.Sprintf("spec.tls[%d].route[%d].destination", i, j), d.Destination); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func validateStringMatch(f string, m *networking.StringMatch) error {
+	switch v := m.MatchType.(type) {
+	case *networking.StringMatch_Exact, *networking.StringMatch_Prefix:
+	case *networking.StringMatch_Regex:
+		if v.Regex == "" {
+			return fieldErr(f+".regex", "empty")
+		}
+	case nil:
+		return fieldErr(f, "one of exact, prefix or regex is required")
+	}
+	return nil
+}
+
+func validateGateway(s *networking.Gateway) error {
+	if len(s.Servers) == 0 {
+		return fieldErr("spec.servers", "at least one server is required")
+	}
+	for i, srv := range s.Servers {
+		f := fmt.Sprintf("spec.servers[%d]", i)
+		if srv.Port == nil || !validPort(int64(srv.Port.Number)) {
+			return fieldErr(f+".port.number", "a port number (1-65535) is required")
+		}
+		if srv.Port.Protocol == "" {
+			return fieldErr(f+".port.protocol", "required")
+		}
+		if len(srv.Hosts) == 0 {
+			return fieldErr(f+".hosts", "at least one host is required")
+		}
+		if tls := srv.Tls; tls != nil {
+			switch tls.Mode {
+			case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
+				if tls.CredentialName == "" && (tls.ServerCertificate == "" || tls.PrivateKey == "") {
+					return fieldErr(f+".tls.credentialName", "required for mode %s (or serverCertificate and privateKey)", tls.Mode)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func validateSidecar(s *networking.Sidecar) error {
+	for i, eg := range s.Egress {
+		if len(eg.Hosts) == 0 {
+			return fieldErr(fmt.Sprintf("spec.egress[%d].hosts", i), "at least one host is required")
+		}
+		for j, h := range eg.Hosts {
+			if ns, host, ok := strings.Cut(h, "/"); !ok || ns == "" || host == "" {
+				return fieldErr(fmt.Sprintf("spec.egress[%d].hosts[%d]", i, j), "%q must be NAMESPACE/HOST (namespace may be * or .)", h)
+			}
+		}
+	}
+	for i, in := range s.Ingress {
+		if in.Port == nil || !validPort(int64(in.Port.Number)) {
+			return fieldErr(fmt.Sprintf("spec.ingress[%d].port.number", i), "a port number (1-65535) is required")
+		}
+	}
+	return nil
+}
+
+func validateAuthorizationPolicy(s *security.AuthorizationPolicy) error {
+	if s.Action == security.AuthorizationPolicy_CUSTOM && s.GetProvider() == nil {
+		return fieldErr("spec.provider", "required for action CUSTOM")
+	}
+	for i, r := range s.Rules {
+		for j, fr := range r.From {
+			if fr.Source == nil {
+				return fieldErr(fmt.Sprintf("spec.rules[%d].from[%d].source", i, j), "required")
+			}
+			for k, b := range append(append([]string{}, fr.Source.IpBlocks...), fr.Source.NotIpBlocks...) {
+				if _, err := netip.ParsePrefix(b); err != nil {
+					if _, err := netip.ParseAddr(b); err != nil {
+						return fieldErr(fmt.Sprintf("spec.rules[%d].from[%d].source.ipBlocks[%d]", i, j, k), "%q is not an IP address or CIDR", b)
+					}
+				}
+			}
+		}
+		for j, to := range r.To {
+			if to.Operation == nil {
+				return fieldErr(fmt.Sprintf("spec.rules[%d].to[%d].operation", i, j), "required")
+			}
+			for k, p := range append(append([]string{}, to.Operation.Ports...), to.Operation.NotPorts...) {
+				var n int64
+				if _, err := fmt.Sscan(p, &n); err != nil || !validPort(n) {
+					return fieldErr(fmt.Sprintf("spec.rules[%d].to[%d].operation.ports[%d]", i, j, k), "%q is not a port number", p)
+				}
+			}
+		}
+		for j, w := range r.When {
+			if w.Key == "" {
+				return fieldErr(fmt.Sprintf("spec.rules[%d].when[%d].key", i, j), "required")
+			}
+			if len(w.Values) == 0 && len(w.NotValues) == 0 {
+				return fieldErr(fmt.Sprintf("spec.rules[%d].when[%d].values", i, j), "values or notValues is required")
+			}
+		}
+	}
+	return nil
+}
+
+func validatePeerAuthentication(s *security.PeerAuthentication) error {
+	if len(s.PortLevelMtls) > 0 && (s.Selector == nil || len(s.Selector.MatchLabels) == 0) {
+		return fieldErr("spec.portLevelMtls", "needs a workload selector")
+	}
+	for p := range s.PortLevelMtls {
+		if !validPort(int64(p)) {
+			return fieldErr(fmt.Sprintf("spec.portLevelMtls[%d]", p), "not a valid port")
+		}
+	}
+	return nil
+}
