@@ -1,0 +1,87 @@
+package mesh
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Config holds the mesh-wide settings Sextant uses.
+type Config struct {
+	// RootNamespace holds mesh-wide policy (default istio-system).
+	RootNamespace string `json:"rootNamespace,omitempty"`
+	// TrustDomain is the SPIFFE trust domain of workload identities (default cluster.local).
+	TrustDomain string `json:"trustDomain,omitempty"`
+	// DomainSuffix is the cluster's DNS domain: SERVICE.NAMESPACE.svc.DomainSuffix (default cluster.local).
+	DomainSuffix string `json:"domainSuffix,omitempty"`
+	// ClusterID names this cluster in workload uids (default Kubernetes).
+	ClusterID string `json:"clusterID,omitempty"`
+	// Network is the default network of workloads (default empty: one flat network).
+	Network string `json:"network,omitempty"`
+}
+
+// Default returns Istio's defaults.
+func Default() *Config {
+	return &Config{RootNamespace: "istio-system", TrustDomain: "cluster.local", DomainSuffix: "cluster.local", ClusterID: "Kubernetes"}
+}
+
+// Load reads a mesh config file. Fields Sextant does not use (the rest of Istio's MeshConfig) are ignored,
+// so an existing Istio mesh config works unchanged. An empty path gives the defaults.
+func Load(path string) (*Config, error) {
+	cfg := Default()
+	if path == "" {
+		return cfg, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := Parse(data, cfg); err != nil {
+		return nil, fmt.Errorf("mesh config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse overlays the settings found in data on cfg.
+func Parse(data []byte, cfg *Config) error {
+	var file struct {
+		Config
+		// Istio keeps the cluster domain in the proxy defaults; accept it there too.
+		DefaultConfig struct {
+			DomainSuffix string `json:"domainSuffix,omitempty"`
+		} `json:"defaultConfig"`
+	}
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		return err
+	}
+	if file.RootNamespace != "" {
+		cfg.RootNamespace = file.RootNamespace
+	}
+	if file.TrustDomain != "" {
+		cfg.TrustDomain = file.TrustDomain
+	}
+	if file.DefaultConfig.DomainSuffix != "" {
+		cfg.DomainSuffix = file.DefaultConfig.DomainSuffix
+	}
+	if file.DomainSuffix != "" {
+		cfg.DomainSuffix = file.DomainSuffix
+	}
+	if file.ClusterID != "" {
+		cfg.ClusterID = file.ClusterID
+	}
+	if file.Network != "" {
+		cfg.Network = file.Network
+	}
+	if errs := validation.IsDNS1123Label(cfg.RootNamespace); len(errs) > 0 {
+		return fmt.Errorf("field rootNamespace: %q: %v", cfg.RootNamespace, errs)
+	}
+	if errs := validation.IsDNS1123Subdomain(cfg.TrustDomain); len(errs) > 0 {
+		return fmt.Errorf("field trustDomain: %q: %v", cfg.TrustDomain, errs)
+	}
+	if errs := validation.IsDNS1123Subdomain(cfg.DomainSuffix); len(errs) > 0 {
+		return fmt.Errorf("field domainSuffix: %q: %v", cfg.DomainSuffix, errs)
+	}
+	return nil
+}

@@ -1,0 +1,563 @@
+package model
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pkg/cowmap"
+)
+
+// Change is one config change a new snapshot must reflect. Old and New are the objects before and after
+// (Old nil on add, New nil on delete); for merged changes Old is the first old value and New the last new one.
+type Change struct {
+	Key config.Key
+	Old *config.Config
+	New *config.Config
+}
+
+// UpdateResult says what a new snapshot means for proxies.
+type UpdateResult struct {
+	// Full is set when anything other than endpoints and workloads changed: proxies need a full push.
+	Full bool
+	// ServicesUpdated holds the keys (namespace/hostname) of services whose endpoints changed.
+	ServicesUpdated map[string]struct{}
+	// WorkloadsUpdated holds the uids of workloads added, changed or removed.
+	WorkloadsUpdated map[string]struct{}
+}
+
+// Index names, reported in PushContext.Rebuilt.
+const (
+	IndexServices         = "services"
+	IndexEndpoints        = "endpoints"
+	IndexWorkloads        = "workloads"
+	IndexNamespaces       = "namespaces"
+	IndexDestinationRules = "destinationRules"
+	IndexVirtualServices  = "virtualServices"
+	IndexGateways         = "gateways"
+	IndexSidecars         = "sidecars"
+	IndexAuthorization    = "authorizationPolicies"
+	IndexPeerAuthn        = "peerAuthentications"
+)
+
+// Build makes the first snapshot from everything the reader holds.
+func Build(reader ConfigReader, m *mesh.Config) *PushContext {
+	start := time.Now()
+	ps := &PushContext{
+		Version:          1,
+		Mesh:             m,
+		destinationRules: buildDestinationRules(reader, m),
+		virtualServices:  buildVirtualServices(reader, m),
+		gateways:         buildGateways(reader),
+		sidecars:         buildSidecars(reader),
+		authorization:    buildNamespaced(reader, config.AuthorizationPolicy),
+		peerAuthn:        buildNamespaced(reader, config.PeerAuthentication),
+		sortedServices:   &lazyServiceList{},
+	}
+	nsb := cowmap.New[*config.Config]().Edit()
+	for _, c := range reader.List(config.Namespace) {
+		nsb.Set(c.Name, c)
+	}
+	ps.namespaces = nsb.Map()
+
+	// Workloads, grouped by namespace and label for selector matching below.
+	byUID := cowmap.New[*Workload]().Edit()
+	byAddr := cowmap.New[string]().Edit()
+	wlByLabel := map[string]map[string][]*Workload{} // namespace → "k=v" → workloads
+	wlByNS := map[string][]*Workload{}
+	for _, kind := range []config.Kind{config.Pod, config.WorkloadEntry} {
+		for _, c := range reader.List(kind) {
+			w := workloadFromConfig(c, reader, m)
+			if w == nil {
+				continue
+			}
+			byUID.Set(w.UID, w)
+			for _, a := range w.Addresses {
+				byAddr.Set(addressKey(w.Network, a), w.UID)
+			}
+			wlByNS[w.Namespace] = append(wlByNS[w.Namespace], w)
+			idx := wlByLabel[w.Namespace]
+			if idx == nil {
+				idx = map[string][]*Workload{}
+				wlByLabel[w.Namespace] = idx
+			}
+			for k, v := range w.Labels {
+				idx[k+"="+v] = append(idx[k+"="+v], w)
+			}
+		}
+	}
+
+	services := cowmap.New[[]*Service]().Edit()
+	bySource := cowmap.New[[]*Service]().Edit()
+	byNS := cowmap.New[[]*Service]().Edit()
+	endpoints := cowmap.New[*ServiceEndpoints]().Edit()
+	byService := cowmap.New[[]string]().Edit()
+	hostLists := map[string][]*Service{}
+	nsLists := map[string][]*Service{}
+	for _, kind := range []config.Kind{config.Service, config.ServiceEntry} {
+		for _, c := range reader.List(kind) {
+			svcs := convertServices(c, m)
+			bySource.Set(c.Key.String(), svcs)
+			for _, s := range svcs {
+				hostLists[s.Hostname] = append(hostLists[s.Hostname], s)
+				nsLists[s.Namespace] = append(nsLists[s.Namespace], s)
+				endpoints.Set(s.Key(), computeEndpoints(s, reader, m))
+				if uids := selectWorkloads(s, wlByNS[s.Namespace], wlByLabel[s.Namespace]); len(uids) > 0 {
+					byService.Set(s.Key(), uids)
+				}
+			}
+		}
+	}
+	for h, list := range hostLists {
+		slices.SortFunc(list, compareServices)
+		services.Set(h, list)
+	}
+	for ns, list := range nsLists {
+		sortByHostname(list)
+		byNS.Set(ns, list)
+	}
+	ps.services, ps.servicesBySource, ps.servicesByNamespace = services.Map(), bySource.Map(), byNS.Map()
+	ps.endpoints = endpoints.Map()
+	ps.workloads = &workloadIndex{byUID: byUID.Map(), byAddress: byAddr.Map(), byService: byService.Map()}
+	ps.BuiltAt = time.Now()
+	ps.BuildDuration = time.Since(start)
+	ps.Rebuilt = []string{IndexServices, IndexEndpoints, IndexWorkloads, IndexNamespaces, IndexDestinationRules,
+		IndexVirtualServices, IndexGateways, IndexSidecars, IndexAuthorization, IndexPeerAuthn}
+	return ps
+}
+
+func convertServices(c *config.Config, m *mesh.Config) []*Service {
+	if c.Kind == config.Service {
+		return servicesFromKube(c, m)
+	}
+	return servicesFromServiceEntry(c, m)
+}
+
+func sortByHostname(list []*Service) {
+	slices.SortFunc(list, func(a, b *Service) int {
+		if c := strings.Compare(a.Hostname, b.Hostname); c != 0 {
+			return c
+		}
+		return config.CompareKeys(a.Source, b.Source)
+	})
+}
+
+// selects reports whether s selects workloads, and w in particular.
+func (s *Service) selects(w *Workload) bool {
+	if s.Selector == nil || w.Namespace != s.Namespace {
+		return false
+	}
+	if s.Source.Kind == config.Service && len(s.Selector) == 0 {
+		return false // a Kubernetes Service without selector has manually managed endpoints
+	}
+	return labelsMatch(s.Selector, w.Labels)
+}
+
+// selectWorkloads returns the sorted uids of the workloads s selects, using the label index to avoid a
+// scan of the namespace.
+func selectWorkloads(s *Service, nsWorkloads []*Workload, byLabel map[string][]*Workload) []string {
+	if s.Selector == nil || (s.Source.Kind == config.Service && len(s.Selector) == 0) {
+		return nil
+	}
+	candidates := nsWorkloads
+	for k, v := range s.Selector {
+		if list := byLabel[k+"="+v]; len(list) < len(candidates) {
+			candidates = list
+		}
+	}
+	var uids []string
+	for _, w := range candidates {
+		if s.selects(w) {
+			uids = append(uids, w.UID)
+		}
+	}
+	slices.Sort(uids)
+	return uids
+}
+
+// Update returns the snapshot after changes, sharing every index the changes do not touch with prev.
+// Endpoint-only changes (EndpointSlice, Pod, WorkloadEntry, Node) rebuild no index: they replace the
+// affected services' endpoints and workloads, and yield an incremental result.
+func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushContext, UpdateResult) {
+	start := time.Now()
+	next := *prev
+	next.Version = prev.Version + 1
+	next.Rebuilt = nil
+	res := UpdateResult{ServicesUpdated: map[string]struct{}{}, WorkloadsUpdated: map[string]struct{}{}}
+	u := &updater{prev: prev, next: &next, reader: reader, m: prev.Mesh, affected: map[string]*Service{}, res: &res}
+
+	rebuild := map[string]bool{}
+	for _, ch := range changes {
+		switch ch.Key.Kind {
+		case config.Service, config.ServiceEntry:
+			u.serviceChanged(ch.Key)
+			res.Full = true
+		case config.EndpointSlice:
+			u.sliceChanged(ch)
+		case config.Pod, config.WorkloadEntry:
+			u.workloadChanged(ch)
+		case config.Node:
+			u.nodeChanged(ch.Key.Name)
+		case config.Namespace:
+			u.namespaceChanged(ch.Key.Name)
+			res.Full = true
+		case config.DestinationRule:
+			rebuild[IndexDestinationRules] = true
+		case config.VirtualService:
+			rebuild[IndexVirtualServices] = true
+		case config.Gateway:
+			rebuild[IndexGateways] = true
+		case config.Sidecar:
+			rebuild[IndexSidecars] = true
+		case config.AuthorizationPolicy:
+			rebuild[IndexAuthorization] = true
+		case config.PeerAuthentication:
+			rebuild[IndexPeerAuthn] = true
+		}
+	}
+	if len(rebuild) > 0 {
+		res.Full = true
+	}
+	if rebuild[IndexDestinationRules] {
+		next.destinationRules = buildDestinationRules(reader, next.Mesh)
+	}
+	if rebuild[IndexVirtualServices] {
+		next.virtualServices = buildVirtualServices(reader, next.Mesh)
+	}
+	if rebuild[IndexGateways] {
+		next.gateways = buildGateways(reader)
+	}
+	if rebuild[IndexSidecars] {
+		next.sidecars = buildSidecars(reader)
+	}
+	if rebuild[IndexAuthorization] {
+		next.authorization = buildNamespaced(reader, config.AuthorizationPolicy)
+	}
+	if rebuild[IndexPeerAuthn] {
+		next.peerAuthn = buildNamespaced(reader, config.PeerAuthentication)
+	}
+	for name := range rebuild {
+		next.Rebuilt = append(next.Rebuilt, name)
+	}
+	u.finish()
+	slices.Sort(next.Rebuilt)
+	next.BuiltAt = time.Now()
+	next.BuildDuration = time.Since(start)
+	return &next, res
+}
+
+type updater struct {
+	prev, next *PushContext
+	reader     ConfigReader
+	m          *mesh.Config
+	res        *UpdateResult
+
+	services, bySource, byNS *cowmap.Builder[[]*Service]
+	endpoints                *cowmap.Builder[*ServiceEndpoints]
+	byUID                    *cowmap.Builder[*Workload]
+	byAddr                   *cowmap.Builder[string]
+	byService                *cowmap.Builder[[]string]
+	namespaces               *cowmap.Builder[*config.Config]
+
+	// affected services need their endpoints recomputed.
+	affected map[string]*Service
+	// reselect services need their selected workloads recomputed from scratch.
+	reselect []*Service
+}
+
+func (u *updater) editServices() {
+	if u.services == nil {
+		u.services, u.bySource, u.byNS = u.prev.services.Edit(), u.prev.servicesBySource.Edit(), u.prev.servicesByNamespace.Edit()
+	}
+}
+
+func (u *updater) editEndpoints() {
+	if u.endpoints == nil {
+		u.endpoints = u.prev.endpoints.Edit()
+	}
+}
+
+func (u *updater) editWorkloads() {
+	if u.byUID == nil {
+		u.byUID, u.byAddr, u.byService = u.prev.workloads.byUID.Edit(), u.prev.workloads.byAddress.Edit(), u.prev.workloads.byService.Edit()
+	}
+}
+
+// serviceChanged replaces what one Service or ServiceEntry contributes.
+func (u *updater) serviceChanged(key config.Key) {
+	u.editServices()
+	u.editEndpoints()
+	u.editWorkloads()
+	src := key.String()
+	old, _ := u.bySource.Get(src)
+	var fresh []*Service
+	if c := u.reader.Get(key); c != nil {
+		fresh = convertServices(c, u.m)
+	}
+	if len(fresh) > 0 {
+		u.bySource.Set(src, fresh)
+	} else {
+		u.bySource.Delete(src)
+	}
+	touchedHosts := map[string]bool{}
+	for _, s := range old {
+		touchedHosts[s.Hostname] = true
+	}
+	for _, s := range fresh {
+		touchedHosts[s.Hostname] = true
+	}
+	for h := range touchedHosts {
+		list, _ := u.services.Get(h)
+		list = slices.DeleteFunc(slices.Clone(list), func(s *Service) bool { return s.Source == key })
+		for _, s := range fresh {
+			if s.Hostname == h {
+				list = append(list, s)
+			}
+		}
+		if len(list) == 0 {
+			u.services.Delete(h)
+		} else {
+			slices.SortFunc(list, compareServices)
+			u.services.Set(h, list)
+		}
+	}
+	nsList, _ := u.byNS.Get(key.Namespace)
+	nsList = slices.DeleteFunc(slices.Clone(nsList), func(s *Service) bool { return s.Source == key })
+	nsList = append(nsList, fresh...)
+	sortByHostname(nsList)
+	if len(nsList) == 0 {
+		u.byNS.Delete(key.Namespace)
+	} else {
+		u.byNS.Set(key.Namespace, nsList)
+	}
+	freshKeys := map[string]bool{}
+	for _, s := range fresh {
+		freshKeys[s.Key()] = true
+		u.affected[s.Key()] = s
+		u.reselect = append(u.reselect, s)
+	}
+	for _, s := range old {
+		if !freshKeys[s.Key()] {
+			u.endpoints.Delete(s.Key())
+			u.byService.Delete(s.Key())
+			delete(u.affected, s.Key())
+			u.res.ServicesUpdated[s.Key()] = struct{}{}
+		}
+	}
+	u.next.sortedServices = &lazyServiceList{}
+	u.addRebuilt(IndexServices)
+}
+
+func (u *updater) servicesFromSource(key config.Key) []*Service {
+	if u.bySource != nil {
+		s, _ := u.bySource.Get(key.String())
+		return s
+	}
+	s, _ := u.prev.servicesBySource.Get(key.String())
+	return s
+}
+
+func (u *updater) servicesInNamespace(ns string) []*Service {
+	if u.byNS != nil {
+		s, _ := u.byNS.Get(ns)
+		return s
+	}
+	s, _ := u.prev.servicesByNamespace.Get(ns)
+	return s
+}
+
+func (u *updater) sliceChanged(ch Change) {
+	for _, c := range []*config.Config{ch.Old, ch.New} {
+		if c == nil {
+			continue
+		}
+		name := c.Spec.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelServiceName]
+		for _, s := range u.servicesFromSource(config.Key{Kind: config.Service, Namespace: c.Namespace, Name: name}) {
+			u.affected[s.Key()] = s
+		}
+	}
+}
+
+// workloadChanged handles a Pod or WorkloadEntry: its workload entry, and the services that select it
+// before or after the change.
+func (u *updater) workloadChanged(ch Change) {
+	u.editWorkloads()
+	uid := WorkloadUID(u.m.ClusterID, ch.Key)
+	oldW, _ := u.byUID.Get(uid)
+	var newW *Workload
+	if c := u.reader.Get(ch.Key); c != nil {
+		newW = workloadFromConfig(c, u.reader, u.m)
+	}
+	u.replaceWorkload(uid, oldW, newW)
+	// Services selecting the object before or after (by labels of the config objects, since a pod without IP
+	// has no workload but may still have been one).
+	var labelSets []map[string]string
+	for _, c := range []*config.Config{ch.Old, ch.New} {
+		if c != nil {
+			labelSets = append(labelSets, workloadLabels(c))
+		}
+	}
+	for _, s := range u.servicesInNamespace(ch.Key.Namespace) {
+		if s.Selector == nil || (s.Source.Kind == config.Service && len(s.Selector) == 0) {
+			continue
+		}
+		for _, l := range labelSets {
+			if labelsMatch(s.Selector, l) {
+				u.affected[s.Key()] = s
+				u.updateMembership(s, uid, newW)
+				break
+			}
+		}
+	}
+}
+
+func workloadLabels(c *config.Config) map[string]string {
+	if c.Kind == config.WorkloadEntry {
+		return c.Spec.(interface{ GetLabels() map[string]string }).GetLabels()
+	}
+	return c.Labels
+}
+
+func (u *updater) replaceWorkload(uid string, oldW, newW *Workload) {
+	if oldW != nil {
+		for _, a := range oldW.Addresses {
+			if cur, _ := u.byAddr.Get(addressKey(oldW.Network, a)); cur == uid {
+				u.byAddr.Delete(addressKey(oldW.Network, a))
+			}
+		}
+	}
+	if newW == nil {
+		if oldW != nil {
+			u.byUID.Delete(uid)
+			u.res.WorkloadsUpdated[uid] = struct{}{}
+		}
+		return
+	}
+	u.byUID.Set(uid, newW)
+	for _, a := range newW.Addresses {
+		u.byAddr.Set(addressKey(newW.Network, a), uid)
+	}
+	if oldW == nil || !reflect.DeepEqual(oldW, newW) {
+		u.res.WorkloadsUpdated[uid] = struct{}{}
+	}
+}
+
+func (u *updater) updateMembership(s *Service, uid string, w *Workload) {
+	list, _ := u.byService.Get(s.Key())
+	if w != nil && s.selects(w) {
+		list = insertSorted(list, uid)
+	} else {
+		list = removeSorted(list, uid)
+	}
+	if len(list) == 0 {
+		u.byService.Delete(s.Key())
+	} else {
+		u.byService.Set(s.Key(), list)
+	}
+}
+
+// nodeChanged refreshes the locality of the workloads on a node. It scans workloads: node label changes are rare.
+func (u *updater) nodeChanged(node string) {
+	u.editWorkloads()
+	var onNode []*Workload
+	for _, w := range u.prev.workloads.byUID.All() {
+		if w.NodeName == node {
+			onNode = append(onNode, w)
+		}
+	}
+	for _, w := range onNode {
+		c := u.reader.Get(w.Source)
+		if c == nil {
+			continue
+		}
+		u.workloadChanged(Change{Key: w.Source, Old: c, New: c})
+	}
+}
+
+func (u *updater) namespaceChanged(name string) {
+	if u.namespaces == nil {
+		u.namespaces = u.prev.namespaces.Edit()
+	}
+	if c := u.reader.Get(config.Key{Kind: config.Namespace, Name: name}); c != nil {
+		u.namespaces.Set(name, c)
+	} else {
+		u.namespaces.Delete(name)
+	}
+	u.addRebuilt(IndexNamespaces)
+}
+
+func (u *updater) addRebuilt(name string) {
+	if !slices.Contains(u.next.Rebuilt, name) {
+		u.next.Rebuilt = append(u.next.Rebuilt, name)
+	}
+}
+
+// finish recomputes endpoints of affected services and publishes the edited maps.
+func (u *updater) finish() {
+	for _, s := range u.reselect {
+		u.editWorkloads()
+		var nsWorkloads []*Workload
+		for _, kind := range []config.Kind{config.Pod, config.WorkloadEntry} {
+			for _, c := range u.reader.ListNamespace(kind, s.Namespace) {
+				if w, ok := u.byUID.Get(WorkloadUID(u.m.ClusterID, c.Key)); ok {
+					nsWorkloads = append(nsWorkloads, w)
+				}
+			}
+		}
+		if uids := selectWorkloads(s, nsWorkloads, nil); len(uids) > 0 {
+			u.byService.Set(s.Key(), uids)
+		} else {
+			u.byService.Delete(s.Key())
+		}
+	}
+	if len(u.affected) > 0 {
+		u.editEndpoints()
+		for key, s := range u.affected {
+			eps := computeEndpoints(s, u.reader, u.m)
+			if old, ok := u.endpoints.Get(key); ok && endpointsEqual(old, eps) {
+				continue
+			}
+			u.endpoints.Set(key, eps)
+			u.res.ServicesUpdated[key] = struct{}{}
+		}
+	}
+	if u.services != nil {
+		u.next.services, u.next.servicesBySource, u.next.servicesByNamespace = u.services.Map(), u.bySource.Map(), u.byNS.Map()
+	}
+	if u.endpoints != nil {
+		u.next.endpoints = u.endpoints.Map()
+	}
+	if u.byUID != nil {
+		u.next.workloads = &workloadIndex{byUID: u.byUID.Map(), byAddress: u.byAddr.Map(), byService: u.byService.Map()}
+	}
+	if u.namespaces != nil {
+		u.next.namespaces = u.namespaces.Map()
+	}
+}
+
+func endpointsEqual(a, b *ServiceEndpoints) bool {
+	if len(a.ByPort) != len(b.ByPort) {
+		return false
+	}
+	for port, ea := range a.ByPort {
+		eb, ok := b.ByPort[port]
+		if !ok || len(ea) != len(eb) {
+			return false
+		}
+		for i := range ea {
+			x, y := ea[i], eb[i]
+			if x.Address != y.Address || x.Port != y.Port || x.Health != y.Health || x.Weight != y.Weight ||
+				x.Locality != y.Locality || x.Network != y.Network || x.TLSMode != y.TLSMode ||
+				x.ServiceAccount != y.ServiceAccount || x.NodeName != y.NodeName || !maps.Equal(x.Labels, y.Labels) {
+				return false
+			}
+		}
+	}
+	return true
+}

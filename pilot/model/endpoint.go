@@ -1,0 +1,371 @@
+package model
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+)
+
+// Health of an endpoint, as Envoy understands it.
+type Health int
+
+const (
+	Healthy Health = iota
+	Unhealthy
+	Draining
+)
+
+func (h Health) String() string { return [...]string{"HEALTHY", "UNHEALTHY", "DRAINING"}[h] }
+
+// Labels and annotations read from workloads.
+const (
+	LabelTLSMode       = "security.istio.io/tlsMode"
+	LabelNetwork       = "topology.istio.io/network"
+	LabelLocality      = "istio-locality"
+	LabelSubzone       = "topology.istio.io/subzone"
+	LabelRegion        = "topology.kubernetes.io/region"
+	LabelZone          = "topology.kubernetes.io/zone"
+	DefaultTLSModeMesh = "istio"
+)
+
+// Endpoint is one address serving one port of one service.
+type Endpoint struct {
+	Address string
+	// Port is the port the workload listens on for this service port.
+	Port uint32
+	// ServicePort is the service port number this endpoint serves.
+	ServicePort uint32
+	Labels         map[string]string
+	Locality       string // region/zone/subzone
+	Health         Health
+	Weight         uint32
+	Network        string
+	TLSMode        string // "istio" when the workload accepts mutual TLS from the mesh
+	ServiceAccount string // service account name; identity is spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME
+	Namespace      string
+	WorkloadName   string
+	NodeName       string
+}
+
+// ServiceEndpoints are the endpoints of one Service (namespace/hostname), grouped by service port.
+// The value is immutable; a change replaces it.
+type ServiceEndpoints struct {
+	Service string
+	// ByPort holds, per service port number, the endpoints sorted by address.
+	ByPort map[uint32][]*Endpoint
+}
+
+// Count returns the number of endpoints across all ports.
+func (se *ServiceEndpoints) Count() int {
+	n := 0
+	for _, eps := range se.ByPort {
+		n += len(eps)
+	}
+	return n
+}
+
+// Locality formats region/zone/subzone.
+func Locality(region, zone, subzone string) string {
+	if region == "" && zone == "" && subzone == "" {
+		return ""
+	}
+	return region + "/" + zone + "/" + subzone
+}
+
+// nodeLocality returns the locality from a Node's topology labels.
+func nodeLocality(node *config.Config) string {
+	if node == nil {
+		return ""
+	}
+	l := node.Labels
+	return Locality(l[LabelRegion], l[LabelZone], l[LabelSubzone])
+}
+
+// podLocality prefers the pod's istio-locality label ("region.zone.subzone"), then its node's labels.
+func podLocality(pod *corev1.Pod, reader ConfigReader) string {
+	if v := pod.Labels[LabelLocality]; v != "" {
+		parts := strings.SplitN(v, ".", 3)
+		for len(parts) < 3 {
+			parts = append(parts, "")
+		}
+		return Locality(parts[0], parts[1], parts[2])
+	}
+	if pod.Spec.NodeName == "" {
+		return ""
+	}
+	return nodeLocality(reader.Get(config.Key{Kind: config.Node, Name: pod.Spec.NodeName}))
+}
+
+func tlsMode(labels map[string]string) string {
+	if v := labels[LabelTLSMode]; v != "" {
+		return v
+	}
+	return "disabled"
+}
+
+func networkOf(labels map[string]string, explicit string, m *mesh.Config) string {
+	if explicit != "" {
+		return explicit
+	}
+	if v := labels[LabelNetwork]; v != "" {
+		return v
+	}
+	return m.Network
+}
+
+// computeEndpoints builds the endpoints of svc from the store. Its cost is proportional to the service's own
+// endpoints (and, for selector-based services, the workloads of its namespace).
+func computeEndpoints(svc *Service, reader ConfigReader, m *mesh.Config) *ServiceEndpoints {
+	out := &ServiceEndpoints{Service: svc.Key(), ByPort: make(map[uint32][]*Endpoint, len(svc.Ports))}
+	switch svc.Source.Kind {
+	case config.Service:
+		if svc.Resolution == DNSLB {
+			addInlineEndpoints(out, svc, m)
+			break
+		}
+		addSliceEndpoints(out, svc, reader, m)
+		if len(svc.Selector) > 0 {
+			addWorkloadEntryEndpoints(out, svc, reader, m)
+		}
+	case config.ServiceEntry:
+		switch {
+		case len(svc.inlineEndpoints) > 0:
+			addInlineEndpoints(out, svc, m)
+		case svc.Selector != nil:
+			addWorkloadEntryEndpoints(out, svc, reader, m)
+			addPodEndpoints(out, svc, reader, m)
+		case svc.Resolution == DNSLB:
+			// No endpoints listed: the proxy resolves the host itself.
+			for _, p := range svc.Ports {
+				port := p.Port
+				if p.TargetPort != 0 {
+					port = p.TargetPort
+				}
+				out.ByPort[p.Port] = append(out.ByPort[p.Port], &Endpoint{Address: svc.Hostname, Port: port, ServicePort: p.Port, Weight: 1, Namespace: svc.Namespace, TLSMode: "disabled"})
+			}
+		}
+	}
+	for port, eps := range out.ByPort {
+		slices.SortFunc(eps, func(a, b *Endpoint) int {
+			if c := strings.Compare(a.Address, b.Address); c != 0 {
+				return c
+			}
+			return int(a.Port) - int(b.Port)
+		})
+		out.ByPort[port] = eps
+	}
+	return out
+}
+
+func addSliceEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m *mesh.Config) {
+	slicesFor := reader.EndpointSlicesFor(svc.Namespace, svc.Name)
+	podCache := map[string]*corev1.Pod{}
+	for _, sc := range slicesFor {
+		slice := sc.Spec.(*discoveryv1.EndpointSlice)
+		if slice.AddressType == discoveryv1.AddressTypeFQDN {
+			continue
+		}
+		for _, sp := range svc.Ports {
+			epPort, ok := slicePort(slice, sp)
+			if !ok {
+				continue
+			}
+			for i := range slice.Endpoints {
+				e := &slice.Endpoints[i]
+				ep := &Endpoint{
+					Address:     e.Addresses[0],
+					Port:        epPort,
+					ServicePort: sp.Port,
+					Health:      sliceHealth(e.Conditions),
+					Weight:      1,
+					Namespace:   svc.Namespace,
+					TLSMode:     "disabled",
+					Network:     m.Network,
+				}
+				nodeName := ""
+				if e.NodeName != nil {
+					nodeName = *e.NodeName
+				}
+				if ref := e.TargetRef; ref != nil && ref.Kind == "Pod" {
+					pod, seen := podCache[ref.Name]
+					if !seen {
+						if pc := reader.Get(config.Key{Kind: config.Pod, Namespace: svc.Namespace, Name: ref.Name}); pc != nil {
+							pod = pc.Spec.(*corev1.Pod)
+						}
+						podCache[ref.Name] = pod
+					}
+					if pod != nil {
+						ep.Labels = pod.Labels
+						ep.ServiceAccount = pod.Spec.ServiceAccountName
+						ep.WorkloadName = pod.Name
+						ep.TLSMode = tlsMode(pod.Labels)
+						ep.Network = networkOf(pod.Labels, "", m)
+						ep.Locality = podLocality(pod, reader)
+						if nodeName == "" {
+							nodeName = pod.Spec.NodeName
+						}
+					}
+				}
+				ep.NodeName = nodeName
+				if ep.Locality == "" && nodeName != "" {
+					ep.Locality = nodeLocality(reader.Get(config.Key{Kind: config.Node, Name: nodeName}))
+				}
+				if ep.Locality == "" && e.Zone != nil {
+					ep.Locality = Locality("", *e.Zone, "")
+				}
+				out.ByPort[sp.Port] = append(out.ByPort[sp.Port], ep)
+			}
+		}
+	}
+}
+
+// slicePort finds the endpoint port serving service port sp: EndpointSlice ports carry the service port's name.
+func slicePort(slice *discoveryv1.EndpointSlice, sp *Port) (uint32, bool) {
+	for _, p := range slice.Ports {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if name == sp.Name && p.Port != nil {
+			return uint32(*p.Port), true
+		}
+	}
+	return 0, false
+}
+
+func sliceHealth(c discoveryv1.EndpointConditions) Health {
+	if c.Ready == nil || *c.Ready {
+		return Healthy
+	}
+	if c.Terminating != nil && *c.Terminating && c.Serving != nil && *c.Serving {
+		return Draining
+	}
+	return Unhealthy
+}
+
+func addInlineEndpoints(out *ServiceEndpoints, svc *Service, m *mesh.Config) {
+	for _, we := range svc.inlineEndpoints {
+		for _, p := range svc.Ports {
+			out.ByPort[p.Port] = append(out.ByPort[p.Port], workloadEntryEndpoint(we, svc, p, "", svc.Namespace, m))
+		}
+	}
+}
+
+func workloadEntryEndpoint(we *networking.WorkloadEntry, svc *Service, p *Port, name, ns string, m *mesh.Config) *Endpoint {
+	port := p.Port
+	if p.TargetPort != 0 {
+		port = p.TargetPort
+	}
+	if n, ok := we.Ports[p.Name]; ok {
+		port = n
+	}
+	weight := we.Weight
+	if weight == 0 {
+		weight = 1
+	}
+	locality := ""
+	if we.Locality != "" {
+		parts := strings.SplitN(we.Locality, "/", 3)
+		for len(parts) < 3 {
+			parts = append(parts, "")
+		}
+		locality = Locality(parts[0], parts[1], parts[2])
+	}
+	return &Endpoint{
+		Address:        we.Address,
+		Port:           port,
+		ServicePort:    p.Port,
+		Labels:         we.Labels,
+		Locality:       locality,
+		Health:         Healthy,
+		Weight:         weight,
+		Network:        networkOf(we.Labels, we.Network, m),
+		TLSMode:        tlsMode(we.Labels),
+		ServiceAccount: we.ServiceAccount,
+		Namespace:      ns,
+		WorkloadName:   name,
+	}
+}
+
+func addWorkloadEntryEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m *mesh.Config) {
+	for _, c := range reader.ListNamespace(config.WorkloadEntry, svc.Namespace) {
+		we := c.Spec.(*networking.WorkloadEntry)
+		if !labelsMatch(svc.Selector, we.Labels) {
+			continue
+		}
+		for _, p := range svc.Ports {
+			ep := workloadEntryEndpoint(we, svc, p, c.Name, c.Namespace, m)
+			if svc.Source.Kind == config.Service && p.TargetPortName != "" {
+				if n, ok := we.Ports[p.TargetPortName]; ok {
+					ep.Port = n
+				}
+			}
+			out.ByPort[p.Port] = append(out.ByPort[p.Port], ep)
+		}
+	}
+}
+
+// addPodEndpoints serves a ServiceEntry's workloadSelector from pods, as Istio does.
+func addPodEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m *mesh.Config) {
+	for _, c := range reader.ListNamespace(config.Pod, svc.Namespace) {
+		pod := c.Spec.(*corev1.Pod)
+		if pod.Status.PodIP == "" || !labelsMatch(svc.Selector, pod.Labels) {
+			continue
+		}
+		for _, p := range svc.Ports {
+			port := p.Port
+			if p.TargetPort != 0 {
+				port = p.TargetPort
+			}
+			out.ByPort[p.Port] = append(out.ByPort[p.Port], &Endpoint{
+				Address:        pod.Status.PodIP,
+				Port:           port,
+				ServicePort:    p.Port,
+				Labels:         pod.Labels,
+				Locality:       podLocality(pod, reader),
+				Health:         podHealth(pod),
+				Weight:         1,
+				Network:        networkOf(pod.Labels, "", m),
+				TLSMode:        tlsMode(pod.Labels),
+				ServiceAccount: pod.Spec.ServiceAccountName,
+				Namespace:      pod.Namespace,
+				WorkloadName:   pod.Name,
+				NodeName:       pod.Spec.NodeName,
+			})
+		}
+	}
+}
+
+func podHealth(pod *corev1.Pod) Health {
+	if pod.DeletionTimestamp != nil {
+		return Draining
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			if c.Status == corev1.ConditionTrue {
+				return Healthy
+			}
+			return Unhealthy
+		}
+	}
+	if pod.Status.Phase == corev1.PodRunning {
+		return Healthy
+	}
+	return Unhealthy
+}
+
+// IsIP reports whether s is an IP address (not a hostname).
+func IsIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
+}
+
+func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }

@@ -1,0 +1,283 @@
+package model
+
+import (
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+	typev1beta1 "istio.io/api/type/v1beta1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+)
+
+// compareConfigs orders configs oldest first, then by namespace and name: Istio's conflict rule.
+func compareConfigs(a, b *config.Config) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp); c != 0 {
+		return c
+	}
+	return config.CompareKeys(a.Key, b.Key)
+}
+
+// HostMatches reports whether pattern (exact, "*.suffix" or "*") matches host.
+func HostMatches(pattern, host string) bool {
+	if pattern == host || pattern == "*" {
+		return true
+	}
+	if strings.HasPrefix(pattern, "*.") {
+		return strings.HasSuffix(host, pattern[1:])
+	}
+	return false
+}
+
+// moreSpecific reports whether host pattern a is more specific than b (exact beats wildcard, longer beats shorter).
+func moreSpecific(a, b string) bool {
+	aw, bw := strings.HasPrefix(a, "*"), strings.HasPrefix(b, "*")
+	if aw != bw {
+		return !aw
+	}
+	return len(a) > len(b)
+}
+
+// DestinationRule is the effective DestinationRule for one host in one namespace: rules for the same host in
+// the same namespace are merged, the oldest winning on conflicts.
+type DestinationRule struct {
+	Host      string
+	Namespace string
+	Spec      *networking.DestinationRule
+	ExportTo  []string
+	Sources   []config.Key
+}
+
+type destinationRuleIndex struct {
+	// byNamespace: namespace → rules ordered most specific host first.
+	byNamespace map[string][]*DestinationRule
+}
+
+func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRuleIndex {
+	all := reader.List(config.DestinationRule)
+	slices.SortFunc(all, compareConfigs)
+	idx := &destinationRuleIndex{byNamespace: map[string][]*DestinationRule{}}
+	type nsHost struct{ ns, host string }
+	merged := map[nsHost]*DestinationRule{}
+	for _, c := range all {
+		spec := c.Spec.(*networking.DestinationRule)
+		host := ResolveHost(spec.Host, c.Namespace, m.DomainSuffix)
+		k := nsHost{c.Namespace, host}
+		dr := merged[k]
+		if dr == nil {
+			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: normalizeExportTo(spec.ExportTo, c.Namespace), Sources: []config.Key{c.Key}}
+			merged[k] = dr
+			idx.byNamespace[c.Namespace] = append(idx.byNamespace[c.Namespace], dr)
+			continue
+		}
+		// Merge: add subsets the older rule lacks; keep the older traffic policy.
+		ms := proto.Clone(dr.Spec).(*networking.DestinationRule)
+		for _, ss := range spec.Subsets {
+			if !slices.ContainsFunc(ms.Subsets, func(o *networking.Subset) bool { return o.Name == ss.Name }) {
+				ms.Subsets = append(ms.Subsets, ss)
+			}
+		}
+		if ms.TrafficPolicy == nil {
+			ms.TrafficPolicy = spec.TrafficPolicy
+		}
+		dr.Spec = ms
+		dr.Sources = append(dr.Sources, c.Key)
+	}
+	for _, rules := range idx.byNamespace {
+		slices.SortStableFunc(rules, func(a, b *DestinationRule) int {
+			if moreSpecific(a.Host, b.Host) {
+				return -1
+			}
+			if moreSpecific(b.Host, a.Host) {
+				return 1
+			}
+			return strings.Compare(a.Host, b.Host)
+		})
+	}
+	return idx
+}
+
+func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string) *DestinationRule {
+	for _, dr := range idx.byNamespace[ns] {
+		if HostMatches(dr.Host, host) && visible(dr.ExportTo, proxyNS) {
+			return dr
+		}
+	}
+	return nil
+}
+
+// VirtualService is a VirtualService with its hosts and gateways resolved to full names.
+type VirtualService struct {
+	*config.Config
+	Spec     *networking.VirtualService
+	Hosts    []string
+	Gateways []string // "mesh" or NAMESPACE/NAME
+	ExportTo []string
+}
+
+// MeshGateway is the implicit gateway meaning "all sidecars".
+const MeshGateway = "mesh"
+
+type virtualServiceIndex struct {
+	byGateway map[string][]*VirtualService // oldest first
+}
+
+func buildVirtualServices(reader ConfigReader, m *mesh.Config) *virtualServiceIndex {
+	all := reader.List(config.VirtualService)
+	slices.SortFunc(all, compareConfigs)
+	idx := &virtualServiceIndex{byGateway: map[string][]*VirtualService{}}
+	for _, c := range all {
+		spec := c.Spec.(*networking.VirtualService)
+		vs := &VirtualService{Config: c, Spec: spec, ExportTo: normalizeExportTo(spec.ExportTo, c.Namespace)}
+		for _, h := range spec.Hosts {
+			vs.Hosts = append(vs.Hosts, ResolveHost(h, c.Namespace, m.DomainSuffix))
+		}
+		gws := spec.Gateways
+		if len(gws) == 0 {
+			gws = []string{MeshGateway}
+		}
+		for _, g := range gws {
+			vs.Gateways = append(vs.Gateways, resolveGatewayName(g, c.Namespace))
+		}
+		for _, g := range vs.Gateways {
+			idx.byGateway[g] = append(idx.byGateway[g], vs)
+		}
+	}
+	return idx
+}
+
+// resolveGatewayName turns "gw" or "ns/gw" (or "gw.ns.svc.cluster.local") into NAMESPACE/NAME.
+func resolveGatewayName(g, ns string) string {
+	if g == MeshGateway {
+		return g
+	}
+	if strings.Contains(g, "/") {
+		return g
+	}
+	if name, rest, ok := strings.Cut(g, "."); ok {
+		gwNS, _, _ := strings.Cut(rest, ".")
+		return gwNS + "/" + name
+	}
+	return ns + "/" + g
+}
+
+type gatewayIndex struct {
+	all []*config.Config // oldest first
+}
+
+func buildGateways(reader ConfigReader) *gatewayIndex {
+	all := reader.List(config.Gateway)
+	slices.SortFunc(all, compareConfigs)
+	return &gatewayIndex{all: all}
+}
+
+type sidecarIndex struct {
+	withSelector map[string][]*config.Config // namespace → oldest first
+	defaults     map[string]*config.Config   // namespace → oldest Sidecar without a selector
+}
+
+func buildSidecars(reader ConfigReader) *sidecarIndex {
+	all := reader.List(config.Sidecar)
+	slices.SortFunc(all, compareConfigs)
+	idx := &sidecarIndex{withSelector: map[string][]*config.Config{}, defaults: map[string]*config.Config{}}
+	for _, c := range all {
+		spec := c.Spec.(*networking.Sidecar)
+		if spec.WorkloadSelector != nil && len(spec.WorkloadSelector.Labels) > 0 {
+			idx.withSelector[c.Namespace] = append(idx.withSelector[c.Namespace], c)
+		} else if idx.defaults[c.Namespace] == nil {
+			idx.defaults[c.Namespace] = c
+		}
+	}
+	return idx
+}
+
+type namespacedPolicies struct {
+	byNamespace map[string][]*config.Config // oldest first
+}
+
+func buildNamespaced(reader ConfigReader, kind config.Kind) *namespacedPolicies {
+	all := reader.List(kind)
+	slices.SortFunc(all, compareConfigs)
+	idx := &namespacedPolicies{byNamespace: map[string][]*config.Config{}}
+	for _, c := range all {
+		idx.byNamespace[c.Namespace] = append(idx.byNamespace[c.Namespace], c)
+	}
+	return idx
+}
+
+func selectorMatches(sel *typev1beta1.WorkloadSelector, labels map[string]string) bool {
+	if sel == nil {
+		return true
+	}
+	return labelsMatch(sel.MatchLabels, labels)
+}
+
+// AuthorizationPolicies are the policies that apply to one workload, grouped by action.
+type AuthorizationPolicies struct {
+	Allow, Deny, Audit, Custom []*config.Config
+}
+
+// Empty reports whether no policy applies.
+func (a AuthorizationPolicies) Empty() bool {
+	return len(a.Allow)+len(a.Deny)+len(a.Audit)+len(a.Custom) == 0
+}
+
+func (a *AuthorizationPolicies) add(c *config.Config) {
+	switch c.Spec.(*security.AuthorizationPolicy).Action {
+	case security.AuthorizationPolicy_ALLOW:
+		a.Allow = append(a.Allow, c)
+	case security.AuthorizationPolicy_DENY:
+		a.Deny = append(a.Deny, c)
+	case security.AuthorizationPolicy_AUDIT:
+		a.Audit = append(a.Audit, c)
+	case security.AuthorizationPolicy_CUSTOM:
+		a.Custom = append(a.Custom, c)
+	}
+}
+
+// MTLSMode is the effective inbound mutual TLS mode.
+type MTLSMode string
+
+const (
+	MTLSPermissive MTLSMode = "PERMISSIVE"
+	MTLSStrict     MTLSMode = "STRICT"
+	MTLSDisable    MTLSMode = "DISABLE"
+)
+
+// EffectiveMTLS is the mutual TLS a workload accepts: a mode, and per-port overrides.
+type EffectiveMTLS struct {
+	Mode      MTLSMode
+	PortModes map[uint32]MTLSMode
+	// Sources are the PeerAuthentications that decided it, most specific first.
+	Sources []config.Key
+}
+
+// ModeForPort returns the mode on a workload port.
+func (e EffectiveMTLS) ModeForPort(port uint32) MTLSMode {
+	if m, ok := e.PortModes[port]; ok {
+		return m
+	}
+	return e.Mode
+}
+
+func mtlsMode(m security.PeerAuthentication_MutualTLS_Mode) (MTLSMode, bool) {
+	switch m {
+	case security.PeerAuthentication_MutualTLS_STRICT:
+		return MTLSStrict, true
+	case security.PeerAuthentication_MutualTLS_PERMISSIVE:
+		return MTLSPermissive, true
+	case security.PeerAuthentication_MutualTLS_DISABLE:
+		return MTLSDisable, true
+	}
+	return "", false // UNSET inherits
+}
+
+func peerAuthMode(pa *security.PeerAuthentication) (MTLSMode, bool) {
+	if pa.Mtls == nil {
+		return "", false
+	}
+	return mtlsMode(pa.Mtls.Mode)
+}

@@ -1,0 +1,344 @@
+package model
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pkg/cowmap"
+)
+
+// ConfigReader is what building a PushContext reads: the config store.
+type ConfigReader interface {
+	Get(config.Key) *config.Config
+	List(config.Kind) []*config.Config
+	ListNamespace(kind config.Kind, namespace string) []*config.Config
+	EndpointSlicesFor(namespace, service string) []*config.Config
+}
+
+// PushContext is an immutable snapshot of the mesh. Everything a generator reads comes from it.
+// Published snapshots are never modified; a change produces a new PushContext that shares every index the
+// change did not touch.
+type PushContext struct {
+	// Version increases by one with every published snapshot.
+	Version uint64
+	// Mesh settings in force.
+	Mesh *mesh.Config
+	// BuiltAt and BuildDuration describe how this snapshot was made; Rebuilt names the indexes rebuilt
+	// (all of them for the first snapshot).
+	BuiltAt       time.Time
+	BuildDuration time.Duration
+	Rebuilt       []string
+
+	services            *cowmap.Map[[]*Service] // hostname → services, oldest first
+	servicesBySource    *cowmap.Map[[]*Service] // config key → services it produced
+	servicesByNamespace *cowmap.Map[[]*Service] // namespace → services, by hostname
+	endpoints           *cowmap.Map[*ServiceEndpoints]
+	workloads           *workloadIndex
+	namespaces          *cowmap.Map[*config.Config]
+
+	destinationRules *destinationRuleIndex
+	virtualServices  *virtualServiceIndex
+	gateways         *gatewayIndex
+	sidecars         *sidecarIndex
+	authorization    *namespacedPolicies
+	peerAuthn        *namespacedPolicies
+
+	// sortedServices is computed on first use and shared with later snapshots while services are unchanged.
+	sortedServices *lazyServiceList
+}
+
+type lazyServiceList struct {
+	once sync.Once
+	list []*Service
+}
+
+type workloadIndex struct {
+	byUID     *cowmap.Map[*Workload]
+	byAddress *cowmap.Map[string]   // NETWORK/IP → uid
+	byService *cowmap.Map[[]string] // service key → sorted workload uids
+}
+
+// ServiceCount returns how many services (hostname, namespace pairs) the snapshot holds.
+func (ps *PushContext) ServiceCount() int {
+	n := 0
+	for _, list := range ps.servicesBySource.All() {
+		n += len(list)
+	}
+	return n
+}
+
+// EndpointCount returns the number of endpoints across every service and port.
+func (ps *PushContext) EndpointCount() int {
+	n := 0
+	for _, se := range ps.endpoints.All() {
+		n += se.Count()
+	}
+	return n
+}
+
+// WorkloadCount returns the number of workloads (pods with an IP and WorkloadEntries).
+func (ps *PushContext) WorkloadCount() int { return ps.workloads.byUID.Len() }
+
+// AllServices returns every service sorted by hostname then namespace. The slice is shared: do not modify it.
+func (ps *PushContext) AllServices() []*Service {
+	ps.sortedServices.once.Do(func() {
+		list := make([]*Service, 0, ps.services.Len())
+		for _, svcs := range ps.services.All() {
+			list = append(list, svcs...)
+		}
+		slices.SortFunc(list, func(a, b *Service) int {
+			if c := strings.Compare(a.Hostname, b.Hostname); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Namespace, b.Namespace)
+		})
+		ps.sortedServices.list = list
+	})
+	return ps.sortedServices.list
+}
+
+// ServicesForHostname returns every service with that hostname, oldest first.
+func (ps *PushContext) ServicesForHostname(host string) []*Service {
+	svcs, _ := ps.services.Get(host)
+	return svcs
+}
+
+// ServiceForHostname returns the service a proxy in namespace proxyNS sees for host: one in its own
+// namespace wins, then the oldest visible one.
+func (ps *PushContext) ServiceForHostname(proxyNS, host string) *Service {
+	svcs, _ := ps.services.Get(host)
+	var first *Service
+	for _, s := range svcs {
+		if !s.VisibleTo(proxyNS) {
+			continue
+		}
+		if s.Namespace == proxyNS {
+			return s
+		}
+		if first == nil {
+			first = s
+		}
+	}
+	return first
+}
+
+// ServicesInNamespace returns the services defined in ns, by hostname.
+func (ps *PushContext) ServicesInNamespace(ns string) []*Service {
+	svcs, _ := ps.servicesByNamespace.Get(ns)
+	return svcs
+}
+
+// Endpoints returns the endpoints of the service with key namespace/hostname.
+func (ps *PushContext) Endpoints(serviceKey string) *ServiceEndpoints {
+	se, _ := ps.endpoints.Get(serviceKey)
+	return se
+}
+
+// EndpointsForPort returns the endpoints of svc on service port port whose labels carry subsetLabels.
+func (ps *PushContext) EndpointsForPort(svc *Service, port uint32, subsetLabels map[string]string) []*Endpoint {
+	se := ps.Endpoints(svc.Key())
+	if se == nil {
+		return nil
+	}
+	eps := se.ByPort[port]
+	if len(subsetLabels) == 0 {
+		return eps
+	}
+	out := make([]*Endpoint, 0, len(eps))
+	for _, ep := range eps {
+		if labelsMatch(subsetLabels, ep.Labels) {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// Workload returns the workload with uid.
+func (ps *PushContext) Workload(uid string) *Workload {
+	w, _ := ps.workloads.byUID.Get(uid)
+	return w
+}
+
+// WorkloadByAddress returns the workload at IP on network.
+func (ps *PushContext) WorkloadByAddress(network, ip string) *Workload {
+	uid, ok := ps.workloads.byAddress.Get(addressKey(network, ip))
+	if !ok {
+		return nil
+	}
+	return ps.Workload(uid)
+}
+
+// WorkloadsForService returns the workloads selected by the service with key namespace/hostname.
+func (ps *PushContext) WorkloadsForService(serviceKey string) []*Workload {
+	uids, _ := ps.workloads.byService.Get(serviceKey)
+	out := make([]*Workload, 0, len(uids))
+	for _, uid := range uids {
+		if w := ps.Workload(uid); w != nil {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// AllWorkloads iterates over every workload in no particular order.
+func (ps *PushContext) AllWorkloads(yield func(*Workload) bool) {
+	for _, w := range ps.workloads.byUID.All() {
+		if !yield(w) {
+			return
+		}
+	}
+}
+
+// Namespace returns the Namespace object, or nil when unknown.
+func (ps *PushContext) Namespace(name string) *config.Config {
+	ns, _ := ps.namespaces.Get(name)
+	return ns
+}
+
+// DestinationRule returns the DestinationRule a proxy in proxyNS applies to traffic for svc:
+// its own namespace first, then the service's namespace, then the root namespace — Istio's precedence.
+func (ps *PushContext) DestinationRule(proxyNS string, svc *Service) *DestinationRule {
+	if dr := ps.destinationRules.lookup(proxyNS, proxyNS, svc.Hostname); dr != nil {
+		return dr
+	}
+	if svc.Namespace != proxyNS {
+		if dr := ps.destinationRules.lookup(svc.Namespace, proxyNS, svc.Hostname); dr != nil {
+			return dr
+		}
+	}
+	root := ps.Mesh.RootNamespace
+	if root != proxyNS && root != svc.Namespace {
+		return ps.destinationRules.lookup(root, proxyNS, svc.Hostname)
+	}
+	return nil
+}
+
+// VirtualServices returns the VirtualServices bound to gateway ("mesh" for sidecars) visible in proxyNS,
+// oldest first (the first one wins a host conflict).
+func (ps *PushContext) VirtualServices(proxyNS, gateway string) []*VirtualService {
+	all := ps.virtualServices.byGateway[gateway]
+	out := make([]*VirtualService, 0, len(all))
+	for _, vs := range all {
+		if gateway != MeshGateway || visible(vs.ExportTo, proxyNS) {
+			out = append(out, vs)
+		}
+	}
+	return out
+}
+
+// VirtualServiceForHost returns the VirtualService for host on gateway visible in proxyNS: an exact host
+// first, then the most specific wildcard; among equals, the oldest.
+func (ps *PushContext) VirtualServiceForHost(proxyNS, gateway, host string) *VirtualService {
+	var best *VirtualService
+	bestHost := ""
+	for _, vs := range ps.VirtualServices(proxyNS, gateway) {
+		for _, h := range vs.Hosts {
+			if HostMatches(h, host) && (best == nil || moreSpecific(h, bestHost)) {
+				best, bestHost = vs, h
+			}
+		}
+	}
+	return best
+}
+
+// Gateways returns the Gateways whose selector matches a gateway proxy's labels, oldest first.
+func (ps *PushContext) Gateways(labels map[string]string) []*config.Config {
+	var out []*config.Config
+	for _, g := range ps.gateways.all {
+		if labelsMatch(g.Spec.(*networking.Gateway).Selector, labels) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Sidecar returns the Sidecar scoping a proxy: the oldest one in its namespace whose selector matches, else
+// the namespace default, else the root namespace default; nil when none applies.
+func (ps *PushContext) Sidecar(ns string, labels map[string]string) *config.Config {
+	for _, c := range ps.sidecars.withSelector[ns] {
+		if labelsMatch(c.Spec.(*networking.Sidecar).WorkloadSelector.Labels, labels) {
+			return c
+		}
+	}
+	if c := ps.sidecars.defaults[ns]; c != nil {
+		return c
+	}
+	return ps.sidecars.defaults[ps.Mesh.RootNamespace]
+}
+
+// AuthorizationPolicies returns the policies applying to a workload in ns with labels: the root namespace's
+// (mesh-wide) and its own namespace's, each filtered by selector.
+func (ps *PushContext) AuthorizationPolicies(ns string, labels map[string]string) AuthorizationPolicies {
+	var out AuthorizationPolicies
+	for _, c := range ps.authorization.byNamespace[ps.Mesh.RootNamespace] {
+		if selectorMatches(c.Spec.(*security.AuthorizationPolicy).Selector, labels) {
+			out.add(c)
+		}
+	}
+	if ns == ps.Mesh.RootNamespace {
+		return out
+	}
+	for _, c := range ps.authorization.byNamespace[ns] {
+		if selectorMatches(c.Spec.(*security.AuthorizationPolicy).Selector, labels) {
+			out.add(c)
+		}
+	}
+	return out
+}
+
+// AuthorizationPoliciesInNamespace returns every policy defined in ns, oldest first.
+func (ps *PushContext) AuthorizationPoliciesInNamespace(ns string) []*config.Config {
+	return ps.authorization.byNamespace[ns]
+}
+
+// PeerAuthentication returns the mutual TLS a workload accepts: a workload policy (selector) over the
+// namespace policy over the mesh policy (root namespace); UNSET inherits; the default is PERMISSIVE.
+func (ps *PushContext) PeerAuthentication(ns string, labels map[string]string) EffectiveMTLS {
+	var workload, namespace, meshWide *config.Config
+	for _, c := range ps.peerAuthn.byNamespace[ns] {
+		pa := c.Spec.(*security.PeerAuthentication)
+		if pa.Selector != nil && len(pa.Selector.MatchLabels) > 0 {
+			if workload == nil && labelsMatch(pa.Selector.MatchLabels, labels) {
+				workload = c
+			}
+		} else if namespace == nil {
+			namespace = c
+		}
+	}
+	for _, c := range ps.peerAuthn.byNamespace[ps.Mesh.RootNamespace] {
+		pa := c.Spec.(*security.PeerAuthentication)
+		if pa.Selector == nil || len(pa.Selector.MatchLabels) == 0 {
+			meshWide = c
+			break
+		}
+	}
+	out := EffectiveMTLS{Mode: MTLSPermissive}
+	decided := false
+	for _, c := range []*config.Config{workload, namespace, meshWide} {
+		if c == nil {
+			continue
+		}
+		out.Sources = append(out.Sources, c.Key)
+		if m, ok := peerAuthMode(c.Spec.(*security.PeerAuthentication)); ok && !decided {
+			out.Mode, decided = m, true
+		}
+	}
+	if workload != nil {
+		for port, pm := range workload.Spec.(*security.PeerAuthentication).PortLevelMtls {
+			if m, ok := mtlsMode(pm.Mode); ok {
+				if out.PortModes == nil {
+					out.PortModes = map[uint32]MTLSMode{}
+				}
+				out.PortModes[port] = m
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,344 @@
+package model
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	networking "istio.io/api/networking/v1alpha3"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+)
+
+// Protocol is the application protocol of a port, as Istio infers it.
+type Protocol string
+
+const (
+	ProtocolHTTP   Protocol = "HTTP"
+	ProtocolHTTP2  Protocol = "HTTP2"
+	ProtocolGRPC   Protocol = "GRPC"
+	ProtocolHTTPS  Protocol = "HTTPS"
+	ProtocolTLS    Protocol = "TLS"
+	ProtocolTCP    Protocol = "TCP"
+	ProtocolUDP    Protocol = "UDP"
+	ProtocolMongo  Protocol = "Mongo"
+	ProtocolRedis  Protocol = "Redis"
+	ProtocolMySQL  Protocol = "MySQL"
+	ProtocolUnset  Protocol = "UnsupportedProtocol"
+	protocolPrefix          = "-"
+)
+
+// ParseProtocol maps a protocol name (case-insensitive) to a Protocol; unknown names are ProtocolUnset.
+func ParseProtocol(s string) Protocol {
+	switch strings.ToLower(s) {
+	case "http", "http1", "http/1.1":
+		return ProtocolHTTP
+	case "http2", "h2c", "kubernetes.io/h2c":
+		return ProtocolHTTP2
+	case "grpc", "grpc-web":
+		return ProtocolGRPC
+	case "https":
+		return ProtocolHTTPS
+	case "tls":
+		return ProtocolTLS
+	case "tcp":
+		return ProtocolTCP
+	case "udp":
+		return ProtocolUDP
+	case "mongo":
+		return ProtocolMongo
+	case "redis":
+		return ProtocolRedis
+	case "mysql":
+		return ProtocolMySQL
+	}
+	return ProtocolUnset
+}
+
+// IsHTTP reports whether the port carries HTTP (1 or 2, including gRPC).
+func (p Protocol) IsHTTP() bool {
+	return p == ProtocolHTTP || p == ProtocolHTTP2 || p == ProtocolGRPC
+}
+
+// Port is one port of a service.
+type Port struct {
+	Name     string
+	Port     uint32
+	Protocol Protocol
+	// TargetPort is the workload port when given as a number (0 when named or the same as Port).
+	TargetPort uint32
+	// TargetPortName is the container port name a Kubernetes Service targets, if any.
+	TargetPortName string
+}
+
+// Resolution says how a client finds a service's endpoints.
+type Resolution int
+
+const (
+	ClientSideLB Resolution = iota // endpoints known to the control plane (EDS)
+	DNSLB                          // proxies resolve hostnames (STRICT_DNS)
+	Passthrough                    // original destination (headless, resolution NONE)
+)
+
+func (r Resolution) String() string {
+	return [...]string{"ClientSideLB", "DNS", "Passthrough"}[r]
+}
+
+// Service is one hostname in one namespace, from a Kubernetes Service or a ServiceEntry host.
+type Service struct {
+	Hostname  string
+	Name      string // Kubernetes Service name, or the ServiceEntry name
+	Namespace string
+	Source    config.Key
+	Addresses []string
+	Ports     []*Port // sorted by port number
+	// Resolution and MeshExternal follow the ServiceEntry (Kubernetes Services are mesh-internal, EDS,
+	// or Passthrough when headless).
+	Resolution   Resolution
+	MeshExternal bool
+	// ExportTo lists the namespaces the service is visible in; "*" means everywhere.
+	ExportTo []string
+	// Selector selects the workloads (pods, WorkloadEntries) behind the service in its namespace.
+	Selector map[string]string
+	Labels            map[string]string
+	Annotations       map[string]string
+	CreationTimestamp time.Time
+	// inline endpoints of a ServiceEntry.
+	inlineEndpoints []*networking.WorkloadEntry
+}
+
+// Key returns "namespace/hostname", the name ztunnel and the endpoint index use for the service.
+func (s *Service) Key() string { return s.Namespace + "/" + s.Hostname }
+
+// PortByNumber returns the service port with number n.
+func (s *Service) PortByNumber(n uint32) *Port {
+	for _, p := range s.Ports {
+		if p.Port == n {
+			return p
+		}
+	}
+	return nil
+}
+
+// VisibleTo reports whether a proxy in namespace ns may see the service.
+func (s *Service) VisibleTo(ns string) bool {
+	return visible(s.ExportTo, ns)
+}
+
+func visible(exportTo []string, ns string) bool {
+	for _, e := range exportTo {
+		if e == "*" || e == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// normalizeExportTo resolves "." to the owner namespace and defaults to "*".
+func normalizeExportTo(list []string, owner string) []string {
+	if len(list) == 0 {
+		return exportAll
+	}
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		e = strings.TrimSpace(e)
+		switch e {
+		case ".":
+			out = append(out, owner)
+		case "~":
+			// exported nowhere
+		case "":
+		default:
+			out = append(out, e)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+var exportAll = []string{"*"}
+
+// ExportToAnnotation is the annotation a Kubernetes Service uses to restrict its visibility.
+const ExportToAnnotation = "networking.istio.io/exportTo"
+
+// ServiceHostname returns NAME.NAMESPACE.svc.SUFFIX.
+func ServiceHostname(name, namespace, suffix string) string {
+	return name + "." + namespace + ".svc." + suffix
+}
+
+// ResolveHost qualifies a short host name written in config in namespace ns, as Istio does:
+// "reviews" becomes "reviews.NS.svc.SUFFIX"; names with dots and wildcards are kept.
+func ResolveHost(host, ns, suffix string) string {
+	if host == "" || host == "*" || strings.Contains(host, ".") {
+		return host
+	}
+	return ServiceHostname(host, ns, suffix)
+}
+
+// servicesFromKube converts a Kubernetes Service.
+func servicesFromKube(c *config.Config, m *mesh.Config) []*Service {
+	ks := c.Spec.(*corev1.Service)
+	if ks.Spec.Type == corev1.ServiceTypeExternalName {
+		return []*Service{externalNameService(c, ks, m)}
+	}
+	svc := &Service{
+		Hostname:          ServiceHostname(c.Name, c.Namespace, m.DomainSuffix),
+		Name:              c.Name,
+		Namespace:         c.Namespace,
+		Source:            c.Key,
+		Selector:          ks.Spec.Selector,
+		Labels:            c.Labels,
+		Annotations:       c.Annotations,
+		CreationTimestamp: c.CreationTimestamp,
+		Resolution:        ClientSideLB,
+		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace),
+	}
+	if ks.Spec.ClusterIP == corev1.ClusterIPNone {
+		svc.Resolution = Passthrough
+	}
+	for _, ip := range ks.Spec.ClusterIPs {
+		if ip != "" && ip != corev1.ClusterIPNone {
+			svc.Addresses = append(svc.Addresses, ip)
+		}
+	}
+	if len(svc.Addresses) == 0 && ks.Spec.ClusterIP != "" && ks.Spec.ClusterIP != corev1.ClusterIPNone {
+		svc.Addresses = []string{ks.Spec.ClusterIP}
+	}
+	for _, p := range ks.Spec.Ports {
+		if p.Protocol == corev1.ProtocolSCTP {
+			continue
+		}
+		port := &Port{Name: p.Name, Port: uint32(p.Port), Protocol: kubePortProtocol(p)}
+		if p.TargetPort.IntVal != 0 {
+			port.TargetPort = uint32(p.TargetPort.IntVal)
+		} else if p.TargetPort.StrVal != "" {
+			port.TargetPortName = p.TargetPort.StrVal
+		}
+		svc.Ports = append(svc.Ports, port)
+	}
+	sortPorts(svc.Ports)
+	return []*Service{svc}
+}
+
+func externalNameService(c *config.Config, ks *corev1.Service, m *mesh.Config) *Service {
+	svc := &Service{
+		Hostname:          ServiceHostname(c.Name, c.Namespace, m.DomainSuffix),
+		Name:              c.Name,
+		Namespace:         c.Namespace,
+		Source:            c.Key,
+		Labels:            c.Labels,
+		Annotations:       c.Annotations,
+		CreationTimestamp: c.CreationTimestamp,
+		Resolution:        DNSLB,
+		MeshExternal:      true,
+		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace),
+		inlineEndpoints:   []*networking.WorkloadEntry{{Address: ks.Spec.ExternalName}},
+	}
+	for _, p := range ks.Spec.Ports {
+		svc.Ports = append(svc.Ports, &Port{Name: p.Name, Port: uint32(p.Port), Protocol: kubePortProtocol(p)})
+	}
+	sortPorts(svc.Ports)
+	return svc
+}
+
+// kubePortProtocol follows Istio: appProtocol first, then the port name prefix ("http-web"), else unknown.
+func kubePortProtocol(p corev1.ServicePort) Protocol {
+	if p.Protocol == corev1.ProtocolUDP {
+		return ProtocolUDP
+	}
+	if p.AppProtocol != nil {
+		if proto := ParseProtocol(*p.AppProtocol); proto != ProtocolUnset {
+			return proto
+		}
+	}
+	return protocolFromPortName(p.Name)
+}
+
+func protocolFromPortName(name string) Protocol {
+	prefix, _, _ := strings.Cut(name, protocolPrefix)
+	return ParseProtocol(prefix)
+}
+
+// servicesFromServiceEntry converts a ServiceEntry: one Service per host.
+func servicesFromServiceEntry(c *config.Config, m *mesh.Config) []*Service {
+	se := c.Spec.(*networking.ServiceEntry)
+	var ports []*Port
+	for _, p := range se.Ports {
+		proto := ParseProtocol(p.Protocol)
+		if proto == ProtocolUnset {
+			proto = protocolFromPortName(p.Name)
+		}
+		ports = append(ports, &Port{Name: p.Name, Port: p.Number, Protocol: proto, TargetPort: p.TargetPort})
+	}
+	sortPorts(ports)
+	res := ClientSideLB
+	switch se.Resolution {
+	case networking.ServiceEntry_DNS, networking.ServiceEntry_DNS_ROUND_ROBIN:
+		res = DNSLB
+	case networking.ServiceEntry_NONE:
+		res = Passthrough
+	}
+	var selector map[string]string
+	if se.WorkloadSelector != nil {
+		selector = se.WorkloadSelector.Labels
+		if selector == nil {
+			selector = map[string]string{}
+		}
+	}
+	exportTo := normalizeExportTo(se.ExportTo, c.Namespace)
+	out := make([]*Service, 0, len(se.Hosts))
+	for _, h := range se.Hosts {
+		out = append(out, &Service{
+			Hostname:          ResolveHost(h, c.Namespace, m.DomainSuffix),
+			Name:              c.Name,
+			Namespace:         c.Namespace,
+			Source:            c.Key,
+			Addresses:         se.Addresses,
+			Ports:             ports,
+			Resolution:        res,
+			MeshExternal:      se.Location == networking.ServiceEntry_MESH_EXTERNAL,
+			ExportTo:          exportTo,
+			Selector:          selector,
+			Labels:            c.Labels,
+			Annotations:       c.Annotations,
+			CreationTimestamp: c.CreationTimestamp,
+			inlineEndpoints:   se.Endpoints,
+		})
+	}
+	return out
+}
+
+func sortPorts(ps []*Port) {
+	slices.SortStableFunc(ps, func(a, b *Port) int { return int(a.Port) - int(b.Port) })
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// compareServices orders services sharing a hostname: oldest first, then by namespace and source,
+// so the winner is deterministic.
+func compareServices(a, b *Service) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return config.CompareKeys(a.Source, b.Source)
+}
+
+// labelsMatch reports whether labels carry every key/value of selector. An empty selector matches all.
+func labelsMatch(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,229 @@
+package push
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/store"
+)
+
+// Options configure a Pipeline.
+type Options struct {
+	Store *store.Store
+	Mesh  *mesh.Config
+	// DebounceAfter is the quiet period after the last change before a build (default 100ms).
+	DebounceAfter time.Duration
+	// DebounceMax bounds how long changes can be held back while changes keep coming (default 10s).
+	DebounceMax time.Duration
+	Logger      *slog.Logger
+}
+
+// Stats are counters for operators.
+type Stats struct {
+	Builds       uint64 // snapshots published, the first included
+	FullPushes   uint64
+	Incremental  uint64
+	MergedEvents uint64 // store events folded into an already pending build
+	LastBuild    time.Duration
+}
+
+// Pipeline owns the current snapshot. Current() is lock-free.
+type Pipeline struct {
+	opts    Options
+	current atomic.Pointer[model.PushContext]
+
+	mu       sync.Mutex
+	pending  map[config.Key]*model.Change
+	first    time.Time // first pending change
+	last     time.Time // latest pending change
+	wake     chan struct{}
+	handlers []func(*model.PushRequest)
+
+	builds, full, incremental, merged atomic.Uint64
+	lastBuild                         atomic.Int64
+}
+
+// New creates a pipeline and subscribes it to the store. Changes are collected from now on; call
+// Initialize once the sources have synced, then Run.
+func New(opts Options) *Pipeline {
+	if opts.DebounceAfter == 0 {
+		opts.DebounceAfter = 100 * time.Millisecond
+	}
+	if opts.DebounceMax == 0 {
+		opts.DebounceMax = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Mesh == nil {
+		opts.Mesh = mesh.Default()
+	}
+	p := &Pipeline{opts: opts, pending: map[config.Key]*model.Change{}, wake: make(chan struct{}, 1)}
+	opts.Store.AddHandler(p.onEvent)
+	return p
+}
+
+// Subscribe registers f to receive every PushRequest, in order, from the pipeline's goroutine.
+// f must not block for long: it should hand the request to a queue.
+func (p *Pipeline) Subscribe(f func(*model.PushRequest)) {
+	p.mu.Lock()
+	p.handlers = append(p.handlers, f)
+	p.mu.Unlock()
+}
+
+// Current returns the published snapshot, or nil before Initialize.
+func (p *Pipeline) Current() *model.PushContext { return p.current.Load() }
+
+// Ready reports whether the first snapshot is published.
+func (p *Pipeline) Ready() bool { return p.current.Load() != nil }
+
+// Stats returns the counters.
+func (p *Pipeline) Stats() Stats {
+	return Stats{Builds: p.builds.Load(), FullPushes: p.full.Load(), Incremental: p.incremental.Load(),
+		MergedEvents: p.merged.Load(), LastBuild: time.Duration(p.lastBuild.Load())}
+}
+
+func (p *Pipeline) onEvent(ev store.Event) {
+	now := time.Now()
+	p.mu.Lock()
+	key := ev.Key()
+	if ch, ok := p.pending[key]; ok {
+		ch.New = ev.New
+		p.merged.Add(1)
+	} else {
+		p.pending[key] = &model.Change{Key: key, Old: ev.Old, New: ev.New}
+	}
+	if p.first.IsZero() {
+		p.first = now
+	}
+	p.last = now
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Initialize builds and publishes the first snapshot from everything in the store.
+func (p *Pipeline) Initialize() *model.PushContext {
+	p.mu.Lock()
+	// Changes seen so far are in the store and so in the full build.
+	p.pending = map[config.Key]*model.Change{}
+	p.first, p.last = time.Time{}, time.Time{}
+	p.mu.Unlock()
+	ps := model.Build(p.opts.Store, p.opts.Mesh)
+	p.publish(ps)
+	p.opts.Logger.Info("first snapshot published", "services", ps.ServiceCount(), "endpoints", ps.EndpointCount(),
+		"workloads", ps.WorkloadCount(), "build", ps.BuildDuration.Round(time.Microsecond))
+	p.notify(&model.PushRequest{Full: true, Reason: map[string]int{"initial": 1}, Start: ps.BuiltAt, Push: ps})
+	return ps
+}
+
+func (p *Pipeline) publish(ps *model.PushContext) {
+	p.current.Store(ps)
+	p.builds.Add(1)
+	p.lastBuild.Store(int64(ps.BuildDuration))
+}
+
+func (p *Pipeline) notify(req *model.PushRequest) {
+	p.mu.Lock()
+	handlers := slices.Clone(p.handlers)
+	p.mu.Unlock()
+	for _, h := range handlers {
+		h(req)
+	}
+}
+
+// Run debounces changes and publishes snapshots until ctx is done. Initialize must have been called.
+func (p *Pipeline) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-p.wake:
+		case <-timer.C:
+		}
+		p.mu.Lock()
+		if len(p.pending) == 0 {
+			p.mu.Unlock()
+			continue
+		}
+		now := time.Now()
+		quietFor := now.Sub(p.last)
+		heldFor := now.Sub(p.first)
+		if quietFor < p.opts.DebounceAfter && heldFor < p.opts.DebounceMax {
+			wait := min(p.opts.DebounceAfter-quietFor, p.opts.DebounceMax-heldFor)
+			p.mu.Unlock()
+			timer.Reset(wait)
+			continue
+		}
+		pending, start := p.pending, p.first
+		p.pending = map[config.Key]*model.Change{}
+		p.first, p.last = time.Time{}, time.Time{}
+		p.mu.Unlock()
+		p.apply(pending, start)
+	}
+}
+
+// Flush applies pending changes at once, without waiting for the debounce period. For tools and tests.
+func (p *Pipeline) Flush() {
+	p.mu.Lock()
+	pending, start := p.pending, p.first
+	p.pending = map[config.Key]*model.Change{}
+	p.first, p.last = time.Time{}, time.Time{}
+	p.mu.Unlock()
+	if len(pending) > 0 {
+		p.apply(pending, start)
+	}
+}
+
+func (p *Pipeline) apply(pending map[config.Key]*model.Change, start time.Time) {
+	prev := p.current.Load()
+	if prev == nil {
+		return
+	}
+	changes := make([]model.Change, 0, len(pending))
+	updated := make(map[config.Key]struct{}, len(pending))
+	reasons := map[string]int{}
+	for k, ch := range pending {
+		changes = append(changes, *ch)
+		updated[k] = struct{}{}
+		if config.IsEndpointKind(k.Kind) {
+			reasons["endpoint"]++
+		} else {
+			reasons["config"]++
+		}
+	}
+	slices.SortFunc(changes, func(a, b model.Change) int { return config.CompareKeys(a.Key, b.Key) })
+	next, res := model.Update(prev, p.opts.Store, changes)
+	p.publish(next)
+	if res.Full {
+		p.full.Add(1)
+	} else {
+		p.incremental.Add(1)
+	}
+	p.opts.Logger.Debug("snapshot published", "version", next.Version, "full", res.Full, "changes", len(changes),
+		"rebuilt", next.Rebuilt, "servicesUpdated", len(res.ServicesUpdated), "build", next.BuildDuration)
+	if !res.Full && len(res.ServicesUpdated) == 0 && len(res.WorkloadsUpdated) == 0 {
+		return // nothing a proxy sees changed (e.g. a pod annotation)
+	}
+	p.notify(&model.PushRequest{
+		Full:             res.Full,
+		ConfigsUpdated:   updated,
+		ServicesUpdated:  res.ServicesUpdated,
+		WorkloadsUpdated: res.WorkloadsUpdated,
+		Reason:           reasons,
+		Start:            start,
+		Push:             next,
+	})
+}
