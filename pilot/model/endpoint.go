@@ -42,7 +42,7 @@ type Endpoint struct {
 	// Port is the port the workload listens on for this service port.
 	Port uint32
 	// ServicePort is the service port number this endpoint serves.
-	ServicePort uint32
+	ServicePort    uint32
 	Labels         map[string]string
 	Locality       string // region/zone/subzone
 	Health         Health

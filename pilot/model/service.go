@@ -101,7 +101,7 @@ type Service struct {
 	// ExportTo lists the namespaces the service is visible in; "*" means everywhere.
 	ExportTo []string
 	// Selector selects the workloads (pods, WorkloadEntries) behind the service in its namespace.
-	Selector map[string]string
+	Selector          map[string]string
 	Labels            map[string]string
 	Annotations       map[string]string
 	CreationTimestamp time.Time
