@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sextantmesh/sextant/pilot/discovery"
+)
+
+func discoveryCommand() *cobra.Command {
+	var args discovery.Args
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "discovery",
+		Short: "Run the control plane: watch config, serve xDS",
+		Long: `Run the control plane. Config comes from a directory of YAML/JSON files (--config-dir),
+from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or both (files win).`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			args.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if args.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+				args.InCluster = true
+			}
+			srv, err := discovery.NewServer(args)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "sextant %s\n", version)
+			fmt.Fprintf(out, "HTTP (ready, healthz, debug) listening on %s\n", srv.HTTPAddr())
+			if err := srv.Start(ctx); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "xDS (gRPC, plaintext) listening on %s\n", srv.GRPCAddr())
+			fmt.Fprint(out, srv.Summary())
+			srv.Wait()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&args.ConfigDir, "config-dir", "", "directory of YAML/JSON config, watched for changes")
+	f.StringVar(&args.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to watch")
+	f.StringVar(&args.MeshConfigFile, "mesh-config", "", "mesh config file (rootNamespace, trustDomain, domainSuffix)")
+	f.StringVar(&args.GRPCAddr, "grpc-addr", ":15010", "xDS gRPC listen address")
+	f.StringVar(&args.HTTPAddr, "http-addr", ":15014", "HTTP listen address (/ready, /healthz, /metrics, /debug)")
+	f.DurationVar(&args.DebounceAfter, "debounce-after", 100*time.Millisecond, "quiet period after a change before a push")
+	f.DurationVar(&args.DebounceMax, "debounce-max", 10*time.Second, "longest a change waits while changes keep coming")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

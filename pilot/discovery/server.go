@@ -1,0 +1,202 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/push"
+	"github.com/sextantmesh/sextant/pilot/source/file"
+	"github.com/sextantmesh/sextant/pilot/source/kube"
+	"github.com/sextantmesh/sextant/pilot/store"
+)
+
+// Args configure a discovery server.
+type Args struct {
+	ConfigDir      string
+	Kubeconfig     string
+	InCluster      bool
+	MeshConfigFile string
+	GRPCAddr       string
+	HTTPAddr       string
+	DebounceAfter  time.Duration
+	DebounceMax    time.Duration
+	Logger         *slog.Logger
+}
+
+// Server is a running (or ready to run) discovery server.
+type Server struct {
+	args     Args
+	log      *slog.Logger
+	Mesh     *mesh.Config
+	Store    *store.Store
+	Pipeline *push.Pipeline
+	Files    *file.Source
+	kube     *kube.Source
+
+	grpcServer   *grpc.Server
+	httpServer   *http.Server
+	grpcListener net.Listener
+	httpListener net.Listener
+	mux          *http.ServeMux
+
+	wg sync.WaitGroup
+}
+
+// NewServer builds the server and binds its listeners; nothing runs until Start.
+func NewServer(args Args) (*Server, error) {
+	if args.Logger == nil {
+		args.Logger = slog.Default()
+	}
+	if args.ConfigDir == "" && args.Kubeconfig == "" && !args.InCluster {
+		return nil, errors.New("no config source: give --config-dir DIR and/or --kubeconfig FILE")
+	}
+	m, err := mesh.Load(args.MeshConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{args: args, log: args.Logger, Mesh: m, Store: store.New()}
+	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax, Logger: args.Logger})
+	if args.ConfigDir != "" {
+		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger})
+	}
+	s.grpcServer = grpc.NewServer()
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/ready", s.handleReady)
+	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	s.httpServer = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+
+	if s.grpcListener, err = net.Listen("tcp", args.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("xDS listener: %w", err)
+	}
+	if s.httpListener, err = net.Listen("tcp", args.HTTPAddr); err != nil {
+		s.grpcListener.Close()
+		return nil, fmt.Errorf("HTTP listener: %w", err)
+	}
+	return s, nil
+}
+
+// GRPCAddr is the address the xDS listener is bound to.
+func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
+
+// HTTPAddr is the address the HTTP listener is bound to.
+func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
+
+// Mux lets other parts register HTTP handlers before Start.
+func (s *Server) Mux() *http.ServeMux { return s.mux }
+
+// GRPC lets other parts register gRPC services before Start.
+func (s *Server) GRPC() *grpc.Server { return s.grpcServer }
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if !s.Pipeline.Ready() {
+		http.Error(w, "not ready: first snapshot not published", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// Start serves HTTP at once (so /ready can say "not yet"), loads the sources, publishes the first
+// snapshot, then serves xDS and watches for changes until ctx is done.
+func (s *Server) Start(ctx context.Context) error {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpServer.Serve(s.httpListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	if s.Files != nil {
+		if err := s.Files.Load(); err != nil {
+			return err
+		}
+	}
+	if err := s.startKube(ctx); err != nil {
+		return err
+	}
+	s.Pipeline.Initialize()
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.Pipeline.Run(ctx) }()
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpcServer.Serve(s.grpcListener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("xDS server stopped", "err", err)
+		}
+	}()
+	if s.Files != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.Files.Run(ctx); err != nil {
+				s.log.Error("config dir watch stopped", "err", err)
+			}
+		}()
+	}
+	go func() {
+		<-ctx.Done()
+		s.shutdown()
+	}()
+	return nil
+}
+
+func (s *Server) shutdown() {
+	stopped := make(chan struct{})
+	go func() { s.grpcServer.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.grpcServer.Stop()
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = s.httpServer.Shutdown(shutdownCtx)
+}
+
+// Wait blocks until everything Start launched has stopped.
+func (s *Server) Wait() { s.wg.Wait() }
+
+// Rejected returns every rejected config document or object, from every source.
+func (s *Server) Rejected() []*config.Error {
+	var out []*config.Error
+	if s.Files != nil {
+		out = append(out, s.Files.Errors()...)
+	}
+	out = append(out, s.kubeRejected()...)
+	return out
+}
+
+// Summary describes what is loaded, for people.
+func (s *Server) Summary() string {
+	var b strings.Builder
+	ps := s.Pipeline.Current()
+	if ps == nil {
+		return "no snapshot yet"
+	}
+	fmt.Fprintf(&b, "snapshot v%d: %d services, %d endpoints, %d workloads (built in %s)\n", ps.Version, ps.ServiceCount(),
+		ps.EndpointCount(), ps.WorkloadCount(), ps.BuildDuration.Round(time.Microsecond))
+	var parts []string
+	for _, ki := range config.Kinds() {
+		if n := s.Store.Count(ki.Kind); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, ki.Kind))
+		}
+	}
+	sort.Strings(parts)
+	fmt.Fprintf(&b, "config objects: %s\n", strings.Join(parts, ", "))
+	rejected := s.Rejected()
+	fmt.Fprintf(&b, "rejected documents: %d\n", len(rejected))
+	for _, e := range rejected {
+		fmt.Fprintf(&b, "  %s\n", e.Error())
+	}
+	return b.String()
+}
