@@ -66,20 +66,22 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	}
 	ps.namespaces = nsb.Map()
 
+	r := newResolver(reader, m)
 	// Workloads, grouped by namespace and label for selector matching below.
 	byUID := cowmap.New[*Workload]().Edit()
-	byAddr := cowmap.New[string]().Edit()
+	byAddr := cowmap.New[[]string]().Edit()
 	wlByLabel := map[string]map[string][]*Workload{} // namespace → "k=v" → workloads
 	wlByNS := map[string][]*Workload{}
 	for _, kind := range []config.Kind{config.Pod, config.WorkloadEntry} {
-		for _, c := range reader.List(kind) {
-			w := workloadFromConfig(c, reader, m)
+		for _, c := range reader.ListUnsorted(kind) {
+			w := workloadFromConfig(c, r)
 			if w == nil {
 				continue
 			}
 			byUID.Set(w.UID, w)
 			for _, a := range w.Addresses {
-				byAddr.Set(addressKey(w.Network, a), w.UID)
+				list, _ := byAddr.Get(addressKey(w.Network, a))
+				byAddr.Set(addressKey(w.Network, a), insertSorted(list, w.UID))
 			}
 			wlByNS[w.Namespace] = append(wlByNS[w.Namespace], w)
 			idx := wlByLabel[w.Namespace]
@@ -93,21 +95,28 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		}
 	}
 
+	workloads := byUID.Map()
+	r.workload = func(k config.Key) *Workload { w, _ := workloads.Get(WorkloadUID(m.ClusterID, k)); return w }
 	services := cowmap.New[[]*Service]().Edit()
 	bySource := cowmap.New[[]*Service]().Edit()
 	byNS := cowmap.New[[]*Service]().Edit()
 	endpoints := cowmap.New[*ServiceEndpoints]().Edit()
 	byService := cowmap.New[[]string]().Edit()
+	podRefs := map[string][]string{}
 	hostLists := map[string][]*Service{}
 	nsLists := map[string][]*Service{}
 	for _, kind := range []config.Kind{config.Service, config.ServiceEntry} {
-		for _, c := range reader.List(kind) {
+		for _, c := range reader.ListUnsorted(kind) {
 			svcs := convertServices(c, m)
 			bySource.Set(c.Key.String(), svcs)
 			for _, s := range svcs {
 				hostLists[s.Hostname] = append(hostLists[s.Hostname], s)
 				nsLists[s.Namespace] = append(nsLists[s.Namespace], s)
-				endpoints.Set(s.Key(), computeEndpoints(s, reader, m))
+				eps := computeEndpoints(s, r)
+				endpoints.Set(s.Key(), eps)
+				for _, pod := range eps.podRefs {
+					podRefs[s.Namespace+"/"+pod] = append(podRefs[s.Namespace+"/"+pod], s.Key())
+				}
 				if uids := selectWorkloads(s, wlByNS[s.Namespace], wlByLabel[s.Namespace]); len(uids) > 0 {
 					byService.Set(s.Key(), uids)
 				}
@@ -124,7 +133,13 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	}
 	ps.services, ps.servicesBySource, ps.servicesByNamespace = services.Map(), bySource.Map(), byNS.Map()
 	ps.endpoints = endpoints.Map()
-	ps.workloads = &workloadIndex{byUID: byUID.Map(), byAddress: byAddr.Map(), byService: byService.Map()}
+	refs := cowmap.New[[]string]().Edit()
+	for pod, keys := range podRefs {
+		slices.Sort(keys)
+		refs.Set(pod, slices.Compact(keys))
+	}
+	ps.podRefs = refs.Map()
+	ps.workloads = &workloadIndex{byUID: workloads, byAddress: byAddr.Map(), byService: byService.Map()}
 	ps.BuiltAt = time.Now()
 	ps.BuildDuration = time.Since(start)
 	ps.Rebuilt = []string{IndexServices, IndexEndpoints, IndexWorkloads, IndexNamespaces, IndexDestinationRules,
@@ -166,9 +181,11 @@ func selectWorkloads(s *Service, nsWorkloads []*Workload, byLabel map[string][]*
 		return nil
 	}
 	candidates := nsWorkloads
-	for k, v := range s.Selector {
-		if list := byLabel[k+"="+v]; len(list) < len(candidates) {
-			candidates = list
+	if byLabel != nil {
+		for k, v := range s.Selector {
+			if list := byLabel[k+"="+v]; len(list) < len(candidates) {
+				candidates = list
+			}
 		}
 	}
 	var uids []string
@@ -191,6 +208,8 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 	next.Rebuilt = nil
 	res := UpdateResult{ServicesUpdated: map[string]struct{}{}, WorkloadsUpdated: map[string]struct{}{}}
 	u := &updater{prev: prev, next: &next, reader: reader, m: prev.Mesh, affected: map[string]*Service{}, res: &res}
+	u.r = newResolver(reader, prev.Mesh)
+	u.r.workload = u.workload
 
 	rebuild := map[string]bool{}
 	for _, ch := range changes {
@@ -256,12 +275,14 @@ type updater struct {
 	prev, next *PushContext
 	reader     ConfigReader
 	m          *mesh.Config
+	r          *resolver
 	res        *UpdateResult
 
 	services, bySource, byNS *cowmap.Builder[[]*Service]
 	endpoints                *cowmap.Builder[*ServiceEndpoints]
+	podRefs                  *cowmap.Builder[[]string]
 	byUID                    *cowmap.Builder[*Workload]
-	byAddr                   *cowmap.Builder[string]
+	byAddr                   *cowmap.Builder[[]string]
 	byService                *cowmap.Builder[[]string]
 	namespaces               *cowmap.Builder[*config.Config]
 
@@ -279,7 +300,39 @@ func (u *updater) editServices() {
 
 func (u *updater) editEndpoints() {
 	if u.endpoints == nil {
-		u.endpoints = u.prev.endpoints.Edit()
+		u.endpoints, u.podRefs = u.prev.endpoints.Edit(), u.prev.podRefs.Edit()
+	}
+}
+
+// setEndpoints replaces (or, with nil, removes) a service's endpoints and keeps the pod reference index in step.
+func (u *updater) setEndpoints(key, ns string, eps *ServiceEndpoints) {
+	var oldRefs, newRefs []string
+	if old, ok := u.endpoints.Get(key); ok {
+		oldRefs = old.podRefs
+	}
+	if eps == nil {
+		u.endpoints.Delete(key)
+	} else {
+		u.endpoints.Set(key, eps)
+		newRefs = eps.podRefs
+	}
+	for _, pod := range oldRefs {
+		if _, still := slices.BinarySearch(newRefs, pod); !still {
+			ref := ns + "/" + pod
+			list, _ := u.podRefs.Get(ref)
+			if list = removeSorted(list, key); len(list) == 0 {
+				u.podRefs.Delete(ref)
+			} else {
+				u.podRefs.Set(ref, list)
+			}
+		}
+	}
+	for _, pod := range newRefs {
+		if _, had := slices.BinarySearch(oldRefs, pod); !had {
+			ref := ns + "/" + pod
+			list, _ := u.podRefs.Get(ref)
+			u.podRefs.Set(ref, insertSorted(list, key))
+		}
 	}
 }
 
@@ -344,7 +397,7 @@ func (u *updater) serviceChanged(key config.Key) {
 	}
 	for _, s := range old {
 		if !freshKeys[s.Key()] {
-			u.endpoints.Delete(s.Key())
+			u.setEndpoints(s.Key(), s.Namespace, nil)
 			u.byService.Delete(s.Key())
 			delete(u.affected, s.Key())
 			u.res.ServicesUpdated[s.Key()] = struct{}{}
@@ -352,6 +405,17 @@ func (u *updater) serviceChanged(key config.Key) {
 	}
 	u.next.sortedServices = &lazyServiceList{}
 	u.addRebuilt(IndexServices)
+}
+
+// workload reads through pending workload edits.
+func (u *updater) workload(k config.Key) *Workload {
+	uid := WorkloadUID(u.m.ClusterID, k)
+	if u.byUID != nil {
+		w, _ := u.byUID.Get(uid)
+		return w
+	}
+	w, _ := u.prev.workloads.byUID.Get(uid)
+	return w
 }
 
 func (u *updater) servicesFromSource(key config.Key) []*Service {
@@ -392,7 +456,7 @@ func (u *updater) workloadChanged(ch Change) {
 	oldW, _ := u.byUID.Get(uid)
 	var newW *Workload
 	if c := u.reader.Get(ch.Key); c != nil {
-		newW = workloadFromConfig(c, u.reader, u.m)
+		newW = workloadFromConfig(c, u.r)
 	}
 	u.replaceWorkload(uid, oldW, newW)
 	// Services selecting the object before or after (by labels of the config objects, since a pod without IP
@@ -401,6 +465,17 @@ func (u *updater) workloadChanged(ch Change) {
 	for _, c := range []*config.Config{ch.Old, ch.New} {
 		if c != nil {
 			labelSets = append(labelSets, workloadLabels(c))
+		}
+	}
+	if ch.Key.Kind == config.Pod {
+		refs, _ := u.prev.podRefs.Get(ch.Key.Namespace + "/" + ch.Key.Name)
+		if u.podRefs != nil {
+			refs, _ = u.podRefs.Get(ch.Key.Namespace + "/" + ch.Key.Name)
+		}
+		for _, key := range refs {
+			if svc := u.serviceByKey(key); svc != nil {
+				u.affected[key] = svc
+			}
 		}
 	}
 	for _, s := range u.servicesInNamespace(ch.Key.Namespace) {
@@ -427,8 +502,12 @@ func workloadLabels(c *config.Config) map[string]string {
 func (u *updater) replaceWorkload(uid string, oldW, newW *Workload) {
 	if oldW != nil {
 		for _, a := range oldW.Addresses {
-			if cur, _ := u.byAddr.Get(addressKey(oldW.Network, a)); cur == uid {
-				u.byAddr.Delete(addressKey(oldW.Network, a))
+			key := addressKey(oldW.Network, a)
+			list, _ := u.byAddr.Get(key)
+			if list = removeSorted(list, uid); len(list) == 0 {
+				u.byAddr.Delete(key)
+			} else {
+				u.byAddr.Set(key, list)
 			}
 		}
 	}
@@ -441,7 +520,8 @@ func (u *updater) replaceWorkload(uid string, oldW, newW *Workload) {
 	}
 	u.byUID.Set(uid, newW)
 	for _, a := range newW.Addresses {
-		u.byAddr.Set(addressKey(newW.Network, a), uid)
+		list, _ := u.byAddr.Get(addressKey(newW.Network, a))
+		u.byAddr.Set(addressKey(newW.Network, a), insertSorted(list, uid))
 	}
 	if oldW == nil || !reflect.DeepEqual(oldW, newW) {
 		u.res.WorkloadsUpdated[uid] = struct{}{}
@@ -478,6 +558,40 @@ func (u *updater) nodeChanged(node string) {
 		}
 		u.workloadChanged(Change{Key: w.Source, Old: c, New: c})
 	}
+	// Endpoints that name the node without a known pod take their locality from it too.
+	for key, se := range u.prev.endpoints.All() {
+		if _, done := u.affected[key]; done {
+			continue
+		}
+	ports:
+		for _, eps := range se.ByPort {
+			for _, ep := range eps {
+				if ep.NodeName == node {
+					if svc := u.serviceByKey(key); svc != nil {
+						u.affected[key] = svc
+					}
+					break ports
+				}
+			}
+		}
+	}
+}
+
+// serviceByKey finds a service by namespace/hostname as of the snapshot being built.
+func (u *updater) serviceByKey(key string) *Service {
+	ns, host, _ := strings.Cut(key, "/")
+	var list []*Service
+	if u.services != nil {
+		list, _ = u.services.Get(host)
+	} else {
+		list, _ = u.prev.services.Get(host)
+	}
+	for _, s := range list {
+		if s.Namespace == ns {
+			return s
+		}
+	}
+	return nil
 }
 
 func (u *updater) namespaceChanged(name string) {
@@ -519,11 +633,11 @@ func (u *updater) finish() {
 	if len(u.affected) > 0 {
 		u.editEndpoints()
 		for key, s := range u.affected {
-			eps := computeEndpoints(s, u.reader, u.m)
+			eps := computeEndpoints(s, u.r)
 			if old, ok := u.endpoints.Get(key); ok && endpointsEqual(old, eps) {
 				continue
 			}
-			u.endpoints.Set(key, eps)
+			u.setEndpoints(key, s.Namespace, eps)
 			u.res.ServicesUpdated[key] = struct{}{}
 		}
 	}
@@ -531,7 +645,7 @@ func (u *updater) finish() {
 		u.next.services, u.next.servicesBySource, u.next.servicesByNamespace = u.services.Map(), u.bySource.Map(), u.byNS.Map()
 	}
 	if u.endpoints != nil {
-		u.next.endpoints = u.endpoints.Map()
+		u.next.endpoints, u.next.podRefs = u.endpoints.Map(), u.podRefs.Map()
 	}
 	if u.byUID != nil {
 		u.next.workloads = &workloadIndex{byUID: u.byUID.Map(), byAddress: u.byAddr.Map(), byService: u.byService.Map()}
@@ -542,7 +656,7 @@ func (u *updater) finish() {
 }
 
 func endpointsEqual(a, b *ServiceEndpoints) bool {
-	if len(a.ByPort) != len(b.ByPort) {
+	if len(a.ByPort) != len(b.ByPort) || !slices.Equal(a.podRefs, b.podRefs) {
 		return false
 	}
 	for port, ea := range a.ByPort {

@@ -61,6 +61,9 @@ type ServiceEndpoints struct {
 	Service string
 	// ByPort holds, per service port number, the endpoints sorted by address.
 	ByPort map[uint32][]*Endpoint
+	// podRefs are the pods (in the service's namespace) its EndpointSlices point at, sorted, whether or not
+	// they exist yet: a change to one of them must refresh these endpoints.
+	podRefs []string
 }
 
 // Count returns the number of endpoints across all ports.
@@ -80,17 +83,38 @@ func Locality(region, zone, subzone string) string {
 	return region + "/" + zone + "/" + subzone
 }
 
+// resolver answers the lookups that turning config into endpoints and workloads needs, with caches that
+// live for one build or update.
+type resolver struct {
+	reader ConfigReader
+	m      *mesh.Config
+	nodes  map[string]string // node name → locality
+	// workload finds the workload of a pod or WorkloadEntry as of the snapshot being built.
+	workload func(config.Key) *Workload
+}
+
+func newResolver(reader ConfigReader, m *mesh.Config) *resolver {
+	return &resolver{reader: reader, m: m, nodes: map[string]string{}}
+}
+
 // nodeLocality returns the locality from a Node's topology labels.
-func nodeLocality(node *config.Config) string {
-	if node == nil {
+func (r *resolver) nodeLocality(name string) string {
+	if name == "" {
 		return ""
 	}
-	l := node.Labels
-	return Locality(l[LabelRegion], l[LabelZone], l[LabelSubzone])
+	if l, ok := r.nodes[name]; ok {
+		return l
+	}
+	l := ""
+	if node := r.reader.Get(config.Key{Kind: config.Node, Name: name}); node != nil {
+		l = Locality(node.Labels[LabelRegion], node.Labels[LabelZone], node.Labels[LabelSubzone])
+	}
+	r.nodes[name] = l
+	return l
 }
 
 // podLocality prefers the pod's istio-locality label ("region.zone.subzone"), then its node's labels.
-func podLocality(pod *corev1.Pod, reader ConfigReader) string {
+func (r *resolver) podLocality(pod *corev1.Pod) string {
 	if v := pod.Labels[LabelLocality]; v != "" {
 		parts := strings.SplitN(v, ".", 3)
 		for len(parts) < 3 {
@@ -98,10 +122,7 @@ func podLocality(pod *corev1.Pod, reader ConfigReader) string {
 		}
 		return Locality(parts[0], parts[1], parts[2])
 	}
-	if pod.Spec.NodeName == "" {
-		return ""
-	}
-	return nodeLocality(reader.Get(config.Key{Kind: config.Node, Name: pod.Spec.NodeName}))
+	return r.nodeLocality(pod.Spec.NodeName)
 }
 
 func tlsMode(labels map[string]string) string {
@@ -123,7 +144,8 @@ func networkOf(labels map[string]string, explicit string, m *mesh.Config) string
 
 // computeEndpoints builds the endpoints of svc from the store. Its cost is proportional to the service's own
 // endpoints (and, for selector-based services, the workloads of its namespace).
-func computeEndpoints(svc *Service, reader ConfigReader, m *mesh.Config) *ServiceEndpoints {
+func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
+	reader, m := r.reader, r.m
 	out := &ServiceEndpoints{Service: svc.Key(), ByPort: make(map[uint32][]*Endpoint, len(svc.Ports))}
 	switch svc.Source.Kind {
 	case config.Service:
@@ -131,7 +153,7 @@ func computeEndpoints(svc *Service, reader ConfigReader, m *mesh.Config) *Servic
 			addInlineEndpoints(out, svc, m)
 			break
 		}
-		addSliceEndpoints(out, svc, reader, m)
+		addSliceEndpoints(out, svc, r)
 		if len(svc.Selector) > 0 {
 			addWorkloadEntryEndpoints(out, svc, reader, m)
 		}
@@ -141,7 +163,7 @@ func computeEndpoints(svc *Service, reader ConfigReader, m *mesh.Config) *Servic
 			addInlineEndpoints(out, svc, m)
 		case svc.Selector != nil:
 			addWorkloadEntryEndpoints(out, svc, reader, m)
-			addPodEndpoints(out, svc, reader, m)
+			addPodEndpoints(out, svc, r)
 		case svc.Resolution == DNSLB:
 			// No endpoints listed: the proxy resolves the host itself.
 			for _, p := range svc.Ports {
@@ -153,6 +175,8 @@ func computeEndpoints(svc *Service, reader ConfigReader, m *mesh.Config) *Servic
 			}
 		}
 	}
+	slices.Sort(out.podRefs)
+	out.podRefs = slices.Compact(out.podRefs)
 	for port, eps := range out.ByPort {
 		slices.SortFunc(eps, func(a, b *Endpoint) int {
 			if c := strings.Compare(a.Address, b.Address); c != 0 {
@@ -165,10 +189,8 @@ func computeEndpoints(svc *Service, reader ConfigReader, m *mesh.Config) *Servic
 	return out
 }
 
-func addSliceEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m *mesh.Config) {
-	slicesFor := reader.EndpointSlicesFor(svc.Namespace, svc.Name)
-	podCache := map[string]*corev1.Pod{}
-	for _, sc := range slicesFor {
+func addSliceEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
+	for _, sc := range r.reader.EndpointSlicesFor(svc.Namespace, svc.Name) {
 		slice := sc.Spec.(*discoveryv1.EndpointSlice)
 		if slice.AddressType == discoveryv1.AddressTypeFQDN {
 			continue
@@ -188,35 +210,28 @@ func addSliceEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader,
 					Weight:      1,
 					Namespace:   svc.Namespace,
 					TLSMode:     "disabled",
-					Network:     m.Network,
+					Network:     r.m.Network,
 				}
-				nodeName := ""
 				if e.NodeName != nil {
-					nodeName = *e.NodeName
+					ep.NodeName = *e.NodeName
 				}
 				if ref := e.TargetRef; ref != nil && ref.Kind == "Pod" {
-					pod, seen := podCache[ref.Name]
-					if !seen {
-						if pc := reader.Get(config.Key{Kind: config.Pod, Namespace: svc.Namespace, Name: ref.Name}); pc != nil {
-							pod = pc.Spec.(*corev1.Pod)
-						}
-						podCache[ref.Name] = pod
-					}
-					if pod != nil {
-						ep.Labels = pod.Labels
-						ep.ServiceAccount = pod.Spec.ServiceAccountName
-						ep.WorkloadName = pod.Name
-						ep.TLSMode = tlsMode(pod.Labels)
-						ep.Network = networkOf(pod.Labels, "", m)
-						ep.Locality = podLocality(pod, reader)
-						if nodeName == "" {
-							nodeName = pod.Spec.NodeName
+					out.podRefs = append(out.podRefs, ref.Name)
+					// The pod's workload carries what the slice lacks: labels for subsets, identity, network.
+					if w := r.workload(config.Key{Kind: config.Pod, Namespace: svc.Namespace, Name: ref.Name}); w != nil {
+						ep.Labels = w.Labels
+						ep.ServiceAccount = w.ServiceAccount
+						ep.WorkloadName = w.Name
+						ep.TLSMode = w.TLSMode
+						ep.Network = w.Network
+						ep.Locality = w.Locality
+						if ep.NodeName == "" {
+							ep.NodeName = w.NodeName
 						}
 					}
 				}
-				ep.NodeName = nodeName
-				if ep.Locality == "" && nodeName != "" {
-					ep.Locality = nodeLocality(reader.Get(config.Key{Kind: config.Node, Name: nodeName}))
+				if ep.Locality == "" && ep.NodeName != "" {
+					ep.Locality = r.nodeLocality(ep.NodeName)
 				}
 				if ep.Locality == "" && e.Zone != nil {
 					ep.Locality = Locality("", *e.Zone, "")
@@ -314,8 +329,9 @@ func addWorkloadEntryEndpoints(out *ServiceEndpoints, svc *Service, reader Confi
 }
 
 // addPodEndpoints serves a ServiceEntry's workloadSelector from pods, as Istio does.
-func addPodEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m *mesh.Config) {
-	for _, c := range reader.ListNamespace(config.Pod, svc.Namespace) {
+func addPodEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
+	m := r.m
+	for _, c := range r.reader.ListNamespace(config.Pod, svc.Namespace) {
 		pod := c.Spec.(*corev1.Pod)
 		if pod.Status.PodIP == "" || !labelsMatch(svc.Selector, pod.Labels) {
 			continue
@@ -330,7 +346,7 @@ func addPodEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m
 				Port:           port,
 				ServicePort:    p.Port,
 				Labels:         pod.Labels,
-				Locality:       podLocality(pod, reader),
+				Locality:       r.podLocality(pod),
 				Health:         podHealth(pod),
 				Weight:         1,
 				Network:        networkOf(pod.Labels, "", m),

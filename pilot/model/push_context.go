@@ -18,6 +18,7 @@ import (
 type ConfigReader interface {
 	Get(config.Key) *config.Config
 	List(config.Kind) []*config.Config
+	ListUnsorted(config.Kind) []*config.Config
 	ListNamespace(kind config.Kind, namespace string) []*config.Config
 	EndpointSlicesFor(namespace, service string) []*config.Config
 }
@@ -40,6 +41,7 @@ type PushContext struct {
 	servicesBySource    *cowmap.Map[[]*Service] // config key → services it produced
 	servicesByNamespace *cowmap.Map[[]*Service] // namespace → services, by hostname
 	endpoints           *cowmap.Map[*ServiceEndpoints]
+	podRefs             *cowmap.Map[[]string] // NAMESPACE/POD → keys of services whose EndpointSlices name the pod
 	workloads           *workloadIndex
 	namespaces          *cowmap.Map[*config.Config]
 
@@ -61,7 +63,7 @@ type lazyServiceList struct {
 
 type workloadIndex struct {
 	byUID     *cowmap.Map[*Workload]
-	byAddress *cowmap.Map[string]   // NETWORK/IP → uid
+	byAddress *cowmap.Map[[]string] // NETWORK/IP → uids sorted; the first wins a conflict (pods before WorkloadEntries)
 	byService *cowmap.Map[[]string] // service key → sorted workload uids
 }
 
@@ -168,11 +170,11 @@ func (ps *PushContext) Workload(uid string) *Workload {
 
 // WorkloadByAddress returns the workload at IP on network.
 func (ps *PushContext) WorkloadByAddress(network, ip string) *Workload {
-	uid, ok := ps.workloads.byAddress.Get(addressKey(network, ip))
-	if !ok {
+	uids, _ := ps.workloads.byAddress.Get(addressKey(network, ip))
+	if len(uids) == 0 {
 		return nil
 	}
-	return ps.Workload(uid)
+	return ps.Workload(uids[0])
 }
 
 // WorkloadsForService returns the workloads selected by the service with key namespace/hostname.

@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sextantmesh/sextant/pilot/config"
-	"github.com/sextantmesh/sextant/pilot/mesh"
 )
 
 // Workload is a pod or a WorkloadEntry: something with an address that can serve traffic.
@@ -41,7 +40,8 @@ func WorkloadUID(cluster string, k config.Key) string {
 }
 
 // workloadFromConfig converts a pod (nil when it has no IP yet) or a WorkloadEntry.
-func workloadFromConfig(c *config.Config, reader ConfigReader, m *mesh.Config) *Workload {
+func workloadFromConfig(c *config.Config, r *resolver) *Workload {
+	m := r.m
 	switch s := c.Spec.(type) {
 	case *corev1.Pod:
 		if s.Status.PodIP == "" {
@@ -56,7 +56,7 @@ func workloadFromConfig(c *config.Config, reader ConfigReader, m *mesh.Config) *
 			Annotations:    s.Annotations,
 			ServiceAccount: s.Spec.ServiceAccountName,
 			NodeName:       s.Spec.NodeName,
-			Locality:       podLocality(s, reader),
+			Locality:       r.podLocality(s),
 			Network:        networkOf(s.Labels, "", m),
 			Ready:          podHealth(s) == Healthy,
 			TLSMode:        tlsMode(s.Labels),
