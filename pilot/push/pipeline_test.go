@@ -1,0 +1,151 @@
+package push_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	security "istio.io/api/security/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/push"
+	"github.com/sextantmesh/sextant/pilot/store"
+)
+
+type recorder struct {
+	mu   sync.Mutex
+	reqs []*model.PushRequest
+	ch   chan *model.PushRequest
+}
+
+func newRecorder(p *push.Pipeline) *recorder {
+	r := &recorder{ch: make(chan *model.PushRequest, 100)}
+	p.Subscribe(func(req *model.PushRequest) {
+		r.mu.Lock()
+		r.reqs = append(r.reqs, req)
+		r.mu.Unlock()
+		r.ch <- req
+	})
+	return r
+}
+
+func (r *recorder) next(t *testing.T, within time.Duration) *model.PushRequest {
+	t.Helper()
+	select {
+	case req := <-r.ch:
+		return req
+	case <-time.After(within):
+		t.Fatalf("no push within %s", within)
+		return nil
+	}
+}
+
+func service(name string) *config.Config {
+	return &config.Config{Key: config.Key{Kind: config.Service, Namespace: "ns", Name: name}, Spec: &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec:       corev1.ServiceSpec{ClusterIP: "10.0.0.1", Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}}
+}
+
+func slice(service string, ips ...string) *config.Config {
+	name, port := "http", int32(80)
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &name, Port: &port}}}
+	for _, ip := range ips {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}})
+	}
+	return &config.Config{Key: config.Key{Kind: config.EndpointSlice, Namespace: "ns", Name: service + "-1"}, Spec: s}
+}
+
+func TestDebounceMergesBurstIntoOneBuild(t *testing.T) {
+	st := store.New()
+	p := push.New(push.Options{Store: st, DebounceAfter: 50 * time.Millisecond, DebounceMax: 5 * time.Second})
+	rec := newRecorder(p)
+	p.Initialize()
+	if req := rec.next(t, time.Second); !req.Full || req.Reason["initial"] != 1 {
+		t.Fatalf("initial push = %+v", req)
+	}
+	ctx := t.Context()
+	go p.Run(ctx)
+	for i := range 5 {
+		st.Upsert(store.LayerFile, service("a"))
+		st.Upsert(store.LayerFile, &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: "p"},
+			Generation: int64(i), Spec: &security.AuthorizationPolicy{}})
+		time.Sleep(5 * time.Millisecond)
+	}
+	req := rec.next(t, 2*time.Second)
+	if !req.Full || len(req.ConfigsUpdated) != 2 {
+		t.Errorf("merged push = full %v configs %v", req.Full, req.ConfigsUpdated)
+	}
+	select {
+	case extra := <-rec.ch:
+		t.Errorf("burst produced a second push: %+v", extra.ConfigsUpdated)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if st := p.Stats(); st.Builds != 2 || st.MergedEvents != 8 {
+		t.Errorf("stats = %+v", st)
+	}
+	if p.Current().Version != 2 {
+		t.Errorf("version = %d", p.Current().Version)
+	}
+}
+
+func TestDebounceMaxDelayBoundsAStorm(t *testing.T) {
+	st := store.New()
+	p := push.New(push.Options{Store: st, DebounceAfter: 100 * time.Millisecond, DebounceMax: 300 * time.Millisecond})
+	rec := newRecorder(p)
+	p.Initialize()
+	rec.next(t, time.Second)
+	go p.Run(t.Context())
+	stop := time.After(1 * time.Second)
+	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	i := 0
+	var first time.Duration
+loop:
+	for {
+		select {
+		case <-stop:
+			break loop
+		case <-tick.C:
+			i++
+			st.Upsert(store.LayerFile, &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: "p"}, Generation: int64(i), Spec: &security.AuthorizationPolicy{}})
+		case <-rec.ch:
+			if first == 0 {
+				first = time.Since(start)
+			}
+		}
+	}
+	if first == 0 || first > 600*time.Millisecond {
+		t.Errorf("a continuous storm held the first push for %s (max delay 300ms)", first)
+	}
+}
+
+func TestEndpointChangeYieldsIncrementalRequest(t *testing.T) {
+	st := store.New()
+	st.Upsert(store.LayerFile, service("a"))
+	st.Upsert(store.LayerFile, slice("a", "10.1.0.1"))
+	p := push.New(push.Options{Store: st, DebounceAfter: 10 * time.Millisecond})
+	rec := newRecorder(p)
+	first := p.Initialize()
+	rec.next(t, time.Second)
+	go p.Run(t.Context())
+	st.Upsert(store.LayerFile, slice("a", "10.1.0.1", "10.1.0.2"))
+	req := rec.next(t, 2*time.Second)
+	if req.Full {
+		t.Error("endpoint change asked for a full push")
+	}
+	if _, ok := req.ServicesUpdated["ns/a.ns.svc.cluster.local"]; !ok {
+		t.Errorf("ServicesUpdated = %v", req.ServicesUpdated)
+	}
+	if req.Push != p.Current() || req.Push.Version != first.Version+1 {
+		t.Error("request does not carry the published snapshot")
+	}
+	if req.Reason["endpoint"] != 1 {
+		t.Errorf("reason = %v", req.Reason)
+	}
+}
