@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -81,15 +82,14 @@ func LookupKind(apiVersion, kind string) (KindInfo, error) {
 		if string(ki.Kind) != kind {
 			continue
 		}
-		if ki.Group != group {
-			continue
+		if ki.Group == group && slices.Contains(ki.Versions, version) {
+			return ki, nil
 		}
-		for _, v := range ki.Versions {
-			if v == version {
-				return ki, nil
-			}
+		want := strings.Join(ki.Versions, "|")
+		if ki.Group != "" {
+			want = ki.Group + "/" + want
 		}
-		return KindInfo{}, fmt.Errorf("apiVersion %q is not served for kind %s (want %s/%s)", apiVersion, kind, ki.Group, strings.Join(ki.Versions, "|"))
+		return KindInfo{}, fmt.Errorf("apiVersion %q is not served for kind %s (want %s)", apiVersion, kind, want)
 	}
 	return KindInfo{}, fmt.Errorf("unknown kind %q (apiVersion %q)", kind, apiVersion)
 }

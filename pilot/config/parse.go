@@ -3,10 +3,14 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -60,8 +64,9 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// SplitDocuments splits a multi-document YAML (or a JSON stream) into documents, dropping empty ones
-// but keeping each remaining document's position so errors can name it.
+// SplitDocuments splits a multi-document YAML (or a single JSON document) into documents. Empty and
+// comment-only documents are kept, so a document's index is its position in the file and errors can name it;
+// callers skip them with IsEmptyDocument.
 func SplitDocuments(data []byte) ([][]byte, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var docs [][]byte
@@ -73,9 +78,17 @@ func SplitDocuments(data []byte) ([][]byte, error) {
 		if err != nil {
 			return docs, err
 		}
+		// The reader skips an empty document between two separators and hands the second separator over
+		// as the first line of the next document. Put the empty document back so later positions stay right.
+		// (A separator on the first line of the file only opens the first document.)
+		if len(docs) > 0 && bytes.HasPrefix(doc, []byte(yamlSeparator)) {
+			docs = append(docs, nil)
+		}
 		docs = append(docs, doc)
 	}
 }
+
+const yamlSeparator = "---"
 
 // IsEmptyDocument reports whether a document holds nothing but comments and whitespace.
 func IsEmptyDocument(doc []byte) bool {
@@ -107,8 +120,6 @@ type istioDocument struct {
 type jsonRaw []byte
 
 func (r *jsonRaw) UnmarshalJSON(b []byte) error { *r = append((*r)[:0], b...); return nil }
-
-var protoPosition = regexp.MustCompile(`^proto:\s*(\(line \d+:\d+\):\s*)?`)
 
 // Parse decodes and validates one YAML or JSON document. file and index only label errors and Source.
 // A namespaced object without a namespace gets defaultNamespace, as kubectl does.
@@ -149,7 +160,11 @@ func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config
 	}
 	info, err := LookupKind(env.APIVersion, env.Kind)
 	if err != nil {
-		return nil, fail(&env, "kind", "%v", err)
+		field := "kind"
+		if _, known := Info(Kind(env.Kind)); known {
+			field = "apiVersion" // the kind is fine; its apiVersion is not
+		}
+		return nil, fail(&env, field, "%v", err)
 	}
 	if env.Metadata.Name == "" {
 		return nil, fail(&env, "metadata.name", "missing")
@@ -193,7 +208,7 @@ func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config
 		msg := NewIstioSpec(info.Kind)
 		if len(d.Spec) > 0 && string(d.Spec) != "null" {
 			if err := protojson.Unmarshal(d.Spec, msg); err != nil {
-				field, m := protoErrorFieldAndMessage(err)
+				field, m := protoErrorFieldAndMessage(err, d.Spec)
 				return nil, fail(&env, "spec"+field, "%s", m)
 			}
 		}
@@ -312,13 +327,122 @@ func jsonErrorMessage(err error) string {
 
 var protoFieldRE = regexp.MustCompile(`(?:unknown field|field|for \w+ field|for enum field) "?([\w]+)"?`)
 
-func protoErrorFieldAndMessage(err error) (string, string) {
-	msg := protoPosition.ReplaceAllString(err.Error(), "")
+// protoLineCol finds the position protojson reports, either "proto: (line L:C): ..." or "proto: syntax error (line L:C): ...".
+var protoLineCol = regexp.MustCompile(`\(line (\d+):(\d+)\):\s*`)
+
+// protoErrorFieldAndMessage turns a protojson error for spec into a field path below spec (".http[0].route[0].weight")
+// and a message. The position protojson reports is in the JSON converted from the document, which the user never
+// saw, so it is turned into the path of the value at that position and dropped from the message.
+func protoErrorFieldAndMessage(err error, spec []byte) (string, string) {
+	// protojson separates "proto:" with a space or, at random per binary, a non-breaking space.
+	raw := strings.TrimLeftFunc(strings.TrimPrefix(err.Error(), "proto:"), unicode.IsSpace)
 	field := ""
-	if m := protoFieldRE.FindStringSubmatch(msg); m != nil {
-		field = "." + m[1]
+	if m := protoLineCol.FindStringSubmatch(raw); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		col, _ := strconv.Atoi(m[2])
+		field = jsonPathAt(spec, jsonOffset(spec, line, col))
+	}
+	msg := strings.TrimSpace(protoLineCol.ReplaceAllString(raw, ""))
+	if rest, ok := strings.CutPrefix(msg, "syntax error"); ok {
+		// A value of the wrong shape (a number where a list belongs) surfaces as a JSON syntax error.
+		msg = "wrong type: " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ":"))
+	}
+	if field == "" {
+		if m := protoFieldRE.FindStringSubmatch(msg); m != nil {
+			field = "." + m[1]
+		}
 	}
 	return field, msg
+}
+
+// jsonOffset converts protojson's 1-based line and rune column into a byte offset in data.
+func jsonOffset(data []byte, line, col int) int {
+	off := 0
+	for ; line > 1 && off < len(data); off++ {
+		if data[off] == '\n' {
+			line--
+		}
+	}
+	for ; col > 1 && off < len(data); col-- {
+		_, n := utf8.DecodeRune(data[off:])
+		off += n
+	}
+	return off
+}
+
+// jsonPathAt returns the path, like ".http[0].route[1].weight", of the key or value at byte offset off in the
+// well-formed JSON data.
+func jsonPathAt(data []byte, off int) string {
+	type frame struct {
+		array   bool
+		index   int
+		key     string
+		inValue bool // object: the key has been read, the value has not ended
+	}
+	var stack []frame
+	readString := func(i int) (string, int) { // data[i] == '"'; returns the string and the index of the closing quote
+		j := i + 1
+		for j < len(data) && data[j] != '"' {
+			if data[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		var s string
+		if j < len(data) {
+			_ = json.Unmarshal(data[i:j+1], &s)
+		}
+		return s, j
+	}
+	for i := 0; i <= off && i < len(data); i++ {
+		top := len(stack) - 1
+		switch data[i] {
+		case '{':
+			if i < off {
+				stack = append(stack, frame{})
+			}
+		case '[':
+			if i < off {
+				stack = append(stack, frame{array: true})
+			}
+		case '}', ']':
+			if i < off && top >= 0 {
+				stack = stack[:top]
+			}
+		case ':':
+			if top >= 0 {
+				stack[top].inValue = true
+			}
+		case ',':
+			if top >= 0 {
+				if stack[top].array {
+					stack[top].index++
+				} else {
+					stack[top].key, stack[top].inValue = "", false
+				}
+			}
+		case '"':
+			s, end := readString(i)
+			if top >= 0 && !stack[top].array && !stack[top].inValue {
+				stack[top].key = s
+			}
+			if end >= off {
+				i = off
+			} else {
+				i = end
+			}
+		}
+	}
+	var b strings.Builder
+	for _, f := range stack {
+		switch {
+		case f.array:
+			fmt.Fprintf(&b, "[%d]", f.index)
+		case f.key != "":
+			b.WriteString("." + f.key)
+		}
+	}
+	return b.String()
 }
 
 func cleanYAMLError(err error) string {

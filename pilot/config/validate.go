@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -362,10 +363,15 @@ func validateAuthorizationPolicy(s *security.AuthorizationPolicy) error {
 			if fr.Source == nil {
 				return fieldErr(fmt.Sprintf("spec.rules[%d].from[%d].source", i, j), "required")
 			}
-			for k, b := range append(append([]string{}, fr.Source.IpBlocks...), fr.Source.NotIpBlocks...) {
-				if _, err := netip.ParsePrefix(b); err != nil {
-					if _, err := netip.ParseAddr(b); err != nil {
-						return fieldErr(fmt.Sprintf("spec.rules[%d].from[%d].source.ipBlocks[%d]", i, j, k), "%q is not an IP address or CIDR", b)
+			for _, blocks := range []struct {
+				field string
+				list  []string
+			}{{"ipBlocks", fr.Source.IpBlocks}, {"notIpBlocks", fr.Source.NotIpBlocks}} {
+				for k, b := range blocks.list {
+					if _, err := netip.ParsePrefix(b); err != nil {
+						if _, err := netip.ParseAddr(b); err != nil {
+							return fieldErr(fmt.Sprintf("spec.rules[%d].from[%d].source.%s[%d]", i, j, blocks.field, k), "%q is not an IP address or CIDR", b)
+						}
 					}
 				}
 			}
@@ -374,10 +380,14 @@ func validateAuthorizationPolicy(s *security.AuthorizationPolicy) error {
 			if to.Operation == nil {
 				return fieldErr(fmt.Sprintf("spec.rules[%d].to[%d].operation", i, j), "required")
 			}
-			for k, p := range append(append([]string{}, to.Operation.Ports...), to.Operation.NotPorts...) {
-				var n int64
-				if _, err := fmt.Sscan(p, &n); err != nil || !validPort(n) {
-					return fieldErr(fmt.Sprintf("spec.rules[%d].to[%d].operation.ports[%d]", i, j, k), "%q is not a port number", p)
+			for _, ports := range []struct {
+				field string
+				list  []string
+			}{{"ports", to.Operation.Ports}, {"notPorts", to.Operation.NotPorts}} {
+				for k, p := range ports.list {
+					if n, err := strconv.ParseInt(p, 10, 64); err != nil || !validPort(n) {
+						return fieldErr(fmt.Sprintf("spec.rules[%d].to[%d].operation.%s[%d]", i, j, ports.field, k), "%q is not a port number", p)
+					}
 				}
 			}
 		}

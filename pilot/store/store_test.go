@@ -277,6 +277,32 @@ func TestListSorted(t *testing.T) {
 	}
 }
 
+func TestListUnsorted(t *testing.T) {
+	s := store.New()
+	for _, n := range []string{"c", "a", "b"} {
+		s.Upsert(store.LayerKube, svc("ns", n, "k"))
+	}
+	file := svc("ns", "b", "f")
+	s.Upsert(store.LayerFile, file)
+	s.Upsert(store.LayerKube, slice("ns", "s", "a", "1"))
+	got := s.ListUnsorted(config.Service)
+	if len(got) != 3 {
+		t.Fatalf("ListUnsorted = %v", names(got))
+	}
+	want := map[*config.Config]bool{}
+	for _, c := range s.List(config.Service) {
+		want[c] = true
+	}
+	for _, c := range got {
+		if !want[c] {
+			t.Errorf("ListUnsorted has %v@%s, which List does not", c.Key, c.ResourceVersion)
+		}
+	}
+	if len(s.ListUnsorted(config.Gateway)) != 0 {
+		t.Error("ListUnsorted of an absent kind is not empty")
+	}
+}
+
 func TestEndpointSlicesFor(t *testing.T) {
 	s := store.New()
 	s.Upsert(store.LayerKube, slice("ns", "reviews-2", "reviews", "1"))

@@ -164,6 +164,7 @@ func (s *Source) readFile(path string) {
 		s.mu.Lock()
 		st := s.stateFor(path)
 		st.errors = []*config.Error{{File: path, Message: "cannot read: " + err.Error()}}
+		st.hash = [32]byte{} // so the next good read is parsed and clears this error, even with the same content
 		s.mu.Unlock()
 		s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", err)
 		return
