@@ -1,0 +1,468 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istioinformers "istio.io/client-go/pkg/informers/externalversions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/store"
+)
+
+// DefaultCRDPollInterval is how often missing Istio CRDs are looked for again.
+const DefaultCRDPollInterval = 30 * time.Second
+
+// Discovery is the part of the Kubernetes discovery client the source uses to tell whether a CRD is
+// installed. discovery.DiscoveryInterface satisfies it.
+type Discovery interface {
+	ServerResourcesForGroupVersion(groupVersion string) (*metav1.APIResourceList, error)
+}
+
+// Options configures a Source.
+type Options struct {
+	KubeClient  kubernetes.Interface
+	IstioClient istioclient.Interface
+	Store       *store.Store
+	Logger      *slog.Logger // nil: slog.Default()
+	// Discovery tells which Istio CRDs are installed; nil uses KubeClient.Discovery().
+	Discovery Discovery
+	// ResyncPeriod is the informers' resync period; 0 disables resync, which is safe because
+	// the source keeps no state that could drift from the cache.
+	ResyncPeriod time.Duration
+	// CRDPollInterval is how often missing CRDs are looked for again (default 30s).
+	CRDPollInterval time.Duration
+}
+
+// RejectedObject is a cluster object that failed validation. The store keeps its last good version, if any.
+type RejectedObject struct {
+	Kind            config.Kind `json:"kind"`
+	Namespace       string      `json:"namespace,omitempty"`
+	Name            string      `json:"name"`
+	ResourceVersion string      `json:"resourceVersion,omitempty"`
+	Field           string      `json:"field,omitempty"`
+	Message         string      `json:"message"`
+	Since           time.Time   `json:"since"`
+}
+
+// Key returns the config key of the rejected object.
+func (r RejectedObject) Key() config.Key {
+	return config.Key{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+}
+
+// Source mirrors a cluster into the store's kube layer.
+type Source struct {
+	log          *slog.Logger
+	store        *store.Store
+	discovery    Discovery
+	pollInterval time.Duration
+	kube         informers.SharedInformerFactory
+	istio        istioinformers.SharedInformerFactory
+
+	running atomic.Bool
+	synced  chan struct{} // closed once every informer started by Run has synced
+
+	mu       sync.Mutex
+	rejected map[config.Key]RejectedObject
+	missing  map[config.Kind]bool // CRD kinds not watched because their CRD is not served
+}
+
+// New returns a Source; nothing is watched until Run.
+func New(opts Options) (*Source, error) {
+	if opts.KubeClient == nil {
+		return nil, errors.New("kube source: KubeClient is required")
+	}
+	if opts.IstioClient == nil {
+		return nil, errors.New("kube source: IstioClient is required")
+	}
+	if opts.Store == nil {
+		return nil, errors.New("kube source: Store is required")
+	}
+	s := &Source{
+		log:          opts.Logger,
+		store:        opts.Store,
+		discovery:    opts.Discovery,
+		pollInterval: opts.CRDPollInterval,
+		kube:         informers.NewSharedInformerFactoryWithOptions(opts.KubeClient, opts.ResyncPeriod, informers.WithTransform(transform)),
+		istio:        istioinformers.NewSharedInformerFactoryWithOptions(opts.IstioClient, opts.ResyncPeriod, istioinformers.WithTransform(transform)),
+		synced:       make(chan struct{}),
+		rejected:     map[config.Key]RejectedObject{},
+		missing:      map[config.Kind]bool{},
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("source", "kube")
+	if s.discovery == nil {
+		s.discovery = opts.KubeClient.Discovery()
+	}
+	if s.pollInterval <= 0 {
+		s.pollInterval = DefaultCRDPollInterval
+	}
+	return s, nil
+}
+
+// RESTConfig loads the kubeconfig file at path, or the in-cluster config when path is empty.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kube config: %w", err)
+	}
+	cfg.UserAgent = "sextant"
+	return cfg, nil
+}
+
+// NewFromConfig builds the Kubernetes and Istio clientsets from restConfig and returns a Source on them.
+func NewFromConfig(restConfig *rest.Config, st *store.Store, logger *slog.Logger) (*Source, error) {
+	kc, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	ic, err := istioclient.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("istio client: %w", err)
+	}
+	return New(Options{KubeClient: kc, IstioClient: ic, Store: st, Logger: logger})
+}
+
+// isCRD reports whether kind k comes from an Istio CRD, which may not be installed.
+func isCRD(k config.KindInfo) bool {
+	return k.Group != "" && k.Group != "discovery.k8s.io"
+}
+
+// Run watches until ctx is done, then stops the informers and returns. Call it once, usually with go.
+func (s *Source) Run(ctx context.Context) {
+	if !s.running.CompareAndSwap(false, true) {
+		s.log.Error("Run called more than once; ignoring")
+		return
+	}
+	var core, crds []config.KindInfo
+	for _, ki := range config.Kinds() {
+		if isCRD(ki) {
+			crds = append(crds, ki)
+		} else {
+			core = append(core, ki)
+		}
+	}
+	served, missing := s.servedCRDs(crds, true)
+
+	var syncs []cache.InformerSynced
+	for _, ki := range append(core, served...) {
+		reg, err := s.watch(ki.Kind)
+		if err != nil {
+			s.log.Error("cannot watch kind", "kind", ki.Kind, "error", err)
+			continue
+		}
+		syncs = append(syncs, reg.HasSynced)
+	}
+	s.setMissing(missing)
+	s.kube.Start(ctx.Done())
+	s.istio.Start(ctx.Done())
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		start := time.Now()
+		if cache.WaitForCacheSync(ctx.Done(), syncs...) {
+			s.log.Info("informers synced", "kinds", len(syncs), "took", time.Since(start).Round(time.Millisecond))
+			close(s.synced)
+		}
+	})
+	if len(missing) > 0 {
+		wg.Go(func() { s.pollCRDs(ctx, missing) })
+	}
+	<-ctx.Done()
+	wg.Wait()
+	// Shutdown waits for the informers' goroutines, so none outlives Run.
+	s.kube.Shutdown()
+	s.istio.Shutdown()
+}
+
+// HasSynced reports whether every informer Run started at first has delivered its initial list.
+// CRDs that were missing at start do not hold it back.
+func (s *Source) HasSynced() bool {
+	select {
+	case <-s.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitForSync blocks until HasSynced or ctx is done.
+func (s *Source) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kube source: waiting for informers to sync: %w", ctx.Err())
+	}
+}
+
+// Rejected returns the objects currently rejected by validation, sorted by key.
+func (s *Source) Rejected() []RejectedObject {
+	s.mu.Lock()
+	out := make([]RejectedObject, 0, len(s.rejected))
+	for _, r := range s.rejected {
+		out = append(out, r)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b RejectedObject) int { return config.CompareKeys(a.Key(), b.Key()) })
+	return out
+}
+
+// MissingCRDs returns the CRD kinds not watched (yet) because the cluster does not serve them.
+func (s *Source) MissingCRDs() []config.Kind {
+	s.mu.Lock()
+	var out []config.Kind
+	for k := range s.missing {
+		out = append(out, k)
+	}
+	s.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+func (s *Source) setMissing(kinds []config.KindInfo) {
+	s.mu.Lock()
+	clear(s.missing)
+	for _, ki := range kinds {
+		s.missing[ki.Kind] = true
+	}
+	s.mu.Unlock()
+}
+
+// servedCRDs splits kinds into those whose resource the cluster serves and those it does not.
+// With warn, each missing kind is logged once, as a warning; later polls stay quiet.
+func (s *Source) servedCRDs(kinds []config.KindInfo, warn bool) (served, missing []config.KindInfo) {
+	lists := map[string]*metav1.APIResourceList{}
+	errs := map[string]error{}
+	for _, ki := range kinds {
+		gv := ki.APIVersion()
+		if _, done := lists[gv]; !done && errs[gv] == nil {
+			l, err := s.discovery.ServerResourcesForGroupVersion(gv)
+			if err != nil {
+				errs[gv] = err
+			} else {
+				lists[gv] = l
+			}
+		}
+		if hasResource(lists[gv], ki.Plural) {
+			served = append(served, ki)
+			continue
+		}
+		missing = append(missing, ki)
+		if !warn {
+			continue
+		}
+		attrs := []any{"kind", ki.Kind, "resource", ki.Plural + "." + ki.Group, "version", ki.Versions[0]}
+		if err := errs[gv]; err != nil {
+			attrs = append(attrs, "error", err)
+		}
+		s.log.Warn("CRD not installed; not watching it until it appears", attrs...)
+	}
+	return served, missing
+}
+
+func hasResource(l *metav1.APIResourceList, plural string) bool {
+	if l == nil {
+		return false
+	}
+	for _, r := range l.APIResources {
+		if r.Name == plural {
+			return true
+		}
+	}
+	return false
+}
+
+// pollCRDs starts the informer of each missing CRD kind once the cluster serves it.
+func (s *Source) pollCRDs(ctx context.Context, missing []config.KindInfo) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(s.pollInterval)
+	defer t.Stop()
+	for len(missing) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		served, still := s.servedCRDs(missing, false)
+		for _, ki := range served {
+			reg, err := s.watch(ki.Kind)
+			if err != nil {
+				s.log.Error("cannot watch kind", "kind", ki.Kind, "error", err)
+				continue
+			}
+			// Waiting here would stall the loop if this informer cannot list (RBAC, say).
+			wg.Go(func() {
+				if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+					s.log.Info("CRD installed; now watching it", "kind", ki.Kind, "resource", ki.Plural+"."+ki.Group)
+				}
+			})
+		}
+		if len(served) > 0 {
+			s.istio.Start(ctx.Done()) // starts only the informers not running yet
+		}
+		missing = still
+		s.setMissing(missing)
+	}
+}
+
+// watch registers the store handlers on kind's informer, creating the informer if needed.
+func (s *Source) watch(kind config.Kind) (cache.ResourceEventHandlerRegistration, error) {
+	inf := s.informer(kind)
+	if inf == nil {
+		return nil, fmt.Errorf("no informer for kind %s", kind)
+	}
+	return inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { s.upsert(kind, obj) },
+		UpdateFunc: func(oldObj, newObj any) {
+			// A resync re-delivers what the store already has.
+			// An empty version (some fakes) proves nothing, so such updates go through.
+			if rv := resourceVersion(newObj); rv != "" && rv == resourceVersion(oldObj) {
+				return
+			}
+			s.upsert(kind, newObj)
+		},
+		DeleteFunc: func(obj any) { s.remove(kind, obj) },
+	})
+}
+
+func (s *Source) informer(kind config.Kind) cache.SharedIndexInformer {
+	switch kind {
+	case config.Namespace:
+		return s.kube.Core().V1().Namespaces().Informer()
+	case config.Service:
+		return s.kube.Core().V1().Services().Informer()
+	case config.Pod:
+		return s.kube.Core().V1().Pods().Informer()
+	case config.Node:
+		return s.kube.Core().V1().Nodes().Informer()
+	case config.EndpointSlice:
+		return s.kube.Discovery().V1().EndpointSlices().Informer()
+	case config.ServiceEntry:
+		return s.istio.Networking().V1().ServiceEntries().Informer()
+	case config.WorkloadEntry:
+		return s.istio.Networking().V1().WorkloadEntries().Informer()
+	case config.DestinationRule:
+		return s.istio.Networking().V1().DestinationRules().Informer()
+	case config.VirtualService:
+		return s.istio.Networking().V1().VirtualServices().Informer()
+	case config.Gateway:
+		return s.istio.Networking().V1().Gateways().Informer()
+	case config.Sidecar:
+		return s.istio.Networking().V1().Sidecars().Informer()
+	case config.AuthorizationPolicy:
+		return s.istio.Security().V1().AuthorizationPolicies().Informer()
+	case config.PeerAuthentication:
+		return s.istio.Security().V1().PeerAuthentications().Informer()
+	}
+	return nil
+}
+
+func (s *Source) upsert(kind config.Kind, obj any) {
+	cfg, err := toConfig(obj)
+	if err != nil {
+		s.log.Error("cannot convert object", "kind", kind, "error", err)
+		return
+	}
+	if err := config.Validate(cfg); err != nil {
+		s.reject(cfg, err)
+		return
+	}
+	s.accept(cfg.Key)
+	s.store.Upsert(store.LayerKube, cfg)
+}
+
+func (s *Source) remove(kind config.Kind, obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		// The watch missed the delete; the tombstone's key is all that is sure to be there.
+		ns, name, err := cache.SplitMetaNamespaceKey(t.Key)
+		if err != nil {
+			s.log.Error("bad tombstone key", "kind", kind, "key", t.Key, "error", err)
+			return
+		}
+		s.forget(config.Key{Kind: kind, Namespace: ns, Name: name})
+		return
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		s.log.Error("deleted object has no metadata", "kind", kind, "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	s.forget(config.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()})
+}
+
+func (s *Source) forget(key config.Key) {
+	s.mu.Lock()
+	delete(s.rejected, key)
+	s.mu.Unlock()
+	s.store.Delete(store.LayerKube, key)
+}
+
+func (s *Source) reject(cfg *config.Config, err error) {
+	r := RejectedObject{
+		Kind:            cfg.Kind,
+		Namespace:       cfg.Namespace,
+		Name:            cfg.Name,
+		ResourceVersion: cfg.ResourceVersion,
+		Message:         err.Error(),
+		Since:           time.Now(),
+	}
+	if fe, ok := errors.AsType[*config.FieldError](err); ok {
+		r.Field, r.Message = fe.Field, fe.Message
+	}
+	s.mu.Lock()
+	prev, seen := s.rejected[cfg.Key]
+	same := seen && prev.Field == r.Field && prev.Message == r.Message
+	if same {
+		r.Since = prev.Since
+	}
+	s.rejected[cfg.Key] = r
+	s.mu.Unlock()
+	// Log a problem once, not on every new version that still has it.
+	if !same {
+		s.log.Warn("rejected invalid object; keeping the last good version",
+			"kind", cfg.Kind, "namespace", cfg.Namespace, "name", cfg.Name,
+			"resourceVersion", cfg.ResourceVersion, "field", r.Field, "error", r.Message)
+	}
+}
+
+func (s *Source) accept(key config.Key) {
+	s.mu.Lock()
+	_, was := s.rejected[key]
+	delete(s.rejected, key)
+	s.mu.Unlock()
+	if was {
+		s.log.Info("previously rejected object is valid again", "kind", key.Kind, "namespace", key.Namespace, "name", key.Name)
+	}
+}
+
+func resourceVersion(obj any) string {
+	if m, ok := obj.(metav1.Object); ok {
+		return m.GetResourceVersion()
+	}
+	return ""
+}

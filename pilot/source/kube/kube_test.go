@@ -1,0 +1,727 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/store"
+)
+
+const ns = "default"
+
+// lockedDiscovery lets a test change the fake discovery's resources while the source polls it.
+type lockedDiscovery struct {
+	mu sync.Mutex
+	d  *fakediscovery.FakeDiscovery
+}
+
+func (l *lockedDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.d.ServerResourcesForGroupVersion(gv)
+}
+
+func (l *lockedDiscovery) set(r []*metav1.APIResourceList) {
+	l.mu.Lock()
+	l.d.Resources = r
+	l.mu.Unlock()
+}
+
+// crdResources lists the Istio resources a cluster with every CRD serves, less the kinds in omit.
+func crdResources(omit ...config.Kind) []*metav1.APIResourceList {
+	byGV := map[string]*metav1.APIResourceList{}
+	var out []*metav1.APIResourceList
+	for _, ki := range config.Kinds() {
+		if !isCRD(ki) {
+			continue
+		}
+		gv := ki.APIVersion()
+		l := byGV[gv]
+		if l == nil {
+			l = &metav1.APIResourceList{GroupVersion: gv}
+			byGV[gv] = l
+			out = append(out, l)
+		}
+		skip := false
+		for _, k := range omit {
+			skip = skip || k == ki.Kind
+		}
+		if !skip {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: ki.Plural, Kind: string(ki.Kind), Namespaced: true})
+		}
+	}
+	return out
+}
+
+// syncBuffer collects log output written from informer goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	t     *testing.T
+	ctx   context.Context
+	kube  *kubefake.Clientset
+	istio *istiofake.Clientset
+	disc  *lockedDiscovery
+	store *store.Store
+	src   *Source
+	logs  *syncBuffer
+}
+
+type harnessOpts struct {
+	kube, istio []runtime.Object
+	resources   []*metav1.APIResourceList // nil: every CRD
+	resync      time.Duration
+}
+
+func newHarness(t *testing.T, o harnessOpts) *harness {
+	t.Helper()
+	// The fakes have no streaming list; without this the reflector would wait for it forever.
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+	h := &harness{
+		t:     t,
+		kube:  kubefake.NewClientset(),
+		istio: istiofake.NewSimpleClientset(),
+		store: store.New(),
+		logs:  &syncBuffer{},
+	}
+	// Istio's fake watch ignores the list's resourceVersion, so objects created between the
+	// informer's list and watch would be lost; watch from that version as a real server does.
+	tracker := h.istio.Tracker()
+	h.istio.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
+		return true, w, err
+	})
+	seed(t, h.kube.Tracker(), o.kube)
+	seed(t, h.istio.Tracker(), o.istio)
+	h.disc = &lockedDiscovery{d: h.kube.Discovery().(*fakediscovery.FakeDiscovery)}
+	if o.resources == nil {
+		o.resources = crdResources()
+	}
+	h.disc.set(o.resources)
+	src, err := New(Options{
+		KubeClient:      h.kube,
+		IstioClient:     h.istio,
+		Store:           h.store,
+		Logger:          slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Discovery:       h.disc,
+		ResyncPeriod:    o.resync,
+		CRDPollInterval: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.src = src
+	ctx, cancel := context.WithCancel(context.Background())
+	h.ctx = ctx
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := src.WaitForSync(wctx); err != nil {
+		t.Fatalf("%v\nlogs:\n%s", err, h.logs)
+	}
+	return h
+}
+
+// seed adds objects under the resource names Sextant watches. The fakes' constructors guess the
+// resource from the kind and get some wrong ("gatewaies"), so the informers would never see them.
+func seed(t *testing.T, tracker k8stesting.ObjectTracker, objs []runtime.Object) {
+	t.Helper()
+	for _, obj := range objs {
+		c, err := toConfig(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ki, _ := config.Info(c.Kind)
+		gvr := schema.GroupVersionResource{Group: ki.Group, Version: ki.Versions[0], Resource: ki.Plural}
+		if err := tracker.Create(gvr, obj, c.Namespace); err != nil {
+			t.Fatalf("seed %s: %v", c.Key, err)
+		}
+	}
+}
+
+// eventually polls cond until it holds or a deadline passes.
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s\nlogs:\n%s", what, h.logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) get(kind config.Kind, namespace, name string) *config.Config {
+	return h.store.Get(config.Key{Kind: kind, Namespace: namespace, Name: name})
+}
+
+func meta(name, rv string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: ns, ResourceVersion: rv, UID: types.UID("uid-" + name), Labels: map[string]string{"app": name}}
+}
+
+func newService(name, rv string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: meta(name, rv), Spec: corev1.ServiceSpec{
+		ClusterIP: "10.0.0.10",
+		Ports:     []corev1.ServicePort{{Name: "http", Port: 9080, Protocol: corev1.ProtocolTCP}},
+	}}
+}
+
+func newPod(name, rv string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: meta(name, rv),
+		Spec: corev1.PodSpec{
+			NodeName:           "node-1",
+			ServiceAccountName: "reviews",
+			Containers: []corev1.Container{{
+				Name:         "app",
+				Image:        "example/reviews:1",
+				Env:          []corev1.EnvVar{{Name: "SECRET", Value: "x"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				Ports:        []corev1.ContainerPort{{Name: "http", ContainerPort: 9080, Protocol: corev1.ProtocolTCP, HostPort: 80}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data"}},
+		},
+		Status: corev1.PodStatus{
+			Phase:             corev1.PodRunning,
+			PodIP:             "10.1.0.5",
+			PodIPs:            []corev1.PodIP{{IP: "10.1.0.5"}},
+			HostIP:            "192.0.2.1",
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "example/reviews:1"}},
+		},
+	}
+}
+
+func newNode(name string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Labels: map[string]string{"topology.kubernetes.io/zone": "z1"}},
+		Status: corev1.NodeStatus{
+			Images:     []corev1.ContainerImage{{Names: []string{"example/big:1"}, SizeBytes: 1 << 30}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
+
+func newSlice(name, rv, addr string) *discoveryv1.EndpointSlice {
+	m := meta(name, rv)
+	m.Labels[discoveryv1.LabelServiceName] = "reviews"
+	port, proto := int32(9080), corev1.ProtocolTCP
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta:  m,
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}}},
+		Ports:       []discoveryv1.EndpointPort{{Port: &port, Protocol: &proto}},
+	}
+}
+
+func newVirtualService(name, rv string, hosts ...string) *networkingv1.VirtualService {
+	return &networkingv1.VirtualService{ObjectMeta: meta(name, rv), Spec: networking.VirtualService{
+		Hosts: hosts,
+		Http:  []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "reviews"}}}}},
+	}}
+}
+
+func newAuthorizationPolicy(name, rv string, action security.AuthorizationPolicy_Action) *securityv1.AuthorizationPolicy {
+	return &securityv1.AuthorizationPolicy{ObjectMeta: meta(name, rv), Spec: security.AuthorizationPolicy{
+		Action: action,
+		Rules:  []*security.Rule{{To: []*security.Rule_To{{Operation: &security.Operation{Ports: []string{"9080"}}}}}},
+	}}
+}
+
+// everyKind returns one valid object of each kind, split by clientset.
+func everyKind() (kube, istio []runtime.Object) {
+	kube = []runtime.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, ResourceVersion: "1"}},
+		newService("reviews", "1"),
+		newPod("reviews-1", "1"),
+		newNode("node-1"),
+		newSlice("reviews-abc", "1", "10.1.0.5"),
+	}
+	istio = []runtime.Object{
+		&networkingv1.ServiceEntry{ObjectMeta: meta("external", "1"), Spec: networking.ServiceEntry{
+			Hosts: []string{"api.example.com"},
+			Ports: []*networking.ServicePort{{Number: 443, Name: "https", Protocol: "TLS"}},
+		}},
+		&networkingv1.WorkloadEntry{ObjectMeta: meta("vm-1", "1"), Spec: networking.WorkloadEntry{Address: "10.2.0.1"}},
+		&networkingv1.DestinationRule{ObjectMeta: meta("reviews", "1"), Spec: networking.DestinationRule{Host: "reviews"}},
+		newVirtualService("reviews", "1", "reviews"),
+		&networkingv1.Gateway{ObjectMeta: meta("ingress", "1"), Spec: networking.Gateway{Servers: []*networking.Server{{
+			Port:  &networking.Port{Number: 80, Name: "http", Protocol: "HTTP"},
+			Hosts: []string{"*"},
+		}}}},
+		&networkingv1.Sidecar{ObjectMeta: meta("default", "1"), Spec: networking.Sidecar{Egress: []*networking.IstioEgressListener{{Hosts: []string{"./*"}}}}},
+		newAuthorizationPolicy("allow", "1", security.AuthorizationPolicy_ALLOW),
+		&securityv1.PeerAuthentication{ObjectMeta: meta("strict", "1"), Spec: security.PeerAuthentication{
+			Mtls: &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT},
+		}},
+	}
+	return kube, istio
+}
+
+func TestInitialSyncEveryKind(t *testing.T) {
+	kube, istio := everyKind()
+	h := newHarness(t, harnessOpts{kube: kube, istio: istio})
+
+	// Synced means every handler has seen its initial list, so no polling is needed here.
+	for _, ki := range config.Kinds() {
+		if n := h.store.Count(ki.Kind); n != 1 {
+			t.Errorf("%s: %d objects in store, want 1; rejected %v\n%s", ki.Kind, n, h.src.Rejected(), h.logs)
+		}
+	}
+	if !h.src.HasSynced() {
+		t.Error("HasSynced false after WaitForSync")
+	}
+	if m := h.src.MissingCRDs(); len(m) != 0 {
+		t.Errorf("MissingCRDs = %v, want none", m)
+	}
+	if r := h.src.Rejected(); len(r) != 0 {
+		t.Errorf("Rejected = %v, want none", r)
+	}
+
+	vs := h.get(config.VirtualService, ns, "reviews")
+	if vs == nil {
+		t.Fatal("VirtualService missing")
+	}
+	spec, ok := vs.Spec.(*networking.VirtualService)
+	if !ok {
+		t.Fatalf("VirtualService spec is %T, want *v1alpha3.VirtualService", vs.Spec)
+	}
+	if vs.Source != "kube" || vs.ResourceVersion != "1" || vs.UID != "uid-reviews" || vs.Labels["app"] != "reviews" || spec.Hosts[0] != "reviews" {
+		t.Errorf("VirtualService config = %+v, hosts %v", vs, spec.Hosts)
+	}
+	if _, ok := h.get(config.AuthorizationPolicy, ns, "allow").Spec.(*security.AuthorizationPolicy); !ok {
+		t.Error("AuthorizationPolicy spec is not *v1beta1.AuthorizationPolicy")
+	}
+	if _, ok := h.get(config.Service, ns, "reviews").Spec.(*corev1.Service); !ok {
+		t.Error("Service spec is not *corev1.Service")
+	}
+	if n := h.get(config.Node, "", "node-1"); n == nil || n.Namespace != "" {
+		t.Errorf("Node = %v, want cluster-scoped node-1", n)
+	}
+}
+
+// crud drives one kind through create, update and delete against the fake clients.
+type crud struct {
+	kind     config.Kind
+	name     string
+	create   func(ctx context.Context, h *harness) error
+	update   func(ctx context.Context, h *harness) error
+	updated  func(c *config.Config) bool
+	deleteFn func(ctx context.Context, h *harness) error
+}
+
+func TestAddUpdateDelete(t *testing.T) {
+	cases := []crud{
+		{
+			kind: config.Service, name: "reviews",
+			create: func(ctx context.Context, h *harness) error {
+				_, err := h.kube.CoreV1().Services(ns).Create(ctx, newService("reviews", "1"), metav1.CreateOptions{})
+				return err
+			},
+			update: func(ctx context.Context, h *harness) error {
+				s := newService("reviews", "2")
+				s.Spec.Ports[0].Port = 9081
+				_, err := h.kube.CoreV1().Services(ns).Update(ctx, s, metav1.UpdateOptions{})
+				return err
+			},
+			updated: func(c *config.Config) bool { return c.Spec.(*corev1.Service).Spec.Ports[0].Port == 9081 },
+			deleteFn: func(ctx context.Context, h *harness) error {
+				return h.kube.CoreV1().Services(ns).Delete(ctx, "reviews", metav1.DeleteOptions{})
+			},
+		},
+		{
+			kind: config.Pod, name: "reviews-1",
+			create: func(ctx context.Context, h *harness) error {
+				_, err := h.kube.CoreV1().Pods(ns).Create(ctx, newPod("reviews-1", "1"), metav1.CreateOptions{})
+				return err
+			},
+			update: func(ctx context.Context, h *harness) error {
+				p := newPod("reviews-1", "2")
+				p.Status.PodIP = "10.1.0.6"
+				_, err := h.kube.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+				return err
+			},
+			updated: func(c *config.Config) bool { return c.Spec.(*corev1.Pod).Status.PodIP == "10.1.0.6" },
+			deleteFn: func(ctx context.Context, h *harness) error {
+				return h.kube.CoreV1().Pods(ns).Delete(ctx, "reviews-1", metav1.DeleteOptions{})
+			},
+		},
+		{
+			kind: config.EndpointSlice, name: "reviews-abc",
+			create: func(ctx context.Context, h *harness) error {
+				_, err := h.kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, newSlice("reviews-abc", "1", "10.1.0.5"), metav1.CreateOptions{})
+				return err
+			},
+			update: func(ctx context.Context, h *harness) error {
+				_, err := h.kube.DiscoveryV1().EndpointSlices(ns).Update(ctx, newSlice("reviews-abc", "2", "10.1.0.7"), metav1.UpdateOptions{})
+				return err
+			},
+			updated: func(c *config.Config) bool {
+				return c.Spec.(*discoveryv1.EndpointSlice).Endpoints[0].Addresses[0] == "10.1.0.7"
+			},
+			deleteFn: func(ctx context.Context, h *harness) error {
+				return h.kube.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "reviews-abc", metav1.DeleteOptions{})
+			},
+		},
+		{
+			kind: config.VirtualService, name: "reviews",
+			create: func(ctx context.Context, h *harness) error {
+				_, err := h.istio.NetworkingV1().VirtualServices(ns).Create(ctx, newVirtualService("reviews", "1", "reviews"), metav1.CreateOptions{})
+				return err
+			},
+			update: func(ctx context.Context, h *harness) error {
+				_, err := h.istio.NetworkingV1().VirtualServices(ns).Update(ctx, newVirtualService("reviews", "2", "reviews", "reviews.example.com"), metav1.UpdateOptions{})
+				return err
+			},
+			updated: func(c *config.Config) bool { return len(c.Spec.(*networking.VirtualService).Hosts) == 2 },
+			deleteFn: func(ctx context.Context, h *harness) error {
+				return h.istio.NetworkingV1().VirtualServices(ns).Delete(ctx, "reviews", metav1.DeleteOptions{})
+			},
+		},
+		{
+			kind: config.AuthorizationPolicy, name: "allow",
+			create: func(ctx context.Context, h *harness) error {
+				_, err := h.istio.SecurityV1().AuthorizationPolicies(ns).Create(ctx, newAuthorizationPolicy("allow", "1", security.AuthorizationPolicy_ALLOW), metav1.CreateOptions{})
+				return err
+			},
+			update: func(ctx context.Context, h *harness) error {
+				_, err := h.istio.SecurityV1().AuthorizationPolicies(ns).Update(ctx, newAuthorizationPolicy("allow", "2", security.AuthorizationPolicy_DENY), metav1.UpdateOptions{})
+				return err
+			},
+			updated: func(c *config.Config) bool {
+				return c.Spec.(*security.AuthorizationPolicy).Action == security.AuthorizationPolicy_DENY
+			},
+			deleteFn: func(ctx context.Context, h *harness) error {
+				return h.istio.SecurityV1().AuthorizationPolicies(ns).Delete(ctx, "allow", metav1.DeleteOptions{})
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			h := newHarness(t, harnessOpts{})
+			ctx := h.ctx
+			if h.get(tc.kind, ns, tc.name) != nil {
+				t.Fatal("object in store before it was created")
+			}
+			if err := tc.create(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			h.eventually("add", func() bool { return h.get(tc.kind, ns, tc.name) != nil })
+			if c := h.get(tc.kind, ns, tc.name); c.Source != "kube" || c.ResourceVersion != "1" {
+				t.Errorf("added config: source %q rv %q", c.Source, c.ResourceVersion)
+			}
+			if err := tc.update(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			h.eventually("update", func() bool {
+				c := h.get(tc.kind, ns, tc.name)
+				return c != nil && c.ResourceVersion == "2" && tc.updated(c)
+			})
+			if err := tc.deleteFn(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			h.eventually("delete", func() bool { return h.get(tc.kind, ns, tc.name) == nil })
+		})
+	}
+}
+
+func TestTransformDropsUnreadFields(t *testing.T) {
+	managed := []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+	ann := map[string]string{lastApplied: `{"big":"json"}`, "keep": "me"}
+
+	svc := newService("reviews", "1")
+	svc.ManagedFields, svc.Annotations = managed, ann
+	pod := newPod("reviews-1", "1")
+	pod.ManagedFields, pod.Annotations = managed, ann
+	node := newNode("node-1")
+	node.ManagedFields = managed
+	vs := newVirtualService("reviews", "1", "reviews")
+	vs.ManagedFields, vs.Annotations = managed, ann
+
+	h := newHarness(t, harnessOpts{kube: []runtime.Object{svc, pod, node}, istio: []runtime.Object{vs}})
+
+	for _, k := range []config.Key{
+		{Kind: config.Service, Namespace: ns, Name: "reviews"},
+		{Kind: config.Pod, Namespace: ns, Name: "reviews-1"},
+		{Kind: config.VirtualService, Namespace: ns, Name: "reviews"},
+	} {
+		c := h.store.Get(k)
+		if c == nil {
+			t.Fatalf("%s missing", k)
+		}
+		if _, ok := c.Annotations[lastApplied]; ok {
+			t.Errorf("%s: last-applied annotation kept", k)
+		}
+		if c.Annotations["keep"] != "me" {
+			t.Errorf("%s: other annotations lost: %v", k, c.Annotations)
+		}
+	}
+	if got := h.get(config.Service, ns, "reviews").Spec.(*corev1.Service); got.ManagedFields != nil || got.Spec.Ports[0].Port != 9080 {
+		t.Errorf("Service after transform: managedFields %v, ports %v", got.ManagedFields, got.Spec.Ports)
+	}
+	if got, err := h.istio.NetworkingV1().VirtualServices(ns).Get(h.ctx, "reviews", metav1.GetOptions{}); err != nil || got.ManagedFields == nil {
+		t.Fatalf("fake lost managedFields before the informer saw them (%v), so this test proves nothing", err)
+	}
+	vsInformer := h.src.istio.Networking().V1().VirtualServices().Informer()
+	for _, obj := range vsInformer.GetStore().List() {
+		if mf := obj.(*networkingv1.VirtualService).ManagedFields; mf != nil {
+			t.Errorf("VirtualService in cache keeps managedFields %v", mf)
+		}
+	}
+
+	p := h.get(config.Pod, ns, "reviews-1").Spec.(*corev1.Pod)
+	c := p.Spec.Containers[0]
+	if p.ManagedFields != nil || c.Env != nil || c.VolumeMounts != nil || c.Image != "" || p.Spec.Volumes != nil || p.Status.ContainerStatuses != nil {
+		t.Errorf("pod keeps unread fields: %+v", p)
+	}
+	if p.Spec.NodeName != "node-1" || p.Spec.ServiceAccountName != "reviews" || p.Status.PodIP != "10.1.0.5" ||
+		len(p.Status.PodIPs) != 1 || p.Status.HostIP != "192.0.2.1" || p.Status.Phase != corev1.PodRunning ||
+		len(p.Status.Conditions) != 1 || p.Labels["app"] != "reviews-1" {
+		t.Errorf("pod lost fields it needs: %+v", p)
+	}
+	if want := (corev1.ContainerPort{Name: "http", ContainerPort: 9080, Protocol: corev1.ProtocolTCP}); len(c.Ports) != 1 || c.Ports[0] != want {
+		t.Errorf("container ports = %+v, want [%+v]", c.Ports, want)
+	}
+
+	n := h.get(config.Node, "", "node-1").Spec.(*corev1.Node)
+	if n.ManagedFields != nil || n.Status.Images != nil || n.Status.Conditions != nil || n.Labels["topology.kubernetes.io/zone"] != "z1" {
+		t.Errorf("node after transform: %+v", n)
+	}
+}
+
+func TestTransformIsIdempotentAndLeavesOthersAlone(t *testing.T) {
+	pod := newPod("p", "1")
+	pod.Annotations = map[string]string{lastApplied: "{}"}
+	once, _ := transform(pod)
+	twice, _ := transform(once)
+	if p := twice.(*corev1.Pod); len(p.Spec.Containers[0].Ports) != 1 || p.Status.PodIP != "10.1.0.5" || p.Annotations != nil {
+		t.Errorf("second transform changed the pod: %+v", p)
+	}
+	if pod.Annotations[lastApplied] != "{}" {
+		t.Error("transform edited the caller's annotation map")
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "default/p", Obj: pod}
+	if got, err := transform(tomb); err != nil || got != any(tomb) {
+		t.Errorf("tombstone transformed to %v, %v", got, err)
+	}
+}
+
+func TestMissingCRDIsSkippedThenPickedUp(t *testing.T) {
+	_, istio := everyKind()
+	// virtualservices is absent from networking.istio.io/v1 and security.istio.io/v1 is not served at all.
+	var res []*metav1.APIResourceList
+	for _, l := range crdResources(config.VirtualService) {
+		if !strings.HasPrefix(l.GroupVersion, "security.") {
+			res = append(res, l)
+		}
+	}
+	h := newHarness(t, harnessOpts{istio: istio, resources: res})
+
+	// Missing CRDs must not hold back readiness: newHarness has already waited for sync.
+	want := []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication, config.VirtualService}
+	if got := h.src.MissingCRDs(); !equalKinds(got, want) {
+		t.Errorf("MissingCRDs = %v, want %v", got, want)
+	}
+	if h.get(config.VirtualService, ns, "reviews") != nil {
+		t.Error("VirtualService stored although its CRD is missing")
+	}
+	if h.get(config.DestinationRule, ns, "reviews") == nil {
+		t.Error("DestinationRule not stored although its CRD is installed")
+	}
+	// Let a few polls pass: the warning is logged once per kind, not per poll.
+	time.Sleep(100 * time.Millisecond)
+	logs := h.logs.String()
+	if n := strings.Count(logs, "CRD not installed"); n != 3 {
+		t.Errorf("%d CRD warnings, want 3 (one per missing kind):\n%s", n, logs)
+	}
+	if !strings.Contains(logs, "kind=VirtualService") || !strings.Contains(logs, "resource=virtualservices.networking.istio.io") {
+		t.Errorf("warning does not name the missing CRD:\n%s", logs)
+	}
+
+	h.disc.set(crdResources(config.AuthorizationPolicy, config.PeerAuthentication))
+	h.eventually("VirtualService after its CRD appears", func() bool { return h.get(config.VirtualService, ns, "reviews") != nil })
+	h.eventually("the pickup to be logged after sync", func() bool {
+		return strings.Contains(h.logs.String(), `msg="CRD installed; now watching it" source=kube kind=VirtualService`)
+	})
+	h.eventually("MissingCRDs to shrink", func() bool {
+		return equalKinds(h.src.MissingCRDs(), []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication})
+	})
+
+	// The newly started informer follows changes like any other.
+	if _, err := h.istio.NetworkingV1().VirtualServices(ns).Create(h.ctx, newVirtualService("ratings", "1", "ratings"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("VirtualService created after pickup", func() bool { return h.get(config.VirtualService, ns, "ratings") != nil })
+
+	h.disc.set(crdResources())
+	h.eventually("security CRDs after they appear", func() bool {
+		return h.get(config.AuthorizationPolicy, ns, "allow") != nil && h.get(config.PeerAuthentication, ns, "strict") != nil
+	})
+	h.eventually("MissingCRDs to empty", func() bool { return len(h.src.MissingCRDs()) == 0 })
+}
+
+func equalKinds(a, b []config.Kind) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
+	h := newHarness(t, harnessOpts{istio: []runtime.Object{newVirtualService("reviews", "1", "reviews")}})
+	vsClient := h.istio.NetworkingV1().VirtualServices(ns)
+	key := config.Key{Kind: config.VirtualService, Namespace: ns, Name: "reviews"}
+
+	// An update that breaks the object: the store keeps version 1.
+	if _, err := vsClient.Update(h.ctx, newVirtualService("reviews", "2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("rejection", func() bool { return len(h.src.Rejected()) == 1 })
+	r := h.src.Rejected()[0]
+	if r.Key() != key || r.Field != "spec.hosts" || r.ResourceVersion != "2" || r.Message == "" {
+		t.Errorf("rejected = %+v", r)
+	}
+	if c := h.store.Get(key); c == nil || c.ResourceVersion != "1" {
+		t.Fatalf("store has %v, want the last good version 1", c)
+	}
+
+	// Still broken in a new version: still rejected, logged only once.
+	if _, err := vsClient.Update(h.ctx, newVirtualService("reviews", "3"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("rejection of version 3", func() bool {
+		r := h.src.Rejected()
+		return len(r) == 1 && r[0].ResourceVersion == "3"
+	})
+	logs := h.logs.String()
+	if n := strings.Count(logs, "rejected invalid object"); n != 1 {
+		t.Errorf("%d rejection warnings, want 1:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, "name=reviews") || !strings.Contains(logs, "field=spec.hosts") {
+		t.Errorf("warning does not name the object and field:\n%s", logs)
+	}
+
+	// An object that was never valid is not stored at all.
+	if _, err := vsClient.Create(h.ctx, newVirtualService("broken", "1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("rejection of a new object", func() bool { return len(h.src.Rejected()) == 2 })
+	if h.get(config.VirtualService, ns, "broken") != nil {
+		t.Error("invalid object stored")
+	}
+
+	// Fixing one and deleting the other clears both from Rejected.
+	if _, err := vsClient.Update(h.ctx, newVirtualService("reviews", "4", "reviews.fixed"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := vsClient.Delete(h.ctx, "broken", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("fix and delete", func() bool {
+		c := h.store.Get(key)
+		return len(h.src.Rejected()) == 0 && c != nil && c.ResourceVersion == "4"
+	})
+}
+
+func TestResyncDoesNotRepublish(t *testing.T) {
+	kube, istio := everyKind()
+	h := newHarness(t, harnessOpts{kube: kube, istio: istio, resync: time.Second}) // client-go's minimum
+	var mu sync.Mutex
+	var events []store.Event
+	h.store.AddHandler(func(e store.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	})
+	// A second handler proves a resync did happen.
+	var resyncs atomic.Int32
+	_, err := h.src.kube.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, _ any) { resyncs.Add(1) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a resync", func() bool { return resyncs.Load() > 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 0 {
+		t.Errorf("resync produced %d store events, first %v", len(events), events[0].Key())
+	}
+}
+
+func TestTombstoneDeletes(t *testing.T) {
+	st := store.New()
+	src, err := New(Options{KubeClient: kubefake.NewClientset(), IstioClient: istiofake.NewSimpleClientset(), Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := newService("reviews", "1")
+	src.upsert(config.Service, svc)
+	key := config.Key{Kind: config.Service, Namespace: ns, Name: "reviews"}
+	if st.Get(key) == nil {
+		t.Fatal("upsert did not store")
+	}
+	// The final state may be missing from a tombstone; its key is enough.
+	src.remove(config.Service, cache.DeletedFinalStateUnknown{Key: "default/reviews"})
+	if st.Get(key) != nil {
+		t.Error("tombstone did not delete")
+	}
+}
+
+func TestNewRequiresClientsAndStore(t *testing.T) {
+	if _, err := New(Options{}); err == nil {
+		t.Error("New with no clients succeeded")
+	}
+}
