@@ -1,0 +1,315 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// Connection is one ADS stream. Its state is changed only by the stream's goroutine; mu guards it against
+// the readers elsewhere (the push distributor and debug views).
+type Connection struct {
+	srv         *Server
+	id          string
+	num         uint64
+	proxy       *Proxy
+	delta       bool
+	peer        string
+	connectedAt time.Time
+	stream      grpc.ServerStream
+
+	pushCh   chan *pushItem
+	closed   chan struct{} // closed when the stream's goroutine has returned
+	killed   chan struct{}
+	killOnce sync.Once
+	killMsg  string
+
+	mu      sync.RWMutex
+	watched map[string]*WatchedResource
+
+	seq         uint64          // responses sent; stream goroutine only
+	unknownSeen map[string]bool // types without a generator, logged once
+
+	dequeued bool // guarded by the push queue's lock
+}
+
+type pushItem struct {
+	req  *model.PushRequest
+	done chan struct{}
+}
+
+func (s *Server) newConnection(ctx context.Context, proxy *Proxy, delta bool, stream grpc.ServerStream) *Connection {
+	num := s.connSeq.Add(1)
+	c := &Connection{
+		srv: s, num: num, id: proxy.ID + "-" + strconv.FormatUint(num, 10), proxy: proxy, delta: delta,
+		connectedAt: time.Now(), stream: stream,
+		pushCh: make(chan *pushItem), closed: make(chan struct{}), killed: make(chan struct{}),
+		watched: map[string]*WatchedResource{},
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		c.peer = p.Addr.String()
+	}
+	return c
+}
+
+// kill closes the connection from outside its goroutine.
+func (c *Connection) kill(reason string) {
+	c.killOnce.Do(func() {
+		c.killMsg = reason
+		c.srv.sendTimeouts.Add(1)
+		close(c.killed)
+	})
+}
+
+// serve runs a stream: the first request (it carries the node) is read here, later ones by a reader
+// goroutine, and requests and pushes are handled one at a time on this goroutine.
+func serve[Req interface{ GetNode() *core.Node }](s *Server, stream grpc.ServerStream, delta bool,
+	recv func() (Req, error), handle func(*Connection, Req) error, push func(*Connection, *model.PushRequest) error,
+) (err error) {
+	if !s.startStream() {
+		return status.Error(codes.Unavailable, "server is shutting down")
+	}
+	defer s.streams.Done()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.base, cancel)
+	defer stop()
+	if err := s.admit(ctx); err != nil {
+		return err
+	}
+
+	reqs := make(chan Req) // unbuffered: a receive error is seen only after every request before it
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var first Req
+	select {
+	case first = <-reqs:
+	case err := <-recvErr:
+		return err
+	case <-ctx.Done():
+		return s.doneErr(ctx)
+	}
+	proxy, err := ParseProxy(first.GetNode())
+	if err != nil {
+		s.refused.Add(1)
+		s.log.Warn("rejected stream: bad node", "error", err)
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	c := s.newConnection(ctx, proxy, delta, stream)
+	s.add(c)
+	defer func() { s.remove(c, err) }()
+
+	if err := handle(c, first); err != nil {
+		return err
+	}
+	for {
+		select {
+		case req := <-reqs:
+			err = handle(c, req)
+		case err = <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case item := <-c.pushCh:
+			err = push(c, item.req)
+			close(item.done)
+		case <-c.killed:
+			return status.Error(codes.DeadlineExceeded, c.killMsg)
+		case <-ctx.Done():
+			return s.doneErr(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// doneErr is the status for a stream whose context ended: shutdown or the client going away.
+func (s *Server) doneErr(ctx context.Context) error {
+	if s.base.Err() != nil {
+		return status.Error(codes.Unavailable, "server is shutting down")
+	}
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+// send writes msg with the send timeout. The write runs in its own goroutine because a gRPC send blocked
+// by flow control cannot be interrupted: returning from the handler is what ends it.
+func (c *Connection) send(msg proto.Message, typeURL string) error {
+	size := proto.Size(msg)
+	errc := make(chan error, 1)
+	go func() { errc <- c.stream.SendMsg(msg) }()
+	timer := time.NewTimer(c.srv.opts.SendTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return err
+		}
+	case <-timer.C:
+		c.kill(fmt.Sprintf("send timed out after %v: the proxy is not reading", c.srv.opts.SendTimeout))
+		return status.Error(codes.DeadlineExceeded, c.killMsg)
+	case <-c.killed:
+		return status.Error(codes.DeadlineExceeded, c.killMsg)
+	}
+	if tc := c.srv.byType[typeURL]; tc != nil {
+		tc.responses.Add(1)
+		tc.bytes.Add(uint64(size))
+	}
+	return nil
+}
+
+// nextResponse returns a nonce unique to this server process and connection, and a version_info made of
+// the snapshot version and the response number (unique per response, so every push is visibly new).
+func (c *Connection) nextResponse(push *model.PushContext) (version, nonce string) {
+	c.seq++
+	seq := strconv.FormatUint(c.seq, 10)
+	return strconv.FormatUint(push.Version, 10) + "." + seq, c.srv.instance + "-" + strconv.FormatUint(c.num, 10) + "-" + seq
+}
+
+// needsPush reports whether req concerns any type the connection watches. Called by the distributor.
+func (c *Connection) needsPush(req *model.PushRequest) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, w := range c.watched {
+		if c.srv.needsPush(c.proxy, w, req) {
+			return true
+		}
+	}
+	return false
+}
+
+// pushTypes returns the watched types req concerns, in push order.
+func (c *Connection) pushTypes(req *model.PushRequest) []*WatchedResource {
+	types := make([]string, 0, len(c.watched))
+	for t, w := range c.watched {
+		if c.srv.needsPush(c.proxy, w, req) {
+			types = append(types, t)
+		}
+	}
+	sortTypes(types)
+	out := make([]*WatchedResource, len(types))
+	for i, t := range types {
+		out[i] = c.watched[t]
+	}
+	return out
+}
+
+func (c *Connection) generator(typeURL string) Generator {
+	gen := c.srv.opts.Generators[typeURL]
+	if gen == nil && !c.unknownSeen[typeURL] {
+		if c.unknownSeen == nil {
+			c.unknownSeen = map[string]bool{}
+		}
+		c.unknownSeen[typeURL] = true
+		c.srv.unknownTy.Add(1)
+		c.srv.log.Warn("request for a type no generator serves; ignored", "conn", c.id, "type", typeURL)
+	}
+	return gen
+}
+
+func (c *Connection) generate(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest) (Resources, bool) {
+	res, err := gen.Generate(c.proxy, push, w, req)
+	if err != nil {
+		c.generateFailed(w, err)
+		return nil, false
+	}
+	return res, true
+}
+
+// generateFailed keeps the proxy on what it has: a failed generation sends nothing.
+func (c *Connection) generateFailed(w *WatchedResource, err error) {
+	c.srv.genErrors.Add(1)
+	c.srv.log.Error("generating resources failed; proxy keeps its config", "conn", c.id, "type", w.TypeURL, "error", err)
+}
+
+func (c *Connection) watch(w *WatchedResource) {
+	c.mu.Lock()
+	c.watched[w.TypeURL] = w
+	c.mu.Unlock()
+}
+
+func (c *Connection) sent(w *WatchedResource, version, nonce string) {
+	c.mu.Lock()
+	w.VersionSent, w.NonceSent, w.LastSent = version, nonce, time.Now()
+	c.mu.Unlock()
+}
+
+func (c *Connection) ack(w *WatchedResource, version, nonce string) {
+	c.mu.Lock()
+	w.VersionAcked, w.NonceAcked, w.LastAcked = version, nonce, time.Now()
+	w.LastError = ""
+	c.mu.Unlock()
+}
+
+// nack records a rejection. Nothing is re-sent: the proxy keeps its last good config until the next push
+// (which may carry a fix), so a proxy that rejects something cannot make the server loop.
+func (c *Connection) nack(w *WatchedResource, nonce, msg string) {
+	if w.nacked == nonce {
+		return // the same rejection repeated: logged and counted already
+	}
+	c.mu.Lock()
+	w.nacked, w.LastError = nonce, msg
+	w.NACKs++
+	c.mu.Unlock()
+	if tc := c.srv.byType[w.TypeURL]; tc != nil {
+		tc.nacks.Add(1)
+	}
+	c.srv.log.Warn("proxy rejected config", "conn", c.id, "proxy", c.proxy.NodeID, "type", w.TypeURL,
+		"version", w.VersionSent, "nonce", nonce, "error", msg)
+}
+
+// subscribedNames turns a name list into a set without "*" and says whether "*" was in it.
+func subscribedNames(names []string) (map[string]struct{}, bool) {
+	set := make(map[string]struct{}, len(names))
+	star := false
+	for _, n := range names {
+		if n == "*" {
+			star = true
+			continue
+		}
+		set[n] = struct{}{}
+	}
+	return set, star
+}
+
+func (c *Connection) status() ConnectionStatus {
+	st := ConnectionStatus{
+		ID: c.id, ProxyID: c.proxy.ID, NodeID: c.proxy.NodeID, Type: c.proxy.Type, Namespace: c.proxy.Namespace,
+		Delta: c.delta, Peer: c.peer, ConnectedAt: c.connectedAt,
+	}
+	c.mu.RLock()
+	for _, t := range slices.Sorted(maps.Keys(c.watched)) {
+		st.Watched = append(st.Watched, c.watched[t].clone())
+	}
+	c.mu.RUnlock()
+	return st
+}

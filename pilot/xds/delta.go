@@ -1,0 +1,207 @@
+package xds
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// DeltaAggregatedResources serves incremental (delta) ADS.
+func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) error {
+	return serve(s, stream, true, stream.Recv, (*Connection).handleDelta, (*Connection).pushDelta)
+}
+
+// handleDelta handles a delta request. Unlike state-of-the-world, the nonce only serves ACK/NACK:
+// subscription changes are incremental and always applied.
+func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
+	typeURL := req.GetTypeUrl()
+	if typeURL == "" {
+		return status.Error(codes.InvalidArgument, "request has no type_url")
+	}
+	gen := c.generator(typeURL)
+	if gen == nil {
+		return nil
+	}
+	w := c.watched[typeURL]
+	if w == nil {
+		sub := req.GetResourceNamesSubscribe()
+		names, star := subscribedNames(sub)
+		w = &WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star,
+			// What the client already has (after a reconnect): unchanged resources are not sent again.
+			sent: maps.Clone(req.GetInitialResourceVersions())}
+		if w.sent == nil {
+			w.sent = map[string]string{}
+		}
+		if len(sub) == 0 && legacyWildcard[typeURL] {
+			w.Wildcard, w.legacy = true, true
+		}
+		c.watch(w)
+		// Always answered, even with nothing, so the client knows its initial fetch is complete.
+		return c.respondDelta(gen, w, c.srv.snapshot(nil), nil, names, true)
+	}
+
+	if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.NonceSent {
+		if req.GetErrorDetail() != nil {
+			c.nack(w, nonce, req.GetErrorDetail().GetMessage())
+		} else {
+			c.ack(w, w.VersionSent, nonce)
+		}
+	}
+
+	sub, unsub := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
+	if len(sub) == 0 && len(unsub) == 0 {
+		return nil
+	}
+	names := maps.Clone(w.ResourceNames)
+	if names == nil {
+		names = map[string]struct{}{}
+	}
+	wildcard := w.Wildcard
+	added := map[string]struct{}{}
+	wildcardAdded := false
+	for _, n := range sub {
+		if n == "*" {
+			wildcardAdded = wildcardAdded || !wildcard
+			wildcard = true
+		} else if _, ok := names[n]; !ok {
+			names[n] = struct{}{}
+			added[n] = struct{}{}
+		}
+	}
+	for _, n := range unsub {
+		if n == "*" {
+			wildcard = false
+		} else {
+			delete(names, n)
+			delete(added, n)
+		}
+	}
+	c.mu.Lock()
+	w.ResourceNames, w.Wildcard = names, wildcard
+	if !wildcard {
+		w.legacy = false
+	}
+	// The client forgets what it unsubscribes from (if a wildcard still covers it, the next push re-sends it).
+	for _, n := range unsub {
+		delete(w.sent, n)
+	}
+	for n := range w.sent {
+		if !w.Subscribed(n) {
+			delete(w.sent, n)
+		}
+	}
+	c.mu.Unlock()
+	if len(added) == 0 && !wildcardAdded {
+		return nil // only unsubscriptions: nothing to send
+	}
+	return c.respondDelta(gen, w, c.srv.snapshot(nil), nil, added, false)
+}
+
+// pushDelta sends what changed for every type req concerns, in make-before-break order.
+func (c *Connection) pushDelta(req *model.PushRequest) error {
+	push := c.srv.snapshot(req)
+	for _, w := range c.pushTypes(req) {
+		if tc := c.srv.byType[w.TypeURL]; tc != nil {
+			tc.pushes.Add(1)
+		}
+		gen := c.srv.opts.Generators[w.TypeURL]
+		dg, ok := gen.(DeltaGenerator)
+		if !ok {
+			if err := c.respondDelta(gen, w, push, req, nil, false); err != nil {
+				return err
+			}
+			continue
+		}
+		res, removed, incremental, err := dg.GenerateDeltas(c.proxy, push, w, req)
+		if err != nil {
+			c.generateFailed(w, err)
+			continue
+		}
+		if !incremental {
+			err = c.sendDelta(w, push, res, nil, nil, true, false)
+		} else {
+			err = c.sendDelta(w, push, res, removed, nil, false, false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// respondDelta generates the full state of w's type and sends the difference from what the client has.
+// added holds names just subscribed: those that do not exist are reported removed, as the protocol asks.
+func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest,
+	added map[string]struct{}, always bool) error {
+	res, ok := c.generate(gen, w, push, req)
+	if !ok {
+		return nil
+	}
+	return c.sendDelta(w, push, res, nil, added, true, always)
+}
+
+// sendDelta sends the resources whose version differs from what the client has. With full, res is the
+// whole state and anything the client has that is not in it is removed; otherwise removed lists removals.
+func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res Resources, removed []string,
+	added map[string]struct{}, full, always bool) error {
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.TypeURL}
+	seen := make(map[string]struct{}, len(res))
+	versions := make([]string, 0, len(res))
+	for _, r := range res {
+		if r == nil || r.Any == nil || !w.Subscribed(r.Name) {
+			continue
+		}
+		seen[r.Name] = struct{}{}
+		v := resourceVersion(r)
+		if have, ok := w.sent[r.Name]; ok && have == v {
+			continue
+		}
+		resp.Resources = append(resp.Resources, &discovery.Resource{Name: r.Name, Version: v, Resource: r.Any})
+		versions = append(versions, v)
+	}
+	if full {
+		for n := range w.sent {
+			if _, ok := seen[n]; !ok {
+				resp.RemovedResources = append(resp.RemovedResources, n)
+			}
+		}
+		for n := range added {
+			if _, ok := seen[n]; !ok {
+				if _, had := w.sent[n]; !had {
+					resp.RemovedResources = append(resp.RemovedResources, n)
+				}
+			}
+		}
+	} else {
+		for _, n := range removed {
+			if _, had := w.sent[n]; had {
+				resp.RemovedResources = append(resp.RemovedResources, n)
+			}
+		}
+	}
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && !always {
+		return nil // nothing changed for this client
+	}
+	slices.Sort(resp.RemovedResources)
+	resp.SystemVersionInfo, resp.Nonce = c.nextResponse(push)
+	if err := c.send(resp, w.TypeURL); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for i, r := range resp.Resources {
+		w.sent[r.Name] = versions[i]
+	}
+	for _, n := range resp.RemovedResources {
+		delete(w.sent, n)
+	}
+	w.VersionSent, w.NonceSent, w.LastSent = resp.SystemVersionInfo, resp.Nonce, time.Now()
+	c.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,172 @@
+package xds
+
+import (
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
+
+func deltaAsk(c *deltaClient, n *core.Node, typeURL string, sub, unsub []string, ackOf *discovery.DeltaDiscoveryResponse) {
+	req := &discovery.DeltaDiscoveryRequest{Node: n, TypeUrl: typeURL, ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub}
+	if ackOf != nil {
+		req.ResponseNonce = ackOf.Nonce
+	}
+	c.send(req)
+}
+
+func TestDeltaAddUpdateRemove(t *testing.T) {
+	e := newEnv(t, twoClusters())
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	r := c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"a": "a1", "b": "b1"}) || len(r.RemovedResources) > 0 {
+		t.Fatalf("initial: %v removed %v", got, r.RemovedResources)
+	}
+	v1 := versions(r)
+	deltaAsk(c, nil, ClusterType, nil, nil, r)
+	c.none(200 * time.Millisecond)
+
+	e.set(ClusterType, "a", "a2") // update: only a is sent
+	r = c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"a": "a2"}) || versions(r)["a"] == v1["a"] {
+		t.Fatalf("update: %v versions %v", got, versions(r))
+	}
+	deltaAsk(c, nil, ClusterType, nil, nil, r)
+
+	e.set(ClusterType, "c", "c1") // add
+	r = c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"c": "c1"}) {
+		t.Fatalf("add: %v", got)
+	}
+	deltaAsk(c, nil, ClusterType, nil, nil, r)
+
+	e.del(ClusterType, "b") // remove
+	r = c.recv()
+	if len(r.Resources) != 0 || !slices.Equal(r.RemovedResources, []string{"b"}) {
+		t.Fatalf("remove: resources %v removed %v", r.Resources, r.RemovedResources)
+	}
+	deltaAsk(c, nil, ClusterType, nil, nil, r)
+
+	e.publish(true, nil, func(snapshot) {}) // a full push that changes nothing sends nothing
+	c.none(300 * time.Millisecond)
+	eventually(t, "ACK", func() bool { return watched(t, e.srv, ClusterType).NonceAcked == r.Nonce })
+	if w := watched(t, e.srv, ClusterType); w.VersionAcked != r.SystemVersionInfo {
+		t.Fatalf("acked %q, want %q", w.VersionAcked, r.SystemVersionInfo)
+	}
+}
+
+// A reconnecting client says what it has; only what changed meanwhile is sent.
+func TestDeltaReconnectInitialVersions(t *testing.T) {
+	e := newEnv(t, snapshot{ClusterType: {"a": "a1", "b": "b1", "c": "c1"}})
+	c1 := e.delta(t)
+	n := sidecar("pod", "ns1")
+	deltaAsk(c1, n, ClusterType, nil, nil, nil)
+	r := c1.recv()
+	have := versions(r)
+	if len(have) != 3 {
+		t.Fatalf("initial %v", have)
+	}
+	c1.cancel()
+
+	e.set(ClusterType, "b", "b2")
+	e.del(ClusterType, "c")
+	c2 := e.delta(t)
+	c2.send(&discovery.DeltaDiscoveryRequest{Node: n, TypeUrl: ClusterType, InitialResourceVersions: have})
+	r = c2.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"b": "b2"}) || !slices.Equal(r.RemovedResources, []string{"c"}) {
+		t.Fatalf("after reconnect: %v removed %v (a is unchanged and must not be re-sent)", got, r.RemovedResources)
+	}
+
+	// Nothing changed at all: the answer is empty (it still completes the client's initial fetch).
+	c2.cancel()
+	c3 := e.delta(t)
+	have["b"] = versions(r)["b"]
+	delete(have, "c")
+	c3.send(&discovery.DeltaDiscoveryRequest{Node: n, TypeUrl: ClusterType, InitialResourceVersions: have})
+	if r = c3.recv(); len(r.Resources) != 0 || len(r.RemovedResources) != 0 {
+		t.Fatalf("unchanged reconnect got %v removed %v", r.Resources, r.RemovedResources)
+	}
+}
+
+// ztunnel subscribes to every workload and asks for addresses it does not know on demand.
+func TestDeltaOnDemandOnWildcard(t *testing.T) {
+	e := newEnv(t, snapshot{AddressType: {"w1": "1", "w2": "1", "net/10.0.0.9": "1"}})
+	c := e.delta(t)
+	deltaAsk(c, node("ztunnel~10.0.0.2~zt-1.istio-system~istio-system.svc.cluster.local", nil), AddressType, nil, nil, nil)
+	r := c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"w1": "1", "w2": "1"}) {
+		t.Fatalf("wildcard: %v", got)
+	}
+	deltaAsk(c, nil, AddressType, []string{"net/10.0.0.9", "net/10.9.9.9"}, nil, r)
+	r = c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"net/10.0.0.9": "1"}) ||
+		!slices.Equal(r.RemovedResources, []string{"net/10.9.9.9"}) {
+		t.Fatalf("on demand: %v removed %v (a name that does not exist is reported removed)", got, r.RemovedResources)
+	}
+	if w := watched(t, e.srv, AddressType); !w.Wildcard || len(w.ResourceNames) != 2 {
+		t.Fatalf("watch %+v", w)
+	}
+	deltaAsk(c, nil, AddressType, nil, nil, r)
+
+	e.set(AddressType, "net/10.0.0.9", "2")
+	r = c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"net/10.0.0.9": "2"}) {
+		t.Fatalf("on-demand update: %v", got)
+	}
+	deltaAsk(c, nil, AddressType, nil, []string{"net/10.0.0.9"}, r) // unsubscribe: no answer needed
+	c.none(200 * time.Millisecond)
+	e.set(AddressType, "net/10.0.0.9", "3")
+	c.none(300 * time.Millisecond)
+	e.set(AddressType, "w1", "2")
+	if got := deltaResources(t, c.recv()); !maps.Equal(got, map[string]string{"w1": "2"}) {
+		t.Fatalf("wildcard update: %v", got)
+	}
+}
+
+func TestDeltaExplicitNames(t *testing.T) {
+	e := newEnv(t, twoClusters())
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), EndpointType, []string{"a"}, nil, nil)
+	r := c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"a": "ea1"}) {
+		t.Fatalf("subscribe a: %v", got)
+	}
+	deltaAsk(c, nil, EndpointType, []string{"b", "missing"}, nil, r)
+	r = c.recv()
+	if got := deltaResources(t, r); !maps.Equal(got, map[string]string{"b": "eb1"}) || !slices.Equal(r.RemovedResources, []string{"missing"}) {
+		t.Fatalf("subscribe b, missing: %v removed %v", got, r.RemovedResources)
+	}
+	deltaAsk(c, nil, EndpointType, nil, []string{"a"}, r)
+	c.none(200 * time.Millisecond)
+	e.set(EndpointType, "a", "ea2") // no longer subscribed
+	c.none(300 * time.Millisecond)
+	e.set(EndpointType, "missing", "now") // appears: it was subscribed, so it is sent
+	if got := deltaResources(t, c.recv()); !maps.Equal(got, map[string]string{"missing": "now"}) {
+		t.Fatalf("late resource: %v", got)
+	}
+}
+
+func TestDeltaNackIsNotRepushed(t *testing.T) {
+	e := newEnv(t, twoClusters())
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	r := c.recv()
+	deltaAsk(c, nil, ClusterType, nil, nil, r)
+	e.set(ClusterType, "a", "bad")
+	r = c.recv()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, ResponseNonce: r.Nonce, ErrorDetail: statusProto("bad a")})
+	c.none(time.Second)
+	e.publish(true, nil, func(snapshot) {}) // same content again: not re-sent either
+	c.none(300 * time.Millisecond)
+	if w := watched(t, e.srv, ClusterType); w.LastError != "bad a" || w.NACKs != 1 {
+		t.Fatalf("watch after NACK %+v", w)
+	}
+	e.set(ClusterType, "a", "good")
+	if got := deltaResources(t, c.recv()); !maps.Equal(got, map[string]string{"a": "good"}) {
+		t.Fatalf("fix: %v", got)
+	}
+}

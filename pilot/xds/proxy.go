@@ -1,0 +1,186 @@
+package xds
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// ProxyType says what kind of client is connected.
+type ProxyType string
+
+const (
+	Sidecar ProxyType = "sidecar"
+	Router  ProxyType = "router" // gateways
+	Ztunnel ProxyType = "ztunnel"
+	// GRPC is a proxyless gRPC client (google.golang.org/grpc/xds and its peers in other languages).
+	GRPC ProxyType = "grpc"
+)
+
+// Proxy is a connected client as described by its xDS Node.
+type Proxy struct {
+	Type ProxyType
+	// NodeID is the node id as sent.
+	NodeID string
+	// ID is POD.NAMESPACE for the Istio node id form; the whole node id for proxyless clients that use another form.
+	ID          string
+	IPAddresses []string
+	// DNSDomain is NAMESPACE.svc.DOMAIN from the node id.
+	DNSDomain string
+	Namespace string
+	// Name is the pod name (metadata NAME, else the part of ID before the namespace).
+	Name           string
+	Labels         map[string]string
+	ClusterID      string
+	IstioVersion   string
+	ServiceAccount string
+	NodeName       string
+	// Generator is metadata GENERATOR ("grpc" for proxyless clients).
+	Generator string
+	// UserAgent is node.user_agent_name and the version, e.g. "envoy 1.36.0".
+	UserAgent string
+	Locality  *core.Locality
+	// Node is the node as received; read only.
+	Node *core.Node
+}
+
+// String names the proxy in logs.
+func (p *Proxy) String() string { return p.NodeID }
+
+// IsProxyless reports whether node describes a proxyless gRPC client.
+func isProxyless(node *core.Node, generator string) bool {
+	if generator == "grpc" {
+		return true
+	}
+	ua := node.GetUserAgentName()
+	return ua == "gRPC Go" || strings.HasPrefix(ua, "grpc-")
+}
+
+// ParseProxy reads a Proxy from the xDS node. Envoy-based clients and ztunnel must use Istio's node id form
+// TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.DOMAIN; proxyless gRPC clients may use any id and then must set
+// metadata NAMESPACE. The error says exactly which part is wrong.
+func ParseProxy(node *core.Node) (*Proxy, error) {
+	if node == nil {
+		return nil, fmt.Errorf("the first request carries no node")
+	}
+	p := &Proxy{NodeID: node.GetId(), Node: node, Locality: node.GetLocality(), UserAgent: node.GetUserAgentName()}
+	if v := node.GetUserAgentVersion(); v != "" {
+		p.UserAgent += " " + v
+	}
+	if p.NodeID == "" {
+		return nil, fmt.Errorf("node id is empty")
+	}
+	if err := p.readMetadata(node.GetMetadata()); err != nil {
+		return nil, fmt.Errorf("node %q: %w", p.NodeID, err)
+	}
+	proxyless := isProxyless(node, p.Generator)
+	parts := strings.Split(p.NodeID, "~")
+	switch {
+	case len(parts) == 4:
+		if err := p.parseIstioID(parts, proxyless); err != nil {
+			return nil, fmt.Errorf("node id %q: %w", p.NodeID, err)
+		}
+	case proxyless:
+		p.Type, p.ID = GRPC, p.NodeID
+	default:
+		return nil, fmt.Errorf("node id %q: has %d parts separated by \"~\", want 4: TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.DOMAIN",
+			p.NodeID, len(parts))
+	}
+	if p.Namespace == "" {
+		if proxyless {
+			return nil, fmt.Errorf("node %q: namespace missing: set node metadata NAMESPACE", p.NodeID)
+		}
+		return nil, fmt.Errorf("node id %q: namespace missing: want POD.NAMESPACE as the third part, "+
+			"NAMESPACE.svc.DOMAIN as the fourth, or node metadata NAMESPACE", p.NodeID)
+	}
+	if p.Name == "" && p.Type != GRPC {
+		p.Name = strings.TrimSuffix(p.ID, "."+p.Namespace)
+	}
+	return p, nil
+}
+
+func (p *Proxy) parseIstioID(parts []string, proxyless bool) error {
+	switch t := ProxyType(parts[0]); t {
+	case Sidecar, Router, Ztunnel:
+		p.Type = t
+	default:
+		return fmt.Errorf("unknown proxy type %q: want sidecar, router or ztunnel", parts[0])
+	}
+	if proxyless {
+		p.Type = GRPC
+	}
+	if len(p.IPAddresses) == 0 { // INSTANCE_IPS, when given, is the complete list
+		if _, err := netip.ParseAddr(parts[1]); err != nil {
+			return fmt.Errorf("second part %q is not an IP address", parts[1])
+		}
+		p.IPAddresses = []string{parts[1]}
+	}
+	if parts[2] == "" {
+		return fmt.Errorf("third part (POD.NAMESPACE) is empty")
+	}
+	p.ID, p.DNSDomain = parts[2], parts[3]
+	if p.Namespace == "" {
+		if ns, _, ok := strings.Cut(p.DNSDomain, ".svc."); ok && ns != "" && !strings.Contains(ns, ".") {
+			p.Namespace = ns
+		} else if i := strings.LastIndexByte(p.ID, '.'); i > 0 && i < len(p.ID)-1 {
+			// Pod names may contain dots; namespaces may not, so the last dot separates them.
+			p.Namespace = p.ID[i+1:]
+		}
+	}
+	return nil
+}
+
+func (p *Proxy) readMetadata(md *structpb.Struct) error {
+	fields := md.GetFields()
+	str := func(key string) (string, error) {
+		v, ok := fields[key]
+		if !ok {
+			return "", nil
+		}
+		s, ok := v.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			return "", fmt.Errorf("metadata %s: want a string", key)
+		}
+		return s.StringValue, nil
+	}
+	var err error
+	for key, dst := range map[string]*string{
+		"NAMESPACE": &p.Namespace, "CLUSTER_ID": &p.ClusterID, "ISTIO_VERSION": &p.IstioVersion,
+		"SERVICE_ACCOUNT": &p.ServiceAccount, "NODE_NAME": &p.NodeName, "GENERATOR": &p.Generator, "NAME": &p.Name,
+	} {
+		if *dst, err = str(key); err != nil {
+			return err
+		}
+	}
+	ips, err := str("INSTANCE_IPS")
+	if err != nil {
+		return err
+	}
+	for ip := range strings.SplitSeq(ips, ",") {
+		if ip = strings.TrimSpace(ip); ip == "" {
+			continue
+		}
+		if _, err := netip.ParseAddr(ip); err != nil {
+			return fmt.Errorf("metadata INSTANCE_IPS: %q is not an IP address", ip)
+		}
+		p.IPAddresses = append(p.IPAddresses, ip)
+	}
+	if v, ok := fields["LABELS"]; ok {
+		s := v.GetStructValue()
+		if s == nil {
+			return fmt.Errorf("metadata LABELS: want a map of strings")
+		}
+		p.Labels = make(map[string]string, len(s.GetFields()))
+		for k, lv := range s.GetFields() {
+			sv, ok := lv.GetKind().(*structpb.Value_StringValue)
+			if !ok {
+				return fmt.Errorf("metadata LABELS: value of %q is not a string", k)
+			}
+			p.Labels[k] = sv.StringValue
+		}
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package xds
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestParseProxy(t *testing.T) {
+	p, err := ParseProxy(node("sidecar~10.0.0.1~reviews-v1-abc.bookinfo~bookinfo.svc.cluster.local", map[string]any{
+		"LABELS": map[string]any{"app": "reviews", "version": "v1"}, "CLUSTER_ID": "Kubernetes", "ISTIO_VERSION": "1.28.0",
+		"SERVICE_ACCOUNT": "bookinfo-reviews", "INSTANCE_IPS": "10.0.0.1,fd00::1", "NODE_NAME": "node-1",
+		"NAME": "reviews-v1-abc",
+	}))
+	must(t, err)
+	if p.Type != Sidecar || p.ID != "reviews-v1-abc.bookinfo" || p.Namespace != "bookinfo" || p.Name != "reviews-v1-abc" ||
+		p.DNSDomain != "bookinfo.svc.cluster.local" || !slices.Equal(p.IPAddresses, []string{"10.0.0.1", "fd00::1"}) ||
+		!maps.Equal(p.Labels, map[string]string{"app": "reviews", "version": "v1"}) || p.ClusterID != "Kubernetes" ||
+		p.IstioVersion != "1.28.0" || p.ServiceAccount != "bookinfo-reviews" || p.NodeName != "node-1" {
+		t.Fatalf("sidecar: %+v", p)
+	}
+
+	// Namespace and pod name from the id alone; pod names may contain dots.
+	p, err = ParseProxy(node("router~10.0.0.7~gw.v2.istio-system~istio-system.svc.cluster.local", nil))
+	must(t, err)
+	if p.Type != Router || p.Namespace != "istio-system" || p.Name != "gw.v2" {
+		t.Fatalf("router: %+v", p)
+	}
+	p, err = ParseProxy(node("ztunnel~10.0.0.2~ztunnel-x.kube-system~", nil))
+	must(t, err)
+	if p.Type != Ztunnel || p.Namespace != "kube-system" {
+		t.Fatalf("ztunnel: %+v", p)
+	}
+
+	// Proxyless gRPC: any id, namespace from metadata.
+	p, err = ParseProxy(&core.Node{Id: "my-client", UserAgentName: "gRPC Go", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.85.0"},
+		Metadata: node("", map[string]any{"NAMESPACE": "app"}).Metadata})
+	must(t, err)
+	if p.Type != GRPC || p.ID != "my-client" || p.Namespace != "app" || p.UserAgent != "gRPC Go 1.85.0" {
+		t.Fatalf("grpc: %+v", p)
+	}
+	p, err = ParseProxy(node("sidecar~10.0.0.3~c.app~app.svc.cluster.local", map[string]any{"GENERATOR": "grpc"}))
+	must(t, err)
+	if p.Type != GRPC || p.Namespace != "app" || p.Generator != "grpc" {
+		t.Fatalf("grpc with Istio id: %+v", p)
+	}
+}
+
+var badNodes = []struct {
+	name string
+	node *core.Node
+	want string
+}{
+	{"no node", nil, "carries no node"},
+	{"empty id", node("", nil), "node id is empty"},
+	{"parts", node("sidecar~10.0.0.1~pod.ns", nil), `has 3 parts separated by "~", want 4`},
+	{"type", node("waypoint~10.0.0.1~pod.ns~ns.svc.cluster.local", nil), `unknown proxy type "waypoint"`},
+	{"ip", node("sidecar~10.0.0.300~pod.ns~ns.svc.cluster.local", nil), `second part "10.0.0.300" is not an IP address`},
+	{"namespace", node("sidecar~10.0.0.1~pod~", nil), "namespace missing"},
+	{"grpc namespace", &core.Node{Id: "client", UserAgentName: "grpc-java-netty"}, "namespace missing: set node metadata NAMESPACE"},
+	{"instance ips", node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"INSTANCE_IPS": "10.0.0.1,nope"}),
+		`metadata INSTANCE_IPS: "nope" is not an IP address`},
+	{"labels", node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"LABELS": "app=x"}), "metadata LABELS: want a map"},
+	{"metadata type", node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"NAMESPACE": 3.0}), "metadata NAMESPACE: want a string"},
+}
+
+func TestParseProxyErrors(t *testing.T) {
+	for _, tc := range badNodes {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseProxy(tc.node)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A bad node is refused with InvalidArgument and the parser's message, on both protocols.
+func TestMalformedNodeRefused(t *testing.T) {
+	e := newEnv(t, twoClusters())
+	for _, tc := range badNodes {
+		t.Run(tc.name, func(t *testing.T) {
+			s := e.sotw(t)
+			s.send(&discovery.DiscoveryRequest{Node: tc.node, TypeUrl: ClusterType})
+			checkStatus(t, s.end(), codes.InvalidArgument, tc.want)
+			d := e.delta(t)
+			d.send(&discovery.DeltaDiscoveryRequest{Node: tc.node, TypeUrl: ClusterType})
+			checkStatus(t, d.end(), codes.InvalidArgument, tc.want)
+		})
+	}
+	if n := len(e.srv.Connections()); n != 0 {
+		t.Fatalf("%d connections", n)
+	}
+}
+
+func checkStatus(t testing.TB, err error, code codes.Code, msg string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code || !strings.Contains(st.Message(), msg) {
+		t.Fatalf("got %v, want %v containing %q", err, code, msg)
+	}
+}
+
+func TestUnavailableBeforeReady(t *testing.T) {
+	e := newEnv(t, nil)
+	s := e.sotw(t)
+	s.send(&discovery.DiscoveryRequest{Node: sidecar("pod", "ns1"), TypeUrl: ClusterType})
+	checkStatus(t, s.end(), codes.Unavailable, "not ready")
+	d := e.delta(t)
+	d.send(&discovery.DeltaDiscoveryRequest{Node: sidecar("pod", "ns1"), TypeUrl: ClusterType})
+	checkStatus(t, d.end(), codes.Unavailable, "not ready")
+
+	e.set(ClusterType, "a", "1")
+	s = e.sotw(t)
+	ask(s, sidecar("pod", "ns1"), ClusterType, nil, nil)
+	s.recv()
+}
+
+func TestShutdownClosesStreams(t *testing.T) {
+	e := newEnv(t, twoClusters())
+	var clients []*sotwClient
+	for range 3 {
+		c := e.sotw(t)
+		ask(c, sidecar("pod", "ns1"), ClusterType, nil, nil)
+		c.recv()
+		clients = append(clients, c)
+	}
+	d := e.delta(t)
+	deltaAsk(d, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	d.recv()
+	idle := e.sotw(t) // opened, first request not sent yet
+	eventually(t, "streams", func() bool { return e.srv.Counters().Connects == 4 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, e.srv.Shutdown(ctx))
+	for _, c := range clients {
+		checkStatus(t, c.end(), codes.Unavailable, "shutting down")
+	}
+	checkStatus(t, d.end(), codes.Unavailable, "shutting down")
+	checkStatus(t, idle.end(), codes.Unavailable, "")
+	late := e.sotw(t)
+	ask(late, sidecar("pod", "ns1"), ClusterType, nil, nil)
+	checkStatus(t, late.end(), codes.Unavailable, "shutting down")
+	if n := len(e.srv.Connections()); n != 0 {
+		t.Fatalf("%d connections after shutdown", n)
+	}
+}
+
+// New streams are paced: a reconnect storm is spread out.
+func TestNewStreamRateLimit(t *testing.T) {
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.NewStreamsPerSecond, o.NewStreamsBurst = 10, 1 })
+	start := time.Now()
+	for range 4 {
+		c := e.sotw(t)
+		ask(c, sidecar("pod", "ns1"), ClusterType, nil, nil)
+		c.recv()
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("4 streams at 10/s with burst 1 took %v, want ≥ 300ms", d)
+	}
+}

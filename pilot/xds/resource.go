@@ -1,0 +1,143 @@
+package xds
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// Type URLs the transport orders or treats as wildcard. Generators may serve any other type URL too.
+const (
+	ClusterType       = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	EndpointType      = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	ListenerType      = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	RouteType         = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	SecretType        = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	AddressType       = "type.googleapis.com/istio.workload.Address"
+	AuthorizationType = "type.googleapis.com/istio.security.Authorization"
+)
+
+// pushOrder is make-before-break: clusters exist before endpoints fill them, listeners before the routes
+// they name, so no proxy briefly points at something it has not received yet.
+var pushOrder = map[string]int{ClusterType: 0, EndpointType: 1, ListenerType: 2, RouteType: 3}
+
+// legacyWildcard lists the types for which a first request with no names means "everything" (xDS spec:
+// LDS and CDS; ztunnel relies on the same for its workload types).
+var legacyWildcard = map[string]bool{ClusterType: true, ListenerType: true, AddressType: true, AuthorizationType: true}
+
+// sortTypes orders type URLs for a push: CDS, EDS, LDS, RDS, then the rest by name.
+func sortTypes(types []string) {
+	slices.SortFunc(types, func(a, b string) int {
+		oa, aok := pushOrder[a]
+		ob, bok := pushOrder[b]
+		switch {
+		case aok && bok:
+			return oa - ob
+		case aok:
+			return -1
+		case bok:
+			return 1
+		}
+		if a < b {
+			return -1
+		} else if a > b {
+			return 1
+		}
+		return 0
+	})
+}
+
+// Resource is one generated resource.
+type Resource struct {
+	Name string
+	// Version identifies the content for delta xDS. Empty means a hash of the bytes; generators that share
+	// resources between proxies should set it (e.g. from their cache key) so nothing is hashed per proxy.
+	Version string
+	// Any holds the marshaled resource. It may be shared between proxies: the transport never modifies it.
+	Any *anypb.Any
+}
+
+// Resources is what a generator returns.
+type Resources []*Resource
+
+// Generator builds the resources of one type URL for a proxy. It must not block on I/O nor modify push or w.
+type Generator interface {
+	// Generate returns the full state of the type for the proxy: every resource it watches (all of them
+	// for a wildcard subscription, plus any names in w.ResourceNames). Names that do not exist are left out.
+	// req is nil when the proxy's own request (a new or changed subscription) asked for the resources.
+	Generate(proxy *Proxy, push *model.PushContext, w *WatchedResource, req *model.PushRequest) (Resources, error)
+}
+
+// DeltaGenerator is optionally implemented by generators that can compute a delta push themselves, e.g. only
+// the workloads in req.WorkloadsUpdated. When incremental is false, resources is the full state and the
+// transport computes removals by comparing with what it last sent.
+type DeltaGenerator interface {
+	Generator
+	GenerateDeltas(proxy *Proxy, push *model.PushContext, w *WatchedResource, req *model.PushRequest) (
+		resources Resources, removed []string, incremental bool, err error)
+}
+
+// PushFilter is optionally implemented by generators to say whether a push concerns a proxy's watch (EDS:
+// only when a watched cluster's service is in req.ServicesUpdated). Without it a type is pushed on full
+// pushes only. It is called often and must be cheap.
+type PushFilter interface {
+	NeedsPush(proxy *Proxy, w *WatchedResource, req *model.PushRequest) bool
+}
+
+// WatchedResource is a connection's subscription to one type URL and what was sent and acknowledged.
+// Generators read it; only the transport changes it.
+type WatchedResource struct {
+	TypeURL string
+	// ResourceNames are the names subscribed explicitly; with Wildcard they are added to "everything".
+	ResourceNames map[string]struct{}
+	Wildcard      bool
+
+	NonceSent, NonceAcked     string
+	VersionSent, VersionAcked string
+	LastSent, LastAcked       time.Time
+	// LastError is the error_detail of the latest NACK, kept until the proxy ACKs a later response.
+	LastError string
+	NACKs     int
+
+	// legacy is true while the wildcard comes from an empty first request rather than "*".
+	legacy bool
+	// sent maps name → version of the resources the client has (delta only).
+	sent map[string]string
+	// nacked is the nonce last NACKed, so a repeated NACK of the same response is logged and counted once.
+	nacked string
+}
+
+// Subscribed reports whether name is covered by the subscription.
+func (w *WatchedResource) Subscribed(name string) bool {
+	if w.Wildcard {
+		return true
+	}
+	_, ok := w.ResourceNames[name]
+	return ok
+}
+
+// clone returns a copy safe to hand to debug views.
+func (w *WatchedResource) clone() WatchedResource {
+	c := *w
+	c.ResourceNames = maps.Clone(w.ResourceNames)
+	c.sent = nil
+	return c
+}
+
+// resourceVersion returns r's version, hashing the bytes when the generator left it empty.
+func resourceVersion(r *Resource) string {
+	if r.Version != "" {
+		return r.Version
+	}
+	if r.Any == nil {
+		return ""
+	}
+	sum := sha256.Sum256(r.Any.Value)
+	return hex.EncodeToString(sum[:12])
+}

@@ -1,0 +1,321 @@
+package xds
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// Pipeline is what the server needs from push.Pipeline.
+type Pipeline interface {
+	Current() *model.PushContext
+	Ready() bool
+	Subscribe(func(*model.PushRequest))
+}
+
+// Options configure a Server.
+type Options struct {
+	Pipeline Pipeline
+	// Generators by type URL. A request for another type is answered with nothing.
+	Generators map[string]Generator
+	Logger     *slog.Logger
+	// PushConcurrency bounds how many connections are pushed to at once (default 100).
+	PushConcurrency int
+	// SendTimeout is how long a push may take before the connection is closed as not reading (default 5s).
+	SendTimeout time.Duration
+	// MaxConnectionAge makes clients reconnect now and then, which spreads them over replicas after a
+	// scale-up; MaxConnectionAgeGrace bounds how long a closing connection may finish streams. Zero: never.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// NewStreamsPerSecond limits how fast new streams are accepted, so a reconnect storm (e.g. after a
+	// restart) is spread out instead of every proxy asking for full config at once. 0 means no limit.
+	NewStreamsPerSecond float64
+	// NewStreamsBurst is how many streams may start at once before the limit applies (default: one second's worth).
+	NewStreamsBurst int
+}
+
+// Server serves ADS. It implements discovery.AggregatedDiscoveryServiceServer.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	queue    *pushQueue
+	limiter  *rate.Limiter
+	instance string // random per process, so nonces from a previous run never look current
+
+	base   context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+
+	mu      sync.RWMutex
+	conns   map[*Connection]struct{}
+	connSeq atomic.Uint64
+
+	incomingMu sync.Mutex
+	incoming   *model.PushRequest
+	wake       chan struct{}
+
+	streams sync.WaitGroup
+	workers sync.WaitGroup
+
+	byType                                           map[string]*typeCounters
+	connects, disconnects, refused, sendTimeouts     atomic.Uint64
+	pushRequests, pushesQueued, genErrors, unknownTy atomic.Uint64
+}
+
+var _ discovery.AggregatedDiscoveryServiceServer = (*Server)(nil)
+
+// NewServer creates a server, subscribes it to the pipeline and starts its push workers. Shutdown stops them.
+func NewServer(opts Options) *Server {
+	if opts.Pipeline == nil {
+		panic("xds.NewServer: Options.Pipeline is nil")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.PushConcurrency <= 0 {
+		opts.PushConcurrency = 100
+	}
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = 5 * time.Second
+	}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	s := &Server{
+		opts:     opts,
+		log:      opts.Logger,
+		queue:    newPushQueue(),
+		instance: hex.EncodeToString(id[:]),
+		conns:    map[*Connection]struct{}{},
+		wake:     make(chan struct{}, 1),
+		byType:   map[string]*typeCounters{},
+	}
+	for t := range opts.Generators {
+		s.byType[t] = &typeCounters{}
+	}
+	if opts.NewStreamsPerSecond > 0 {
+		burst := opts.NewStreamsBurst
+		if burst <= 0 {
+			burst = max(1, int(math.Ceil(opts.NewStreamsPerSecond)))
+		}
+		s.limiter = rate.NewLimiter(rate.Limit(opts.NewStreamsPerSecond), burst)
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	opts.Pipeline.Subscribe(s.onPushRequest)
+	s.workers.Add(1 + opts.PushConcurrency)
+	go s.distribute()
+	for range opts.PushConcurrency {
+		go s.worker()
+	}
+	return s
+}
+
+// Register adds the ADS service to g.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s)
+}
+
+// GRPCServerOptions returns the options the grpc.Server serving ADS should be created with: keepalive (so
+// dead proxies are noticed), connection age, and a shared write buffer (idle connections hold no buffer).
+func (s *Server) GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  30 * time.Second,
+			Timeout:               10 * time.Second,
+			MaxConnectionAge:      s.opts.MaxConnectionAge,
+			MaxConnectionAgeGrace: s.opts.MaxConnectionAgeGrace,
+		}),
+		// Envoy pings every 30s or so by default; allow it without streams in flight.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+		grpc.SharedWriteBuffer(true),
+	}
+}
+
+// Shutdown refuses new streams, closes every open one with codes.Unavailable (clients reconnect elsewhere)
+// and stops the workers. It returns when all are gone or ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.cancel() // under mu: no stream is counted in after this (see startStream)
+	s.mu.Unlock()
+	s.queue.Close()
+	done := make(chan struct{})
+	go func() {
+		s.streams.Wait()
+		s.workers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startStream counts a stream in, unless shutting down.
+func (s *Server) startStream() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.base.Err() != nil {
+		s.refused.Add(1)
+		return false
+	}
+	s.streams.Add(1)
+	return true
+}
+
+// onPushRequest runs on the pipeline's goroutine: it only merges and signals, never blocks.
+func (s *Server) onPushRequest(req *model.PushRequest) {
+	s.pushRequests.Add(1)
+	s.incomingMu.Lock()
+	s.incoming = s.incoming.Merge(req)
+	s.incomingMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// distribute hands each push request to the queue of every connection it concerns.
+func (s *Server) distribute() {
+	defer s.workers.Done()
+	for {
+		select {
+		case <-s.wake:
+		case <-s.base.Done():
+			return
+		}
+		s.incomingMu.Lock()
+		req := s.incoming
+		s.incoming = nil
+		s.incomingMu.Unlock()
+		if req == nil {
+			continue
+		}
+		for _, c := range s.connections() {
+			if c.needsPush(req) {
+				s.pushesQueued.Add(1)
+				s.queue.Enqueue(c, req)
+			}
+		}
+	}
+}
+
+func (s *Server) worker() {
+	defer s.workers.Done()
+	for {
+		c, req := s.queue.Dequeue()
+		if c == nil {
+			return
+		}
+		s.deliver(c, req)
+		s.queue.Done(c)
+	}
+}
+
+// deliver hands req to the connection's own goroutine, which generates and sends, and waits at most
+// SendTimeout for it. A proxy that does not read blocks only its own goroutine; the worker moves on and the
+// connection is closed.
+func (s *Server) deliver(c *Connection, req *model.PushRequest) {
+	item := &pushItem{req: req, done: make(chan struct{})}
+	timer := time.NewTimer(s.opts.SendTimeout)
+	defer timer.Stop()
+	select {
+	case c.pushCh <- item:
+	case <-c.closed:
+		return
+	case <-timer.C:
+		c.kill("push not accepted within the send timeout")
+		return
+	}
+	select {
+	case <-item.done:
+	case <-c.closed:
+	case <-timer.C:
+		c.kill("push not sent within the send timeout")
+	}
+}
+
+func (s *Server) snapshot(req *model.PushRequest) *model.PushContext {
+	cur := s.opts.Pipeline.Current()
+	if req != nil && req.Push != nil && (cur == nil || req.Push.Version > cur.Version) {
+		return req.Push
+	}
+	return cur
+}
+
+func (s *Server) needsPush(p *Proxy, w *WatchedResource, req *model.PushRequest) bool {
+	gen := s.opts.Generators[w.TypeURL]
+	if gen == nil {
+		return false
+	}
+	if f, ok := gen.(PushFilter); ok {
+		return f.NeedsPush(p, w, req)
+	}
+	return req.Full
+}
+
+// admit refuses streams while shutting down or before the first snapshot, and paces new streams.
+func (s *Server) admit(ctx context.Context) error {
+	if s.base.Err() != nil {
+		s.refused.Add(1)
+		return status.Error(codes.Unavailable, "server is shutting down")
+	}
+	if !s.opts.Pipeline.Ready() {
+		s.refused.Add(1)
+		return status.Error(codes.Unavailable, "not ready: the first configuration snapshot is not built yet")
+	}
+	if s.limiter != nil {
+		if err := s.limiter.Wait(ctx); err != nil {
+			s.refused.Add(1)
+			return status.Error(codes.Unavailable, "too many new streams: "+err.Error())
+		}
+	}
+	return nil
+}
+
+func (s *Server) connections() []*Connection {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Connection, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (s *Server) add(c *Connection) {
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.connects.Add(1)
+	s.log.Info("proxy connected", "conn", c.id, "proxy", c.proxy.NodeID, "type", c.proxy.Type, "delta", c.delta,
+		"peer", c.peer, "agent", c.proxy.UserAgent)
+}
+
+func (s *Server) remove(c *Connection, err error) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.queue.Remove(c)
+	close(c.closed)
+	s.disconnects.Add(1)
+	attrs := []any{"conn", c.id, "proxy", c.proxy.NodeID, "connected", time.Since(c.connectedAt).Round(time.Millisecond)}
+	if err != nil && !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
+		attrs = append(attrs, "reason", err.Error())
+	}
+	s.log.Info("proxy disconnected", attrs...)
+}

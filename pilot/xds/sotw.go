@@ -1,0 +1,106 @@
+package xds
+
+import (
+	"maps"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// StreamAggregatedResources serves state-of-the-world ADS.
+func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) error {
+	return serve(s, stream, false, stream.Recv, (*Connection).handleSotW, (*Connection).pushSotW)
+}
+
+// handleSotW handles a request: a new subscription is answered at once; a request whose nonce is not the
+// latest sent is stale (the client has not seen our newest response yet and will ask again) and ignored;
+// otherwise it ACKs or NACKs the latest response and may change the subscribed names.
+func (c *Connection) handleSotW(req *discovery.DiscoveryRequest) error {
+	typeURL := req.GetTypeUrl()
+	if typeURL == "" {
+		return status.Error(codes.InvalidArgument, "request has no type_url")
+	}
+	gen := c.generator(typeURL)
+	if gen == nil {
+		return nil
+	}
+	names, star := subscribedNames(req.GetResourceNames())
+	w := c.watched[typeURL]
+	if w == nil {
+		// Also a reconnect: whatever nonce or version the client had from another server, it gets full state.
+		w = &WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star}
+		if len(req.GetResourceNames()) == 0 && legacyWildcard[typeURL] {
+			w.Wildcard, w.legacy = true, true
+		}
+		c.watch(w)
+		return c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
+	}
+	if req.GetResponseNonce() != w.NonceSent {
+		c.srv.log.Debug("stale request ignored", "conn", c.id, "type", typeURL, "nonce", req.GetResponseNonce(), "latest", w.NonceSent)
+		return nil
+	}
+	if req.GetErrorDetail() != nil {
+		c.nack(w, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+		if v := req.GetVersionInfo(); v != "" {
+			// In a NACK, version_info is what the proxy still runs.
+			c.mu.Lock()
+			w.VersionAcked = v
+			c.mu.Unlock()
+		}
+		return nil
+	}
+	c.ack(w, req.GetVersionInfo(), req.GetResponseNonce())
+
+	wildcard, legacy := star, false
+	if len(req.GetResourceNames()) == 0 && w.legacy {
+		wildcard, legacy = true, true // an empty list keeps a legacy wildcard
+	}
+	if wildcard == w.Wildcard && maps.Equal(names, w.ResourceNames) {
+		return nil // a plain ACK
+	}
+	c.mu.Lock()
+	w.ResourceNames, w.Wildcard, w.legacy = names, wildcard, legacy
+	c.mu.Unlock()
+	return c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
+}
+
+// pushSotW sends every type req concerns, in make-before-break order.
+func (c *Connection) pushSotW(req *model.PushRequest) error {
+	push := c.srv.snapshot(req)
+	for _, w := range c.pushTypes(req) {
+		if tc := c.srv.byType[w.TypeURL]; tc != nil {
+			tc.pushes.Add(1)
+		}
+		if err := c.respondSotW(c.srv.opts.Generators[w.TypeURL], w, push, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// respondSotW sends the full state of w's type. It is sent even when empty: a client waiting for a name
+// that does not exist learns so now rather than by a timeout.
+func (c *Connection) respondSotW(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest) error {
+	res, ok := c.generate(gen, w, push, req)
+	if !ok {
+		return nil
+	}
+	version, nonce := c.nextResponse(push)
+	resp := &discovery.DiscoveryResponse{TypeUrl: w.TypeURL, VersionInfo: version, Nonce: nonce,
+		Resources: make([]*anypb.Any, 0, len(res))}
+	for _, r := range res {
+		if r != nil && r.Any != nil && w.Subscribed(r.Name) {
+			resp.Resources = append(resp.Resources, r.Any) // shared, never modified
+		}
+	}
+	if err := c.send(resp, w.TypeURL); err != nil {
+		return err
+	}
+	c.sent(w, version, nonce)
+	return nil
+}
