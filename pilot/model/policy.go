@@ -281,3 +281,11 @@ func peerAuthMode(pa *security.PeerAuthentication) (MTLSMode, bool) {
 	}
 	return mtlsMode(pa.Mtls.Mode)
 }
+
+// GetSubsets returns the merged subsets; nil-safe so callers can ask a missing rule.
+func (dr *DestinationRule) GetSubsets() []*networking.Subset {
+	if dr == nil {
+		return nil
+	}
+	return dr.Spec.Subsets
+}

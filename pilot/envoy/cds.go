@@ -1,0 +1,587 @@
+package envoy
+
+import (
+	"strings"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// defaultConnectTimeout is istiod's default (meshConfig.connectTimeout).
+const defaultConnectTimeout = 10 * time.Second
+
+// SDS names istiod's proxies use: their own certificate and the mesh root, from the agent's SDS server.
+const (
+	SDSDefault = "default"
+	SDSRootCA  = "ROOTCA"
+	sdsCluster = "sds-grpc"
+)
+
+type clusterGenerator struct{ g *Generators }
+
+// Generate returns the proxy's clusters: outbound for every service port in scope (and every DestinationRule
+// subset), inbound for the proxy's own ports, and the BlackHole/Passthrough clusters.
+func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+	g := c.g
+	scope := g.scopeFor(proxy, push)
+	flavor := flavorOf(proxy)
+	var out xds.Resources
+	for _, svc := range scope.Services {
+		dr := push.DestinationRule(proxy.Namespace, svc)
+		for _, port := range svc.Ports {
+			if port.Protocol == model.ProtocolUDP {
+				continue
+			}
+			names := []string{""}
+			if dr != nil {
+				for _, ss := range dr.Spec.Subsets {
+					names = append(names, ss.Name)
+				}
+			}
+			for _, subset := range names {
+				name := OutboundClusterName(port.Port, subset, svc.Hostname)
+				if !wants(w, name) {
+					continue
+				}
+				key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh}
+				if svc.Resolution != model.ClientSideLB {
+					// DNS and static clusters carry their endpoints inline.
+					key.endpoints = push.Endpoints(svc.Key())
+				}
+				r, err := g.cached(key, name, func() proto.Message { return buildOutboundCluster(push, key) })
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	if flavor == flavorGRPC {
+		return out, nil
+	}
+	if proxy.Type == xds.Sidecar {
+		for _, ip := range inboundPorts(proxy, push) {
+			name := InboundClusterName(ip.port)
+			if !wants(w, name) {
+				continue
+			}
+			r, err := g.cached(inboundClusterKey{ip.port}, name, func() proto.Message { return buildInboundCluster(ip.port) })
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
+	for _, name := range []string{BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster} {
+		if !wants(w, name) {
+			continue
+		}
+		r, err := g.cached(staticClusterKey{name}, name, func() proto.Message { return buildStaticCluster(name) })
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+type flavor int
+
+const (
+	flavorEnvoy flavor = iota
+	flavorGRPC
+)
+
+func flavorOf(p *xds.Proxy) flavor {
+	if p.Type == xds.GRPC {
+		return flavorGRPC
+	}
+	return flavorEnvoy
+}
+
+// outboundClusterKey is everything an outbound cluster depends on. Services and DestinationRules are
+// immutable and replaced on change, so their pointers identify their content.
+type outboundClusterKey struct {
+	svc       *model.Service
+	port      *model.Port
+	subset    string
+	dr        *model.DestinationRule
+	flavor    flavor
+	endpoints *model.ServiceEndpoints
+	mesh      any
+}
+
+type inboundClusterKey struct{ port uint32 }
+type staticClusterKey struct{ name string }
+
+func adsConfigSource() *core.ConfigSource {
+	return &core.ConfigSource{
+		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+		ResourceApiVersion:    core.ApiVersion_V3,
+	}
+}
+
+func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluster.Cluster {
+	name := OutboundClusterName(k.port.Port, k.subset, k.svc.Hostname)
+	c := &cluster.Cluster{
+		Name:           name,
+		AltStatName:    name,
+		ConnectTimeout: durationpb.New(defaultConnectTimeout),
+		Metadata:       clusterMetadata(k.svc, k.subset),
+	}
+	switch k.svc.Resolution {
+	case model.ClientSideLB:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_EDS}
+		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource(), ServiceName: name}
+		if k.svc.Source.Kind == "ServiceEntry" && len(k.svc.Selector) == 0 && k.endpoints != nil {
+			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
+			c.EdsClusterConfig = nil
+			c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, nil)
+		}
+	case model.DNSLB:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STRICT_DNS}
+		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+		c.RespectDnsTtl = true
+		c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, nil)
+	case model.Passthrough:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
+		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+	}
+
+	policy := effectivePolicy(k.dr, k.subset, k.port.Port)
+	if k.flavor == flavorGRPC {
+		// Proxyless gRPC: EDS from ADS, plain round robin; it understands few of Envoy's knobs.
+		applyLoadBalancer(c, policy.GetLoadBalancer())
+		return c
+	}
+	applyLoadBalancer(c, policy.GetLoadBalancer())
+	applyConnectionPool(c, policy.GetConnectionPool(), k.port)
+	applyOutlierDetection(c, policy.GetOutlierDetection())
+	applyTLS(c, policy.GetTls(), k.svc, push.Mesh.TrustDomain)
+	return c
+}
+
+// applyLoadBalancer sets the cluster's LB policy. Consistent hashing also needs a hash policy on the
+// route, which RDS adds.
+func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings) {
+	if c.GetType() == cluster.Cluster_ORIGINAL_DST {
+		return
+	}
+	if lb == nil {
+		return // ROUND_ROBIN is Envoy's default
+	}
+	switch lb.GetSimple() {
+	case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
+		c.LbPolicy = cluster.Cluster_LEAST_REQUEST
+	case networking.LoadBalancerSettings_RANDOM:
+		c.LbPolicy = cluster.Cluster_RANDOM
+	case networking.LoadBalancerSettings_PASSTHROUGH:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
+		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+		c.EdsClusterConfig = nil
+		c.LoadAssignment = nil
+	}
+	if ch := lb.GetConsistentHash(); ch != nil {
+		if ch.GetMaglev() != nil {
+			c.LbPolicy = cluster.Cluster_MAGLEV
+		} else {
+			c.LbPolicy = cluster.Cluster_RING_HASH
+			size := ch.GetRingHash().GetMinimumRingSize()
+			if size == 0 {
+				size = ch.GetMinimumRingSize()
+			}
+			if size > 0 {
+				c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: &cluster.Cluster_RingHashLbConfig{MinimumRingSize: wrapperspb.UInt64(size)}}
+			}
+		}
+	}
+}
+
+func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettings, port *model.Port) {
+	if cp == nil {
+		return
+	}
+	th := &cluster.CircuitBreakers_Thresholds{}
+	set := false
+	if tcp := cp.GetTcp(); tcp != nil {
+		if tcp.MaxConnections > 0 {
+			th.MaxConnections, set = wrapperspb.UInt32(uint32(tcp.MaxConnections)), true
+		}
+		if tcp.ConnectTimeout != nil {
+			c.ConnectTimeout = durationpb.New(tcp.ConnectTimeout.AsDuration())
+		}
+		if ka := tcp.TcpKeepalive; ka != nil {
+			c.UpstreamConnectionOptions = &cluster.UpstreamConnectionOptions{TcpKeepalive: &core.TcpKeepalive{
+				KeepaliveProbes:   optionalUInt32(ka.Probes),
+				KeepaliveTime:     optionalSeconds(ka.Time),
+				KeepaliveInterval: optionalSeconds(ka.Interval),
+			}}
+		}
+	}
+	var httpOpts *core.HttpProtocolOptions
+	if h := cp.GetHttp(); h != nil {
+		if h.Http1MaxPendingRequests > 0 {
+			th.MaxPendingRequests, set = wrapperspb.UInt32(uint32(h.Http1MaxPendingRequests)), true
+		}
+		if h.Http2MaxRequests > 0 {
+			th.MaxRequests, set = wrapperspb.UInt32(uint32(h.Http2MaxRequests)), true
+		}
+		if h.MaxRetries > 0 {
+			th.MaxRetries, set = wrapperspb.UInt32(uint32(h.MaxRetries)), true
+		}
+		if h.MaxRequestsPerConnection > 0 || h.IdleTimeout != nil {
+			httpOpts = &core.HttpProtocolOptions{}
+			if h.MaxRequestsPerConnection > 0 {
+				httpOpts.MaxRequestsPerConnection = wrapperspb.UInt32(uint32(h.MaxRequestsPerConnection))
+			}
+			if h.IdleTimeout != nil {
+				httpOpts.IdleTimeout = durationpb.New(h.IdleTimeout.AsDuration())
+			}
+		}
+	}
+	if set {
+		c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{th}}
+	}
+	if httpOpts != nil && port.Protocol.IsHTTP() {
+		opts := &httpv3.HttpProtocolOptions{CommonHttpProtocolOptions: httpOpts}
+		if port.Protocol == model.ProtocolHTTP2 || port.Protocol == model.ProtocolGRPC {
+			opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}}}}
+		} else {
+			opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{}}
+		}
+		a, _ := anypb.New(opts)
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
+	}
+}
+
+func optionalUInt32(v uint32) *wrapperspb.UInt32Value {
+	if v == 0 {
+		return nil
+	}
+	return wrapperspb.UInt32(v)
+}
+
+func optionalSeconds(d *durationpb.Duration) *wrapperspb.UInt32Value {
+	if d == nil {
+		return nil
+	}
+	return wrapperspb.UInt32(uint32(d.AsDuration() / time.Second))
+}
+
+func applyOutlierDetection(c *cluster.Cluster, od *networking.OutlierDetection) {
+	if od == nil {
+		return
+	}
+	out := &cluster.OutlierDetection{}
+	if od.Consecutive_5XxErrors != nil {
+		out.Consecutive_5Xx = wrapperspb.UInt32(od.Consecutive_5XxErrors.GetValue())
+		out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(100)
+	} else {
+		// Istio only ejects on what the user asked for.
+		out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(0)
+	}
+	if od.ConsecutiveGatewayErrors != nil {
+		out.ConsecutiveGatewayFailure = wrapperspb.UInt32(od.ConsecutiveGatewayErrors.GetValue())
+		out.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(100)
+	}
+	if od.Interval != nil {
+		out.Interval = durationpb.New(od.Interval.AsDuration())
+	}
+	if od.BaseEjectionTime != nil {
+		out.BaseEjectionTime = durationpb.New(od.BaseEjectionTime.AsDuration())
+	}
+	if od.MaxEjectionPercent > 0 {
+		out.MaxEjectionPercent = wrapperspb.UInt32(uint32(od.MaxEjectionPercent))
+	}
+	if od.MinHealthPercent > 0 {
+		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(od.MinHealthPercent)}}
+	}
+	c.OutlierDetection = out
+}
+
+// applyTLS configures upstream TLS from the DestinationRule, or, when it says nothing, Istio's auto mTLS:
+// mutual TLS to endpoints labelled tlsMode=istio, plaintext to the rest.
+func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, trustDomain string) {
+	if tls == nil {
+		if svc.MeshExternal || c.GetType() == cluster.Cluster_ORIGINAL_DST {
+			return
+		}
+		c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
+			{
+				Name:            "tlsMode-istio",
+				Match:           &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}},
+				TransportSocket: tlsSocket(istioMutualTLS(svc, trustDomain)),
+			},
+			{
+				Name:            "tlsMode-disabled",
+				Match:           &structpb.Struct{},
+				TransportSocket: rawBufferSocket(),
+			},
+		}
+		return
+	}
+	switch tls.Mode {
+	case networking.ClientTLSSettings_DISABLE:
+	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+		c.TransportSocket = tlsSocket(istioMutualTLS(svc, trustDomain))
+	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
+		ctx := &tlsv3.UpstreamTlsContext{Sni: tls.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
+		if ctx.Sni == "" && !strings.HasPrefix(svc.Hostname, "*") {
+			ctx.Sni = svc.Hostname
+		}
+		common := ctx.CommonTlsContext
+		switch {
+		case tls.CredentialName != "":
+			if tls.Mode == networking.ClientTLSSettings_MUTUAL {
+				common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret("kubernetes://" + tls.CredentialName)}
+			}
+			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.SubjectAltNames)},
+				ValidationContextSdsSecretConfig: sdsSecret("kubernetes://" + tls.CredentialName + "-cacert"),
+			}}
+		default:
+			if tls.Mode == networking.ClientTLSSettings_MUTUAL {
+				common.TlsCertificates = []*tlsv3.TlsCertificate{{
+					CertificateChain: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.ClientCertificate}},
+					PrivateKey:       &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.PrivateKey}},
+				}}
+			}
+			if tls.CaCertificates != "" || len(tls.SubjectAltNames) > 0 {
+				vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.SubjectAltNames)}
+				if tls.CaCertificates != "" {
+					vc.TrustedCa = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.CaCertificates}}
+				}
+				common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
+			}
+		}
+		c.TransportSocket = tlsSocket(ctx)
+	}
+}
+
+func sanMatchers(sans []string) []*tlsv3.SubjectAltNameMatcher {
+	var out []*tlsv3.SubjectAltNameMatcher
+	for _, s := range sans {
+		out = append(out, &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_DNS,
+			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}}})
+		out = append(out, &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_URI,
+			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}}})
+	}
+	return out
+}
+
+func sdsSecret(name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &core.ConfigSource{
+		ResourceApiVersion: core.ApiVersion_V3,
+		ConfigSourceSpecifier: &core.ConfigSource_ApiConfigSource{ApiConfigSource: &core.ApiConfigSource{
+			ApiType:             core.ApiConfigSource_GRPC,
+			TransportApiVersion: core.ApiVersion_V3,
+			GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{
+				EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: sdsCluster}}}},
+			SetNodeOnFirstMessageOnly: true,
+		}},
+	}}
+}
+
+// istioMutualTLS is the client side of mesh mTLS: the workload certificate and the mesh root from SDS,
+// and the server's identity checked against the service's namespace in the trust domain.
+func istioMutualTLS(svc *model.Service, trustDomain string) *tlsv3.UpstreamTlsContext {
+	return &tlsv3.UpstreamTlsContext{
+		Sni: OutboundClusterName(0, "", svc.Hostname),
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+					SanType: tlsv3.SubjectAltNameMatcher_URI,
+					Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + trustDomain + "/ns/" + svc.Namespace + "/sa/"}},
+				}}},
+				ValidationContextSdsSecretConfig: sdsSecret(SDSRootCA),
+			}},
+		},
+	}
+}
+
+func tlsSocket(ctx proto.Message) *core.TransportSocket {
+	a, _ := anypb.New(ctx)
+	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
+}
+
+func rawBufferSocket() *core.TransportSocket {
+	a, _ := anypb.New(&rawbuffer.RawBuffer{})
+	return &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
+}
+
+// effectivePolicy merges a DestinationRule's traffic policy: the subset's over the top level, port-level
+// settings over both, field group by field group (Istio's rule).
+func effectivePolicy(dr *model.DestinationRule, subset string, port uint32) *networking.TrafficPolicy {
+	if dr == nil {
+		return nil
+	}
+	policy := dr.Spec.TrafficPolicy
+	if subset != "" {
+		for _, ss := range dr.Spec.Subsets {
+			if ss.Name == subset && ss.TrafficPolicy != nil {
+				policy = mergePolicy(policy, ss.TrafficPolicy)
+			}
+		}
+	}
+	if policy == nil {
+		return nil
+	}
+	for _, pl := range policy.PortLevelSettings {
+		if pl.GetPort().GetNumber() == port {
+			return mergePolicy(policy, &networking.TrafficPolicy{LoadBalancer: pl.LoadBalancer, ConnectionPool: pl.ConnectionPool,
+				OutlierDetection: pl.OutlierDetection, Tls: pl.Tls})
+		}
+	}
+	return policy
+}
+
+func mergePolicy(base, over *networking.TrafficPolicy) *networking.TrafficPolicy {
+	if base == nil {
+		return over
+	}
+	out := &networking.TrafficPolicy{LoadBalancer: base.LoadBalancer, ConnectionPool: base.ConnectionPool,
+		OutlierDetection: base.OutlierDetection, Tls: base.Tls, PortLevelSettings: base.PortLevelSettings}
+	if over.LoadBalancer != nil {
+		out.LoadBalancer = over.LoadBalancer
+	}
+	if over.ConnectionPool != nil {
+		out.ConnectionPool = over.ConnectionPool
+	}
+	if over.OutlierDetection != nil {
+		out.OutlierDetection = over.OutlierDetection
+	}
+	if over.Tls != nil {
+		out.Tls = over.Tls
+	}
+	if len(over.PortLevelSettings) > 0 {
+		out.PortLevelSettings = over.PortLevelSettings
+	}
+	return out
+}
+
+func clusterMetadata(svc *model.Service, subset string) *core.Metadata {
+	fields := map[string]*structpb.Value{
+		"services": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"host":      structpb.NewStringValue(svc.Hostname),
+			"name":      structpb.NewStringValue(svc.Name),
+			"namespace": structpb.NewStringValue(svc.Namespace),
+		}})}}),
+	}
+	if subset != "" {
+		fields["subset"] = structpb.NewStringValue(subset)
+	}
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{"istio": {Fields: fields}}}
+}
+
+// inlineLoadAssignment carries endpoints inside the cluster, for DNS and static clusters.
+func inlineLoadAssignment(name string, se *model.ServiceEndpoints, port uint32, subset map[string]string) *endpoint.ClusterLoadAssignment {
+	var eps []*model.Endpoint
+	if se != nil {
+		eps = se.ByPort[port]
+	}
+	return loadAssignment(name, eps, subset, flavorEnvoy)
+}
+
+type inboundPort struct {
+	port     uint32
+	protocol model.Protocol
+}
+
+// inboundPorts lists the ports the proxy's own workload serves, from the services that select it.
+func inboundPorts(proxy *xds.Proxy, push *model.PushContext) []inboundPort {
+	var w *model.Workload
+	for _, ip := range proxy.IPAddresses {
+		if w = push.WorkloadByAddress(push.Mesh.Network, ip); w != nil {
+			break
+		}
+	}
+	labels := proxy.Labels
+	if w != nil && len(labels) == 0 {
+		labels = w.Labels
+	}
+	seen := map[uint32]bool{}
+	var out []inboundPort
+	for _, svc := range push.ServicesInNamespace(proxy.Namespace) {
+		if len(svc.Selector) == 0 || !selectorMatch(svc.Selector, labels) {
+			continue
+		}
+		for _, p := range svc.Ports {
+			target := p.Port
+			switch {
+			case p.TargetPort != 0:
+				target = p.TargetPort
+			case p.TargetPortName != "" && w != nil:
+				if n, ok := w.ContainerPorts[p.TargetPortName]; ok {
+					target = n
+				}
+			}
+			if !seen[target] {
+				seen[target] = true
+				out = append(out, inboundPort{port: target, protocol: p.Protocol})
+			}
+		}
+	}
+	return out
+}
+
+func selectorMatch(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func buildInboundCluster(port uint32) *cluster.Cluster {
+	name := InboundClusterName(port)
+	return &cluster.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		ConnectTimeout:       durationpb.New(defaultConnectTimeout),
+		LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
+			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: socketAddress("127.0.0.1", port)}}}},
+		}}},
+	}
+}
+
+func buildStaticCluster(name string) *cluster.Cluster {
+	c := &cluster.Cluster{Name: name, ConnectTimeout: durationpb.New(defaultConnectTimeout)}
+	switch name {
+	case BlackHoleCluster:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
+	default:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
+		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+		if name == InboundPassthroughCluster {
+			// Istio binds inbound passthrough connections to 127.0.0.6 so they are not redirected again.
+			c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()}
+		}
+	}
+	return c
+}
+
+func socketAddress(ip string, port uint32) *core.Address {
+	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+		Address: ip, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}
+}

@@ -1,0 +1,170 @@
+package envoy
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+type endpointGenerator struct{ g *Generators }
+
+// edsKey is everything one ClusterLoadAssignment depends on: the service's endpoint set (replaced on any
+// change), the subset's labels (from the DestinationRule) and the client flavor.
+type edsKey struct {
+	cluster   string
+	endpoints *model.ServiceEndpoints
+	dr        *model.DestinationRule
+	flavor    flavor
+}
+
+// Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.
+func (e endpointGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+	g := e.g
+	scope := g.scopeFor(proxy, push)
+	fl := flavorOf(proxy)
+	names := make([]string, 0, len(w.ResourceNames))
+	for name := range w.ResourceNames {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make(xds.Resources, 0, len(names))
+	for _, name := range names {
+		cn, ok := ParseClusterName(name)
+		if !ok || cn.Direction != Outbound {
+			continue
+		}
+		svc := scope.Service(cn.Host)
+		if svc == nil || svc.PortByNumber(cn.Port) == nil {
+			continue
+		}
+		var dr *model.DestinationRule
+		var subsetLabels map[string]string
+		if cn.Subset != "" {
+			dr = push.DestinationRule(proxy.Namespace, svc)
+			found := false
+			for _, ss := range dr.GetSubsets() {
+				if ss.Name == cn.Subset {
+					subsetLabels, found = ss.Labels, true
+				}
+			}
+			if !found {
+				continue
+			}
+		}
+		se := push.Endpoints(svc.Key())
+		key := edsKey{cluster: name, endpoints: se, dr: dr, flavor: fl}
+		r, err := g.cached(key, name, func() proto.Message {
+			var eps []*model.Endpoint
+			if se != nil {
+				eps = se.ByPort[cn.Port]
+			}
+			return loadAssignment(name, eps, subsetLabels, fl)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// NeedsPush sends EDS on an incremental push only to proxies watching a cluster of a changed service.
+func (e endpointGenerator) NeedsPush(_ *xds.Proxy, w *xds.WatchedResource, req *model.PushRequest) bool {
+	if req == nil || req.Full {
+		return true
+	}
+	if len(req.ServicesUpdated) == 0 {
+		return false
+	}
+	hosts := make(map[string]struct{}, len(req.ServicesUpdated))
+	for key := range req.ServicesUpdated {
+		_, host, _ := strings.Cut(key, "/")
+		hosts[host] = struct{}{}
+	}
+	for name := range w.ResourceNames {
+		if cn, ok := ParseClusterName(name); ok {
+			if _, hit := hosts[cn.Host]; hit {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+
+// loadAssignment groups endpoints by locality, sorted, each group weighted by the sum of its endpoints'
+// weights. Every group has a locality and a weight: gRPC clients reject or ignore groups without them.
+func loadAssignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor) *endpoint.ClusterLoadAssignment {
+	groups := map[string]*endpoint.LocalityLbEndpoints{}
+	for _, ep := range eps {
+		if !selectorMatch(subsetLabels, ep.Labels) {
+			continue
+		}
+		if fl == flavorGRPC && ep.Health != model.Healthy {
+			continue // gRPC clients have no use for endpoints they may not send to
+		}
+		grp := groups[ep.Locality]
+		if grp == nil {
+			region, rest, _ := strings.Cut(ep.Locality, "/")
+			zone, subzone, _ := strings.Cut(rest, "/")
+			grp = &endpoint.LocalityLbEndpoints{Locality: &core.Locality{Region: region, Zone: zone, SubZone: subzone}}
+			groups[ep.Locality] = grp
+		}
+		lb := &endpoint.LbEndpoint{
+			HostIdentifier:      &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(ep.Address, ep.Port)}},
+			HealthStatus:        healthStatus(ep.Health),
+			LoadBalancingWeight: wrapperspb.UInt32(max(ep.Weight, 1)),
+		}
+		if fl == flavorEnvoy {
+			lb.Metadata = endpointMetadata(ep)
+		}
+		grp.LbEndpoints = append(grp.LbEndpoints, lb)
+	}
+	out := &endpoint.ClusterLoadAssignment{ClusterName: name}
+	for _, grp := range groups {
+		var weight uint32
+		for _, lb := range grp.LbEndpoints {
+			weight += lb.LoadBalancingWeight.GetValue()
+		}
+		grp.LoadBalancingWeight = wrapperspb.UInt32(weight)
+		out.Endpoints = append(out.Endpoints, grp)
+	}
+	slices.SortFunc(out.Endpoints, func(a, b *endpoint.LocalityLbEndpoints) int {
+		return cmp.Or(strings.Compare(a.Locality.Region, b.Locality.Region), strings.Compare(a.Locality.Zone, b.Locality.Zone),
+			strings.Compare(a.Locality.SubZone, b.Locality.SubZone))
+	})
+	return out
+}
+
+func healthStatus(h model.Health) core.HealthStatus {
+	switch h {
+	case model.Unhealthy:
+		return core.HealthStatus_UNHEALTHY
+	case model.Draining:
+		return core.HealthStatus_DRAINING
+	}
+	return core.HealthStatus_HEALTHY
+}
+
+// endpointMetadata carries what auto mTLS and telemetry read: the tlsMode transport socket match and
+// the workload's identity.
+func endpointMetadata(ep *model.Endpoint) *core.Metadata {
+	md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		"envoy.transport_socket_match": {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(ep.TLSMode)}},
+	}}
+	if ep.WorkloadName != "" {
+		md.FilterMetadata["istio"] = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"workload": structpb.NewStringValue(ep.WorkloadName + ";" + ep.Namespace),
+		}}
+	}
+	return md
+}

@@ -1,0 +1,80 @@
+package envoy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// Options configure the generators.
+type Options struct {
+	// CacheSize bounds the number of shared, marshaled resources kept (default 100,000).
+	CacheSize int
+}
+
+// Generators builds Envoy resources. It is safe for concurrent use by many pushes.
+type Generators struct {
+	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
+	resources *lru.Cache[any, *xds.Resource]
+	scopes    *lru.Cache[scopeKey, *Scope]
+}
+
+// New returns the generators.
+func New(opts Options) *Generators {
+	if opts.CacheSize == 0 {
+		opts.CacheSize = 100_000
+	}
+	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
+	scopes, _ := lru.New[scopeKey, *Scope](4096)
+	return &Generators{resources: resources, scopes: scopes}
+}
+
+// ByTypeURL returns the generators to register with the xDS server.
+func (g *Generators) ByTypeURL() map[string]xds.Generator {
+	return map[string]xds.Generator{
+		xds.ClusterType:  clusterGenerator{g},
+		xds.EndpointType: endpointGenerator{g},
+		xds.ListenerType: listenerGenerator{g},
+		xds.RouteType:    routeGenerator{g},
+	}
+}
+
+// cached returns the resource under key, building and marshaling it on a miss. key must capture
+// everything build reads.
+func (g *Generators) cached(key any, name string, build func() proto.Message) (*xds.Resource, error) {
+	if r, ok := g.resources.Get(key); ok {
+		return r, nil
+	}
+	r, err := marshal(name, build())
+	if err != nil {
+		return nil, err
+	}
+	g.resources.Add(key, r)
+	return r, nil
+}
+
+func marshal(name string, m proto.Message) (*xds.Resource, error) {
+	a, err := anypb.New(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s: %w", name, err)
+	}
+	// The version is the content hash, computed once here rather than per proxy by the transport, so a
+	// rebuild with the same bytes is not re-sent over delta xDS.
+	sum := sha256.Sum256(a.Value)
+	return &xds.Resource{Name: name, Version: hex.EncodeToString(sum[:12]), Any: a}, nil
+}
+
+// wants reports whether a subscription asks for name.
+func wants(w *xds.WatchedResource, name string) bool {
+	if w == nil || w.Wildcard {
+		return true
+	}
+	_, ok := w.ResourceNames[name]
+	return ok
+}

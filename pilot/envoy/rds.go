@@ -1,0 +1,406 @@
+package envoy
+
+// RDS: RouteConfigurations, named and built as istiod names and builds them.
+//
+//   - Sidecars: one RouteConfiguration per HTTP service port number in the proxy's scope, named by the
+//     number ("9080"). It has a virtual host "HOSTNAME:PORT" per service in scope with an HTTP port PORT,
+//     then "allow_any" (domain "*") to PassthroughCluster. HTTP means HTTP, HTTP2 and GRPC
+//     (Protocol.IsHTTP). Unlike istiod, a port of unknown protocol is not sniffed: the listener generator
+//     proxies it as TCP, so it has no routes here either.
+//   - Gateways (rds_gateway.go): "http.PORT" for plain HTTP servers and
+//     "https.PORT.PORTNAME.GATEWAY.NAMESPACE" for HTTPS servers that terminate TLS.
+//   - Proxyless gRPC: "HOST:PORT" as the client's target names its API listener (HOST may be short; also
+//     "outbound|PORT||HOST", istiod's form): one virtual host with the domains "HOST:PORT" and "HOST".
+//
+// Fault injection is carried per route in typed_per_filter_config under FaultFilterName; the listener's
+// HttpConnectionManager must list that filter (an empty envoy.extensions.filters.http.fault.v3.HTTPFault)
+// before the router, as istiod's does, or Envoy ignores (gRPC rejects) the per-route config.
+
+import (
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// FaultFilterName is the HTTP filter whose per-route config carries a VirtualService's fault injection.
+const FaultFilterName = "envoy.filters.http.fault"
+
+// AllowAnyVirtualHost is the name of the sidecar's catch-all virtual host (outbound traffic policy ALLOW_ANY).
+const AllowAnyVirtualHost = "allow_any"
+
+type routeGenerator struct{ g *Generators }
+
+// Generate returns the RouteConfigurations the proxy asks for that exist, sorted by name. A wildcard
+// subscription (Envoy and gRPC never make one for RDS) gets every route configuration: each HTTP port of a
+// sidecar, each server of a gateway, FQDN:PORT of each HTTP service port for gRPC.
+func (r routeGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+	g := r.g
+	scope := g.scopeFor(proxy, push)
+	var gws []*config.Config
+	if proxy.Type == xds.Router {
+		gws = push.Gateways(proxy.Labels)
+	}
+	gwKey := gatewaysKey(gws)
+	names := requestedNames(w)
+	if w == nil || w.Wildcard {
+		switch proxy.Type {
+		case xds.Router:
+			names = append(names, gatewayRouteNames(gws)...)
+		case xds.GRPC:
+			names = append(names, grpcRouteNames(scope)...)
+		default:
+			for _, p := range sidecarRoutePorts(scope) {
+				names = append(names, strconv.FormatUint(uint64(p), 10))
+			}
+		}
+		slices.Sort(names)
+		names = slices.Compact(names)
+	}
+	out := make(xds.Resources, 0, len(names))
+	for _, name := range names {
+		res, err := g.routeConfig(proxy, push, scope, gws, gwKey, name)
+		if err != nil {
+			return nil, err
+		}
+		if res != nil {
+			out = append(out, res)
+		}
+	}
+	return out, nil
+}
+
+func requestedNames(w *xds.WatchedResource) []string {
+	if w == nil {
+		return nil
+	}
+	names := make([]string, 0, len(w.ResourceNames))
+	for n := range w.ResourceNames {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// routeKey identifies a built RouteConfiguration. scope stands for the snapshot, the proxy's namespace and
+// its Sidecar; gateways for the Gateways selecting a router; labels is set only for configurations that
+// VirtualService sourceLabels made depend on the proxy's labels.
+type routeKey struct {
+	proxyType xds.ProxyType
+	name      string
+	scope     *Scope
+	gateways  string
+	labels    string
+	// labelled marks the entry saying "look again with the labels".
+	labelled bool
+}
+
+// Markers stored in the resource cache under a routeKey. They are never modified.
+var (
+	routeAbsent         = &xds.Resource{Name: "<absent route configuration>"}
+	routeDependsOnLabel = &xds.Resource{Name: "<route configuration depends on proxy labels>"}
+)
+
+// routeConfig returns the marshaled RouteConfiguration name for proxy, or nil when it does not exist.
+func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwKey, name string) (*xds.Resource, error) {
+	key := routeKey{proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey}
+	r, ok := g.resources.Get(key)
+	if ok && r == routeDependsOnLabel {
+		key.labels, key.labelled = labelsKey(proxy.Labels), true
+		r, ok = g.resources.Get(key)
+	}
+	if ok {
+		if r == routeAbsent {
+			return nil, nil
+		}
+		return r, nil
+	}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, grpc: proxy.Type == xds.GRPC}
+	var rc *route.RouteConfiguration
+	switch proxy.Type {
+	case xds.Router:
+		rc = b.gatewayRouteConfig(name)
+	case xds.GRPC:
+		rc = b.grpcRouteConfig(name)
+	default:
+		rc = b.sidecarRouteConfig(name)
+	}
+	if b.usedLabels && !key.labelled {
+		g.resources.Add(key, routeDependsOnLabel)
+		key.labels, key.labelled = labelsKey(proxy.Labels), true
+	}
+	if rc == nil {
+		g.resources.Add(key, routeAbsent)
+		return nil, nil
+	}
+	return g.cached(key, name, func() proto.Message { return rc })
+}
+
+// routeProxyType folds the Envoy-based types that build the same configuration.
+func routeProxyType(p *xds.Proxy) xds.ProxyType {
+	switch p.Type {
+	case xds.Router, xds.GRPC:
+		return p.Type
+	}
+	return xds.Sidecar
+}
+
+func labelsKey(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(labels[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// isHTTPPort reports whether a sidecar serves the port through RDS: HTTP, HTTP2 and gRPC. Ports of unknown
+// protocol are not sniffed: the listener generator proxies them as TCP, so they have no routes.
+func isHTTPPort(p *model.Port) bool {
+	return p.Protocol.IsHTTP()
+}
+
+// sidecarRoutePorts returns the HTTP port numbers of the services in scope, sorted.
+func sidecarRoutePorts(scope *Scope) []uint32 {
+	seen := map[uint32]bool{}
+	var out []uint32
+	for _, svc := range scope.Services {
+		for _, p := range svc.Ports {
+			if isHTTPPort(p) && !seen[p.Port] {
+				seen[p.Port] = true
+				out = append(out, p.Port)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// routeBuilder builds the RouteConfigurations of one proxy from one snapshot.
+type routeBuilder struct {
+	push  *model.PushContext
+	proxy *xds.Proxy
+	scope *Scope
+	// gateways are the Gateways selecting a router, oldest first.
+	gateways []*config.Config
+	grpc     bool
+	// usedLabels records that a VirtualService match on sourceLabels was evaluated against the proxy.
+	usedLabels bool
+}
+
+// sidecarRouteConfig builds the route configuration named by a port number, or nil when no service in
+// scope has that HTTP port.
+func (b *routeBuilder) sidecarRouteConfig(name string) *route.RouteConfiguration {
+	port64, err := strconv.ParseUint(name, 10, 32)
+	if err != nil || port64 == 0 || port64 > 65535 || strconv.FormatUint(port64, 10) != name {
+		return nil
+	}
+	port := uint32(port64)
+	domains := newDomainSet()
+	var vhosts []*route.VirtualHost
+	found := false
+	for _, svc := range b.scope.Services {
+		sp := svc.PortByNumber(port)
+		if sp == nil || !isHTTPPort(sp) {
+			continue
+		}
+		found = true
+		ds := domains.add(serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix))
+		if len(ds) == 0 {
+			continue // every name already belongs to an earlier virtual host
+		}
+		vhosts = append(vhosts, &route.VirtualHost{
+			Name:                       hostPort(svc.Hostname, port),
+			Domains:                    ds,
+			Routes:                     b.serviceRoutes(svc, port),
+			IncludeRequestAttemptCount: true,
+		})
+	}
+	if !found {
+		return nil
+	}
+	if ds := domains.add([]string{"*"}); len(ds) > 0 {
+		vhosts = append(vhosts, allowAnyVirtualHost())
+	}
+	return &route.RouteConfiguration{Name: name, VirtualHosts: vhosts, ValidateClusters: wrapperspb.Bool(false)}
+}
+
+func allowAnyVirtualHost() *route.VirtualHost {
+	return &route.VirtualHost{
+		Name:    AllowAnyVirtualHost,
+		Domains: []string{"*"},
+		Routes: []*route.Route{{
+			Name:  AllowAnyVirtualHost,
+			Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &route.Route_Route{Route: &route.RouteAction{
+				ClusterSpecifier:  &route.RouteAction_Cluster{Cluster: PassthroughCluster},
+				Timeout:           durationpb.New(0),
+				MaxStreamDuration: &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: durationpb.New(0)},
+			}},
+		}},
+		IncludeRequestAttemptCount: true,
+	}
+}
+
+// serviceRoutes returns the routes of a sidecar (or gRPC) virtual host for svc on port: its VirtualService's
+// when one applies and yields routes for the port, else the default route.
+func (b *routeBuilder) serviceRoutes(svc *model.Service, port uint32) []*route.Route {
+	if vs := b.push.VirtualServiceForHost(b.proxy.Namespace, model.MeshGateway, svc.Hostname); vs != nil {
+		if routes := b.virtualServiceRoutes(vs, model.MeshGateway, port); len(routes) > 0 {
+			return routes
+		}
+	}
+	return []*route.Route{b.defaultRoute(svc, port)}
+}
+
+// hostPort is HOST:PORT.
+func hostPort(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// serviceDomains returns the names a sidecar in proxyNS may use for svc on port, istiod's list: the
+// hostname, for a Kubernetes service its shorter forms (NAME only from the service's own namespace), and
+// each VIP; each with and without ":PORT".
+func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string) []string {
+	names := []string{svc.Hostname}
+	if svc.Source.Kind == "Service" && svc.Name != "" {
+		base := svc.Name + "." + svc.Namespace
+		if strings.HasPrefix(svc.Hostname, base+".svc.") {
+			if svc.Namespace == proxyNS {
+				names = append(names, svc.Name)
+			}
+			names = append(names, base, base+".svc")
+			// NAME.NAMESPACE.svc.cluster for the suffix cluster.local: every shorter form of the suffix.
+			labels := strings.Split(suffix, ".")
+			for i := 1; i < len(labels); i++ {
+				names = append(names, base+".svc."+strings.Join(labels[:i], "."))
+			}
+		}
+	}
+	for _, addr := range svc.Addresses {
+		if addr == "" || addr == "0.0.0.0" || addr == "::" || strings.Contains(addr, "/") {
+			continue
+		}
+		if strings.Contains(addr, ":") {
+			addr = "[" + addr + "]"
+		}
+		names = append(names, addr)
+	}
+	out := make([]string, 0, 2*len(names))
+	p := ":" + strconv.FormatUint(uint64(port), 10)
+	for _, n := range names {
+		out = append(out, n, n+p)
+	}
+	return out
+}
+
+// domainSet keeps the domains of one RouteConfiguration unique: Envoy rejects a configuration naming a
+// domain twice (case-insensitively). The first virtual host to claim a domain keeps it.
+type domainSet map[string]bool
+
+func newDomainSet() domainSet { return domainSet{} }
+
+// add returns the domains not yet claimed, claiming them.
+func (s domainSet) add(domains []string) []string {
+	out := make([]string, 0, len(domains))
+	for _, d := range domains {
+		k := strings.ToLower(d)
+		if s[k] {
+			continue
+		}
+		s[k] = true
+		out = append(out, d)
+	}
+	return out
+}
+
+// grpcRouteConfig answers a proxyless gRPC client. The listener generator names the route configuration of
+// its API listener as the client's target, HOST:PORT, where HOST may be short ("echo", "echo.ns", resolved
+// from the client's namespace as a pod's DNS search path does); istiod's "outbound|PORT||HOST" is accepted
+// too. It exists when the host is a service with that port, or no service but a VirtualService host that
+// yields routes for the port. Domains: the target as written (with and without the port), then the full
+// hostname (with and without the port).
+func (b *routeBuilder) grpcRouteConfig(name string) *route.RouteConfiguration {
+	asked, port, ok := parseGRPCRouteName(name)
+	if !ok {
+		return nil
+	}
+	var svc *model.Service
+	host := asked
+	for _, h := range grpcCandidates(asked, b.proxy.Namespace, b.push.Mesh.DomainSuffix) {
+		if s := b.push.ServiceForHostname(b.proxy.Namespace, h); s != nil {
+			svc, host = s, h
+			break
+		}
+	}
+	if svc != nil && svc.PortByNumber(port) == nil {
+		return nil // the service exists without that port
+	}
+	var routes []*route.Route
+	if vs := b.push.VirtualServiceForHost(b.proxy.Namespace, model.MeshGateway, host); vs != nil {
+		routes = b.virtualServiceRoutes(vs, model.MeshGateway, port)
+	}
+	if len(routes) == 0 {
+		if svc == nil {
+			return nil
+		}
+		routes = []*route.Route{b.defaultRoute(svc, port)}
+	}
+	domains := newDomainSet().add([]string{hostPort(asked, port), asked, hostPort(host, port), host})
+	return &route.RouteConfiguration{
+		Name: name,
+		VirtualHosts: []*route.VirtualHost{{
+			Name:    hostPort(host, port),
+			Domains: domains,
+			Routes:  routes,
+		}},
+	}
+}
+
+// grpcRouteNames are the route configurations of a wildcard gRPC subscription: FQDN:PORT for every HTTP
+// port in scope, as the listener generator's API listeners.
+func grpcRouteNames(scope *Scope) []string {
+	var out []string
+	for _, svc := range scope.Services {
+		for _, p := range svc.Ports {
+			if p.Protocol.IsHTTP() {
+				out = append(out, hostPort(svc.Hostname, p.Port))
+			}
+		}
+	}
+	return out
+}
+
+func parseGRPCRouteName(name string) (string, uint32, bool) {
+	if cn, ok := ParseClusterName(name); ok {
+		if cn.Direction != Outbound || cn.Subset != "" || cn.Host == "" || cn.Port == 0 || cn.Port > 65535 {
+			return "", 0, false
+		}
+		return cn.Host, cn.Port, true
+	}
+	host, ps, err := net.SplitHostPort(name)
+	if err != nil || host == "" || strings.ContainsAny(host, "|/*") {
+		return "", 0, false
+	}
+	p, err := strconv.ParseUint(ps, 10, 32)
+	if err != nil || p == 0 || p > 65535 || strconv.FormatUint(p, 10) != ps {
+		return "", 0, false
+	}
+	return host, uint32(p), true
+}

@@ -1,0 +1,185 @@
+package envoy
+
+// Gateway RouteConfigurations, named as istiod names them:
+//
+//	http.PORT[.BIND]                                   plain HTTP (HTTP, HTTP2, GRPC) servers on PORT, all
+//	                                                   Gateways selecting the proxy merged
+//	https.PORT.PORTNAME.GATEWAY.NAMESPACE[.BIND]       an HTTPS server terminating TLS (PORTNAME is the
+//	                                                   server's port.name); PASSTHROUGH and AUTO_PASSTHROUGH
+//	                                                   servers have no routes (SNI filter chains instead)
+//
+// Each has one virtual host per host shared by a server and a VirtualService bound to its Gateway, named
+// HOST:PORT with the domains HOST and HOST:PORT; routes of several VirtualServices for one host are
+// concatenated, oldest first. A configuration without any gets istiod's "blackhole:PORT" virtual host ("*",
+// no routes: 404).
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// GatewayRouteName returns the RouteConfiguration name of server in Gateway gw, or "" when the server's
+// traffic does not go through RDS (TCP, TLS, HTTPS passthrough). The listener generator uses it in its
+// HttpConnectionManager's rds.route_config_name.
+func GatewayRouteName(gw *config.Config, server *networking.Server) string {
+	if server.GetPort() == nil {
+		return ""
+	}
+	bind := ""
+	if server.Bind != "" {
+		bind = "." + server.Bind
+	}
+	port := strconv.FormatUint(uint64(server.Port.Number), 10)
+	switch p := model.ParseProtocol(server.Port.Protocol); {
+	case p.IsHTTP():
+		return "http." + port + bind
+	case p == model.ProtocolHTTPS && !isPassthroughServer(server):
+		return "https." + port + "." + server.Port.Name + "." + gw.Name + "." + gw.Namespace + bind
+	}
+	return ""
+}
+
+func isPassthroughServer(s *networking.Server) bool {
+	switch s.GetTls().GetMode() {
+	case networking.ServerTLSSettings_PASSTHROUGH, networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+		return true
+	}
+	return false
+}
+
+// gatewaysKey names the Gateways selecting a router for the cache key. Within one snapshot a name stands for
+// one content.
+func gatewaysKey(gws []*config.Config) string {
+	var b strings.Builder
+	for _, gw := range gws {
+		b.WriteString(gw.Namespace)
+		b.WriteByte('/')
+		b.WriteString(gw.Name)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// gatewayRouteNames returns every route configuration name of the Gateways, sorted.
+func gatewayRouteNames(gws []*config.Config) []string {
+	var out []string
+	for _, gw := range gws {
+		for _, s := range gw.Spec.(*networking.Gateway).Servers {
+			if n := GatewayRouteName(gw, s); n != "" {
+				out = append(out, n)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// gatewayRouteConfig builds route configuration name of a router, or nil when none of its Gateways has it.
+func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration {
+	type gatewayServer struct {
+		gw     *config.Config
+		server *networking.Server
+	}
+	var servers []gatewayServer
+	for _, gw := range b.gateways {
+		for _, s := range gw.Spec.(*networking.Gateway).Servers {
+			if GatewayRouteName(gw, s) == name {
+				servers = append(servers, gatewayServer{gw, s})
+			}
+		}
+	}
+	if len(servers) == 0 {
+		return nil
+	}
+	port := servers[0].server.Port.Number
+	domains := newDomainSet()
+	var vhosts []*route.VirtualHost
+	type vhostState struct {
+		vh  *route.VirtualHost
+		vss []*model.VirtualService
+	}
+	byHost := map[string]*vhostState{}
+	for _, gs := range servers {
+		gwName := gs.gw.Namespace + "/" + gs.gw.Name
+		for _, vs := range b.push.VirtualServices(b.proxy.Namespace, gwName) {
+			hosts := serverVirtualServiceHosts(gs.server, gs.gw.Namespace, vs)
+			if len(hosts) == 0 {
+				continue
+			}
+			routes := b.virtualServiceRoutes(vs, gwName, port)
+			if len(routes) == 0 {
+				continue
+			}
+			for _, host := range hosts {
+				if st := byHost[host]; st != nil {
+					if !slices.Contains(st.vss, vs) {
+						st.vss = append(st.vss, vs)
+						st.vh.Routes = append(st.vh.Routes, routes...)
+					}
+					continue
+				}
+				ds := domains.add([]string{host, hostPort(host, port)})
+				if len(ds) == 0 {
+					continue
+				}
+				vh := &route.VirtualHost{
+					Name:                       hostPort(host, port),
+					Domains:                    ds,
+					Routes:                     slices.Clone(routes),
+					IncludeRequestAttemptCount: true,
+				}
+				if gs.server.GetTls().GetHttpsRedirect() {
+					vh.RequireTls = route.VirtualHost_ALL
+				}
+				byHost[host] = &vhostState{vh: vh, vss: []*model.VirtualService{vs}}
+				vhosts = append(vhosts, vh)
+			}
+		}
+	}
+	if len(vhosts) == 0 {
+		vhosts = []*route.VirtualHost{{Name: hostPort("blackhole", port), Domains: []string{"*"}, Routes: []*route.Route{}}}
+	}
+	return &route.RouteConfiguration{Name: name, VirtualHosts: vhosts, ValidateClusters: wrapperspb.Bool(false)}
+}
+
+// serverVirtualServiceHosts returns the hosts where server (of a Gateway in gwNS) and vs meet: for each pair
+// of a server host ([NAMESPACE/]HOST, NAMESPACE "*", "." or a name) and a VirtualService host that match,
+// the more specific of the two.
+func serverVirtualServiceHosts(server *networking.Server, gwNS string, vs *model.VirtualService) []string {
+	var out []string
+	for _, sh := range server.Hosts {
+		ns, host := "*", sh
+		if n, h, ok := strings.Cut(sh, "/"); ok {
+			ns, host = n, h
+		}
+		if ns == "." {
+			ns = gwNS
+		}
+		if ns == "~" || (ns != "*" && ns != vs.Namespace) {
+			continue
+		}
+		for _, vh := range vs.Hosts {
+			var h string
+			switch {
+			case model.HostMatches(host, vh):
+				h = vh
+			case model.HostMatches(vh, host):
+				h = host
+			default:
+				continue
+			}
+			if !slices.Contains(out, h) {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,830 @@
+package envoy
+
+// VirtualService HTTP routes → Envoy routes, following istiod's translation (pilot/pkg/networking/core/route).
+
+import (
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	commonfault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	envoytype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// DefaultRetryOn is istiod's retry_on when a route does not say.
+const DefaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+
+const previousHostsPredicate = "envoy.retry_host_predicates.previous_hosts"
+
+// defaultRoute sends everything to the service's cluster on port: istiod's route for a service without a
+// VirtualService.
+func (b *routeBuilder) defaultRoute(svc *model.Service, port uint32) *route.Route {
+	action := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: OutboundClusterName(port, "", svc.Hostname)}}
+	b.setTimeout(action, nil)
+	hash := b.hashPolicy(svc, "", port)
+	action.RetryPolicy = b.retryPolicy(nil, hash != nil)
+	if hash != nil {
+		action.HashPolicy = []*route.RouteAction_HashPolicy{hash}
+	}
+	r := &route.Route{
+		Name:   "default",
+		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_Route{Route: action},
+	}
+	if !b.grpc {
+		r.Decorator = &route.Decorator{Operation: hostPort(svc.Hostname, port) + "/*"}
+	}
+	return r
+}
+
+// virtualServiceRoutes translates vs's HTTP routes that apply to this proxy on gateway and port. Routes after
+// a catch-all are unreachable and left out, as istiod does.
+func (b *routeBuilder) virtualServiceRoutes(vs *model.VirtualService, gateway string, port uint32) []*route.Route {
+	var out []*route.Route
+	for _, in := range vs.Spec.Http {
+		if in.Delegate != nil {
+			continue // delegate VirtualServices are not supported
+		}
+		matches := in.Match
+		if len(matches) == 0 {
+			matches = []*networking.HTTPMatchRequest{nil}
+		}
+		for _, m := range matches {
+			if !b.matchApplies(vs, m, gateway, port) {
+				continue
+			}
+			r := b.translateRoute(vs, in, m, port)
+			if r == nil {
+				continue
+			}
+			out = append(out, r)
+			if isCatchAllRoute(r) {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// matchApplies evaluates the parts of a match decided by the proxy rather than the request: port, gateways,
+// sourceNamespace and sourceLabels.
+func (b *routeBuilder) matchApplies(vs *model.VirtualService, m *networking.HTTPMatchRequest, gateway string, port uint32) bool {
+	if m == nil {
+		return true
+	}
+	if m.Port != 0 && m.Port != port {
+		return false
+	}
+	if len(m.Gateways) > 0 && !slices.ContainsFunc(m.Gateways, func(g string) bool { return resolveGateway(g, vs.Namespace) == gateway }) {
+		return false
+	}
+	if m.SourceNamespace != "" && m.SourceNamespace != b.proxy.Namespace {
+		return false
+	}
+	if len(m.SourceLabels) > 0 {
+		b.usedLabels = true
+		for k, v := range m.SourceLabels {
+			if lv, ok := b.proxy.Labels[k]; !ok || lv != v {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// resolveGateway turns a gateway reference in namespace ns into "mesh" or NAMESPACE/NAME, as the model does.
+func resolveGateway(g, ns string) string {
+	if g == model.MeshGateway || strings.Contains(g, "/") {
+		return g
+	}
+	if name, rest, ok := strings.Cut(g, "."); ok {
+		gwNS, _, _ := strings.Cut(rest, ".")
+		return gwNS + "/" + name
+	}
+	return ns + "/" + g
+}
+
+func isCatchAllRoute(r *route.Route) bool {
+	m := r.GetMatch()
+	catchAll := false
+	switch ps := m.GetPathSpecifier().(type) {
+	case *route.RouteMatch_Prefix:
+		catchAll = ps.Prefix == "/"
+	case *route.RouteMatch_SafeRegex:
+		catchAll = ps.SafeRegex.GetRegex() == "*" || ps.SafeRegex.GetRegex() == ".*"
+	}
+	return catchAll && len(m.Headers) == 0 && len(m.QueryParameters) == 0 && m.RuntimeFraction == nil
+}
+
+// translateRoute builds the Envoy route for one match of an HTTP route; nil when it cannot be expressed
+// (an invalid regex, an unsupported redirect code), so Envoy is never sent something it rejects.
+func (b *routeBuilder) translateRoute(vs *model.VirtualService, in *networking.HTTPRoute, m *networking.HTTPMatchRequest, port uint32) *route.Route {
+	match, ok := translateRouteMatch(m)
+	if !ok {
+		return nil
+	}
+	name := in.Name
+	if m != nil && m.Name != "" {
+		if name != "" {
+			name += "." + m.Name
+		} else {
+			name = m.Name
+		}
+	}
+	out := &route.Route{Name: name, Match: match, Metadata: configMetadata(vs)}
+	ops := translateHeaderOps(in.Headers)
+	out.RequestHeadersToAdd, out.RequestHeadersToRemove = ops.requestAdd, ops.requestRemove
+	out.ResponseHeadersToAdd, out.ResponseHeadersToRemove = ops.responseAdd, ops.responseRemove
+
+	switch {
+	case in.Redirect != nil:
+		action := redirectAction(in.Redirect, port)
+		if action == nil {
+			return nil
+		}
+		out.Action = action
+	case in.DirectResponse != nil:
+		if in.DirectResponse.Status < 200 || in.DirectResponse.Status >= 600 {
+			return nil
+		}
+		out.Action = directResponseAction(in.DirectResponse)
+	default:
+		action := b.routeAction(vs, in, port, ops.authority, out)
+		if action == nil {
+			return nil
+		}
+		out.Action = &route.Route_Route{Route: action}
+	}
+	if !b.grpc {
+		out.Decorator = &route.Decorator{Operation: routeOperation(out, vs.Name, port)}
+	}
+	if f := translateFault(in.Fault); f != nil {
+		a, err := anypb.New(f)
+		if err == nil {
+			out.TypedPerFilterConfig = map[string]*anypb.Any{FaultFilterName: a}
+		}
+	}
+	return out
+}
+
+// routeOperation names the route for tracing, as istiod: HOST:PORT/PATH for one cluster, else VSNAME:PORT/PATH.
+func routeOperation(r *route.Route, vsName string, port uint32) string {
+	path := "/*"
+	switch ps := r.GetMatch().GetPathSpecifier().(type) {
+	case *route.RouteMatch_Prefix:
+		path = ps.Prefix + "*"
+	case *route.RouteMatch_Path:
+		path = ps.Path
+	case *route.RouteMatch_SafeRegex:
+		path = ps.SafeRegex.GetRegex()
+	}
+	if cn, ok := ParseClusterName(r.GetRoute().GetCluster()); ok {
+		return hostPort(cn.Host, cn.Port) + path
+	}
+	return vsName + ":" + strconv.FormatUint(uint64(port), 10) + path
+}
+
+// configMetadata points back at the VirtualService, as istiod's does (istioctl reads it).
+func configMetadata(vs *model.VirtualService) *core.Metadata {
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		"istio": {Fields: map[string]*structpb.Value{
+			"config": structpb.NewStringValue("/apis/networking.istio.io/v1alpha3/namespaces/" + vs.Namespace + "/virtual-service/" + vs.Name),
+		}},
+	}}
+}
+
+// translateRouteMatch converts the request side of a match. ok is false when a regex does not compile.
+func translateRouteMatch(m *networking.HTTPMatchRequest) (*route.RouteMatch, bool) {
+	out := &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}
+	if m == nil {
+		return out, true
+	}
+	switch u := m.Uri.GetMatchType().(type) {
+	case *networking.StringMatch_Exact:
+		out.PathSpecifier = &route.RouteMatch_Path{Path: u.Exact}
+	case *networking.StringMatch_Prefix:
+		out.PathSpecifier = &route.RouteMatch_Prefix{Prefix: u.Prefix}
+	case *networking.StringMatch_Regex:
+		if !validRouteRegex(u.Regex) {
+			return nil, false
+		}
+		out.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: u.Regex}}
+	}
+	if m.IgnoreUriCase {
+		out.CaseSensitive = wrapperspb.Bool(false)
+	}
+	for _, name := range sortedMapKeys(m.Headers) {
+		h, ok := routeHeaderMatcher(strings.ToLower(name), m.Headers[name])
+		if !ok {
+			return nil, false
+		}
+		out.Headers = append(out.Headers, h)
+	}
+	for _, name := range sortedMapKeys(m.WithoutHeaders) {
+		h, ok := routeHeaderMatcher(strings.ToLower(name), m.WithoutHeaders[name])
+		if !ok {
+			return nil, false
+		}
+		h.InvertMatch = true
+		out.Headers = append(out.Headers, h)
+	}
+	for _, pseudo := range []struct {
+		name string
+		sm   *networking.StringMatch
+	}{{":method", m.Method}, {":authority", m.Authority}, {":scheme", m.Scheme}} {
+		if pseudo.sm == nil {
+			continue
+		}
+		h, ok := routeHeaderMatcher(pseudo.name, pseudo.sm)
+		if !ok {
+			return nil, false
+		}
+		out.Headers = append(out.Headers, h)
+	}
+	for _, name := range sortedMapKeys(m.QueryParams) {
+		if name == "" {
+			return nil, false
+		}
+		q := &route.QueryParameterMatcher{Name: name}
+		sm := m.QueryParams[name]
+		if isPresentMatch(sm) {
+			q.QueryParameterMatchSpecifier = &route.QueryParameterMatcher_PresentMatch{PresentMatch: true}
+		} else {
+			em, ok := routeStringMatcher(sm)
+			if !ok {
+				return nil, false
+			}
+			q.QueryParameterMatchSpecifier = &route.QueryParameterMatcher_StringMatch{StringMatch: em}
+		}
+		out.QueryParameters = append(out.QueryParameters, q)
+	}
+	return out, true
+}
+
+// isPresentMatch: an empty match, an empty prefix, or a match-everything regex only asks for presence.
+func isPresentMatch(sm *networking.StringMatch) bool {
+	switch v := sm.GetMatchType().(type) {
+	case nil:
+		return true
+	case *networking.StringMatch_Prefix:
+		return v.Prefix == ""
+	case *networking.StringMatch_Regex:
+		return v.Regex == "*" || v.Regex == ".*"
+	}
+	return false
+}
+
+func routeHeaderMatcher(name string, sm *networking.StringMatch) (*route.HeaderMatcher, bool) {
+	if name == "" || strings.ContainsAny(name, "\x00\r\n") {
+		return nil, false
+	}
+	h := &route.HeaderMatcher{Name: name}
+	if isPresentMatch(sm) {
+		h.HeaderMatchSpecifier = &route.HeaderMatcher_PresentMatch{PresentMatch: true}
+		return h, true
+	}
+	em, ok := routeStringMatcher(sm)
+	if !ok {
+		return nil, false
+	}
+	h.HeaderMatchSpecifier = &route.HeaderMatcher_StringMatch{StringMatch: em}
+	return h, true
+}
+
+func routeStringMatcher(sm *networking.StringMatch) (*matcher.StringMatcher, bool) {
+	switch v := sm.GetMatchType().(type) {
+	case *networking.StringMatch_Exact:
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: v.Exact}}, true
+	case *networking.StringMatch_Prefix:
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: v.Prefix}}, true
+	case *networking.StringMatch_Regex:
+		if !validRouteRegex(v.Regex) {
+			return nil, false
+		}
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: v.Regex}}}, true
+	}
+	return nil, false
+}
+
+// validRegex checks a regex with Go's RE2 syntax, close to Envoy's, so a bad one drops the route rather than
+// getting the whole RouteConfiguration rejected.
+func validRouteRegex(r string) bool {
+	if r == "" {
+		return false
+	}
+	_, err := regexp.Compile(r)
+	return err == nil
+}
+
+func sortedMapKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// headerOps is a translated Headers block. authority comes from setting the host or :authority request
+// header, which Envoy only allows as a host rewrite.
+type headerOps struct {
+	requestAdd, responseAdd       []*core.HeaderValueOption
+	requestRemove, responseRemove []string
+	authority                     string
+}
+
+func translateHeaderOps(h *networking.Headers) headerOps {
+	var out headerOps
+	if h == nil {
+		return out
+	}
+	req, resp := h.GetRequest(), h.GetResponse()
+	for _, k := range sortedMapKeys(req.GetSet()) {
+		if isAuthorityHeader(k) {
+			out.authority = req.Set[k]
+			continue
+		}
+		out.requestAdd = appendHeader(out.requestAdd, k, req.Set[k], core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, true)
+	}
+	for _, k := range sortedMapKeys(req.GetAdd()) {
+		out.requestAdd = appendHeader(out.requestAdd, k, req.Add[k], core.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD, true)
+	}
+	for _, k := range req.GetRemove() {
+		if modifiableHeader(k, true) {
+			out.requestRemove = append(out.requestRemove, k)
+		}
+	}
+	for _, k := range sortedMapKeys(resp.GetSet()) {
+		out.responseAdd = appendHeader(out.responseAdd, k, resp.Set[k], core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, false)
+	}
+	for _, k := range sortedMapKeys(resp.GetAdd()) {
+		out.responseAdd = appendHeader(out.responseAdd, k, resp.Add[k], core.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD, false)
+	}
+	for _, k := range resp.GetRemove() {
+		if modifiableHeader(k, false) {
+			out.responseRemove = append(out.responseRemove, k)
+		}
+	}
+	return out
+}
+
+func isAuthorityHeader(k string) bool {
+	k = strings.ToLower(k)
+	return k == "host" || k == ":authority"
+}
+
+// modifiableHeader: Envoy refuses to add or remove pseudo-headers, and host on requests.
+func modifiableHeader(k string, request bool) bool {
+	if k == "" || strings.HasPrefix(k, ":") || strings.ContainsAny(k, "\x00\r\n") {
+		return false
+	}
+	return !request || !strings.EqualFold(k, "host")
+}
+
+func appendHeader(list []*core.HeaderValueOption, k, v string, action core.HeaderValueOption_HeaderAppendAction, request bool) []*core.HeaderValueOption {
+	if !modifiableHeader(k, request) || strings.ContainsAny(v, "\x00\r\n") {
+		return list
+	}
+	return append(list, &core.HeaderValueOption{Header: &core.HeaderValue{Key: k, Value: v}, AppendAction: action})
+}
+
+// routeDestination is a VirtualService destination resolved for this proxy.
+type routeDestination struct {
+	cluster string
+	host    string
+	port    uint32
+	subset  string
+	svc     *model.Service // nil when the host is no known service
+}
+
+// resolveDestination picks the cluster: the destination's port, else the service's only port, else the
+// port of the route configuration (istiod's GetDestinationCluster).
+func (b *routeBuilder) resolveDestination(vsNS string, d *networking.Destination, listenerPort uint32) routeDestination {
+	host := model.ResolveHost(d.GetHost(), vsNS, b.push.Mesh.DomainSuffix)
+	svc := b.push.ServiceForHostname(b.proxy.Namespace, host)
+	port := listenerPort
+	if n := d.GetPort().GetNumber(); n != 0 {
+		port = n
+	} else if svc != nil && len(svc.Ports) == 1 {
+		port = svc.Ports[0].Port
+	}
+	return routeDestination{cluster: OutboundClusterName(port, d.GetSubset(), host), host: host, port: port, subset: d.GetSubset(), svc: svc}
+}
+
+// routeAction builds the forwarding action of an HTTP route. It may add the single destination's header
+// operations to out.
+func (b *routeBuilder) routeAction(vs *model.VirtualService, in *networking.HTTPRoute, port uint32, authority string, out *route.Route) *route.RouteAction {
+	action := &route.RouteAction{}
+	b.setTimeout(action, in.Timeout)
+	if rw := in.Rewrite; rw != nil {
+		switch {
+		case rw.UriRegexRewrite != nil && validRouteRegex(rw.UriRegexRewrite.Match):
+			action.RegexRewrite = &matcher.RegexMatchAndSubstitute{
+				Pattern:      &matcher.RegexMatcher{Regex: rw.UriRegexRewrite.Match},
+				Substitution: rw.UriRegexRewrite.Rewrite,
+			}
+		case rw.Uri != "":
+			action.PrefixRewrite = rw.Uri
+		}
+		if rw.Authority != "" {
+			authority = rw.Authority
+		}
+	}
+	// Destinations: zero weights are dropped when others carry weight; all-zero means an even split.
+	dsts := make([]*networking.HTTPRouteDestination, 0, len(in.Route))
+	for _, d := range in.Route {
+		if d.GetDestination() != nil && (d.Weight > 0 || len(in.Route) == 1) {
+			dsts = append(dsts, d)
+		}
+	}
+	even := false
+	if len(dsts) == 0 {
+		for _, d := range in.Route {
+			if d.GetDestination() != nil {
+				dsts = append(dsts, d)
+			}
+		}
+		even = true
+	}
+	if len(dsts) == 0 {
+		return nil
+	}
+	resolved := make([]routeDestination, len(dsts))
+	for i, d := range dsts {
+		resolved[i] = b.resolveDestination(vs.Namespace, d.Destination, port)
+	}
+	if len(dsts) == 1 {
+		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: resolved[0].cluster}
+		ops := translateHeaderOps(dsts[0].Headers)
+		out.RequestHeadersToAdd = append(out.RequestHeadersToAdd, ops.requestAdd...)
+		out.RequestHeadersToRemove = append(out.RequestHeadersToRemove, ops.requestRemove...)
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, ops.responseAdd...)
+		out.ResponseHeadersToRemove = append(out.ResponseHeadersToRemove, ops.responseRemove...)
+		if authority == "" {
+			authority = ops.authority
+		}
+	} else {
+		wc := &route.WeightedCluster{}
+		for i, d := range dsts {
+			w := uint32(d.Weight)
+			if even {
+				w = 1
+			}
+			cw := &route.WeightedCluster_ClusterWeight{Name: resolved[i].cluster, Weight: wrapperspb.UInt32(w)}
+			ops := translateHeaderOps(d.Headers)
+			cw.RequestHeadersToAdd, cw.RequestHeadersToRemove = ops.requestAdd, ops.requestRemove
+			cw.ResponseHeadersToAdd, cw.ResponseHeadersToRemove = ops.responseAdd, ops.responseRemove
+			if ops.authority != "" && authority == "" {
+				cw.HostRewriteSpecifier = &route.WeightedCluster_ClusterWeight_HostRewriteLiteral{HostRewriteLiteral: ops.authority}
+			}
+			wc.Clusters = append(wc.Clusters, cw)
+		}
+		action.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
+	}
+	if authority != "" {
+		action.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
+	}
+	// Consistent hashing applies when every destination agrees on it.
+	var hash *route.RouteAction_HashPolicy
+	for i, d := range resolved {
+		h := b.hashPolicy(d.svc, d.subset, d.port)
+		if i == 0 {
+			hash = h
+		} else if !proto.Equal(hash, h) {
+			hash = nil
+			break
+		}
+	}
+	if hash != nil {
+		action.HashPolicy = []*route.RouteAction_HashPolicy{hash}
+	}
+	action.RetryPolicy = b.retryPolicy(in.Retries, hash != nil)
+	action.RequestMirrorPolicies = b.mirrorPolicies(vs, in, port)
+	return action
+}
+
+// setTimeout applies the route timeout; none (0) disables Envoy's 15 s default, as istiod does.
+func (b *routeBuilder) setTimeout(action *route.RouteAction, t *durationpb.Duration) {
+	timeout := durationpb.New(0)
+	if t != nil && t.AsDuration() >= 0 {
+		timeout = t
+	}
+	action.Timeout = timeout
+	if b.grpc {
+		// gRPC reads max_stream_duration; 0 means none.
+		if timeout.AsDuration() > 0 {
+			action.MaxStreamDuration = &route.RouteAction_MaxStreamDuration{MaxStreamDuration: timeout}
+		}
+		return
+	}
+	// istiod's max_grpc_timeout (deprecated): honour grpc-timeout headers up to the route timeout (0: uncapped).
+	action.MaxStreamDuration = &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: timeout}
+}
+
+// retryPolicy is istiod's: its default when the route says nothing, none when attempts is 0. With consistent
+// hashing, retries stay on the hashed host (no previous-hosts predicate).
+func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route.RetryPolicy {
+	if in != nil && in.Attempts <= 0 {
+		return nil
+	}
+	if b.grpc {
+		// Proxyless gRPC gets retries only when asked for; it reads num_retries, retry_on and the back-off.
+		if in == nil {
+			return nil
+		}
+		p := &route.RetryPolicy{NumRetries: wrapperspb.UInt32(uint32(in.Attempts)), RetryOn: DefaultRetryOn}
+		if in.RetryOn != "" {
+			p.RetryOn, _ = parseRetryOn(in.RetryOn)
+		}
+		if in.Backoff != nil && in.Backoff.AsDuration() > 0 {
+			p.RetryBackOff = &route.RetryPolicy_RetryBackOff{BaseInterval: in.Backoff}
+		}
+		return p
+	}
+	p := &route.RetryPolicy{
+		NumRetries:                    wrapperspb.UInt32(2),
+		RetryOn:                       DefaultRetryOn,
+		RetriableStatusCodes:          []uint32{http.StatusServiceUnavailable},
+		HostSelectionRetryMaxAttempts: 5,
+	}
+	previousHosts := !hashed
+	if in != nil {
+		p.NumRetries = wrapperspb.UInt32(uint32(in.Attempts))
+		if in.RetryOn != "" {
+			p.RetryOn, p.RetriableStatusCodes = parseRetryOn(in.RetryOn)
+			if len(p.RetriableStatusCodes) > 0 && !slices.Contains(strings.Split(p.RetryOn, ","), "retriable-status-codes") {
+				if p.RetryOn == "" {
+					p.RetryOn = "retriable-status-codes"
+				} else {
+					p.RetryOn += ",retriable-status-codes"
+				}
+			}
+		}
+		if in.PerTryTimeout != nil {
+			p.PerTryTimeout = in.PerTryTimeout
+		}
+		if in.RetryIgnorePreviousHosts != nil && !in.RetryIgnorePreviousHosts.Value {
+			previousHosts = false
+		}
+		if in.Backoff != nil && in.Backoff.AsDuration() > 0 {
+			p.RetryBackOff = &route.RetryPolicy_RetryBackOff{BaseInterval: in.Backoff}
+		}
+	}
+	if previousHosts {
+		if a, err := anypb.New(&previoushosts.PreviousHostsPredicate{}); err == nil {
+			p.RetryHostPredicate = []*route.RetryPolicy_RetryHostPredicate{{
+				Name: previousHostsPredicate, ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: a},
+			}}
+		}
+	} else {
+		p.HostSelectionRetryMaxAttempts = 0
+	}
+	return p
+}
+
+// parseRetryOn splits istio's retryOn into Envoy's retry_on and the HTTP status codes in it.
+func parseRetryOn(s string) (string, []uint32) {
+	var on []string
+	var codes []uint32
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if n, err := strconv.Atoi(part); err == nil && http.StatusText(n) != "" {
+			codes = append(codes, uint32(n))
+			continue
+		}
+		on = append(on, part)
+	}
+	return strings.Join(on, ","), codes
+}
+
+// hashPolicy returns the consistent-hash policy of the DestinationRule for svc (subset, port), or nil.
+// The subset's policy (port-level first) overrides the rule's (port-level first), as istiod merges them.
+func (b *routeBuilder) hashPolicy(svc *model.Service, subset string, port uint32) *route.RouteAction_HashPolicy {
+	if svc == nil {
+		return nil
+	}
+	dr := b.push.DestinationRule(b.proxy.Namespace, svc)
+	if dr == nil {
+		return nil
+	}
+	var lb *networking.LoadBalancerSettings
+	if subset != "" {
+		for _, ss := range dr.Spec.Subsets {
+			if ss.Name == subset {
+				lb = loadBalancerFor(ss.TrafficPolicy, port)
+				break
+			}
+		}
+	}
+	if lb == nil {
+		lb = loadBalancerFor(dr.Spec.TrafficPolicy, port)
+	}
+	ch := lb.GetConsistentHash()
+	if ch == nil {
+		return nil
+	}
+	switch key := ch.GetHashKey().(type) {
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
+		if key.HttpHeaderName == "" {
+			return nil
+		}
+		return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Header_{
+			Header: &route.RouteAction_HashPolicy_Header{HeaderName: key.HttpHeaderName}}}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
+		c := key.HttpCookie
+		if c.GetName() == "" {
+			return nil
+		}
+		cookie := &route.RouteAction_HashPolicy_Cookie{Name: c.Name, Path: c.Path, Ttl: c.Ttl}
+		for _, a := range c.Attributes {
+			if a.GetName() != "" {
+				cookie.Attributes = append(cookie.Attributes, &route.RouteAction_HashPolicy_CookieAttribute{Name: a.Name, Value: a.Value})
+			}
+		}
+		return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Cookie_{Cookie: cookie}}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_UseSourceIp:
+		if !key.UseSourceIp {
+			return nil
+		}
+		return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_ConnectionProperties_{
+			ConnectionProperties: &route.RouteAction_HashPolicy_ConnectionProperties{SourceIp: true}}}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
+		if key.HttpQueryParameterName == "" {
+			return nil
+		}
+		return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_QueryParameter_{
+			QueryParameter: &route.RouteAction_HashPolicy_QueryParameter{Name: key.HttpQueryParameterName}}}
+	}
+	return nil
+}
+
+func loadBalancerFor(tp *networking.TrafficPolicy, port uint32) *networking.LoadBalancerSettings {
+	if tp == nil {
+		return nil
+	}
+	for _, pl := range tp.PortLevelSettings {
+		if pl.GetPort().GetNumber() == port && pl.LoadBalancer != nil {
+			return pl.LoadBalancer
+		}
+	}
+	return tp.LoadBalancer
+}
+
+// mirrorPolicies translates mirror (+ mirrorPercentage, default 100%) and mirrors.
+func (b *routeBuilder) mirrorPolicies(vs *model.VirtualService, in *networking.HTTPRoute, port uint32) []*route.RouteAction_RequestMirrorPolicy {
+	var out []*route.RouteAction_RequestMirrorPolicy
+	add := func(d *networking.Destination, pct *envoytype.FractionalPercent) {
+		out = append(out, &route.RouteAction_RequestMirrorPolicy{
+			Cluster:         b.resolveDestination(vs.Namespace, d, port).cluster,
+			RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: pct},
+			TraceSampled:    wrapperspb.Bool(false),
+		})
+	}
+	if in.Mirror != nil {
+		switch {
+		case in.MirrorPercentage != nil:
+			if in.MirrorPercentage.GetValue() > 0 {
+				add(in.Mirror, millionths(in.MirrorPercentage.GetValue()))
+			}
+		case in.MirrorPercent != nil:
+			if in.MirrorPercent.GetValue() > 0 {
+				add(in.Mirror, millionths(float64(in.MirrorPercent.GetValue())))
+			}
+		default:
+			add(in.Mirror, millionths(100))
+		}
+	}
+	for _, m := range in.Mirrors {
+		if m.GetDestination() == nil {
+			continue
+		}
+		switch {
+		case m.Percentage == nil:
+			add(m.Destination, millionths(100))
+		case m.Percentage.GetValue() > 0:
+			add(m.Destination, millionths(m.Percentage.GetValue()))
+		}
+	}
+	return out
+}
+
+// percent converts 0-100 to Envoy's fraction of a million, as istiod does.
+func millionths(v float64) *envoytype.FractionalPercent {
+	v = min(max(v, 0), 100)
+	return &envoytype.FractionalPercent{Numerator: uint32(v * 10000), Denominator: envoytype.FractionalPercent_MILLION}
+}
+
+// translateFault: fixed delays and HTTP or gRPC aborts. An unset percentage stays unset, as istiod leaves it.
+func translateFault(in *networking.HTTPFaultInjection) *faultv3.HTTPFault {
+	if in == nil {
+		return nil
+	}
+	out := &faultv3.HTTPFault{}
+	if d := in.Delay; d != nil {
+		if fd, ok := d.HttpDelayType.(*networking.HTTPFaultInjection_Delay_FixedDelay); ok && fd.FixedDelay != nil {
+			out.Delay = &commonfault.FaultDelay{FaultDelaySecifier: &commonfault.FaultDelay_FixedDelay{FixedDelay: fd.FixedDelay}}
+			if d.Percentage != nil {
+				out.Delay.Percentage = millionths(d.Percentage.GetValue())
+			} else {
+				out.Delay.Percentage = millionths(float64(d.Percent)) //nolint:staticcheck // deprecated field still honoured
+			}
+		}
+	}
+	if a := in.Abort; a != nil {
+		abort := &faultv3.FaultAbort{}
+		switch e := a.ErrorType.(type) {
+		case *networking.HTTPFaultInjection_Abort_HttpStatus:
+			if e.HttpStatus >= 200 && e.HttpStatus < 600 {
+				abort.ErrorType = &faultv3.FaultAbort_HttpStatus{HttpStatus: uint32(e.HttpStatus)}
+			}
+		case *networking.HTTPFaultInjection_Abort_GrpcStatus:
+			var c codes.Code
+			if err := c.UnmarshalJSON([]byte(strconv.Quote(strings.ToUpper(e.GrpcStatus)))); err == nil {
+				abort.ErrorType = &faultv3.FaultAbort_GrpcStatus{GrpcStatus: uint32(c)}
+			}
+		}
+		if abort.ErrorType != nil {
+			if a.Percentage != nil {
+				abort.Percentage = millionths(a.Percentage.GetValue())
+			}
+			out.Abort = abort
+		}
+	}
+	if out.Delay == nil && out.Abort == nil {
+		return nil
+	}
+	return out
+}
+
+// redirectAction is istiod's applyRedirect; nil for an unsupported redirect code.
+func redirectAction(r *networking.HTTPRedirect, port uint32) *route.Route_Redirect {
+	ra := &route.RedirectAction{HostRedirect: r.Authority}
+	switch {
+	case r.Uri != "":
+		ra.PathRewriteSpecifier = &route.RedirectAction_PathRedirect{PathRedirect: r.Uri}
+	case r.PrefixRewrite != "":
+		ra.PathRewriteSpecifier = &route.RedirectAction_PrefixRewrite{PrefixRewrite: r.PrefixRewrite}
+	}
+	if r.Scheme != "" {
+		ra.SchemeRewriteSpecifier = &route.RedirectAction_SchemeRedirect{SchemeRedirect: r.Scheme}
+	}
+	switch rp := r.RedirectPort.(type) {
+	case *networking.HTTPRedirect_Port:
+		ra.PortRedirect = rp.Port
+	case *networking.HTTPRedirect_DerivePort:
+		switch rp.DerivePort {
+		case networking.HTTPRedirect_FROM_REQUEST_PORT:
+			ra.PortRedirect = port
+		case networking.HTTPRedirect_FROM_PROTOCOL_DEFAULT:
+			ra.PortRedirect = 80
+			if strings.EqualFold(r.Scheme, "https") {
+				ra.PortRedirect = 443
+			}
+		}
+	}
+	switch r.RedirectCode {
+	case 0, http.StatusMovedPermanently:
+		ra.ResponseCode = route.RedirectAction_MOVED_PERMANENTLY
+	case http.StatusFound:
+		ra.ResponseCode = route.RedirectAction_FOUND
+	case http.StatusSeeOther:
+		ra.ResponseCode = route.RedirectAction_SEE_OTHER
+	case http.StatusTemporaryRedirect:
+		ra.ResponseCode = route.RedirectAction_TEMPORARY_REDIRECT
+	case http.StatusPermanentRedirect:
+		ra.ResponseCode = route.RedirectAction_PERMANENT_REDIRECT
+	default:
+		return nil
+	}
+	return &route.Route_Redirect{Redirect: ra}
+}
+
+func directResponseAction(d *networking.HTTPDirectResponse) *route.Route_DirectResponse {
+	dr := &route.DirectResponseAction{Status: d.Status}
+	switch body := d.GetBody().GetSpecifier().(type) {
+	case *networking.HTTPBody_String_:
+		dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: body.String_}}
+	case *networking.HTTPBody_Bytes:
+		dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: body.Bytes}}
+	}
+	return &route.Route_DirectResponse{DirectResponse: dr}
+}

@@ -1,0 +1,89 @@
+package envoy
+
+import (
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// Scope is what one proxy can see: the services it may call (exportTo and its Sidecar's egress hosts),
+// one per hostname, sorted by hostname.
+type Scope struct {
+	Namespace string
+	Sidecar   *config.Config // nil when none applies
+	Services  []*model.Service
+	byHost    map[string]*model.Service
+}
+
+// Service returns the service the proxy sees for host, or nil.
+func (s *Scope) Service(host string) *model.Service { return s.byHost[host] }
+
+type scopeKey struct {
+	version   uint64
+	namespace string
+	sidecar   *config.Config
+}
+
+// scopeFor returns the proxy's scope. Proxies in one namespace under the same Sidecar share it.
+func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
+	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
+	key := scopeKey{push.Version, proxy.Namespace, sidecar}
+	if s, ok := g.scopes.Get(key); ok {
+		return s
+	}
+	s := buildScope(push, proxy.Namespace, sidecar)
+	g.scopes.Add(key, s)
+	return s
+}
+
+func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Scope {
+	var egress []egressHost
+	if sidecar != nil {
+		for _, eg := range sidecar.Spec.(*networking.Sidecar).Egress {
+			for _, h := range eg.Hosts {
+				hostNS, host, _ := strings.Cut(h, "/")
+				if hostNS == "." {
+					hostNS = ns
+				}
+				egress = append(egress, egressHost{namespace: hostNS, host: host})
+			}
+		}
+	}
+	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}}
+	for _, svc := range push.AllServices() {
+		if _, seen := s.byHost[svc.Hostname]; seen {
+			continue
+		}
+		chosen := push.ServiceForHostname(ns, svc.Hostname)
+		if chosen == nil {
+			continue
+		}
+		if sidecar != nil && !egressAllows(egress, chosen) {
+			continue
+		}
+		s.byHost[chosen.Hostname] = chosen
+		s.Services = append(s.Services, chosen)
+	}
+	return s
+}
+
+type egressHost struct{ namespace, host string }
+
+func egressAllows(egress []egressHost, svc *model.Service) bool {
+	for _, e := range egress {
+		if e.namespace == "~" {
+			continue
+		}
+		if e.namespace != "*" && e.namespace != svc.Namespace {
+			continue
+		}
+		if model.HostMatches(e.host, svc.Hostname) {
+			return true
+		}
+	}
+	return false
+}
