@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -15,11 +16,14 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/push"
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/source/kube"
 	"github.com/sextantmesh/sextant/pilot/store"
+	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/ztunnel"
 )
 
 // Args configure a discovery server.
@@ -32,7 +36,12 @@ type Args struct {
 	HTTPAddr       string
 	DebounceAfter  time.Duration
 	DebounceMax    time.Duration
-	Logger         *slog.Logger
+	// Transport settings, see xds.Options.
+	PushConcurrency     int
+	SendTimeout         time.Duration
+	MaxConnectionAge    time.Duration
+	NewStreamsPerSecond float64
+	Logger              *slog.Logger
 }
 
 // Server is a running (or ready to run) discovery server.
@@ -43,7 +52,12 @@ type Server struct {
 	Store    *store.Store
 	Pipeline *push.Pipeline
 	Files    *file.Source
-	kube     *kube.Source
+	XDS      *xds.Server
+	// Generators by type URL, as registered with XDS; debug views use them to show generated config.
+	Generators map[string]xds.Generator
+	Envoy      *envoy.Generators
+	Ztunnel    *ztunnel.Generators
+	kube       *kube.Source
 
 	grpcServer   *grpc.Server
 	httpServer   *http.Server
@@ -71,10 +85,25 @@ func NewServer(args Args) (*Server, error) {
 	if args.ConfigDir != "" {
 		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger})
 	}
-	s.grpcServer = grpc.NewServer()
+	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{}), ztunnel.New()
+	generators := s.Envoy.ByTypeURL()
+	maps.Copy(generators, s.Ztunnel.ByTypeURL())
+	s.Generators = generators
+	s.XDS = xds.NewServer(xds.Options{
+		Pipeline:            s.Pipeline,
+		Generators:          generators,
+		Logger:              args.Logger,
+		PushConcurrency:     args.PushConcurrency,
+		SendTimeout:         args.SendTimeout,
+		MaxConnectionAge:    args.MaxConnectionAge,
+		NewStreamsPerSecond: args.NewStreamsPerSecond,
+	})
+	s.grpcServer = grpc.NewServer(s.XDS.GRPCServerOptions()...)
+	s.XDS.Register(s.grpcServer)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/ready", s.handleReady)
 	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	s.registerDebug()
 	s.httpServer = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
 
 	if s.grpcListener, err = net.Listen("tcp", args.GRPCAddr); err != nil {
@@ -151,6 +180,10 @@ func (s *Server) Start(ctx context.Context) error {
 }
 
 func (s *Server) shutdown() {
+	// Close ADS streams first so proxies reconnect elsewhere at once, then stop the listener.
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = s.XDS.Shutdown(drainCtx)
+	cancelDrain()
 	stopped := make(chan struct{})
 	go func() { s.grpcServer.GracefulStop(); close(stopped) }()
 	select {

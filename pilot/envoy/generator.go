@@ -60,7 +60,12 @@ func (g *Generators) cached(key any, name string, build func() proto.Message) (*
 }
 
 func marshal(name string, m proto.Message) (*xds.Resource, error) {
-	a, err := anypb.New(m)
+	// Deterministic bytes (map fields sorted) make the content hash below a stable version.
+	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s: %w", name, err)
+	}
+	a := &anypb.Any{TypeUrl: "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName()), Value: value}
 	if err != nil {
 		return nil, fmt.Errorf("marshal %s: %w", name, err)
 	}

@@ -1,0 +1,338 @@
+package envoy
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// gatewayListenerKey: a gateway listener depends on the snapshot, the Gateways selecting the proxy and the
+// VirtualServices bound to them (both in the snapshot).
+type gatewayListenerKey struct {
+	version  uint64
+	gateways string
+	addr     gatewayAddr
+}
+
+// gatewayAddr is where a gateway listener listens: the servers' bind address (0.0.0.0 when unset) and port.
+type gatewayAddr struct {
+	bind string
+	port uint32
+}
+
+// gatewayServer is one server of a Gateway.
+type gatewayServer struct {
+	gw     *config.Config
+	server *networking.Server
+}
+
+func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
+	gws := push.Gateways(proxy.Labels)
+	var names []string
+	byAddr := map[gatewayAddr][]gatewayServer{}
+	for _, gw := range gws {
+		names = append(names, gw.Key.String())
+		for _, s := range gw.Spec.(*networking.Gateway).Servers {
+			if s.GetPort().GetNumber() == 0 {
+				continue
+			}
+			bind := s.Bind
+			if _, err := netip.ParseAddr(bind); err != nil {
+				bind = "0.0.0.0" // unset, or a unix socket: not supported
+			}
+			a := gatewayAddr{bind, s.Port.Number}
+			byAddr[a] = append(byAddr[a], gatewayServer{gw, s})
+		}
+	}
+	set := strings.Join(names, ",")
+	addrs := make([]gatewayAddr, 0, len(byAddr))
+	for a := range byAddr {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, func(a, b gatewayAddr) int {
+		return cmp.Or(cmp.Compare(a.port, b.port), strings.Compare(a.bind, b.bind))
+	})
+	var out xds.Resources
+	for _, a := range addrs {
+		lis := buildGatewayListener(push, a, byAddr[a])
+		if lis == nil {
+			continue // no server yields a chain: Envoy refuses a listener without one
+		}
+		r, err := l.g.cached(gatewayListenerKey{push.Version, set, a}, lis.Name, func() proto.Message { return lis })
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+type gatewayPortClass int
+
+const (
+	gatewayHTTP gatewayPortClass = iota
+	gatewayTLS
+	gatewayTCP
+)
+
+func classOf(s *networking.Server) gatewayPortClass {
+	switch p := model.ParseProtocol(s.GetPort().GetProtocol()); {
+	case p.IsHTTP():
+		return gatewayHTTP
+	case p == model.ProtocolHTTPS || p == model.ProtocolTLS:
+		return gatewayTLS
+	}
+	return gatewayTCP
+}
+
+// buildGatewayListener builds the listener BIND_PORT (0.0.0.0_PORT) for the servers on addr, nil when none
+// yields a chain. The first server's class (HTTP, TLS, TCP) decides; servers of another class are ignored.
+func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer) *listener.Listener {
+	port := addr.port
+	name := addr.bind + "_" + ldsPortName(port)
+	statPrefix := "outbound_" + name
+	class := classOf(servers[0].server)
+	var chains []*listener.FilterChain
+	// claim returns the names of sni no earlier chain on the port matches ("" stands for a chain without
+	// server_names), so no two chains have the same match, which Envoy refuses.
+	claimed := map[string]bool{}
+	claim := func(sni []string) (free []string, ok bool) {
+		if len(sni) == 0 {
+			if claimed[""] {
+				return nil, false
+			}
+			claimed[""] = true
+			return nil, true
+		}
+		for _, n := range sni {
+			if !claimed[n] {
+				claimed[n] = true
+				free = append(free, n)
+			}
+		}
+		return free, len(free) > 0
+	}
+	for _, gs := range servers {
+		s := gs.server
+		if classOf(s) != class {
+			continue
+		}
+		gwName := gs.gw.Namespace + "/" + gs.gw.Name
+		switch class {
+		case gatewayHTTP:
+			if len(chains) == 0 {
+				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), ldsEnvoyHTTPFilters())
+				hc.UseRemoteAddress = wrapperspb.Bool(true)
+				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}})
+			}
+		case gatewayTCP:
+			if dests := gatewayTCPDestinations(push, gs, gwName, port); len(dests) > 0 {
+				if _, ok := claim(nil); !ok {
+					continue
+				}
+				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsTCPProxyFilter(dests[0].name, dests)}})
+			}
+		case gatewayTLS:
+			mode := s.GetTls().GetMode()
+			switch mode {
+			case networking.ServerTLSSettings_PASSTHROUGH:
+				var ok bool
+				allow := func(host string) bool { return serverHostsAllow(s.Hosts, gs.gw.Namespace, "", host) }
+				for _, vs := range push.VirtualServices(gs.gw.Namespace, gwName) {
+					if !vsBindsTo(vs, s.Hosts, gs.gw.Namespace) {
+						continue
+					}
+					for _, r := range sniRoutes(push, vs, gs.gw.Namespace, gwName, port, allow) {
+						if r.sni, ok = claim(r.sni); !ok {
+							continue
+						}
+						chains = append(chains, &listener.FilterChain{
+							Name:             name + "/" + strings.Join(r.sni, ","),
+							FilterChainMatch: &listener.FilterChainMatch{ServerNames: r.sni},
+							Filters:          []*listener.Filter{ldsTCPProxyFilter(r.dests[0].name, r.dests)},
+						})
+					}
+				}
+			case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL,
+				networking.ServerTLSSettings_ISTIO_MUTUAL, networking.ServerTLSSettings_OPTIONAL_MUTUAL:
+				sni, ok := claim(serverNames(s.Hosts))
+				if !ok {
+					continue
+				}
+				isHTTPS := model.ParseProtocol(s.Port.Protocol) == model.ProtocolHTTPS
+				var filters []*listener.Filter
+				if isHTTPS {
+					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), ldsEnvoyHTTPFilters())
+					hc.UseRemoteAddress = wrapperspb.Bool(true)
+					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
+				} else if dests := gatewayTCPDestinations(push, gs, gwName, port); len(dests) > 0 {
+					filters = []*listener.Filter{ldsTCPProxyFilter(dests[0].name, dests)}
+				} else {
+					continue
+				}
+				var match *listener.FilterChainMatch
+				if len(sni) > 0 {
+					match = &listener.FilterChainMatch{ServerNames: sni}
+				}
+				chains = append(chains, &listener.FilterChain{
+					Name:             name + "/" + cmp.Or(strings.Join(sni, ","), "*"),
+					FilterChainMatch: match,
+					Filters:          filters,
+					TransportSocket:  ldsDownstreamTLSSocket(gatewayDownstreamTLS(s.Tls, isHTTPS)),
+				})
+			}
+			// AUTO_PASSTHROUGH (multi-network east-west) is not implemented.
+		}
+	}
+	if len(chains) == 0 {
+		return nil
+	}
+	lis := &listener.Listener{
+		Name:             name,
+		Address:          ldsAddress(addr.bind, port),
+		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		FilterChains:     chains,
+	}
+	lis.ListenerFilters = ldsInspectors(chains)
+	return lis
+}
+
+// gatewayTCPDestinations forwards a TCP (or terminated TLS) server: the first VirtualService bound to the
+// gateway, for a host the server allows, with a tcp route matching the port.
+func gatewayTCPDestinations(push *model.PushContext, gs gatewayServer, gwName string, port uint32) []tcpDest {
+	for _, vs := range push.VirtualServices(gs.gw.Namespace, gwName) {
+		if !vsBindsTo(vs, gs.server.Hosts, gs.gw.Namespace) {
+			continue
+		}
+		if d := tcpRouteDests(push, vs, gs.gw.Namespace, gwName, port); len(d) > 0 {
+			return d
+		}
+	}
+	return nil
+}
+
+// vsBindsTo reports whether one of the VirtualService's hosts is allowed by the server's hosts.
+func vsBindsTo(vs *model.VirtualService, serverHosts []string, gwNS string) bool {
+	for _, h := range vs.Hosts {
+		if serverHostsAllow(serverHosts, gwNS, vs.Namespace, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// serverHostsAllow reports whether a server's hosts ("host", "ns/host", "./host", "*/host") accept host
+// from a VirtualService in vsNS (any namespace when vsNS is empty). Either side may be a wildcard.
+func serverHostsAllow(serverHosts []string, gwNS, vsNS, host string) bool {
+	for _, sh := range serverHosts {
+		ns, h, ok := strings.Cut(sh, "/")
+		if !ok {
+			ns, h = "*", sh
+		}
+		if ns == "." {
+			ns = gwNS
+		}
+		if vsNS != "" && ns != "*" && ns != vsNS {
+			continue
+		}
+		if model.HostMatches(h, host) || model.HostMatches(host, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// serverNames are the SNI names of a server: its hosts without namespace, none when one is "*".
+func serverNames(hosts []string) []string {
+	var out []string
+	for _, sh := range hosts {
+		_, h, ok := strings.Cut(sh, "/")
+		if !ok {
+			h = sh
+		}
+		if h == "*" {
+			return nil
+		}
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// gatewayDownstreamTLS terminates TLS at a gateway: the certificate from credentialName over ADS
+// ("kubernetes://NAME"; MUTUAL validates clients with "kubernetes://NAME-cacert"), from files, or the
+// mesh certificate for ISTIO_MUTUAL.
+func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.DownstreamTlsContext {
+	common := &tlsv3.CommonTlsContext{}
+	if http {
+		common.AlpnProtocols = []string{"h2", "http/1.1"}
+	}
+	mode := tls.GetMode()
+	mutual := mode == networking.ServerTLSSettings_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL
+	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: common}
+	switch {
+	case mode == networking.ServerTLSSettings_ISTIO_MUTUAL:
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{ldsSDSSecret(ldsSDSCert)}
+		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
+				ValidationContextSdsSecretConfig: ldsSDSSecret(ldsSDSRoot),
+			}}
+		ctx.RequireClientCertificate = wrapperspb.Bool(true)
+		return ctx
+	case tls.GetCredentialName() != "":
+		cred := "kubernetes://" + tls.CredentialName
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{ldsADSSecret(cred)}
+		if mutual {
+			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext:         gatewaySANValidation(tls.SubjectAltNames),
+					ValidationContextSdsSecretConfig: ldsADSSecret(cred + "-cacert"),
+				}}
+		}
+	default:
+		common.TlsCertificates = []*tlsv3.TlsCertificate{{
+			CertificateChain: fileSource(tls.GetServerCertificate()),
+			PrivateKey:       fileSource(tls.GetPrivateKey()),
+		}}
+		if mutual && tls.GetCaCertificates() != "" {
+			v := gatewaySANValidation(tls.SubjectAltNames)
+			v.TrustedCa = fileSource(tls.CaCertificates)
+			common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: v}
+		}
+	}
+	if mode == networking.ServerTLSSettings_MUTUAL {
+		ctx.RequireClientCertificate = wrapperspb.Bool(true)
+	}
+	return ctx
+}
+
+func gatewaySANValidation(sans []string) *tlsv3.CertificateValidationContext {
+	v := &tlsv3.CertificateValidationContext{}
+	for _, san := range sans {
+		for _, t := range []tlsv3.SubjectAltNameMatcher_SanType{tlsv3.SubjectAltNameMatcher_DNS, tlsv3.SubjectAltNameMatcher_URI} {
+			v.MatchTypedSubjectAltNames = append(v.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{
+				SanType: t, Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}}})
+		}
+	}
+	return v
+}
+
+func fileSource(path string) *core.DataSource {
+	return &core.DataSource{Specifier: &core.DataSource_Filename{Filename: path}}
+}

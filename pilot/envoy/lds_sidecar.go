@@ -1,0 +1,489 @@
+package envoy
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// outboundListenerKey: virtualOutbound depends on the proxy's scope (its namespace, Sidecar and snapshot)
+// and nothing else of the proxy.
+type outboundListenerKey struct {
+	scope *Scope
+	typ   xds.ProxyType
+}
+
+// inboundListenerKey: virtualInbound depends on the snapshot and on what desc spells out (ports, modes,
+// policies), so replicas of one workload share it.
+type inboundListenerKey struct {
+	version uint64
+	desc    string
+}
+
+func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
+	scope := l.g.scopeFor(proxy, push)
+	out, err := l.g.cached(outboundListenerKey{scope, proxy.Type}, VirtualOutboundListener, func() proto.Message {
+		return buildVirtualOutbound(push, scope)
+	})
+	if err != nil {
+		return nil, err
+	}
+	in, err := l.inboundListener(proxy, push)
+	if err != nil {
+		return nil, err
+	}
+	return xds.Resources{out, in}, nil
+}
+
+// sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.
+var sniffedHTTP = []string{"http/1.0", "http/1.1", "h2c"}
+
+// buildVirtualOutbound builds the outbound capture listener for the services of scope.
+func buildVirtualOutbound(push *model.PushContext, scope *Scope) *listener.Listener {
+	var chains []*listener.FilterChain
+	httpChain := func(name string, match *listener.FilterChainMatch, port uint32) *listener.FilterChain {
+		hc := ldsRDSManager("outbound_"+name, ldsPortName(port), ldsEnvoyHTTPFilters())
+		return &listener.FilterChain{Name: name, FilterChainMatch: match, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
+	}
+	// claim reserves a match (VIPs, port, SNI or "http" for sniffed HTTP, "" for neither): Envoy refuses two
+	// chains with the same match, so the first service (HTTP ports first, then by hostname) keeps it.
+	taken := map[string]bool{}
+	claim := func(vips []*core.CidrRange, port uint32, what string) bool {
+		var k strings.Builder
+		for _, v := range vips {
+			fmt.Fprintf(&k, "%s/%d,", v.AddressPrefix, v.PrefixLen.GetValue())
+		}
+		fmt.Fprintf(&k, "|%d|%s", port, what)
+		if taken[k.String()] {
+			return false
+		}
+		taken[k.String()] = true
+		return true
+	}
+	// HTTP ports first: they take the port-only match.
+	for _, svc := range scope.Services {
+		for _, p := range svc.Ports {
+			if p.Protocol.IsHTTP() && claim(nil, p.Port, "") {
+				chains = append(chains, httpChain("0.0.0.0_"+ldsPortName(p.Port),
+					&listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.Port)}, p.Port))
+			}
+		}
+	}
+	// Then TCP, TLS and unknown protocols: on the VIP when there is one, else on the port.
+	for _, svc := range scope.Services {
+		var vips []*core.CidrRange
+		for _, a := range svc.Addresses {
+			if c := vipCIDR(a); c != nil {
+				vips = append(vips, c)
+			}
+		}
+		namePrefix := "0.0.0.0"
+		if len(vips) > 0 {
+			namePrefix = svc.Addresses[0]
+		}
+		vs := push.VirtualServiceForHost(scope.Namespace, model.MeshGateway, svc.Hostname)
+		for _, p := range svc.Ports {
+			if p.Protocol.IsHTTP() {
+				continue
+			}
+			name := namePrefix + "_" + ldsPortName(p.Port)
+			match := func() *listener.FilterChainMatch {
+				return &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.Port), PrefixRanges: vips}
+			}
+			dests := tcpRouteDests(push, vs, scope.Namespace, model.MeshGateway, p.Port)
+			if len(dests) == 0 {
+				dests = []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
+			}
+			switch p.Protocol {
+			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
+				if claim(vips, p.Port, "http") {
+					m := match()
+					m.ApplicationProtocols = sniffedHTTP
+					chains = append(chains, httpChain(name+"_http", m, p.Port))
+				}
+			case model.ProtocolTLS, model.ProtocolHTTPS: // SNI: the VirtualService's tls routes, then the host
+				routes := sniRoutes(push, vs, scope.Namespace, model.MeshGateway, p.Port, nil)
+				if len(vips) == 0 { // without a VIP the SNI tells the hosts sharing the port apart
+					routes = append(routes, sniRoute{sni: []string{svc.Hostname}, dests: dests})
+				}
+				for _, r := range routes {
+					var sni []string
+					for _, n := range r.sni {
+						if claim(vips, p.Port, n) {
+							sni = append(sni, n)
+						}
+					}
+					if len(sni) == 0 {
+						continue
+					}
+					m := match()
+					m.ServerNames = sni
+					chains = append(chains, &listener.FilterChain{Name: name + "/" + strings.Join(sni, ","), FilterChainMatch: m,
+						Filters: []*listener.Filter{ldsTCPProxyFilter(r.dests[0].name, r.dests)}})
+				}
+			}
+			if claim(vips, p.Port, "") {
+				chains = append(chains, &listener.FilterChain{Name: name, FilterChainMatch: match(),
+					Filters: []*listener.Filter{ldsTCPProxyFilter(dests[0].name, dests)}})
+			}
+		}
+	}
+	slices.SortStableFunc(chains, func(a, b *listener.FilterChain) int {
+		return cmp.Compare(a.FilterChainMatch.DestinationPort.GetValue(), b.FilterChainMatch.DestinationPort.GetValue())
+	})
+	chains = append(chains, &listener.FilterChain{
+		Name:    "PassthroughFilterChain",
+		Filters: []*listener.Filter{ldsTCPProxyFilter(PassthroughCluster, []tcpDest{{PassthroughCluster, 100}})},
+	})
+	return &listener.Listener{
+		Name:             VirtualOutboundListener,
+		Address:          ldsAddress("0.0.0.0", VirtualOutboundPort),
+		UseOriginalDst:   wrapperspb.Bool(true),
+		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, ldsInspectors(chains)...),
+		FilterChains:     chains,
+	}
+}
+
+// vipCIDR is the /32 (or /128) of an address, nil when it is not an address (or is a CIDR block).
+func vipCIDR(a string) *core.CidrRange {
+	if p, err := netip.ParsePrefix(a); err == nil {
+		return &core.CidrRange{AddressPrefix: p.Addr().String(), PrefixLen: wrapperspb.UInt32(uint32(p.Bits()))}
+	}
+	ip, err := netip.ParseAddr(a)
+	if err != nil {
+		return nil
+	}
+	return &core.CidrRange{AddressPrefix: ip.String(), PrefixLen: wrapperspb.UInt32(uint32(ip.BitLen()))}
+}
+
+// l4Matches reports whether a VirtualService tcp/tls match (its port and destinationSubnets checked by the
+// caller) applies on gateway for a client in proxyNS (for gateways: the Gateway's namespace). Matches on
+// sourceLabels are not evaluated: they never apply.
+func l4Matches(gateways []string, sourceNS string, sourceLabels map[string]string, gateway, proxyNS, vsNS string) bool {
+	if len(sourceLabels) > 0 {
+		return false
+	}
+	if sourceNS != "" && sourceNS != proxyNS {
+		return false
+	}
+	if len(gateways) == 0 {
+		return true
+	}
+	for _, g := range gateways {
+		if g == gateway || (g != model.MeshGateway && ldsGatewayName(g, vsNS) == gateway) {
+			return true
+		}
+	}
+	return false
+}
+
+// ldsGatewayName turns "gw", "ns/gw" or "gw.ns.svc.cluster.local" into NAMESPACE/NAME.
+func ldsGatewayName(g, ns string) string {
+	if strings.Contains(g, "/") {
+		return g
+	}
+	if name, rest, ok := strings.Cut(g, "."); ok {
+		gwNS, _, _ := strings.Cut(rest, ".")
+		return gwNS + "/" + name
+	}
+	return ns + "/" + g
+}
+
+// tcpRouteDests returns the destinations of the first tcp route of vs matching port, nil for none.
+func tcpRouteDests(push *model.PushContext, vs *model.VirtualService, proxyNS, gateway string, port uint32) []tcpDest {
+	if vs == nil {
+		return nil
+	}
+	for _, r := range vs.Spec.Tcp {
+		matched := len(r.Match) == 0
+		for _, m := range r.Match {
+			if len(m.DestinationSubnets) == 0 && l4Matches(m.Gateways, m.SourceNamespace, m.SourceLabels, gateway, proxyNS, vs.Namespace) && (m.Port == 0 || m.Port == port) {
+				matched = true
+				break
+			}
+		}
+		if matched {
+			if d := l4Destinations(push, vs, proxyNS, r.Route, port); len(d) > 0 {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+type sniRoute struct {
+	sni   []string
+	dests []tcpDest
+}
+
+// sniRoutes returns a chain per tls route match of vs on port: its sniHosts (those allow accepts, when
+// set) and the route's destinations. An SNI already claimed by an earlier route is left out.
+func sniRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS, gateway string, port uint32, allow func(string) bool) []sniRoute {
+	if vs == nil {
+		return nil
+	}
+	var out []sniRoute
+	claimed := map[string]bool{}
+	for _, r := range vs.Spec.Tls {
+		dests := l4Destinations(push, vs, proxyNS, r.Route, port)
+		if len(dests) == 0 {
+			continue
+		}
+		for _, m := range r.Match {
+			if len(m.DestinationSubnets) > 0 || !l4Matches(m.Gateways, m.SourceNamespace, m.SourceLabels, gateway, proxyNS, vs.Namespace) ||
+				(m.Port != 0 && m.Port != port) {
+				continue
+			}
+			var sni []string
+			for _, h := range m.SniHosts {
+				h = model.ResolveHost(h, vs.Namespace, push.Mesh.DomainSuffix)
+				if claimed[h] || (allow != nil && !allow(h)) {
+					continue
+				}
+				claimed[h] = true
+				sni = append(sni, h)
+			}
+			if len(sni) > 0 {
+				out = append(out, sniRoute{sni: sni, dests: dests})
+			}
+		}
+	}
+	return out
+}
+
+// l4Destinations turns route destinations into clusters. A destination without a port takes the only
+// port of its service, else port. Weights matter only with several destinations; zero weights are left out.
+func l4Destinations(push *model.PushContext, vs *model.VirtualService, proxyNS string, dests []*networking.RouteDestination, port uint32) []tcpDest {
+	var out []tcpDest
+	for _, d := range dests {
+		dst := d.GetDestination()
+		if dst.GetHost() == "" {
+			continue
+		}
+		host := model.ResolveHost(dst.Host, vs.Namespace, push.Mesh.DomainSuffix)
+		p := dst.GetPort().GetNumber()
+		if p == 0 {
+			p = port
+			if svc := push.ServiceForHostname(proxyNS, host); svc != nil && len(svc.Ports) == 1 {
+				p = svc.Ports[0].Port
+			}
+		}
+		if len(dests) > 1 && d.Weight <= 0 {
+			continue
+		}
+		out = append(out, tcpDest{OutboundClusterName(p, dst.Subset, host), uint32(max(d.Weight, 1))})
+	}
+	return out
+}
+
+// ldsInboundPort is a port of the proxy's own workload.
+type ldsInboundPort struct {
+	port     uint32
+	protocol model.Protocol
+}
+
+// ldsProxyWorkload finds the proxy's workload and the labels its policies select on: the node's labels, else
+// the workload's.
+func ldsProxyWorkload(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, map[string]string) {
+	var w *model.Workload
+	for _, ip := range proxy.IPAddresses {
+		if w = push.WorkloadByAddress(push.Mesh.Network, ip); w != nil {
+			break
+		}
+	}
+	labels := proxy.Labels
+	if w != nil && len(labels) == 0 {
+		labels = w.Labels
+	}
+	return w, labels
+}
+
+// ldsReservedPorts are the sidecar's own ports; traffic to them is never application traffic.
+var ldsReservedPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true, 15053: true, 15090: true}
+
+// sidecarInboundPorts lists the workload ports of the services selecting the proxy (their target port,
+// a named one resolved through the workload's container ports), the first service naming a port deciding
+// its protocol. These are the ports CDS builds inbound|PORT|| clusters for.
+func sidecarInboundPorts(push *model.PushContext, ns string, w *model.Workload, labels map[string]string) []ldsInboundPort {
+	seen := map[uint32]bool{}
+	var out []ldsInboundPort
+	for _, svc := range push.ServicesInNamespace(ns) {
+		if len(svc.Selector) == 0 || !ldsSelects(svc.Selector, labels) {
+			continue
+		}
+		for _, p := range svc.Ports {
+			target := p.Port
+			switch {
+			case p.TargetPort != 0:
+				target = p.TargetPort
+			case p.TargetPortName != "" && w != nil:
+				if n, ok := w.ContainerPorts[p.TargetPortName]; ok {
+					target = n
+				}
+			}
+			if !seen[target] {
+				seen[target] = true
+				out = append(out, ldsInboundPort{port: target, protocol: p.Protocol})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b ldsInboundPort) int { return cmp.Compare(a.port, b.port) })
+	return out
+}
+
+func ldsSelects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+type inboundInputs struct {
+	ports    []ldsInboundPort
+	mtls     model.EffectiveMTLS
+	policies model.AuthorizationPolicies
+	td       string
+}
+
+func (in inboundInputs) describe(ns string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%s|", ns, in.td, in.mtls.Mode)
+	for _, p := range in.ports {
+		fmt.Fprintf(&b, "%d/%s/%s,", p.port, p.protocol, in.mtls.ModeForPort(p.port))
+	}
+	for _, group := range [][]*config.Config{in.policies.Allow, in.policies.Deny, in.policies.Audit, in.policies.Custom} {
+		b.WriteString("|")
+		for _, c := range group {
+			b.WriteString(c.Key.String() + "@" + c.ResourceVersion + ",")
+		}
+	}
+	return b.String()
+}
+
+func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushContext) (*xds.Resource, error) {
+	w, labels := ldsProxyWorkload(proxy, push)
+	in := inboundInputs{
+		ports:    sidecarInboundPorts(push, proxy.Namespace, w, labels),
+		mtls:     push.PeerAuthentication(proxy.Namespace, labels),
+		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
+		td:       push.Mesh.TrustDomain,
+	}
+	return l.g.cached(inboundListenerKey{push.Version, in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
+		lis, notes := buildVirtualInbound(in)
+		for _, n := range notes {
+			slog.Debug("authorization policy translated with a change", "namespace", proxy.Namespace, "note", n)
+		}
+		return lis
+	})
+}
+
+// buildVirtualInbound builds the inbound capture listener, and notes on policies it could not translate.
+func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
+	httpRBAC, notes := buildHTTPRBAC(in.policies, in.td)
+	tcpRBAC, tcpNotes := buildTCPRBAC(in.policies, in.td)
+	notes = append(notes, tcpNotes...)
+
+	var chains []*listener.FilterChain
+	for _, p := range in.ports {
+		if ldsReservedPorts[p.port] {
+			continue
+		}
+		name := "inbound_0.0.0.0_" + ldsPortName(p.port)
+		var filters []*listener.Filter
+		if p.protocol.IsHTTP() {
+			filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, ldsInboundManager(p.port, httpRBAC))}
+		} else {
+			cluster := InboundClusterName(p.port)
+			filters = append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}}))
+		}
+		chains = append(chains, ldsMTLSChains(name, wrapperspb.UInt32(p.port), in.mtls.ModeForPort(p.port), filters)...)
+	}
+	passthrough := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}}))
+	chains = append(chains, ldsMTLSChains("inbound_passthrough", nil, in.mtls.Mode, passthrough)...)
+
+	return &listener.Listener{
+		Name:             VirtualInboundListener,
+		Address:          ldsAddress("0.0.0.0", VirtualInboundPort),
+		UseOriginalDst:   wrapperspb.Bool(true),
+		TrafficDirection: core.TrafficDirection_INBOUND,
+		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, ldsInspectors(chains)...),
+		FilterChains:     chains,
+	}, notes
+}
+
+// ldsMTLSChains returns the chains for one port (nil: any port) in mode: STRICT a TLS chain, DISABLE a
+// plaintext chain, PERMISSIVE both, told apart by transport protocol.
+func ldsMTLSChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, filters []*listener.Filter) []*listener.FilterChain {
+	tls := func() *listener.FilterChain {
+		return &listener.FilterChain{
+			Name:             name + "_tls",
+			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: port, TransportProtocol: "tls"},
+			Filters:          filters,
+			TransportSocket:  ldsDownstreamTLSSocket(ldsMeshDownstreamTLS()),
+		}
+	}
+	plain := func(transport string) *listener.FilterChain {
+		var match *listener.FilterChainMatch
+		if port != nil || transport != "" {
+			match = &listener.FilterChainMatch{DestinationPort: port, TransportProtocol: transport}
+		}
+		return &listener.FilterChain{Name: name + "_plaintext", FilterChainMatch: match, Filters: filters}
+	}
+	switch mode {
+	case model.MTLSStrict:
+		return []*listener.FilterChain{tls()}
+	case model.MTLSDisable:
+		return []*listener.FilterChain{plain("")}
+	}
+	return []*listener.FilterChain{tls(), plain("raw_buffer")}
+}
+
+// ldsInboundManager sends every request to the local workload port, after the RBAC filters.
+func ldsInboundManager(port uint32, rbac []*hcm.HttpFilter) *hcm.HttpConnectionManager {
+	cluster := InboundClusterName(port)
+	filters := append(slices.Clone(rbac), ldsEnvoyHTTPFilters()...)
+	return &hcm.HttpConnectionManager{
+		CodecType:  hcm.HttpConnectionManager_AUTO,
+		StatPrefix: "inbound_0.0.0.0_" + ldsPortName(port),
+		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+			Name: cluster,
+			VirtualHosts: []*route.VirtualHost{{
+				Name:    "inbound|http|" + ldsPortName(port),
+				Domains: []string{"*"},
+				Routes: []*route.Route{{
+					Name:  "default",
+					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &route.Route_Route{Route: &route.RouteAction{
+						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster},
+						Timeout:          durationpb.New(0),
+					}},
+					Decorator: &route.Decorator{Operation: cluster + "/*"},
+				}},
+			}},
+			ValidateClusters: wrapperspb.Bool(false),
+		}},
+		HttpFilters:              filters,
+		ForwardClientCertDetails: hcm.HttpConnectionManager_APPEND_FORWARD,
+		SetCurrentClientCertDetails: &hcm.HttpConnectionManager_SetCurrentClientCertDetails{
+			Subject: wrapperspb.Bool(true), Dns: true, Uri: true},
+	}
+}

@@ -1,0 +1,572 @@
+package envoy
+
+import (
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	rbacnet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	security "istio.io/api/security/v1beta1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// rbacPolicies parses AuthorizationPolicies (YAML documents) and groups them by action, as the model does.
+func rbacPolicies(t *testing.T, yaml string) model.AuthorizationPolicies {
+	t.Helper()
+	docs, err := config.SplitDocuments([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out model.AuthorizationPolicies
+	for i, doc := range docs {
+		if config.IsEmptyDocument(doc) {
+			continue
+		}
+		c, err := config.Parse(doc, "test.yaml", i, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch c.Spec.(*security.AuthorizationPolicy).Action {
+		case security.AuthorizationPolicy_ALLOW:
+			out.Allow = append(out.Allow, c)
+		case security.AuthorizationPolicy_DENY:
+			out.Deny = append(out.Deny, c)
+		case security.AuthorizationPolicy_AUDIT:
+			out.Audit = append(out.Audit, c)
+		case security.AuthorizationPolicy_CUSTOM:
+			out.Custom = append(out.Custom, c)
+		}
+	}
+	return out
+}
+
+// httpRules and tcpRules translate and decode the filters, checking each with ValidateAll.
+func httpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacpb.RBAC, []string) {
+	t.Helper()
+	filters, notes := buildHTTPRBAC(p, td)
+	var out []*rbacpb.RBAC
+	for _, f := range filters {
+		if f.Name != httpRBACFilter {
+			t.Errorf("filter name %q", f.Name)
+		}
+		r := &rbachttp.RBAC{}
+		if err := f.GetTypedConfig().UnmarshalTo(r); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.ValidateAll(); err != nil {
+			t.Errorf("http RBAC: %v", err)
+		}
+		out = append(out, r.Rules)
+	}
+	return out, notes
+}
+
+func tcpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacpb.RBAC, []string) {
+	t.Helper()
+	filters, notes := buildTCPRBAC(p, td)
+	var out []*rbacpb.RBAC
+	for _, f := range filters {
+		if f.Name != tcpRBACFilter {
+			t.Errorf("filter name %q", f.Name)
+		}
+		r := &rbacnet.RBAC{}
+		if err := f.GetTypedConfig().UnmarshalTo(r); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.ValidateAll(); err != nil {
+			t.Errorf("tcp RBAC: %v", err)
+		}
+		out = append(out, r.Rules)
+	}
+	return out, notes
+}
+
+// req is a connection or request as the RBAC filters see it.
+type req struct {
+	principal string // peer URI SAN; empty for plaintext
+	ip        string
+	port      uint32
+	method    string
+	path      string
+	host      string
+	headers   map[string]string
+}
+
+// allowed evaluates the filters in order as Envoy does: a DENY filter denies what matches one of its
+// policies, an ALLOW filter denies what matches none.
+func allowed(t *testing.T, filters []*rbacpb.RBAC, r req) bool {
+	t.Helper()
+	for _, f := range filters {
+		matched := false
+		for _, p := range f.Policies {
+			if slices.ContainsFunc(p.Permissions, func(x *rbacpb.Permission) bool { return permits(t, x, r) }) &&
+				slices.ContainsFunc(p.Principals, func(x *rbacpb.Principal) bool { return identifies(t, x, r) }) {
+				matched = true
+			}
+		}
+		if matched == (f.Action == rbacpb.RBAC_DENY) {
+			return false
+		}
+	}
+	return true
+}
+
+func permits(t *testing.T, p *rbacpb.Permission, r req) bool {
+	switch x := p.Rule.(type) {
+	case *rbacpb.Permission_Any:
+		return true
+	case *rbacpb.Permission_AndRules:
+		for _, s := range x.AndRules.Rules {
+			if !permits(t, s, r) {
+				return false
+			}
+		}
+		return true
+	case *rbacpb.Permission_OrRules:
+		return slices.ContainsFunc(x.OrRules.Rules, func(s *rbacpb.Permission) bool { return permits(t, s, r) })
+	case *rbacpb.Permission_NotRule:
+		return !permits(t, x.NotRule, r)
+	case *rbacpb.Permission_Header:
+		return headerMatches(t, x.Header, r)
+	case *rbacpb.Permission_UrlPath:
+		return r.path != "" && strMatches(t, x.UrlPath.GetPath(), r.path)
+	case *rbacpb.Permission_DestinationPort:
+		return x.DestinationPort == r.port
+	}
+	t.Fatalf("evaluator: unsupported permission %v", p)
+	return false
+}
+
+func identifies(t *testing.T, p *rbacpb.Principal, r req) bool {
+	switch x := p.Identifier.(type) {
+	case *rbacpb.Principal_Any:
+		return true
+	case *rbacpb.Principal_AndIds:
+		for _, s := range x.AndIds.Ids {
+			if !identifies(t, s, r) {
+				return false
+			}
+		}
+		return true
+	case *rbacpb.Principal_OrIds:
+		return slices.ContainsFunc(x.OrIds.Ids, func(s *rbacpb.Principal) bool { return identifies(t, s, r) })
+	case *rbacpb.Principal_NotId:
+		return !identifies(t, x.NotId, r)
+	case *rbacpb.Principal_Authenticated_:
+		return r.principal != "" && strMatches(t, x.Authenticated.PrincipalName, r.principal)
+	case *rbacpb.Principal_DirectRemoteIp:
+		return cidrContains(t, x.DirectRemoteIp.AddressPrefix, x.DirectRemoteIp.PrefixLen.GetValue(), r.ip)
+	case *rbacpb.Principal_RemoteIp:
+		return cidrContains(t, x.RemoteIp.AddressPrefix, x.RemoteIp.PrefixLen.GetValue(), r.ip)
+	case *rbacpb.Principal_Header:
+		return headerMatches(t, x.Header, r)
+	case *rbacpb.Principal_Metadata:
+		return false // no JWT filter: istio_authn metadata is never set
+	}
+	t.Fatalf("evaluator: unsupported principal %v", p)
+	return false
+}
+
+func cidrContains(t *testing.T, addr string, bits uint32, ip string) bool {
+	p, err := netip.ParseAddr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	return netip.PrefixFrom(p, int(bits)).Masked().Contains(a)
+}
+
+func headerMatches(t *testing.T, h *route.HeaderMatcher, r req) bool {
+	var v string
+	var ok bool
+	switch h.Name {
+	case ":method":
+		v, ok = r.method, r.method != ""
+	case ":authority":
+		v, ok = r.host, r.host != ""
+	default:
+		v, ok = r.headers[h.Name]
+	}
+	if !ok {
+		return false
+	}
+	switch m := h.HeaderMatchSpecifier.(type) {
+	case *route.HeaderMatcher_PresentMatch:
+		return m.PresentMatch
+	case *route.HeaderMatcher_StringMatch:
+		return strMatches(t, m.StringMatch, v)
+	}
+	t.Fatalf("evaluator: unsupported header matcher %v", h)
+	return false
+}
+
+func strMatches(t *testing.T, m *matcher.StringMatcher, v string) bool {
+	if m.IgnoreCase {
+		v = strings.ToLower(v)
+	}
+	lower := func(s string) string {
+		if m.IgnoreCase {
+			return strings.ToLower(s)
+		}
+		return s
+	}
+	switch x := m.MatchPattern.(type) {
+	case *matcher.StringMatcher_Exact:
+		return v == lower(x.Exact)
+	case *matcher.StringMatcher_Prefix:
+		return strings.HasPrefix(v, lower(x.Prefix))
+	case *matcher.StringMatcher_Suffix:
+		return strings.HasSuffix(v, lower(x.Suffix))
+	case *matcher.StringMatcher_SafeRegex:
+		return regexp.MustCompile("^(?:" + x.SafeRegex.Regex + ")$").MatchString(v) // Envoy: full match
+	}
+	t.Fatalf("evaluator: unsupported string matcher %v", m)
+	return false
+}
+
+func spiffe(ns, sa string) string { return "spiffe://cluster.local/ns/" + ns + "/sa/" + sa }
+
+const reviewsPolicies = `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow}
+spec:
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/shop/sa/frontend]}}]
+    to: [{operation: {methods: [GET, HEAD], paths: ["/reviews/*", /health]}}]
+  - from: [{source: {namespaces: [monitoring]}}]
+    to: [{operation: {paths: ["*/metrics"], ports: ["9080"]}}]
+  - from: [{source: {ipBlocks: [10.2.0.0/16, 192.168.1.1]}}]
+    to: [{operation: {ports: ["9090"], hosts: ["*.example.com"]}}]
+    when: [{key: "request.headers[x-api-key]", values: ["*"]}]
+  - from: [{source: {principals: ["*"], notPrincipals: [cluster.local/ns/shop/sa/banned]}}]
+    to: [{operation: {ports: ["9091"], notMethods: [DELETE]}}]
+    when:
+    - {key: source.ip, notValues: [10.9.9.9]}
+    - {key: destination.port, values: ["9091"]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny}
+spec:
+  action: DENY
+  rules:
+  - from: [{source: {notNamespaces: [shop]}}]
+    to: [{operation: {paths: ["/admin*"]}}]
+  - to: [{operation: {methods: [DELETE], ports: ["9090"]}}]
+`
+
+func TestRBACHTTP(t *testing.T) {
+	rules, notes := httpRules(t, rbacPolicies(t, reviewsPolicies), "cluster.local")
+	if len(notes) != 0 {
+		t.Errorf("notes %v", notes)
+	}
+	if len(rules) != 2 || rules[0].Action != rbacpb.RBAC_DENY || rules[1].Action != rbacpb.RBAC_ALLOW {
+		t.Fatalf("want DENY then ALLOW, got %v", rules)
+	}
+	frontend, banned := spiffe("shop", "frontend"), spiffe("shop", "banned")
+	monitor, outsider := spiffe("monitoring", "prometheus"), spiffe("other", "x")
+	for _, tc := range []struct {
+		name string
+		r    req
+		want bool
+	}{
+		{"principal, method and path prefix", req{principal: frontend, port: 9080, method: "GET", path: "/reviews/1"}, true},
+		{"second method", req{principal: frontend, port: 9080, method: "HEAD", path: "/health"}, true},
+		{"wrong method", req{principal: frontend, port: 9080, method: "POST", path: "/reviews/1"}, false},
+		{"wrong path", req{principal: frontend, port: 9080, method: "GET", path: "/other"}, false},
+		{"wrong principal", req{principal: spiffe("shop", "other"), port: 9080, method: "GET", path: "/reviews/1"}, false},
+		{"plaintext", req{port: 9080, method: "GET", path: "/reviews/1"}, false},
+		{"namespace, path suffix, port", req{principal: monitor, port: 9080, method: "GET", path: "/app/metrics"}, true},
+		{"namespace on another port", req{principal: monitor, port: 9081, method: "GET", path: "/app/metrics"}, false},
+		{"namespace regex is anchored", req{principal: spiffe("monitoring-x", "p"), port: 9080, path: "/metrics"}, false},
+		{"ip block, host suffix, header present", req{ip: "10.2.3.4", port: 9090, host: "API.example.com", headers: map[string]string{"x-api-key": "k"}}, true},
+		{"single ip is a /32", req{ip: "192.168.1.1", port: 9090, host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, true},
+		{"ip outside", req{ip: "192.168.1.2", port: 9090, host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, false},
+		{"header missing", req{ip: "10.2.3.4", port: 9090, host: "a.example.com"}, false},
+		{"host mismatch", req{ip: "10.2.3.4", port: 9090, host: "example.org", headers: map[string]string{"x-api-key": "k"}}, false},
+		{"any principal, not banned, not DELETE, when", req{principal: outsider, ip: "10.0.0.1", port: 9091, method: "GET", path: "/"}, true},
+		{"notPrincipals", req{principal: banned, ip: "10.0.0.1", port: 9091, method: "GET", path: "/"}, false},
+		{"notMethods", req{principal: outsider, ip: "10.0.0.1", port: 9091, method: "DELETE", path: "/"}, false},
+		{"when notValues source.ip", req{principal: outsider, ip: "10.9.9.9", port: 9091, method: "GET", path: "/"}, false},
+		{"any principal needs mTLS", req{ip: "10.0.0.1", port: 9091, method: "GET", path: "/"}, false},
+		{"DENY outside namespace on /admin", req{principal: outsider, ip: "10.0.0.1", port: 9091, method: "GET", path: "/admin/x"}, false},
+		{"DENY spares the namespace", req{principal: spiffe("shop", "ok"), ip: "10.0.0.1", port: 9091, method: "GET", path: "/admin/x"}, true},
+		{"DENY method and port", req{ip: "10.2.3.4", port: 9090, method: "DELETE", host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, false},
+	} {
+		if got := allowed(t, rules, tc.r); got != tc.want {
+			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	rbacGolden(t, "rbac_http", rules)
+}
+
+// TestRBACTCP: on TCP an ALLOW rule with HTTP-only parts allows nothing; a DENY rule loses them and denies more.
+func TestRBACTCP(t *testing.T) {
+	rules, notes := tcpRules(t, rbacPolicies(t, reviewsPolicies), "cluster.local")
+	wantNotes := []string{
+		`tcp: shop/deny rule 0: paths "/admin*" dropped (the rule denies more): HTTP-only, not checkable on a TCP connection`,
+		`tcp: shop/deny rule 1: methods "DELETE" dropped (the rule denies more): HTTP-only, not checkable on a TCP connection`,
+		`tcp: shop/allow rule 0 (ALLOW) skipped, it allows nothing: methods "GET": HTTP-only, not checkable on a TCP connection`,
+		`tcp: shop/allow rule 1 (ALLOW) skipped, it allows nothing: paths "*/metrics": HTTP-only, not checkable on a TCP connection`,
+		`tcp: shop/allow rule 2 (ALLOW) skipped, it allows nothing: request.headers[x-api-key] "*": HTTP-only, not checkable on a TCP connection`,
+		`tcp: shop/allow rule 3 (ALLOW) skipped, it allows nothing: methods (not) "DELETE": HTTP-only, not checkable on a TCP connection`,
+	}
+	if !slices.Equal(notes, wantNotes) {
+		t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(notes, "\n"), strings.Join(wantNotes, "\n"))
+	}
+	if len(rules) != 2 || len(rules[1].Policies) != 0 {
+		t.Fatalf("want DENY and an empty ALLOW, got %v", rules)
+	}
+	for _, tc := range []struct {
+		name string
+		r    req
+	}{
+		{"the frontend on its HTTP rule", req{principal: spiffe("shop", "frontend"), port: 9080}},
+		{"any principal on 9091", req{principal: spiffe("other", "x"), ip: "10.0.0.1", port: 9091}},
+	} {
+		if allowed(t, rules, tc.r) {
+			t.Errorf("%s: allowed on TCP", tc.name)
+		}
+	}
+	// The DENY rules without their HTTP parts: everything outside shop, and everything on 9090.
+	deny := rules[:1]
+	if allowed(t, deny, req{principal: spiffe("other", "x"), port: 1}) || !allowed(t, deny, req{principal: spiffe("shop", "x"), port: 1}) ||
+		allowed(t, deny, req{principal: spiffe("shop", "x"), port: 9090}) {
+		t.Error("DENY on TCP does not deny outside shop and on 9090 only")
+	}
+
+	// What L4 can check survives.
+	l4 := rbacPolicies(t, `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: db}
+spec:
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/shop/sa/reviews], notIpBlocks: [10.0.0.0/8]}}]
+    to: [{operation: {ports: ["3306"]}}]
+    when: [{key: source.namespace, values: [shop]}]
+`)
+	rules, notes = tcpRules(t, l4, "cluster.local")
+	if len(notes) != 0 || len(rules) != 1 {
+		t.Fatalf("rules %v notes %v", rules, notes)
+	}
+	reviews := spiffe("shop", "reviews")
+	if !allowed(t, rules, req{principal: reviews, ip: "192.168.0.1", port: 3306}) ||
+		allowed(t, rules, req{principal: reviews, ip: "10.1.0.1", port: 3306}) ||
+		allowed(t, rules, req{principal: reviews, ip: "192.168.0.1", port: 3307}) ||
+		allowed(t, rules, req{principal: spiffe("shop", "other"), ip: "192.168.0.1", port: 3306}) {
+		t.Error("L4 rule not enforced as written")
+	}
+	rbacGolden(t, "rbac_tcp", rules)
+}
+
+func TestRBACEmptyAndAllowAll(t *testing.T) {
+	// An ALLOW policy without rules allows nothing.
+	rules, _ := httpRules(t, rbacPolicies(t, `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: nothing}
+spec: {}
+`), "cluster.local")
+	if len(rules) != 1 || rules[0].Action != rbacpb.RBAC_ALLOW || len(rules[0].Policies) != 0 {
+		t.Fatalf("empty ALLOW: %v", rules)
+	}
+	if allowed(t, rules, req{principal: spiffe("shop", "a"), port: 80, method: "GET", path: "/"}) {
+		t.Error("empty ALLOW allows")
+	}
+	// A rule without from and to allows everything, TCP included.
+	all := rbacPolicies(t, `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: all}
+spec:
+  rules: [{}]
+`)
+	for _, rules := range [][]*rbacpb.RBAC{first(httpRules(t, all, "cluster.local")), first(tcpRules(t, all, "cluster.local"))} {
+		if !allowed(t, rules, req{port: 80, ip: "1.2.3.4"}) {
+			t.Error("rule {} does not allow everything")
+		}
+	}
+	// No policy: no filter.
+	if f, notes := buildHTTPRBAC(model.AuthorizationPolicies{}, "cluster.local"); len(f) != 0 || len(notes) != 0 {
+		t.Errorf("no policies gave %v %v", f, notes)
+	}
+}
+
+func first[A, B any](a A, _ B) A { return a }
+
+func TestRBACAuditCustomSkipped(t *testing.T) {
+	p := rbacPolicies(t, `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: audit}
+spec:
+  action: AUDIT
+  rules: [{to: [{operation: {paths: [/x]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: ext}
+spec:
+  action: CUSTOM
+  provider: {name: opa}
+  rules: [{}]
+`)
+	filters, notes := buildHTTPRBAC(p, "cluster.local")
+	if len(filters) != 0 {
+		t.Errorf("filters %v", filters)
+	}
+	want := []string{
+		"http: AUDIT policy shop/audit skipped: auditing is not supported",
+		"http: CUSTOM policy shop/ext skipped: external authorization is not supported",
+	}
+	if !slices.Equal(notes, want) {
+		t.Errorf("notes %v", notes)
+	}
+}
+
+func TestRBACPrincipalMatchers(t *testing.T) {
+	for _, tc := range []struct {
+		value, trustDomain string
+		want               *matcher.StringMatcher
+	}{
+		{"cluster.local/ns/a/sa/b", "cluster.local", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://cluster.local/ns/a/sa/b"}}},
+		{"cluster.local/ns/a/sa/b", "example.org", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://example.org/ns/a/sa/b"}}},
+		{"other.org/ns/a/sa/b", "example.org", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://other.org/ns/a/sa/b"}}},
+		{"cluster.local/ns/a/*", "cluster.local", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://cluster.local/ns/a/"}}},
+		{"*/sa/b", "example.org", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: `spiffe://.*/sa/b`}}}},
+		{"*", "cluster.local", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: ".+"}}}},
+	} {
+		b := &rbacBuilder{trustDomain: tc.trustDomain}
+		p, _ := b.srcPrincipal(tc.value)
+		got := p.GetAuthenticated().GetPrincipalName()
+		if protojson.Format(got) != protojson.Format(tc.want) {
+			t.Errorf("%s (trust domain %s): %v, want %v", tc.value, tc.trustDomain, got, tc.want)
+		}
+	}
+	// serviceAccounts and trustDomains.
+	rules, _ := httpRules(t, rbacPolicies(t, `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: sa}
+spec:
+  rules:
+  - from: [{source: {serviceAccounts: [shop/reviews], trustDomains: [cluster.local]}}]
+`), "cluster.local")
+	if !allowed(t, rules, req{principal: spiffe("shop", "reviews")}) || allowed(t, rules, req{principal: spiffe("shop", "ratings")}) ||
+		allowed(t, rules, req{principal: "spiffe://other.org/ns/shop/sa/reviews"}) {
+		t.Error("serviceAccounts/trustDomains not enforced")
+	}
+}
+
+func TestRBACWhenKeys(t *testing.T) {
+	p := rbacPolicies(t, `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: when}
+spec:
+  rules:
+  - when:
+    - {key: source.principal, values: [cluster.local/ns/shop/sa/a]}
+    - {key: source.namespace, values: [shop]}
+    - {key: destination.port, notValues: ["81"]}
+    - {key: "request.headers[x-env]", values: ["prod-*"]}
+  - when: [{key: request.auth.principal, values: ["*"]}]
+  - when: [{key: experimental.unknown, values: [x]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-unknown}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {ports: ["82"]}}]
+    when: [{key: experimental.unknown, values: [x]}]
+`)
+	rules, notes := httpRules(t, p, "cluster.local")
+	wantNotes := []string{
+		`http: shop/deny-unknown rule 0: when key "experimental.unknown" not supported, condition dropped (the rule denies more)`,
+		`http: shop/when rule 2 (ALLOW) skipped, it allows nothing: when key "experimental.unknown": not supported`,
+	}
+	if !slices.Equal(notes, wantNotes) {
+		t.Errorf("notes:\n%s", strings.Join(notes, "\n"))
+	}
+	a := spiffe("shop", "a")
+	prod := map[string]string{"x-env": "prod-eu"}
+	for _, tc := range []struct {
+		name string
+		r    req
+		want bool
+	}{
+		{"all conditions", req{principal: a, port: 80, headers: prod}, true},
+		{"destination.port notValues", req{principal: a, port: 81, headers: prod}, false},
+		{"header prefix", req{principal: a, port: 80, headers: map[string]string{"x-env": "dev"}}, false},
+		{"principal", req{principal: spiffe("shop", "b"), port: 80, headers: prod}, false},
+		{"request.auth.principal never set", req{port: 80}, false},
+		{"DENY without the unknown condition", req{principal: a, port: 82, headers: prod}, false},
+	} {
+		if got := allowed(t, rules, tc.r); got != tc.want {
+			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// On TCP the header and request.auth conditions are HTTP-only: those ALLOW rules allow nothing.
+	rules, notes = tcpRules(t, p, "cluster.local")
+	if allowed(t, rules, req{principal: a, port: 80}) || len(notes) != 4 {
+		t.Errorf("TCP: notes %v", notes)
+	}
+}
+
+// TestRBACInvalidValues: validation rejects bad values at the edge; should one get through, a DENY rule
+// keeps its valid values and an ALLOW rule drops out.
+func TestRBACInvalidValues(t *testing.T) {
+	policy := func(action security.AuthorizationPolicy_Action) *config.Config {
+		return &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "shop", Name: "bad"},
+			Spec: &security.AuthorizationPolicy{Action: action, Rules: []*security.Rule{{
+				From: []*security.Rule_From{{Source: &security.Source{IpBlocks: []string{"not-an-ip", "10.0.0.1"}}}},
+				To:   []*security.Rule_To{{Operation: &security.Operation{Ports: []string{"http"}, NotPorts: []string{"81"}}}},
+			}}}}
+	}
+	rules, notes := httpRules(t, model.AuthorizationPolicies{Deny: []*config.Config{policy(security.AuthorizationPolicy_DENY)}}, "cluster.local")
+	want := []string{
+		`http: shop/bad rule 0: ipBlocks "not-an-ip" dropped (the rule denies more): not an IP address or CIDR block`,
+		`http: shop/bad rule 0: ports "http" dropped (the rule denies more): not a port number`,
+	}
+	if !slices.Equal(notes, want) {
+		t.Errorf("notes %v", notes)
+	}
+	if allowed(t, rules, req{ip: "10.0.0.1", port: 80}) || !allowed(t, rules, req{ip: "10.0.0.2", port: 80}) ||
+		!allowed(t, rules, req{ip: "10.0.0.1", port: 81}) {
+		t.Error("the valid values are not kept")
+	}
+	rules, notes = httpRules(t, model.AuthorizationPolicies{Allow: []*config.Config{policy(security.AuthorizationPolicy_ALLOW)}}, "cluster.local")
+	if len(rules) != 1 || len(rules[0].Policies) != 0 || len(notes) != 1 {
+		t.Errorf("ALLOW with a bad value: %v %v", rules, notes)
+	}
+}
+
+func rbacGolden(t *testing.T, name string, rules []*rbacpb.RBAC) {
+	t.Helper()
+	var parts []string
+	for _, r := range rules {
+		b, err := protojson.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, string(b))
+	}
+	ldsGoldenBytes(t, name, []byte("["+strings.Join(parts, ",")+"]"))
+}
