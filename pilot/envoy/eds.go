@@ -100,7 +100,6 @@ func (e endpointGenerator) NeedsPush(_ *xds.Proxy, w *xds.WatchedResource, req *
 	return false
 }
 
-
 // loadAssignment groups endpoints by locality, sorted, each group weighted by the sum of its endpoints'
 // weights. Every group has a locality and a weight: gRPC clients reject or ignore groups without them.
 func loadAssignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor) *endpoint.ClusterLoadAssignment {
