@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -60,8 +61,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 					continue
 				}
 				key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh}
-				if svc.Resolution != model.ClientSideLB {
-					// DNS and static clusters carry their endpoints inline.
+				if inlineEndpoints(svc) {
 					key.endpoints = push.Endpoints(svc.Key())
 				}
 				r, err := g.cached(key, name, func() proto.Message { return buildOutboundCluster(push, key) })
@@ -99,6 +99,12 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// inlineEndpoints reports whether a service's cluster carries its endpoints itself: DNS clusters, and
+// ServiceEntries with resolution STATIC that list their endpoints (no workloadSelector).
+func inlineEndpoints(svc *model.Service) bool {
+	return svc.Resolution == model.DNSLB || (svc.Resolution == model.ClientSideLB && svc.Source.Kind == config.ServiceEntry && svc.Selector == nil)
 }
 
 type flavor int
@@ -149,7 +155,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	case model.ClientSideLB:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_EDS}
 		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource(), ServiceName: name}
-		if k.svc.Source.Kind == "ServiceEntry" && len(k.svc.Selector) == 0 && k.endpoints != nil {
+		if inlineEndpoints(k.svc) {
 			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 			c.EdsClusterConfig = nil
 			c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, nil)

@@ -1,0 +1,274 @@
+package envoy
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+func cdsPush(t testing.TB) *model.PushContext {
+	t.Helper()
+	data, err := os.ReadFile("testdata/cds/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pushFromYAML(t, data)
+}
+
+func sidecarIn(ns, ip string, labels map[string]string) *xds.Proxy {
+	return &xds.Proxy{Type: xds.Sidecar, NodeID: "sidecar~" + ip + "~pod." + ns + "~" + ns + ".svc.cluster.local",
+		Namespace: ns, IPAddresses: []string{ip}, Labels: labels}
+}
+
+func wildcard(typeURL string) *xds.WatchedResource {
+	return &xds.WatchedResource{TypeURL: typeURL, Wildcard: true, ResourceNames: map[string]struct{}{}}
+}
+
+func named(typeURL string, names ...string) *xds.WatchedResource {
+	w := &xds.WatchedResource{TypeURL: typeURL, ResourceNames: map[string]struct{}{}}
+	for _, n := range names {
+		w.ResourceNames[n] = struct{}{}
+	}
+	return w
+}
+
+// generate runs one generator and decodes its output into fresh messages like proto, checking that
+// every resource passes ValidateAll and is named as its content.
+func generate[T interface {
+	proto.Message
+	ValidateAll() error
+	GetName() string
+}](t *testing.T, g *Generators, typeURL string, proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, newT func() T) []T {
+	t.Helper()
+	res, err := g.ByTypeURL()[typeURL].Generate(proxy, push, w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []T
+	for _, r := range res {
+		m := newT()
+		if err := r.Any.UnmarshalTo(m); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.ValidateAll(); err != nil {
+			t.Errorf("%s: ValidateAll: %v", r.Name, err)
+		}
+		if m.GetName() != r.Name {
+			t.Errorf("resource %q holds %q", r.Name, m.GetName())
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// golden compares messages, rendered as normalised protojson, with testdata/DIR/NAME.json (-update rewrites).
+func golden[T proto.Message](t *testing.T, dir, name string, msgs []T) {
+	t.Helper()
+	var parts []json.RawMessage
+	for _, m := range msgs {
+		b, err := protojson.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, b)
+	}
+	raw, err := json.Marshal(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, raw, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	out.WriteString("\n")
+	path := filepath.Join("testdata", dir, name+".json")
+	if *updateGolden {
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(want, out.Bytes()) {
+		t.Errorf("%s differs (run with -update to accept):\n%s", path, lineDiff(string(want), out.String()))
+	}
+}
+
+func newCluster() *cluster.Cluster                     { return &cluster.Cluster{} }
+func newCLA() *endpoint.ClusterLoadAssignment          { return &endpoint.ClusterLoadAssignment{} }
+func claName(c *endpoint.ClusterLoadAssignment) string { return c.ClusterName }
+
+func clusterByName(t *testing.T, cs []*cluster.Cluster, name string) *cluster.Cluster {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no cluster %q", name)
+	return nil
+}
+
+func TestCDSGolden(t *testing.T) {
+	push := cdsPush(t)
+	g := New(Options{})
+	sidecar := generate(t, g, xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	golden(t, "cds", "sidecar-shop", sidecar)
+	grpc := generate(t, g, xds.ClusterType, &xds.Proxy{Type: xds.GRPC, NodeID: "grpc-client", Namespace: "shop"}, push, wildcard(xds.ClusterType), newCluster)
+	golden(t, "cds", "grpc-shop", grpc)
+}
+
+func TestCDSClusters(t *testing.T) {
+	push := cdsPush(t)
+	g := New(Options{})
+	cs := generate(t, g, xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	want := []string{
+		"outbound|443||api.payments.example",
+		"outbound|3306||db.shop.svc.cluster.local",
+		"outbound|8000||legacy.shop.internal",
+		"outbound|7070||reviews.shop.svc.cluster.local",
+		"outbound|7070|v1|reviews.shop.svc.cluster.local",
+		"outbound|7070|v2|reviews.shop.svc.cluster.local",
+		"outbound|9080||reviews.shop.svc.cluster.local",
+		"outbound|9080|v1|reviews.shop.svc.cluster.local",
+		"outbound|9080|v2|reviews.shop.svc.cluster.local",
+		"inbound|7070||", "inbound|8080||",
+		BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster,
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("clusters:\n got %q\nwant %q", names, want)
+	}
+	// exportTo "." keeps hidden.other out of shop's view.
+	if slices.ContainsFunc(names, func(n string) bool { return n == "outbound|80||hidden.other.svc.cluster.local" }) {
+		t.Error("a service exported only to its namespace is visible elsewhere")
+	}
+
+	top := clusterByName(t, cs, "outbound|9080||reviews.shop.svc.cluster.local")
+	if top.GetType() != cluster.Cluster_EDS || top.EdsClusterConfig.GetEdsConfig().GetAds() == nil {
+		t.Errorf("reviews is not an ADS EDS cluster: %v", top.ClusterDiscoveryType)
+	}
+	if top.LbPolicy != cluster.Cluster_RING_HASH || top.GetRingHashLbConfig().GetMinimumRingSize().GetValue() != 1024 {
+		t.Errorf("consistent hash not applied: %v %v", top.LbPolicy, top.GetRingHashLbConfig())
+	}
+	th := top.CircuitBreakers.GetThresholds()[0]
+	if th.MaxConnections.GetValue() != 100 || th.MaxPendingRequests.GetValue() != 10 || th.MaxRequests.GetValue() != 200 || th.MaxRetries.GetValue() != 3 {
+		t.Errorf("circuit breakers = %v", th)
+	}
+	if top.ConnectTimeout.AsDuration().Seconds() != 3 {
+		t.Errorf("connect timeout = %v", top.ConnectTimeout)
+	}
+	if od := top.OutlierDetection; od.Consecutive_5Xx.GetValue() != 5 || od.MaxEjectionPercent.GetValue() != 50 || top.CommonLbConfig.GetHealthyPanicThreshold().GetValue() != 20 {
+		t.Errorf("outlier detection = %v", od)
+	}
+	if len(top.TransportSocketMatches) != 2 {
+		t.Errorf("auto mTLS missing: %v", top.TransportSocketMatches)
+	}
+	// Subset policy overrides the top level; port-level overrides both.
+	if v1 := clusterByName(t, cs, "outbound|9080|v1|reviews.shop.svc.cluster.local"); v1.LbPolicy != cluster.Cluster_LEAST_REQUEST || v1.TransportSocket == nil {
+		t.Errorf("subset v1: lb %v, tls %v", v1.LbPolicy, v1.TransportSocket)
+	}
+	if p := clusterByName(t, cs, "outbound|7070||reviews.shop.svc.cluster.local"); p.LbPolicy != cluster.Cluster_RANDOM {
+		t.Errorf("port-level lb = %v", p.LbPolicy)
+	}
+	if ext := clusterByName(t, cs, "outbound|443||api.payments.example"); ext.GetType() != cluster.Cluster_STRICT_DNS || ext.TransportSocket == nil || len(ext.LoadAssignment.GetEndpoints()) != 1 {
+		t.Errorf("DNS service entry cluster = %v", ext)
+	}
+	if st := clusterByName(t, cs, "outbound|8000||legacy.shop.internal"); st.GetType() != cluster.Cluster_STATIC || len(st.LoadAssignment.GetEndpoints()) != 2 {
+		t.Errorf("static service entry cluster = %v", st)
+	}
+	if hl := clusterByName(t, cs, "outbound|3306||db.shop.svc.cluster.local"); hl.GetType() != cluster.Cluster_ORIGINAL_DST {
+		t.Errorf("headless service = %v", hl.ClusterDiscoveryType)
+	}
+}
+
+func TestCDSNamedAndShared(t *testing.T) {
+	push := cdsPush(t)
+	g := New(Options{})
+	a := sidecarIn("shop", "10.1.0.1", nil)
+	b := sidecarIn("shop", "10.1.0.7", nil)
+	w := named(xds.ClusterType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|1||nothing")
+	ra, _ := g.ByTypeURL()[xds.ClusterType].Generate(a, push, w, nil)
+	rb, _ := g.ByTypeURL()[xds.ClusterType].Generate(b, push, w, nil)
+	if len(ra) != 1 || ra[0].Name != "outbound|9080||reviews.shop.svc.cluster.local" {
+		t.Fatalf("named request = %v", ra)
+	}
+	if ra[0] != rb[0] {
+		t.Error("two proxies in one namespace did not share the marshaled cluster")
+	}
+}
+
+func TestEDSLocalitiesAndSubsets(t *testing.T) {
+	push := cdsPush(t)
+	g := New(Options{})
+	proxy := sidecarIn("shop", "10.1.0.9", nil)
+	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
+		"outbound|9080|v9|reviews.shop.svc.cluster.local", "outbound|80||hidden.other.svc.cluster.local")
+	res, err := g.ByTypeURL()[xds.EndpointType].Generate(proxy, push, w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clas []*endpoint.ClusterLoadAssignment
+	for _, r := range res {
+		cla := newCLA()
+		if err := r.Any.UnmarshalTo(cla); err != nil {
+			t.Fatal(err)
+		}
+		if err := cla.ValidateAll(); err != nil {
+			t.Errorf("%s: %v", claName(cla), err)
+		}
+		for _, loc := range cla.Endpoints {
+			if loc.Locality == nil || loc.LoadBalancingWeight.GetValue() == 0 {
+				t.Errorf("%s: locality group without locality or weight (gRPC clients reject it)", cla.ClusterName)
+			}
+		}
+		clas = append(clas, cla)
+	}
+	golden(t, "cds", "eds-shop", clas)
+	if len(clas) != 2 {
+		t.Fatalf("got %d assignments, want 2 (unknown subset and invisible service left out)", len(clas))
+	}
+	byName := map[string]*endpoint.ClusterLoadAssignment{}
+	for _, c := range clas {
+		byName[c.ClusterName] = c
+	}
+	all := byName["outbound|9080||reviews.shop.svc.cluster.local"]
+	if len(all.Endpoints) != 2 || all.Endpoints[1].Locality.Zone != "eu-a" || all.Endpoints[1].LbEndpoints[0].HealthStatus.String() != "HEALTHY" {
+		t.Errorf("all endpoints = %v", all.Endpoints)
+	}
+	if all.Endpoints[0].LbEndpoints[0].HealthStatus.String() != "UNHEALTHY" {
+		t.Errorf("unready endpoint not UNHEALTHY: %v", all.Endpoints[0])
+	}
+	v1 := byName["outbound|9080|v1|reviews.shop.svc.cluster.local"]
+	if len(v1.Endpoints) != 1 || len(v1.Endpoints[0].LbEndpoints) != 1 ||
+		v1.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().Address != "10.1.0.1" {
+		t.Errorf("subset v1 = %v", v1.Endpoints)
+	}
+}
+
+func TestEDSNeedsPushOnlyForWatchedServices(t *testing.T) {
+	gen := endpointGenerator{New(Options{})}
+	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local")
+	hit := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/reviews.shop.svc.cluster.local": {}}}
+	miss := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/ratings.shop.svc.cluster.local": {}}}
+	if !gen.NeedsPush(nil, w, hit) || gen.NeedsPush(nil, w, miss) || !gen.NeedsPush(nil, w, &model.PushRequest{Full: true}) {
+		t.Error("EDS push filter wrong")
+	}
+}
