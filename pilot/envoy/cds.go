@@ -434,30 +434,35 @@ func rawBufferSocket() *core.TransportSocket {
 	return &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
 }
 
-// effectivePolicy merges a DestinationRule's traffic policy: the subset's over the top level, port-level
-// settings over both, field group by field group (Istio's rule).
+// effectivePolicy merges a DestinationRule's traffic policy as Istio does: port-level settings over the
+// top level, then the subset's policy (with its own port-level settings) over that.
 func effectivePolicy(dr *model.DestinationRule, subset string, port uint32) *networking.TrafficPolicy {
 	if dr == nil {
 		return nil
 	}
-	policy := dr.Spec.TrafficPolicy
+	policy := forPort(dr.Spec.TrafficPolicy, port)
 	if subset != "" {
 		for _, ss := range dr.Spec.Subsets {
 			if ss.Name == subset && ss.TrafficPolicy != nil {
-				policy = mergePolicy(policy, ss.TrafficPolicy)
+				policy = mergePolicy(policy, forPort(ss.TrafficPolicy, port))
 			}
 		}
 	}
-	if policy == nil {
+	return policy
+}
+
+// forPort applies a policy's port-level settings for port.
+func forPort(p *networking.TrafficPolicy, port uint32) *networking.TrafficPolicy {
+	if p == nil {
 		return nil
 	}
-	for _, pl := range policy.PortLevelSettings {
+	for _, pl := range p.PortLevelSettings {
 		if pl.GetPort().GetNumber() == port {
-			return mergePolicy(policy, &networking.TrafficPolicy{LoadBalancer: pl.LoadBalancer, ConnectionPool: pl.ConnectionPool,
+			return mergePolicy(p, &networking.TrafficPolicy{LoadBalancer: pl.LoadBalancer, ConnectionPool: pl.ConnectionPool,
 				OutlierDetection: pl.OutlierDetection, Tls: pl.Tls})
 		}
 	}
-	return policy
+	return p
 }
 
 func mergePolicy(base, over *networking.TrafficPolicy) *networking.TrafficPolicy {

@@ -42,8 +42,10 @@ type Connection struct {
 	mu      sync.RWMutex
 	watched map[string]*WatchedResource
 
-	seq         uint64          // responses sent; stream goroutine only
-	unknownSeen map[string]bool // types without a generator, logged once
+	seq         uint64             // responses sent; stream goroutine only
+	unknownSeen map[string]bool    // types without a generator, logged once
+	genFailed   bool               // the last generation failed; stream goroutine only
+	pushing     *model.PushRequest // the push being sent, for the Observer; stream goroutine only
 
 	dequeued bool // guarded by the push queue's lock
 }
@@ -248,6 +250,7 @@ func (c *Connection) generate(gen Generator, w *WatchedResource, push *model.Pus
 // generateFailed keeps the proxy on what it has: a failed generation sends nothing.
 func (c *Connection) generateFailed(w *WatchedResource, err error) {
 	c.srv.genErrors.Add(1)
+	c.genFailed = true
 	c.srv.log.Error("generating resources failed; proxy keeps its config", "conn", c.id, "type", w.TypeURL, "error", err)
 }
 
@@ -268,6 +271,7 @@ func (c *Connection) ack(w *WatchedResource, version, nonce string) {
 	w.VersionAcked, w.NonceAcked, w.LastAcked = version, nonce, time.Now()
 	w.LastError = ""
 	c.mu.Unlock()
+	c.observeAck(w, nonce, false, "")
 }
 
 // nack records a rejection. Nothing is re-sent: the proxy keeps its last good config until the next push
@@ -283,6 +287,7 @@ func (c *Connection) nack(w *WatchedResource, nonce, msg string) {
 	if tc := c.srv.byType[w.TypeURL]; tc != nil {
 		tc.nacks.Add(1)
 	}
+	c.observeAck(w, nonce, true, msg)
 	c.srv.log.Warn("proxy rejected config", "conn", c.id, "proxy", c.proxy.NodeID, "type", w.TypeURL,
 		"version", w.VersionSent, "nonce", nonce, "error", msg)
 }

@@ -111,24 +111,22 @@ func (c *Connection) pushDelta(req *model.PushRequest) error {
 		if tc := c.srv.byType[w.TypeURL]; tc != nil {
 			tc.pushes.Add(1)
 		}
-		gen := c.srv.opts.Generators[w.TypeURL]
-		dg, ok := gen.(DeltaGenerator)
-		if !ok {
-			if err := c.respondDelta(gen, w, push, req, nil, false); err != nil {
-				return err
+		err := c.observePush(w, push, req, func() error {
+			gen := c.srv.opts.Generators[w.TypeURL]
+			dg, ok := gen.(DeltaGenerator)
+			if !ok {
+				return c.respondDelta(gen, w, push, req, nil, false)
 			}
-			continue
-		}
-		res, removed, incremental, err := dg.GenerateDeltas(c.proxy, push, w, req)
-		if err != nil {
-			c.generateFailed(w, err)
-			continue
-		}
-		if !incremental {
-			err = c.sendDelta(w, push, res, nil, nil, true, false)
-		} else {
-			err = c.sendDelta(w, push, res, removed, nil, false, false)
-		}
+			res, removed, incremental, err := dg.GenerateDeltas(c.proxy, push, w, req)
+			if err != nil {
+				c.generateFailed(w, err)
+				return nil
+			}
+			if !incremental {
+				return c.sendDelta(w, push, res, nil, nil, true, false)
+			}
+			return c.sendDelta(w, push, res, removed, nil, false, false)
+		})
 		if err != nil {
 			return err
 		}
@@ -203,5 +201,6 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	}
 	w.VersionSent, w.NonceSent, w.LastSent = resp.SystemVersionInfo, resp.Nonce, time.Now()
 	c.mu.Unlock()
+	c.observeSent(w, resp.Nonce, push)
 	return nil
 }

@@ -47,6 +47,8 @@ type Options struct {
 	NewStreamsPerSecond float64
 	// NewStreamsBurst is how many streams may start at once before the limit applies (default: one second's worth).
 	NewStreamsBurst int
+	// Observer, if set, is told about pushes, responses and ACKs (metrics, distribution tracking).
+	Observer Observer
 }
 
 // Server serves ADS. It implements discovery.AggregatedDiscoveryServiceServer.
@@ -312,6 +314,9 @@ func (s *Server) remove(c *Connection, err error) {
 	s.mu.Unlock()
 	s.queue.Remove(c)
 	close(c.closed)
+	if s.opts.Observer != nil {
+		s.opts.Observer.Closed(c.id)
+	}
 	s.disconnects.Add(1)
 	attrs := []any{"conn", c.id, "proxy", c.proxy.NodeID, "connected", time.Since(c.connectedAt).Round(time.Millisecond)}
 	if err != nil && !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {

@@ -76,7 +76,9 @@ func (c *Connection) pushSotW(req *model.PushRequest) error {
 		if tc := c.srv.byType[w.TypeURL]; tc != nil {
 			tc.pushes.Add(1)
 		}
-		if err := c.respondSotW(c.srv.opts.Generators[w.TypeURL], w, push, req); err != nil {
+		if err := c.observePush(w, push, req, func() error {
+			return c.respondSotW(c.srv.opts.Generators[w.TypeURL], w, push, req)
+		}); err != nil {
 			return err
 		}
 	}
@@ -102,5 +104,6 @@ func (c *Connection) respondSotW(gen Generator, w *WatchedResource, push *model.
 		return err
 	}
 	c.sent(w, version, nonce)
+	c.observeSent(w, nonce, push)
 	return nil
 }

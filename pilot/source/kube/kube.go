@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -336,6 +338,8 @@ func (s *Source) watch(kind config.Kind) (cache.ResourceEventHandlerRegistration
 	if inf == nil {
 		return nil, fmt.Errorf("no informer for kind %s", kind)
 	}
+	// Fails only if the informer already runs; it then keeps client-go's handler.
+	_ = inf.SetWatchErrorHandlerWithContext(s.watchErrorHandler(kind))
 	return inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.upsert(kind, obj) },
 		UpdateFunc: func(oldObj, newObj any) {
@@ -348,6 +352,36 @@ func (s *Source) watch(kind config.Kind) (cache.ResourceEventHandlerRegistration
 		},
 		DeleteFunc: func(obj any) { s.remove(kind, obj) },
 	})
+}
+
+var forbiddenVerb = regexp.MustCompile(`cannot (\w+) resource`)
+
+// watchErrorHandler logs a denied permission once per kind, naming the verb and the resource, instead of
+// client-go's log line on every retry. Other errors go to client-go's handler.
+func (s *Source) watchErrorHandler(kind config.Kind) cache.WatchErrorHandlerWithContext {
+	var logged atomic.Bool
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		if !apierrors.IsForbidden(err) {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			return
+		}
+		if logged.Swap(true) {
+			return
+		}
+		verb := "list"
+		if m := forbiddenVerb.FindStringSubmatch(err.Error()); m != nil {
+			verb = m[1]
+		}
+		resource := string(kind)
+		if ki, ok := config.Info(kind); ok {
+			resource = ki.Plural
+			if ki.Group != "" {
+				resource += "." + ki.Group
+			}
+		}
+		s.log.Error("permission denied: cannot "+verb+" "+resource+"; Sextant's ClusterRole must allow get, list and watch on it (manifests/10-rbac.yaml)",
+			"kind", kind, "verb", verb, "resource", resource, "error", err)
+	}
 }
 
 func (s *Source) informer(kind config.Kind) cache.SharedIndexInformer {
