@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -43,34 +44,25 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	scope := g.scopeFor(proxy, push)
 	flavor := flavorOf(proxy)
 	var out xds.Resources
-	for _, svc := range scope.Services {
-		dr := push.DestinationRule(proxy.Namespace, svc)
-		for _, port := range svc.Ports {
-			if port.Protocol == model.ProtocolUDP {
-				continue
+	if w.Wildcard {
+		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
+		listKey := outboundListKey{scope: scope, flavor: flavor, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
+		if cached, ok := g.lists.Get(listKey); ok {
+			out = slices.Clone(cached)
+		} else {
+			list, err := c.outbound(scope, push, flavor, w)
+			if err != nil {
+				return nil, err
 			}
-			names := []string{""}
-			if dr != nil {
-				for _, ss := range dr.Spec.Subsets {
-					names = append(names, ss.Name)
-				}
-			}
-			for _, subset := range names {
-				name := OutboundClusterName(port.Port, subset, svc.Hostname)
-				if !wants(w, name) {
-					continue
-				}
-				key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh}
-				if inlineEndpoints(svc) {
-					key.endpoints = push.Endpoints(svc.Key())
-				}
-				r, err := g.cached(key, name, func() proto.Message { return buildOutboundCluster(push, key) })
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, r)
-			}
+			g.lists.Add(listKey, list)
+			out = slices.Clone(list)
 		}
+	} else {
+		list, err := c.outbound(scope, push, flavor, w)
+		if err != nil {
+			return nil, err
+		}
+		out = list
 	}
 	if flavor == flavorGRPC {
 		return out, nil
@@ -105,6 +97,48 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 // ServiceEntries with resolution STATIC that list their endpoints (no workloadSelector).
 func inlineEndpoints(svc *model.Service) bool {
 	return svc.Resolution == model.DNSLB || (svc.Resolution == model.ClientSideLB && svc.Source.Kind == config.ServiceEntry && svc.Selector == nil)
+}
+
+// outboundListKey identifies the outbound clusters of a scope.
+type outboundListKey struct {
+	scope     *Scope
+	flavor    flavor
+	rules     any
+	endpoints any
+}
+
+// outbound builds the outbound clusters for every service port in scope (and DestinationRule subset).
+func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, w *xds.WatchedResource) (xds.Resources, error) {
+	g := c.g
+	var out xds.Resources
+	for _, svc := range scope.Services {
+		dr := push.DestinationRule(scope.Namespace, svc)
+		for _, port := range svc.Ports {
+			if port.Protocol == model.ProtocolUDP {
+				continue
+			}
+			names := []string{""}
+			for _, ss := range dr.GetSubsets() {
+				names = append(names, ss.Name)
+			}
+			for _, subset := range names {
+				name := OutboundClusterName(port.Port, subset, svc.Hostname)
+				if !wants(w, name) {
+					continue
+				}
+				key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh}
+				if inlineEndpoints(svc) {
+					key.endpoints = push.Endpoints(svc.Key())
+				}
+				r, err := g.cached(key, name, func() proto.Message { return buildOutboundCluster(push, key) })
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
 }
 
 type flavor int
@@ -333,7 +367,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.
 			{
 				Name:            "tlsMode-istio",
 				Match:           &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}},
-				TransportSocket: tlsSocket(istioMutualTLS(svc, trustDomain)),
+				TransportSocket: tlsSocket(istioMutualTLS(c.Name, svc, trustDomain)),
 			},
 			{
 				Name:            "tlsMode-disabled",
@@ -346,7 +380,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.
 	switch tls.Mode {
 	case networking.ClientTLSSettings_DISABLE:
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
-		c.TransportSocket = tlsSocket(istioMutualTLS(svc, trustDomain))
+		c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, svc, trustDomain))
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		ctx := &tlsv3.UpstreamTlsContext{Sni: tls.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 		if ctx.Sni == "" && !strings.HasPrefix(svc.Hostname, "*") {
@@ -407,9 +441,10 @@ func sdsSecret(name string) *tlsv3.SdsSecretConfig {
 
 // istioMutualTLS is the client side of mesh mTLS: the workload certificate and the mesh root from SDS,
 // and the server's identity checked against the service's namespace in the trust domain.
-func istioMutualTLS(svc *model.Service, trustDomain string) *tlsv3.UpstreamTlsContext {
+func istioMutualTLS(clusterName string, svc *model.Service, trustDomain string) *tlsv3.UpstreamTlsContext {
 	return &tlsv3.UpstreamTlsContext{
-		Sni: OutboundClusterName(0, "", svc.Hostname),
+		// Istio's SNI for mesh traffic, outbound_.PORT_.SUBSET_.HOST: gateways in AUTO_PASSTHROUGH route on it.
+		Sni: strings.ReplaceAll(clusterName, "|", "_."),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)},

@@ -272,3 +272,27 @@ func TestEDSNeedsPushOnlyForWatchedServices(t *testing.T) {
 		t.Error("EDS push filter wrong")
 	}
 }
+
+func TestEDSDeltaSendsOnlyChangedServices(t *testing.T) {
+	push := cdsPush(t)
+	gen := endpointGenerator{New(Options{})}
+	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
+		"outbound|80||gone.shop.svc.cluster.local")
+	req := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/reviews.shop.svc.cluster.local": {}}}
+	res, removed, incremental, err := gen.GenerateDeltas(sidecarIn("shop", "10.1.0.9", nil), push, w, req)
+	if err != nil || !incremental || len(removed) != 0 {
+		t.Fatalf("incremental=%v removed=%v err=%v", incremental, removed, err)
+	}
+	var names []string
+	for _, r := range res {
+		names = append(names, r.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"outbound|9080|v1|reviews.shop.svc.cluster.local", "outbound|9080||reviews.shop.svc.cluster.local"}) {
+		t.Errorf("delta = %v", names)
+	}
+	gone := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/gone.shop.svc.cluster.local": {}}}
+	if _, removed, _, _ := gen.GenerateDeltas(sidecarIn("shop", "10.1.0.9", nil), push, w, gone); !slices.Equal(removed, []string{"outbound|80||gone.shop.svc.cluster.local"}) {
+		t.Errorf("the cluster of a deleted service should be reported removed, got %v", removed)
+	}
+}

@@ -77,6 +77,56 @@ func (e endpointGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w
 	return out, nil
 }
 
+// GenerateDeltas answers an endpoint-only push with the assignments of the changed services alone; a full
+// push gets the full state. This keeps an endpoint change proportional to the clusters it touches.
+func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, req *model.PushRequest) (xds.Resources, []string, bool, error) {
+	if req == nil || req.Full {
+		res, err := e.Generate(proxy, push, w, req)
+		return res, nil, false, err
+	}
+	hosts := changedHosts(req)
+	changed := &xds.WatchedResource{TypeURL: w.TypeURL, ResourceNames: map[string]struct{}{}}
+	for name := range w.ResourceNames {
+		if _, hit := hosts[clusterHost(name)]; hit {
+			changed.ResourceNames[name] = struct{}{}
+		}
+	}
+	if len(changed.ResourceNames) == 0 {
+		return nil, nil, true, nil
+	}
+	res, err := e.Generate(proxy, push, changed, req)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	// A changed cluster the proxy can no longer see was removed (its service went away).
+	var removed []string
+	seen := make(map[string]struct{}, len(res))
+	for _, r := range res {
+		seen[r.Name] = struct{}{}
+	}
+	for name := range changed.ResourceNames {
+		if _, ok := seen[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(removed)
+	return res, removed, true, nil
+}
+
+func changedHosts(req *model.PushRequest) map[string]struct{} {
+	hosts := make(map[string]struct{}, len(req.ServicesUpdated))
+	for key := range req.ServicesUpdated {
+		_, host, _ := strings.Cut(key, "/")
+		hosts[host] = struct{}{}
+	}
+	return hosts
+}
+
+// clusterHost returns the HOST of DIRECTION|PORT|SUBSET|HOST without allocating.
+func clusterHost(name string) string {
+	return name[strings.LastIndexByte(name, '|')+1:]
+}
+
 // NeedsPush sends EDS on an incremental push only to proxies watching a cluster of a changed service.
 func (e endpointGenerator) NeedsPush(_ *xds.Proxy, w *xds.WatchedResource, req *model.PushRequest) bool {
 	if req == nil || req.Full {
@@ -85,16 +135,10 @@ func (e endpointGenerator) NeedsPush(_ *xds.Proxy, w *xds.WatchedResource, req *
 	if len(req.ServicesUpdated) == 0 {
 		return false
 	}
-	hosts := make(map[string]struct{}, len(req.ServicesUpdated))
-	for key := range req.ServicesUpdated {
-		_, host, _ := strings.Cut(key, "/")
-		hosts[host] = struct{}{}
-	}
+	hosts := changedHosts(req)
 	for name := range w.ResourceNames {
-		if cn, ok := ParseClusterName(name); ok {
-			if _, hit := hosts[cn.Host]; hit {
-				return true
-			}
+		if _, hit := hosts[clusterHost(name)]; hit {
+			return true
 		}
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -23,6 +24,8 @@ type Generators struct {
 	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
 	resources *lru.Cache[any, *xds.Resource]
 	scopes    *lru.Cache[scopeKey, *Scope]
+	// lists caches whole lists of resources that many proxies share (outbound clusters of a scope).
+	lists *lru.Cache[any, xds.Resources]
 }
 
 // New returns the generators.
@@ -32,7 +35,8 @@ func New(opts Options) *Generators {
 	}
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
 	scopes, _ := lru.New[scopeKey, *Scope](4096)
-	return &Generators{resources: resources, scopes: scopes}
+	lists, _ := lru.New[any, xds.Resources](4096)
+	return &Generators{resources: resources, scopes: scopes, lists: lists}
 }
 
 // ByTypeURL returns the generators to register with the xDS server.
@@ -82,4 +86,10 @@ func wants(w *xds.WatchedResource, name string) bool {
 	}
 	_, ok := w.ResourceNames[name]
 	return ok
+}
+
+// routingID identifies the routing config of a snapshot: output built from VirtualServices,
+// DestinationRules or Gateways keys on it, and stays cached across snapshots that did not change them.
+func routingID(push *model.PushContext) any {
+	return [3]any{push.VirtualServicesID(), push.DestinationRulesID(), push.GatewaysID()}
 }

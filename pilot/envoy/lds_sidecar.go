@@ -25,8 +25,9 @@ import (
 // outboundListenerKey: virtualOutbound depends on the proxy's scope (its namespace, Sidecar and snapshot)
 // and nothing else of the proxy.
 type outboundListenerKey struct {
-	scope *Scope
-	typ   xds.ProxyType
+	scope   *Scope
+	routing any // routingID: TCP and TLS routes come from VirtualServices
+	typ     xds.ProxyType
 }
 
 // inboundListenerKey: virtualInbound depends on the snapshot and on what desc spells out (ports, modes,
@@ -38,7 +39,7 @@ type inboundListenerKey struct {
 
 func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
 	scope := l.g.scopeFor(proxy, push)
-	out, err := l.g.cached(outboundListenerKey{scope, proxy.Type}, VirtualOutboundListener, func() proto.Message {
+	out, err := l.g.cached(outboundListenerKey{scope, routingID(push), proxy.Type}, VirtualOutboundListener, func() proto.Message {
 		return buildVirtualOutbound(push, scope)
 	})
 	if err != nil {

@@ -95,6 +95,7 @@ func requestedNames(w *xds.WatchedResource) []string {
 // its Sidecar; gateways for the Gateways selecting a router; labels is set only for configurations that
 // VirtualService sourceLabels made depend on the proxy's labels.
 type routeKey struct {
+	routing   any // routingID: VirtualServices, DestinationRules and Gateways in force
 	proxyType xds.ProxyType
 	name      string
 	scope     *Scope
@@ -112,7 +113,7 @@ var (
 
 // routeConfig returns the marshaled RouteConfiguration name for proxy, or nil when it does not exist.
 func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwKey, name string) (*xds.Resource, error) {
-	key := routeKey{proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey}
+	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey}
 	r, ok := g.resources.Get(key)
 	if ok && r == routeDependsOnLabel {
 		key.labels, key.labelled = labelsKey(proxy.Labels), true

@@ -22,8 +22,11 @@ type Scope struct {
 // Service returns the service the proxy sees for host, or nil.
 func (s *Scope) Service(host string) *model.Service { return s.byHost[host] }
 
+// scopeKey holds what a scope depends on. It does not change with the snapshot version, so endpoint-only
+// pushes reuse scopes (and everything cached against them).
 type scopeKey struct {
-	version   uint64
+	services  any
+	sidecars  any
 	namespace string
 	sidecar   *config.Config
 }
@@ -31,7 +34,7 @@ type scopeKey struct {
 // scopeFor returns the proxy's scope. Proxies in one namespace under the same Sidecar share it.
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
-	key := scopeKey{push.Version, proxy.Namespace, sidecar}
+	key := scopeKey{push.ServicesID(), push.SidecarsID(), proxy.Namespace, sidecar}
 	if s, ok := g.scopes.Get(key); ok {
 		return s
 	}

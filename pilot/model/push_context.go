@@ -344,3 +344,31 @@ func (ps *PushContext) PeerAuthentication(ns string, labels map[string]string) E
 	}
 	return out
 }
+
+// Index identities. Each changes exactly when its index was rebuilt or edited, so generators can key
+// caches on them and reuse output across snapshots that did not touch what it depends on. They are
+// comparable and meant only for equality.
+
+// ServicesID identifies the services (hostnames, ports, visibility) of the snapshot.
+func (ps *PushContext) ServicesID() any { return ps.servicesBySource }
+
+// SidecarsID identifies the Sidecar index.
+func (ps *PushContext) SidecarsID() any { return ps.sidecars }
+
+// DestinationRulesID identifies the DestinationRule index.
+func (ps *PushContext) DestinationRulesID() any { return ps.destinationRules }
+
+// VirtualServicesID identifies the VirtualService index.
+func (ps *PushContext) VirtualServicesID() any { return ps.virtualServices }
+
+// GatewaysID identifies the Gateway index.
+func (ps *PushContext) GatewaysID() any { return ps.gateways }
+
+// PoliciesID identifies the AuthorizationPolicy and PeerAuthentication indexes together.
+func (ps *PushContext) PoliciesID() any { return [2]any{ps.authorization, ps.peerAuthn} }
+
+// WorkloadsID identifies the workload index.
+func (ps *PushContext) WorkloadsID() any { return ps.workloads }
+
+// EndpointsID identifies the endpoint index.
+func (ps *PushContext) EndpointsID() any { return ps.endpoints }

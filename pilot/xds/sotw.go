@@ -77,11 +77,45 @@ func (c *Connection) pushSotW(req *model.PushRequest) error {
 			tc.pushes.Add(1)
 		}
 		if err := c.observePush(w, push, req, func() error {
-			return c.respondSotW(c.srv.opts.Generators[w.TypeURL], w, push, req)
+			gen := c.srv.opts.Generators[w.TypeURL]
+			if dg, ok := gen.(DeltaGenerator); ok && req != nil && !req.Full && !legacyWildcard[w.TypeURL] {
+				// EDS and RDS responses need not repeat unchanged resources: send only what the push changed.
+				return c.respondSotWPartial(dg, w, push, req)
+			}
+			return c.respondSotW(gen, w, push, req)
 		}); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// respondSotWPartial sends the resources an incremental push changed, for types whose responses are not
+// the full state (EDS, RDS). Nothing changed for this proxy: nothing is sent.
+func (c *Connection) respondSotWPartial(dg DeltaGenerator, w *WatchedResource, push *model.PushContext, req *model.PushRequest) error {
+	res, _, incremental, err := dg.GenerateDeltas(c.proxy, push, w, req)
+	if err != nil {
+		c.generateFailed(w, err)
+		return nil
+	}
+	if !incremental {
+		return c.respondSotW(dg, w, push, req)
+	}
+	version, nonce := c.nextResponse(push)
+	resp := &discovery.DiscoveryResponse{TypeUrl: w.TypeURL, VersionInfo: version, Nonce: nonce}
+	for _, r := range res {
+		if r != nil && r.Any != nil && w.Subscribed(r.Name) {
+			resp.Resources = append(resp.Resources, r.Any)
+		}
+	}
+	if len(resp.Resources) == 0 {
+		return nil
+	}
+	if err := c.send(resp, w.TypeURL); err != nil {
+		return err
+	}
+	c.sent(w, version, nonce)
+	c.observeSent(w, nonce, push)
 	return nil
 }
 

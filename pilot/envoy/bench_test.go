@@ -1,0 +1,82 @@
+package envoy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// benchMesh is N services (one HTTP port, 10 endpoints each) over 10 namespaces, every tenth with a
+// DestinationRule with two subsets and a VirtualService splitting between them.
+func benchMesh(b *testing.B, services int) *model.PushContext {
+	var sb strings.Builder
+	for i := range services {
+		ns := fmt.Sprintf("ns-%d", i%10)
+		fmt.Fprintf(&sb, "---\napiVersion: v1\nkind: Service\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  clusterIP: 10.%d.%d.%d\n  selector: {app: svc-%d}\n  ports: [{name: http, port: 8080}]\n",
+			i, ns, 100+i/65536, i/256%256, i%256, i)
+		fmt.Fprintf(&sb, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-%d-x, namespace: %s, labels: {kubernetes.io/service-name: svc-%d}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints:\n", i, ns, i)
+		for e := range 10 {
+			n := i*10 + e
+			fmt.Fprintf(&sb, "- addresses: [10.%d.%d.%d]\n", n/65536%256, n/256%256, n%256)
+		}
+		if i%10 == 0 {
+			fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  host: svc-%d\n  subsets: [{name: a, labels: {v: a}}, {name: b, labels: {v: b}}]\n", i, ns, i)
+			fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  hosts: [svc-%d]\n  http:\n  - route:\n    - destination: {host: svc-%d, subset: a}\n      weight: 90\n    - destination: {host: svc-%d, subset: b}\n      weight: 10\n", i, ns, i, i, i)
+		}
+	}
+	return pushFromYAML(b, []byte(sb.String()))
+}
+
+func BenchmarkGenerate(b *testing.B) {
+	for _, services := range []int{1000, 10000} {
+		push := benchMesh(b, services)
+		proxy := sidecarIn("ns-1", "10.200.0.1", map[string]string{"app": "client"})
+		// The names a sidecar asks for after CDS and LDS.
+		var edsNames []string
+		for _, s := range push.AllServices() {
+			edsNames = append(edsNames, OutboundClusterName(8080, "", s.Hostname))
+		}
+		cases := []struct {
+			name    string
+			typeURL string
+			w       *xds.WatchedResource
+		}{
+			{"cds", xds.ClusterType, wildcard(xds.ClusterType)},
+			{"eds", xds.EndpointType, named(xds.EndpointType, edsNames...)},
+			{"lds", xds.ListenerType, wildcard(xds.ListenerType)},
+			{"rds", xds.RouteType, named(xds.RouteType, "8080")},
+		}
+		for _, c := range cases {
+			// cold: nothing cached, what the first proxy of a namespace pays.
+			b.Run(fmt.Sprintf("%s/services=%d/cold", c.name, services), func(b *testing.B) {
+				b.ReportAllocs()
+				var n int
+				for b.Loop() {
+					res, err := New(Options{}).ByTypeURL()[c.typeURL].Generate(proxy, push, c.w, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n = len(res)
+				}
+				b.ReportMetric(float64(n), "resources")
+			})
+			// shared: another proxy seeing the same config, served from the cache.
+			b.Run(fmt.Sprintf("%s/services=%d/shared", c.name, services), func(b *testing.B) {
+				g := New(Options{}).ByTypeURL()[c.typeURL]
+				if _, err := g.Generate(proxy, push, c.w, nil); err != nil {
+					b.Fatal(err)
+				}
+				other := sidecarIn("ns-1", "10.200.0.2", map[string]string{"app": "client"})
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := g.Generate(other, push, c.w, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
