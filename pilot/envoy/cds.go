@@ -28,13 +28,6 @@ import (
 // defaultConnectTimeout is istiod's default (meshConfig.connectTimeout).
 const defaultConnectTimeout = 10 * time.Second
 
-// SDS names istiod's proxies use: their own certificate and the mesh root, from the agent's SDS server.
-const (
-	SDSDefault = "default"
-	SDSRootCA  = "ROOTCA"
-	sdsCluster = "sds-grpc"
-)
-
 type clusterGenerator struct{ g *Generators }
 
 // Generate returns the proxy's clusters: outbound for every service port in scope (and every DestinationRule
@@ -68,7 +61,8 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		return out, nil
 	}
 	if proxy.Type == xds.Sidecar {
-		for _, ip := range inboundPorts(proxy, push) {
+		workload, labels := ldsProxyWorkload(proxy, push)
+		for _, ip := range sidecarInboundPorts(push, proxy.Namespace, workload, labels) {
 			name := InboundClusterName(ip.port)
 			if !wants(w, name) {
 				continue
@@ -170,13 +164,6 @@ type outboundClusterKey struct {
 type inboundClusterKey struct{ port uint32 }
 type staticClusterKey struct{ name string }
 
-func adsConfigSource() *core.ConfigSource {
-	return &core.ConfigSource{
-		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
-		ResourceApiVersion:    core.ApiVersion_V3,
-	}
-}
-
 func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluster.Cluster {
 	name := OutboundClusterName(k.port.Port, k.subset, k.svc.Hostname)
 	c := &cluster.Cluster{
@@ -188,7 +175,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	switch k.svc.Resolution {
 	case model.ClientSideLB:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_EDS}
-		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource(), ServiceName: name}
+		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name}
 		if inlineEndpoints(k.svc) {
 			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 			c.EdsClusterConfig = nil
@@ -426,19 +413,6 @@ func sanMatchers(sans []string) []*tlsv3.SubjectAltNameMatcher {
 	return out
 }
 
-func sdsSecret(name string) *tlsv3.SdsSecretConfig {
-	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &core.ConfigSource{
-		ResourceApiVersion: core.ApiVersion_V3,
-		ConfigSourceSpecifier: &core.ConfigSource_ApiConfigSource{ApiConfigSource: &core.ApiConfigSource{
-			ApiType:             core.ApiConfigSource_GRPC,
-			TransportApiVersion: core.ApiVersion_V3,
-			GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{
-				EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: sdsCluster}}}},
-			SetNodeOnFirstMessageOnly: true,
-		}},
-	}}
-}
-
 // istioMutualTLS is the client side of mesh mTLS: the workload certificate and the mesh root from SDS,
 // and the server's identity checked against the service's namespace in the trust domain.
 func istioMutualTLS(clusterName string, svc *model.Service, trustDomain string) *tlsv3.UpstreamTlsContext {
@@ -447,13 +421,13 @@ func istioMutualTLS(clusterName string, svc *model.Service, trustDomain string) 
 		Sni: strings.ReplaceAll(clusterName, "|", "_."),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(ldsSDSCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
 					SanType: tlsv3.SubjectAltNameMatcher_URI,
 					Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + trustDomain + "/ns/" + svc.Namespace + "/sa/"}},
 				}}},
-				ValidationContextSdsSecretConfig: sdsSecret(SDSRootCA),
+				ValidationContextSdsSecretConfig: sdsSecret(ldsSDSRoot),
 			}},
 		},
 	}
@@ -547,57 +521,6 @@ func inlineLoadAssignment(name string, se *model.ServiceEndpoints, port uint32, 
 	return loadAssignment(name, eps, subset, flavorEnvoy)
 }
 
-type inboundPort struct {
-	port     uint32
-	protocol model.Protocol
-}
-
-// inboundPorts lists the ports the proxy's own workload serves, from the services that select it.
-func inboundPorts(proxy *xds.Proxy, push *model.PushContext) []inboundPort {
-	var w *model.Workload
-	for _, ip := range proxy.IPAddresses {
-		if w = push.WorkloadByAddress(push.Mesh.Network, ip); w != nil {
-			break
-		}
-	}
-	labels := proxy.Labels
-	if w != nil && len(labels) == 0 {
-		labels = w.Labels
-	}
-	seen := map[uint32]bool{}
-	var out []inboundPort
-	for _, svc := range push.ServicesInNamespace(proxy.Namespace) {
-		if len(svc.Selector) == 0 || !selectorMatch(svc.Selector, labels) {
-			continue
-		}
-		for _, p := range svc.Ports {
-			target := p.Port
-			switch {
-			case p.TargetPort != 0:
-				target = p.TargetPort
-			case p.TargetPortName != "" && w != nil:
-				if n, ok := w.ContainerPorts[p.TargetPortName]; ok {
-					target = n
-				}
-			}
-			if !seen[target] {
-				seen[target] = true
-				out = append(out, inboundPort{port: target, protocol: p.Protocol})
-			}
-		}
-	}
-	return out
-}
-
-func selectorMatch(selector, labels map[string]string) bool {
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 func buildInboundCluster(port uint32) *cluster.Cluster {
 	name := InboundClusterName(port)
 	return &cluster.Cluster{
@@ -625,9 +548,4 @@ func buildStaticCluster(name string) *cluster.Cluster {
 		}
 	}
 	return c
-}
-
-func socketAddress(ip string, port uint32) *core.Address {
-	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-		Address: ip, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}
 }

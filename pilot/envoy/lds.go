@@ -153,20 +153,20 @@ func ldsAny(m proto.Message) *anypb.Any {
 	return a
 }
 
-func ldsADS() *core.ConfigSource {
+func adsSource() *core.ConfigSource {
 	return &core.ConfigSource{
 		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
 		ResourceApiVersion:    core.ApiVersion_V3,
 	}
 }
 
-func ldsAddress(ip string, port uint32) *core.Address {
+func socketAddress(ip string, port uint32) *core.Address {
 	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 		Address: ip, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}
 }
 
 // ldsSDSSecret names an SDS secret served by the agent over the sds-grpc cluster.
-func ldsSDSSecret(name string) *tlsv3.SdsSecretConfig {
+func sdsSecret(name string) *tlsv3.SdsSecretConfig {
 	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &core.ConfigSource{
 		ResourceApiVersion: core.ApiVersion_V3,
 		ConfigSourceSpecifier: &core.ConfigSource_ApiConfigSource{ApiConfigSource: &core.ApiConfigSource{
@@ -181,7 +181,7 @@ func ldsSDSSecret(name string) *tlsv3.SdsSecretConfig {
 
 // ldsADSSecret names an SDS secret served over ADS (istiod serves kubernetes:// credentials itself).
 func ldsADSSecret(name string) *tlsv3.SdsSecretConfig {
-	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ldsADS()}
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: adsSource()}
 }
 
 // ldsMeshDownstreamTLS terminates mesh mTLS: the workload certificate, client certificates required and
@@ -191,11 +191,11 @@ func ldsMeshDownstreamTLS() *tlsv3.DownstreamTlsContext {
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  ldsMeshInboundALPN,
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{ldsSDSSecret(ldsSDSCert)},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(ldsSDSCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
-					ValidationContextSdsSecretConfig: ldsSDSSecret(ldsSDSRoot),
+					ValidationContextSdsSecretConfig: sdsSecret(ldsSDSRoot),
 				}},
 		},
 	}
@@ -235,7 +235,7 @@ func ldsRDSManager(statPrefix, routeName string, filters []*hcm.HttpFilter) *hcm
 		CodecType:  hcm.HttpConnectionManager_AUTO,
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			ConfigSource: ldsADS(), RouteConfigName: routeName}},
+			ConfigSource: adsSource(), RouteConfigName: routeName}},
 		HttpFilters: filters,
 	}
 }

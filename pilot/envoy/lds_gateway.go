@@ -202,7 +202,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 	}
 	lis := &listener.Listener{
 		Name:             name,
-		Address:          ldsAddress(addr.bind, port),
+		Address:          socketAddress(addr.bind, port),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		FilterChains:     chains,
 	}
@@ -287,11 +287,11 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: common}
 	switch {
 	case mode == networking.ServerTLSSettings_ISTIO_MUTUAL:
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{ldsSDSSecret(ldsSDSCert)}
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(ldsSDSCert)}
 		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
-				ValidationContextSdsSecretConfig: ldsSDSSecret(ldsSDSRoot),
+				ValidationContextSdsSecretConfig: sdsSecret(ldsSDSRoot),
 			}}
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 		return ctx

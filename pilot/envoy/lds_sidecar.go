@@ -154,7 +154,7 @@ func buildVirtualOutbound(push *model.PushContext, scope *Scope) *listener.Liste
 	})
 	return &listener.Listener{
 		Name:             VirtualOutboundListener,
-		Address:          ldsAddress("0.0.0.0", VirtualOutboundPort),
+		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, ldsInspectors(chains)...),
@@ -326,7 +326,7 @@ func sidecarInboundPorts(push *model.PushContext, ns string, w *model.Workload, 
 	seen := map[uint32]bool{}
 	var out []ldsInboundPort
 	for _, svc := range push.ServicesInNamespace(ns) {
-		if len(svc.Selector) == 0 || !ldsSelects(svc.Selector, labels) {
+		if len(svc.Selector) == 0 || !selectorMatch(svc.Selector, labels) {
 			continue
 		}
 		for _, p := range svc.Ports {
@@ -349,7 +349,7 @@ func sidecarInboundPorts(push *model.PushContext, ns string, w *model.Workload, 
 	return out
 }
 
-func ldsSelects(selector, labels map[string]string) bool {
+func selectorMatch(selector, labels map[string]string) bool {
 	for k, v := range selector {
 		if got, ok := labels[k]; !ok || got != v {
 			return false
@@ -423,7 +423,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 
 	return &listener.Listener{
 		Name:             VirtualInboundListener,
-		Address:          ldsAddress("0.0.0.0", VirtualInboundPort),
+		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: core.TrafficDirection_INBOUND,
 		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, ldsInspectors(chains)...),
