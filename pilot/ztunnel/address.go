@@ -184,7 +184,8 @@ func workloadPorts(s *model.Service, w *model.Workload) *workload.PortList {
 }
 
 // policiesFor returns "namespace/name" of the selector-based policies (its namespace's and the root
-// namespace's) that select w and that ztunnel enforces; namespace- and mesh-wide ones apply by scope.
+// namespace's) that select w and that ztunnel enforces, sorted; namespace- and mesh-wide ones apply by
+// scope. Then, as in istiod, those enforcing its PeerAuthentication (see peerauth.go).
 func (st *pushState) policiesFor(w *model.Workload) []string {
 	aps := st.ps.AuthorizationPolicies(w.Namespace, w.Labels)
 	var out []string
@@ -198,7 +199,7 @@ func (st *pushState) policiesFor(w *model.Workload) []string {
 		}
 	}
 	slices.Sort(out)
-	return out
+	return append(out, peerAuthView(st.ps, w).refs(meshOf(st.ps).RootNamespace)...)
 }
 
 func (st *pushState) workloadMessage(w *model.Workload, ports []svcPorts, policies []string) *workload.Workload {

@@ -274,16 +274,22 @@ func (st *pushState) buildAuthz() {
 			}
 		}
 	}
+	st.authz = append(st.authz, st.peerAuthPolicies()...)
 	slices.SortFunc(st.authz, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// namespacePolicies returns the converted policies of the namespaces of the workloads req updated.
+// namespacePolicies returns the converted policies of the namespaces of the workloads req updated, and
+// those PeerAuthentication adds for these workloads (the static STRICT policy, converted workload policies).
 func (st *pushState) namespacePolicies(req *model.PushRequest) xds.Resources {
 	root := meshOf(st.ps).RootNamespace
 	nss := map[string]struct{}{}
+	var pa peerAuthCollector
 	for uid := range req.WorkloadsUpdated {
 		if w := st.ps.Workload(uid); w != nil {
 			nss[w.Namespace] = struct{}{}
+			if st.included(w) {
+				pa.add(peerAuthView(st.ps, w))
+			}
 		}
 	}
 	var out xds.Resources
@@ -294,5 +300,7 @@ func (st *pushState) namespacePolicies(req *model.PushRequest) xds.Resources {
 			}
 		}
 	}
-	return out
+	derived := pa.resources(st.g, root)
+	slices.SortFunc(derived, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+	return append(out, derived...)
 }

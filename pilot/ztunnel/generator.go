@@ -196,7 +196,8 @@ func hasKey(m map[string]struct{}, k string) bool {
 }
 
 // NeedsPush: Address changes with workloads, services, namespaces (ambient and waypoint labels), nodes
-// (locality) and authorization policies (workloads list those selecting them).
+// (locality), authorization policies (workloads list those selecting them) and peer authentications
+// (workloads list the policies enforcing their mutual TLS).
 func (a *AddressGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource, req *model.PushRequest) bool {
 	if len(req.WorkloadsUpdated) > 0 || len(req.ServicesUpdated) > 0 {
 		return true
@@ -210,14 +211,14 @@ func (a *AddressGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource, req *
 	for k := range req.ConfigsUpdated {
 		switch k.Kind {
 		case config.Service, config.ServiceEntry, config.Pod, config.WorkloadEntry, config.Namespace, config.Node,
-			config.AuthorizationPolicy:
+			config.AuthorizationPolicy, config.PeerAuthentication:
 			return true
 		}
 	}
 	return false
 }
 
-// Generate returns every converted AuthorizationPolicy the subscription covers.
+// Generate returns every converted AuthorizationPolicy and PeerAuthentication the subscription covers.
 func (z *AuthorizationGenerator) Generate(_ *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
 	st := z.g.state(push)
 	st.authzOnce.Do(st.buildAuthz)
@@ -245,8 +246,9 @@ func (z *AuthorizationGenerator) GenerateDeltas(p *xds.Proxy, push *model.PushCo
 	return z.g.state(push).namespacePolicies(req), nil, true, nil
 }
 
-// NeedsPush: policies are pushed on full pushes that touch an AuthorizationPolicy or a Namespace, and when
-// workloads change (see GenerateDeltas; usually nothing is sent).
+// NeedsPush: policies are pushed on full pushes that touch an AuthorizationPolicy, a PeerAuthentication
+// (converted to policies, see peerauth.go) or a Namespace, and when workloads change (see GenerateDeltas;
+// usually nothing is sent).
 func (z *AuthorizationGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource, req *model.PushRequest) bool {
 	if len(req.WorkloadsUpdated) > 0 {
 		return true
@@ -258,7 +260,8 @@ func (z *AuthorizationGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource,
 		return true
 	}
 	for k := range req.ConfigsUpdated {
-		if k.Kind == config.AuthorizationPolicy || k.Kind == config.Namespace {
+		switch k.Kind {
+		case config.AuthorizationPolicy, config.PeerAuthentication, config.Namespace:
 			return true
 		}
 	}

@@ -433,6 +433,7 @@ func TestPushFilter(t *testing.T) {
 		{"destination rule", &model.PushRequest{Full: true, ConfigsUpdated: key(config.DestinationRule)}, false, false},
 		{"authorization policy", &model.PushRequest{Full: true, ConfigsUpdated: key(config.AuthorizationPolicy)}, true, true},
 		{"namespace", &model.PushRequest{Full: true, ConfigsUpdated: key(config.Namespace)}, true, true},
+		{"peer authentication", &model.PushRequest{Full: true, ConfigsUpdated: key(config.PeerAuthentication)}, true, true},
 		{"service", &model.PushRequest{Full: true, ConfigsUpdated: key(config.Service)}, true, false},
 		{"endpoints only", &model.PushRequest{ServicesUpdated: map[string]struct{}{ratingsSvc: {}}}, true, false},
 		{"workload", &model.PushRequest{WorkloadsUpdated: map[string]struct{}{ratingsA: {}}}, true, true},
