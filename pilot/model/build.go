@@ -70,7 +70,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	// Workloads, grouped by namespace and label for selector matching below.
 	byUID := cowmap.New[*Workload]().Edit()
 	byAddr := cowmap.New[[]string]().Edit()
-	wlByLabel := map[string]map[string][]*Workload{} // namespace → "k=v" → workloads
+	wlByLabel := map[string]map[labelPair][]*Workload{} // namespace → label → workloads
 	wlByNS := map[string][]*Workload{}
 	for _, kind := range []config.Kind{config.Pod, config.WorkloadEntry} {
 		for _, c := range reader.ListUnsorted(kind) {
@@ -86,11 +86,11 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 			wlByNS[w.Namespace] = append(wlByNS[w.Namespace], w)
 			idx := wlByLabel[w.Namespace]
 			if idx == nil {
-				idx = map[string][]*Workload{}
+				idx = map[labelPair][]*Workload{}
 				wlByLabel[w.Namespace] = idx
 			}
 			for k, v := range w.Labels {
-				idx[k+"="+v] = append(idx[k+"="+v], w)
+				idx[labelPair{k, v}] = append(idx[labelPair{k, v}], w)
 			}
 		}
 	}
@@ -149,10 +149,13 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 
 func convertServices(c *config.Config, m *mesh.Config) []*Service {
 	if c.Kind == config.Service {
-		return servicesFromKube(c, m)
+		return withKey(servicesFromKube(c, m))
 	}
-	return servicesFromServiceEntry(c, m)
+	return withKey(servicesFromServiceEntry(c, m))
 }
+
+// labelPair is one key=value of a workload's labels, for the selector index.
+type labelPair struct{ key, value string }
 
 func sortByHostname(list []*Service) {
 	slices.SortFunc(list, func(a, b *Service) int {
@@ -176,14 +179,14 @@ func (s *Service) selects(w *Workload) bool {
 
 // selectWorkloads returns the sorted uids of the workloads s selects, using the label index to avoid a
 // scan of the namespace.
-func selectWorkloads(s *Service, nsWorkloads []*Workload, byLabel map[string][]*Workload) []string {
+func selectWorkloads(s *Service, nsWorkloads []*Workload, byLabel map[labelPair][]*Workload) []string {
 	if s.Selector == nil || (s.Source.Kind == config.Service && len(s.Selector) == 0) {
 		return nil
 	}
 	candidates := nsWorkloads
 	if byLabel != nil {
 		for k, v := range s.Selector {
-			if list := byLabel[k+"="+v]; len(list) < len(candidates) {
+			if list := byLabel[labelPair{k, v}]; len(list) < len(candidates) {
 				candidates = list
 			}
 		}

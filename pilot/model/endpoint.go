@@ -200,9 +200,12 @@ func addSliceEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
 			if !ok {
 				continue
 			}
+			// One allocation for the slice's endpoints on this port rather than one per endpoint.
+			block := make([]Endpoint, len(slice.Endpoints))
 			for i := range slice.Endpoints {
 				e := &slice.Endpoints[i]
-				ep := &Endpoint{
+				ep := &block[i]
+				*ep = Endpoint{
 					Address:     e.Addresses[0],
 					Port:        epPort,
 					ServicePort: sp.Port,

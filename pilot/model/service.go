@@ -107,10 +107,24 @@ type Service struct {
 	CreationTimestamp time.Time
 	// inline endpoints of a ServiceEntry.
 	inlineEndpoints []*networking.WorkloadEntry
+	key             string
 }
 
 // Key returns "namespace/hostname", the name ztunnel and the endpoint index use for the service.
-func (s *Service) Key() string { return s.Namespace + "/" + s.Hostname }
+func (s *Service) Key() string {
+	if s.key == "" {
+		return s.Namespace + "/" + s.Hostname
+	}
+	return s.key
+}
+
+// withKey fills in the cached key; services are built once and never modified afterwards.
+func withKey(svcs []*Service) []*Service {
+	for _, s := range svcs {
+		s.key = s.Namespace + "/" + s.Hostname
+	}
+	return svcs
+}
 
 // PortByNumber returns the service port with number n.
 func (s *Service) PortByNumber(n uint32) *Port {
