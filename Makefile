@@ -34,3 +34,12 @@ test-env:
 
 test-integration:
 	$(GO) test -tags integration -count=1 -v -timeout 30m ./tests/integration/
+
+# --- Load harness (tests/load): generated mesh, simulated sidecars and ztunnels, per-change latency, bytes,
+# server CPU and memory. Defaults: 300 services × 3 ports, 10 pods each, 300 delta sidecars, all scenarios.
+# E.g. make load LOAD_ARGS="-services 100 -sidecars 100 -reps 20 -json load.json". See docs/benchmarks.md.
+.PHONY: load
+LOAD_ARGS ?=
+
+load:
+	$(GO) run ./tests/load $(LOAD_ARGS)
