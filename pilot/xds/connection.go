@@ -32,6 +32,9 @@ type Connection struct {
 	peer        string
 	connectedAt time.Time
 	stream      grpc.ServerStream
+	ctx         context.Context // ends with the stream, or when the connection is killed
+	cancelCtx   context.CancelFunc
+	flight      *flight // responses not yet answered, holding the server's in-flight budget
 
 	pushCh   chan *pushItem
 	closed   chan struct{} // closed when the stream's goroutine has returned
@@ -57,9 +60,10 @@ type pushItem struct {
 
 func (s *Server) newConnection(ctx context.Context, proxy *Proxy, delta bool, stream grpc.ServerStream) *Connection {
 	num := s.connSeq.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
 	c := &Connection{
 		srv: s, num: num, id: proxy.ID + "-" + strconv.FormatUint(num, 10), proxy: proxy, delta: delta,
-		connectedAt: time.Now(), stream: stream,
+		connectedAt: time.Now(), stream: stream, ctx: ctx, cancelCtx: cancel,
 		pushCh: make(chan *pushItem), closed: make(chan struct{}), killed: make(chan struct{}),
 		watched: map[string]*WatchedResource{},
 	}
@@ -75,12 +79,17 @@ func (c *Connection) kill(reason string) {
 		c.killMsg = reason
 		c.srv.sendTimeouts.Add(1)
 		close(c.killed)
+		c.cancelCtx()
 	})
 }
 
 // serve runs a stream: the first request (it carries the node) is read here, later ones by a reader
 // goroutine, and requests and pushes are handled one at a time on this goroutine.
-func serve[Req interface{ GetNode() *core.Node }](s *Server, stream grpc.ServerStream, delta bool,
+func serve[Req interface {
+	GetNode() *core.Node
+	GetTypeUrl() string
+	GetResponseNonce() string
+}](s *Server, stream grpc.ServerStream, delta bool,
 	recv func() (Req, error), handle func(*Connection, Req) error, push func(*Connection, *model.PushRequest) error,
 ) (err error) {
 	if !s.startStream() {
@@ -95,6 +104,8 @@ func serve[Req interface{ GetNode() *core.Node }](s *Server, stream grpc.ServerS
 		return err
 	}
 
+	fl := newFlight(s.inflight, s.opts.MaxBytesInFlight, 2*s.opts.SendTimeout)
+	defer fl.close()
 	reqs := make(chan Req) // unbuffered: a receive error is seen only after every request before it
 	recvErr := make(chan error, 1)
 	go func() {
@@ -104,6 +115,8 @@ func serve[Req interface{ GetNode() *core.Node }](s *Server, stream grpc.ServerS
 				recvErr <- err
 				return
 			}
+			// An ACK or NACK frees its response's budget at once, even while this stream's goroutine waits.
+			fl.answered(req.GetTypeUrl(), req.GetResponseNonce())
 			select {
 			case reqs <- req:
 			case <-ctx.Done():
@@ -126,6 +139,7 @@ func serve[Req interface{ GetNode() *core.Node }](s *Server, stream grpc.ServerS
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	c := s.newConnection(ctx, proxy, delta, stream)
+	c.flight = fl
 	s.add(c)
 	defer func() { s.remove(c, err) }()
 
@@ -167,6 +181,12 @@ func (s *Server) doneErr(ctx context.Context) error {
 // by flow control cannot be interrupted: returning from the handler is what ends it.
 func (c *Connection) send(msg proto.Message, typeURL string) error {
 	size := proto.Size(msg)
+	if n, ok := msg.(interface{ GetNonce() string }); ok && c.flight != nil {
+		// Waiting for budget is not the proxy's fault: the send timeout starts after.
+		if err := c.flight.acquire(c.ctx, typeURL, n.GetNonce(), size); err != nil {
+			return status.FromContextError(err).Err()
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- c.stream.SendMsg(msg) }()
 	timer := time.NewTimer(c.srv.opts.SendTimeout)

@@ -101,6 +101,19 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	if len(added) == 0 && !wildcardAdded {
 		return nil // only unsubscriptions: nothing to send
 	}
+	if !wildcard {
+		// Only names were added (e.g. EDS for new clusters): generate just those, not everything watched.
+		// With 900 clusters watched, regenerating all of them for each proxy on every new cluster was most
+		// of the server's CPU in a service add.
+		view := *w
+		view.ResourceNames = added
+		push := c.srv.snapshot(nil)
+		res, ok := c.generate(gen, &view, push, nil)
+		if !ok {
+			return nil
+		}
+		return c.sendDelta(w, push, res, nil, added, false, false)
+	}
 	return c.respondDelta(gen, w, c.srv.snapshot(nil), nil, added, false)
 }
 
@@ -181,6 +194,14 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		for _, n := range removed {
 			if _, had := w.sent[n]; had {
 				resp.RemovedResources = append(resp.RemovedResources, n)
+			}
+		}
+		// Names just subscribed that do not exist are reported removed, as the protocol asks.
+		for n := range added {
+			if _, ok := seen[n]; !ok {
+				if _, had := w.sent[n]; !had {
+					resp.RemovedResources = append(resp.RemovedResources, n)
+				}
 			}
 		}
 	}

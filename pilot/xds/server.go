@@ -12,6 +12,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -47,6 +48,9 @@ type Options struct {
 	NewStreamsPerSecond float64
 	// NewStreamsBurst is how many streams may start at once before the limit applies (default: one second's worth).
 	NewStreamsBurst int
+	// MaxBytesInFlight bounds the response bytes sent to all proxies and not yet ACKed or NACKed; sends
+	// beyond it wait. It caps the memory a reconnect storm takes (default DefaultMaxBytesInFlight; <0: no bound).
+	MaxBytesInFlight int64
 	// Observer, if set, is told about pushes, responses and ACKs (metrics, distribution tracking).
 	Observer Observer
 }
@@ -58,6 +62,7 @@ type Server struct {
 	queue    *pushQueue
 	limiter  *rate.Limiter
 	instance string // random per process, so nonces from a previous run never look current
+	inflight *semaphore.Weighted
 
 	base   context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -107,6 +112,13 @@ func NewServer(opts Options) *Server {
 	}
 	for t := range opts.Generators {
 		s.byType[t] = &typeCounters{}
+	}
+	if opts.MaxBytesInFlight == 0 {
+		opts.MaxBytesInFlight = DefaultMaxBytesInFlight
+	}
+	if opts.MaxBytesInFlight > 0 {
+		s.opts.MaxBytesInFlight = opts.MaxBytesInFlight
+		s.inflight = semaphore.NewWeighted(opts.MaxBytesInFlight)
 	}
 	if opts.NewStreamsPerSecond > 0 {
 		burst := opts.NewStreamsBurst

@@ -52,9 +52,11 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest) error {
 			w.VersionAcked = v
 			c.mu.Unlock()
 		}
-		return nil
+		// A NACK still carries the names the proxy wants now (e.g. EDS for a cluster added meanwhile):
+		// a changed subscription is answered below, or the new names would wait for the next push.
+	} else {
+		c.ack(w, req.GetVersionInfo(), req.GetResponseNonce())
 	}
-	c.ack(w, req.GetVersionInfo(), req.GetResponseNonce())
 
 	wildcard, legacy := star, false
 	if len(req.GetResourceNames()) == 0 && w.legacy {

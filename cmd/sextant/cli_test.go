@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sextantmesh/sextant/pilot/debug"
+	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// run executes the CLI with args and returns what it printed and its error (non-nil: exit status 1).
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(proxyStatusCommand(), waitCommand(), configDumpCommand(), validateCommand())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// live starts the scenario with proxy A (bookinfo) ACKing CDS and LDS and proxy B (shop) NACKing LDS.
+func live(t *testing.T) (*debugtest.Env, *debugtest.Proxy) {
+	env := debugtest.Start(t, debugtest.Scenario())
+	a := env.Connect(t, debugtest.SidecarNode("reviews-v1", "bookinfo"))
+	a.Subscribe(xds.ClusterType)
+	a.Subscribe(xds.ListenerType)
+	b := env.Connect(t, debugtest.SidecarNode("cart-v1", "shop"))
+	b.NACK(xds.ListenerType, "listener 0: bad filter chain")
+	b.Subscribe(xds.ClusterType)
+	b.Subscribe(xds.ListenerType)
+	env.WaitStatus(t, "reviews-v1.bookinfo", "lds", debug.Synced)
+	env.WaitStatus(t, "cart-v1.shop", "lds", debug.Error)
+	return env, a
+}
+
+func TestProxyStatus(t *testing.T) {
+	env, _ := live(t)
+	out, err := run(t, "proxy-status", "--server", env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("proxy-status:\n%s", out)
+	}
+	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "NAME TYPE CDS LDS EDS RDS WDS" {
+		t.Errorf("header = %q", lines[0])
+	}
+	// Sorted by id: cart-v1.shop, then reviews-v1.bookinfo.
+	if !strings.HasPrefix(lines[1], "cart-v1.shop") || !strings.Contains(lines[1], "SYNCED") ||
+		!strings.Contains(lines[1], "ERROR (listener 0: bad filter chain)") || !strings.Contains(lines[1], "NOT SENT") {
+		t.Errorf("B = %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); len(f) < 4 || f[0] != "reviews-v1.bookinfo" || f[1] != "sidecar" || f[2] != "SYNCED" || f[3] != "SYNCED" ||
+		!strings.Contains(lines[2], "NOT SENT") {
+		t.Errorf("A = %q", lines[2])
+	}
+
+	out, err = run(t, "proxy-status", "reviews-v1.bookinfo", "--server", env.URL, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sync []debug.ProxySync
+	if err := json.Unmarshal([]byte(out), &sync); err != nil || len(sync) != 1 || sync[0].Types[1].Status != debug.Synced {
+		t.Errorf("json: %v %s", err, out)
+	}
+	if _, err := run(t, "proxy-status", "nobody.nowhere", "--server", env.URL); err == nil {
+		t.Error("unknown proxy accepted")
+	}
+	if _, err := run(t, "proxy-status", "--server", "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "cannot reach") {
+		t.Errorf("unreachable server: %v", err)
+	}
+}
+
+func TestWait(t *testing.T) {
+	env, a := live(t)
+
+	// The VirtualService in bookinfo: only A depends on it, and A ACKed it.
+	out, err := run(t, "wait", "--server", env.URL, "--for", "distribution", "VirtualService", "reviews.bookinfo", "--timeout", "5s")
+	if err != nil || !strings.Contains(out, "generation 1 of VirtualService/bookinfo/reviews: 1 of 1 proxies ACKed") {
+		t.Fatalf("wait after ACK: %v\n%s", err, out)
+	}
+
+	// A holds the next push: the wait times out, then succeeds once A answers.
+	a.Hold()
+	env.Write(t, "20-routing.yaml", debugtest.RoutingV2)
+	debugtest.Eventually(t, "the push to reach A", func() bool { return a.Held() >= 2 })
+	debugtest.Eventually(t, "generation 2 in a snapshot", func() bool {
+		var d debug.Distribution
+		env.GetJSON(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo", &d)
+		return d.Generation == 2 && d.SnapshotVersion >= 2
+	})
+	_, err = run(t, "wait", "--server", env.URL, "VirtualService", "reviews", "-n", "bookinfo", "--generation", "2", "--timeout", "300ms")
+	if err == nil || !strings.Contains(err.Error(), "timed out after 300ms") || !strings.Contains(err.Error(), "pending: reviews-v1.bookinfo") {
+		_, body := env.Get(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo")
+		_, pz := env.Get(t, "/debug/pushz")
+		t.Fatalf("wait while held: %v\n%s\n%.1500s", err, body, pz)
+	}
+	a.Release()
+	if out, err := run(t, "wait", "--server", env.URL, "VirtualService", "reviews.bookinfo", "--generation", "2", "--timeout", "5s"); err != nil {
+		t.Fatalf("wait after release: %v\n%s", err, out)
+	}
+
+	// The cart Service is in B's namespace and B NACKs listeners: the wait fails at once.
+	_, err = run(t, "wait", "--server", env.URL, "Service", "cart.shop", "--timeout", "5s")
+	if err == nil || !strings.Contains(err.Error(), "rejected") || !strings.Contains(err.Error(), "cart-v1.shop (lds: listener 0: bad filter chain)") {
+		t.Fatalf("wait with a NACK: %v", err)
+	}
+	// Half the relevant proxies is not enough when one NACKed either: NACK always fails.
+	if _, err := run(t, "wait", "--server", env.URL, "Namespace", "shop", "--threshold", "0.5", "--timeout", "1s"); err == nil {
+		t.Fatal("NACK ignored with a threshold")
+	}
+
+	// Deletion: the object is gone once the file no longer has it.
+	if err := os.Remove(filepath.Join(env.Dir, "30-security.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "wait", "--server", env.URL, "--for", "delete", "AuthorizationPolicy", "allow-shop.bookinfo", "--timeout", "5s"); err != nil {
+		t.Fatalf("wait for delete: %v\n%s", err, out)
+	}
+	if _, err := run(t, "wait", "--server", env.URL, "--for", "delete", "VirtualService", "reviews.bookinfo", "--timeout", "200ms"); err == nil ||
+		!strings.Contains(err.Error(), "still exists") {
+		t.Fatalf("delete of an existing object: %v", err)
+	}
+	if _, err := run(t, "wait", "--server", env.URL, "Frobnicator", "x"); err == nil || !strings.Contains(err.Error(), "unknown kind") {
+		t.Errorf("unknown kind: %v", err)
+	}
+}
+
+func TestConfigDump(t *testing.T) {
+	env, _ := live(t)
+	out, err := run(t, "config-dump", "reviews-v1.bookinfo", "--server", env.URL, "--type", "cds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "proxy reviews-v1.bookinfo") || !strings.Contains(out, "reviews.bookinfo.svc.cluster.local") || strings.Contains(out, "LDS") {
+		t.Errorf("config-dump:\n%s", out)
+	}
+	out, err = run(t, "config-dump", "reviews-v1.bookinfo", "--server", env.URL, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump debug.ConfigDump
+	if err := json.Unmarshal([]byte(out), &dump); err != nil || len(dump.Configs) != 2 {
+		t.Errorf("json: %v %+v", err, dump)
+	}
+	if _, err := run(t, "config-dump", "nobody.nowhere", "--server", env.URL); err == nil || !strings.Contains(err.Error(), "no connected proxy") {
+		t.Errorf("unknown proxy: %v", err)
+	}
+}
+
+func TestValidateMatchesServer(t *testing.T) {
+	files := debugtest.Scenario()
+	// A second bad file: a bad field in an Istio kind.
+	files["50-bad-dr.yaml"] = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata:\n  name: dr\n  namespace: shop\nspec:\n  host: cart\n  trafficPolicy:\n    loadBalancer:\n      simple: SOMETIMES\n"
+	env := debugtest.Start(t, files)
+	var serverErrs []struct{ Error string }
+	env.GetJSON(t, "/debug/config_errors", &serverErrs)
+	if len(serverErrs) != 2 {
+		t.Fatalf("server errors = %+v", serverErrs)
+	}
+
+	out, err := run(t, "validate", "-f", env.Dir)
+	if err == nil {
+		t.Fatal("validate accepted rejected config")
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[2], "2 documents rejected") {
+		t.Fatalf("validate:\n%s", out)
+	}
+	for i, e := range serverErrs {
+		if lines[i] != e.Error {
+			t.Errorf("validate says\n  %s\nthe server says\n  %s", lines[i], e.Error)
+		}
+	}
+
+	// One file at a time, JSON, and a clean file passes.
+	out, err = run(t, "validate", "-f", filepath.Join(env.Dir, "50-bad-dr.yaml"), "-o", "json")
+	var res struct {
+		Rejected []struct{ Field, Error string }
+	}
+	if err == nil || json.Unmarshal([]byte(out), &res) != nil || len(res.Rejected) != 1 || res.Rejected[0].Error != serverErrs[1].Error {
+		t.Errorf("validate one file: %v\n%s", err, out)
+	}
+	if out, err := run(t, "validate", "-f", filepath.Join(env.Dir, "10-services.yaml")); err != nil || !strings.Contains(out, "3 objects accepted, 0 documents rejected") {
+		t.Errorf("clean file: %v\n%s", err, out)
+	}
+}

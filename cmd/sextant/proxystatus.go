@@ -1,0 +1,158 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sextantmesh/sextant/pilot/debug"
+)
+
+// client talks to a running server's debug endpoints.
+type client struct {
+	server string
+	http   *http.Client
+}
+
+// clientFlags adds --server and -o to cmd.
+func clientFlags(cmd *cobra.Command, c *client, output *string) {
+	cmd.Flags().StringVar(&c.server, "server", "http://localhost:15014", "the server's HTTP address")
+	cmd.Flags().StringVarP(output, "output", "o", "table", "output format: table or json")
+}
+
+func checkOutput(output string) error {
+	if output != "table" && output != "json" {
+		return fmt.Errorf("--output %q: want table or json", output)
+	}
+	return nil
+}
+
+// errNotFound is a 404 from the server.
+type errNotFound struct{ msg string }
+
+func (e errNotFound) Error() string { return e.msg }
+
+// get fetches path with query and decodes the JSON answer into v. It returns the raw body too.
+func (c *client) get(path string, query url.Values, v any) ([]byte, error) {
+	if c.http == nil {
+		c.http = &http.Client{Timeout: 10 * time.Second}
+	}
+	u := strings.TrimSuffix(c.server, "/") + path
+	if !strings.Contains(c.server, "://") {
+		u = "http://" + u
+	}
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	resp, err := c.http.Get(u)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the server (--server %s): %w", c.server, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		msg := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			return body, errNotFound{msg}
+		}
+		return body, fmt.Errorf("%s: %s: %s", path, resp.Status, msg)
+	}
+	if v != nil {
+		if err := json.Unmarshal(body, v); err != nil {
+			return body, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return body, nil
+}
+
+func writeRaw(out io.Writer, body []byte) error {
+	_, err := out.Write(body)
+	return err
+}
+
+// statusTypes are proxy-status's columns; WDS is ztunnel's istio.workload.Address.
+var statusTypes = []string{"cds", "lds", "eds", "rds", "wds"}
+
+func proxyStatusCommand() *cobra.Command {
+	var c client
+	var output string
+	cmd := &cobra.Command{
+		Use:   "proxy-status [PROXY_ID]",
+		Short: "Show whether each connected proxy has ACKed the latest config, per type",
+		Long: `For each connected proxy (or only PROXY_ID, POD.NAMESPACE), show per type whether the latest response
+is SYNCED (ACKed), STALE (sent, not ACKed yet), NOT SENT, or ERROR (NACKed; the reason follows).
+WDS is ztunnel's workload type (istio.workload.Address).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			var sync []debug.ProxySync
+			body, err := c.get("/debug/syncz", nil, &sync)
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				var only []debug.ProxySync
+				for _, p := range sync {
+					if p.ID == args[0] || p.NodeID == args[0] || p.Connection == args[0] {
+						only = append(only, p)
+					}
+				}
+				if len(only) == 0 {
+					return fmt.Errorf("no connected proxy %s", args[0])
+				}
+				sync = only
+				if body, err = json.MarshalIndent(sync, "", "  "); err != nil {
+					return err
+				}
+				body = append(body, '\n')
+			}
+			if output == "json" {
+				return writeRaw(cmd.OutOrStdout(), body)
+			}
+			return proxyStatusTable(cmd.OutOrStdout(), sync)
+		},
+	}
+	clientFlags(cmd, &c, &output)
+	return cmd
+}
+
+func proxyStatusTable(out io.Writer, sync []debug.ProxySync) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTYPE\tCDS\tLDS\tEDS\tRDS\tWDS")
+	for _, p := range sync {
+		byType := map[string]debug.TypeSync{}
+		for _, t := range p.Types {
+			byType[t.Type] = t
+		}
+		cells := []string{p.ID, p.Type}
+		for _, typ := range statusTypes {
+			t, ok := byType[typ]
+			switch {
+			case !ok:
+				cells = append(cells, debug.NotSent)
+			case t.Status == debug.Error:
+				cells = append(cells, fmt.Sprintf("ERROR (%s)", t.Error))
+			default:
+				cells = append(cells, t.Status)
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}

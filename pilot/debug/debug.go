@@ -1,0 +1,163 @@
+package debug
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/push"
+	"github.com/sextantmesh/sextant/pilot/store"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// Sources are the parts of the discovery server the views read. Only Store, Pipeline and XDS are required.
+type Sources struct {
+	Store    *store.Store
+	Pipeline *push.Pipeline
+	XDS      *xds.Server
+	// Generators by type URL, as registered with XDS: config_dump runs them.
+	Generators map[string]xds.Generator
+	Mesh       *mesh.Config
+	// Rejected returns every rejected config document or object.
+	Rejected func() []*config.Error
+	Logger   *slog.Logger
+}
+
+// Debug serves /metrics, /debug/pprof/ and the JSON debug views, and tracks distribution.
+type Debug struct {
+	src      Sources
+	metrics  *metrics
+	tracker  *tracker
+	registry *prometheus.Registry
+}
+
+// New creates the views and hooks them up: it becomes the XDS server's Observer and subscribes to the
+// pipeline and the store. Call it before the sources load and before XDS serves streams.
+func New(src Sources) *Debug {
+	if src.Logger == nil {
+		src.Logger = slog.Default()
+	}
+	if src.Mesh == nil {
+		src.Mesh = mesh.Default()
+	}
+	if src.Rejected == nil {
+		src.Rejected = func() []*config.Error { return nil }
+	}
+	m := newMetrics()
+	d := &Debug{src: src, metrics: m, tracker: newTracker(m)}
+	d.registry = newRegistry(m, src)
+	src.XDS.SetObserver(d.tracker)
+	src.Pipeline.Subscribe(d.tracker.onPush)
+	src.Store.AddHandler(func(ev store.Event) {
+		var current uint64
+		if ps := src.Pipeline.Current(); ps != nil {
+			current = ps.Version
+		}
+		d.tracker.onStoreEvent(ev, current)
+	})
+	return d
+}
+
+// Registry is the server's own metrics registry.
+func (d *Debug) Registry() *prometheus.Registry { return d.registry }
+
+type endpoint struct {
+	Path        string `json:"path"`
+	Description string `json:"description"`
+	handler     http.HandlerFunc
+}
+
+func (d *Debug) endpoints() []endpoint {
+	return []endpoint{
+		{"/debug/syncz", "each connected proxy: per type the last sent and ACKed version and nonce, and the NACK reason", d.handleSyncz},
+		{"/debug/adsz", "connections and their subscriptions", d.handleAdsz},
+		{"/debug/configz", "every config object with its source and resourceVersion; ?kind=&namespace=", d.handleConfigz},
+		{"/debug/registryz", "services in the current snapshot", d.handleRegistryz},
+		{"/debug/endpointz", "endpoints by service; ?service=NAMESPACE/HOSTNAME", d.handleEndpointz},
+		{"/debug/push_status", "the current snapshot: version, build time, counts, rebuilt indexes, rejected config", d.handlePushStatus},
+		{"/debug/pushz", "recent pushes with durations, and the convergence histogram", d.handlePushz},
+		{"/debug/config_dump", "generated config for a connected proxy; ?proxyID=POD.NAMESPACE&types=cds,lds", d.handleConfigDump},
+		{"/debug/authorizationz", "authorization policies per namespace", d.handleAuthorizationz},
+		{"/debug/config_errors", "rejected config with file, object and field", d.handleConfigErrors},
+		{"/debug/distribution", "which proxies run an object's current generation; ?kind=&name=&namespace=", d.handleDistribution},
+		{"/debug/ui", "dashboard (HTML)", d.handleUI},
+		{"/debug/pprof/", "Go profiles", pprof.Index},
+		{"/metrics", "Prometheus metrics", nil},
+	}
+}
+
+// Register adds every handler to mux.
+func (d *Debug) Register(mux *http.ServeMux) {
+	mux.Handle("/metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{Registry: d.registry}))
+	for _, e := range d.endpoints() {
+		if e.handler != nil {
+			mux.HandleFunc(e.Path, e.handler)
+		}
+	}
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug", d.handleIndex)
+	mux.HandleFunc("/debug/{$}", d.handleIndex)
+}
+
+func (d *Debug) handleIndex(w http.ResponseWriter, _ *http.Request) {
+	eps := d.endpoints()
+	slices.SortFunc(eps, func(a, b endpoint) int { return strings.Compare(a.Path, b.Path) })
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": eps})
+}
+
+// writeJSON writes v indented. Maps are sorted by encoding/json and every list is sorted by its builder,
+// so the output is stable.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+var shortTypes = map[string]string{
+	xds.ClusterType:       "cds",
+	xds.EndpointType:      "eds",
+	xds.ListenerType:      "lds",
+	xds.RouteType:         "rds",
+	xds.SecretType:        "sds",
+	xds.AddressType:       "wds",
+	xds.AuthorizationType: "authorization",
+}
+
+// ShortType names a type URL as operators do: cds, eds, lds, rds, sds, wds (istio.workload.Address),
+// authorization; other types keep their URL.
+func ShortType(typeURL string) string {
+	if s, ok := shortTypes[typeURL]; ok {
+		return s
+	}
+	return typeURL
+}
+
+// TypeURL resolves a short name (or a type URL) to a type URL.
+func TypeURL(name string) string {
+	for url, s := range shortTypes {
+		if strings.EqualFold(s, name) {
+			return url
+		}
+	}
+	return name
+}

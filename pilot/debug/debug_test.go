@@ -1,0 +1,349 @@
+package debug_test
+
+import (
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sextantmesh/sextant/pilot/debug"
+	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+const (
+	proxyA = "reviews-v1.bookinfo" // ACKs everything
+	proxyB = "cart-v1.shop"        // NACKs listeners
+)
+
+// start runs the scenario with proxy A (bookinfo) synced on CDS and LDS and proxy B (shop) synced on CDS
+// and in error on LDS.
+func start(t *testing.T) (*debugtest.Env, *debugtest.Proxy, *debugtest.Proxy) {
+	env := debugtest.Start(t, debugtest.Scenario())
+	a := env.Connect(t, debugtest.SidecarNode("reviews-v1", "bookinfo"))
+	a.Subscribe(xds.ClusterType)
+	a.Subscribe(xds.ListenerType)
+	b := env.Connect(t, debugtest.SidecarNode("cart-v1", "shop"))
+	b.NACK(xds.ListenerType, "listener 0: bad filter chain")
+	b.Subscribe(xds.ClusterType)
+	b.Subscribe(xds.ListenerType)
+	env.WaitStatus(t, proxyA, "cds", debug.Synced)
+	env.WaitStatus(t, proxyA, "lds", debug.Synced)
+	env.WaitStatus(t, proxyB, "cds", debug.Synced)
+	env.WaitStatus(t, proxyB, "lds", debug.Error)
+	return env, a, b
+}
+
+func TestViews(t *testing.T) {
+	env, _, _ := start(t)
+
+	t.Run("index", func(t *testing.T) {
+		var idx struct{ Endpoints []struct{ Path string } }
+		env.GetJSON(t, "/debug", &idx)
+		var paths []string
+		for _, e := range idx.Endpoints {
+			paths = append(paths, e.Path)
+		}
+		for _, want := range []string{"/debug/syncz", "/debug/adsz", "/debug/configz", "/debug/registryz", "/debug/endpointz",
+			"/debug/push_status", "/debug/config_dump", "/debug/authorizationz", "/debug/config_errors", "/debug/distribution",
+			"/debug/ui", "/debug/pprof/", "/metrics"} {
+			if !strings.Contains(strings.Join(paths, " "), want) {
+				t.Errorf("/debug lacks %s: %v", want, paths)
+			}
+		}
+	})
+
+	t.Run("syncz", func(t *testing.T) {
+		var s []debug.ProxySync
+		env.GetJSON(t, "/debug/syncz", &s)
+		if len(s) != 2 || s[0].ID != proxyB || s[1].ID != proxyA {
+			t.Fatalf("syncz proxies (sorted by id) = %+v", s)
+		}
+		a, b := s[1], s[0]
+		if a.Type != "sidecar" || a.Namespace != "bookinfo" || len(a.Types) != 2 || a.Types[0].Type != "cds" || a.Types[1].Type != "lds" {
+			t.Errorf("proxy A = %+v", a)
+		}
+		for _, ty := range a.Types {
+			if ty.Status != debug.Synced || ty.VersionSent == "" || ty.VersionSent != ty.VersionAcked || ty.NonceSent != ty.NonceAcked {
+				t.Errorf("A %s = %+v", ty.Type, ty)
+			}
+		}
+		lds := b.Types[1]
+		if lds.Status != debug.Error || lds.Error != "listener 0: bad filter chain" || lds.NACKs != 1 || lds.VersionAcked != "" {
+			t.Errorf("B lds = %+v", lds)
+		}
+	})
+
+	t.Run("adsz", func(t *testing.T) {
+		var conns []struct {
+			ID            string
+			Type          string
+			Subscriptions []struct {
+				Type     string
+				Wildcard bool
+			}
+		}
+		env.GetJSON(t, "/debug/adsz", &conns)
+		if len(conns) != 2 {
+			t.Fatalf("adsz = %+v", conns)
+		}
+		for _, c := range conns {
+			if len(c.Subscriptions) != 2 || c.Subscriptions[0].Type != "cds" || !c.Subscriptions[0].Wildcard {
+				t.Errorf("subscriptions of %s = %+v", c.ID, c.Subscriptions)
+			}
+		}
+	})
+
+	t.Run("configz", func(t *testing.T) {
+		var all, filtered []struct {
+			Kind, Namespace, Name, Source, ResourceVersion string
+			Generation                                     int64
+		}
+		env.GetJSON(t, "/debug/configz", &all)
+		if len(all) < 8 {
+			t.Fatalf("configz has %d objects: %+v", len(all), all)
+		}
+		env.GetJSON(t, "/debug/configz?kind=Service&namespace=shop", &filtered)
+		if len(filtered) != 2 || filtered[0].Name != "cart" || filtered[1].Name != "fine" {
+			t.Fatalf("filtered = %+v", filtered)
+		}
+		c := filtered[0]
+		if !strings.Contains(c.Source, "10-services.yaml") || c.ResourceVersion == "" || c.Generation != 1 {
+			t.Errorf("cart = %+v", c)
+		}
+	})
+
+	t.Run("registryz", func(t *testing.T) {
+		var svcs []struct {
+			Hostname, Namespace, Source string
+			Addresses                   []string
+			Ports                       []struct{ Port uint32 }
+			Endpoints                   int
+		}
+		env.GetJSON(t, "/debug/registryz", &svcs)
+		var hosts []string
+		for _, s := range svcs {
+			hosts = append(hosts, s.Hostname)
+			if s.Hostname == "reviews.bookinfo.svc.cluster.local" && (s.Endpoints != 1 || s.Ports[0].Port != 9080 || s.Addresses[0] != "10.96.0.20") {
+				t.Errorf("reviews = %+v", s)
+			}
+		}
+		if strings.Join(hosts, ",") != "cart.shop.svc.cluster.local,fine.shop.svc.cluster.local,reviews.bookinfo.svc.cluster.local" {
+			t.Errorf("hosts = %v", hosts)
+		}
+	})
+
+	t.Run("endpointz", func(t *testing.T) {
+		var eps []struct {
+			Service string
+			Ports   []struct {
+				Port      uint32
+				Endpoints []struct{ Address, Health string }
+			}
+		}
+		env.GetJSON(t, "/debug/endpointz?service=bookinfo/reviews.bookinfo.svc.cluster.local", &eps)
+		if len(eps) != 1 || len(eps[0].Ports) != 1 || eps[0].Ports[0].Endpoints[0].Address != "10.1.0.20" ||
+			eps[0].Ports[0].Endpoints[0].Health != "HEALTHY" {
+			t.Errorf("endpointz = %+v", eps)
+		}
+	})
+
+	t.Run("push_status", func(t *testing.T) {
+		var ps debug.PushStatus
+		env.GetJSON(t, "/debug/push_status", &ps)
+		if ps.Version < 1 || ps.Services != 3 || ps.Endpoints != 1 || ps.Connected != 2 || len(ps.Rebuilt) == 0 ||
+			ps.ConfigObjects["Service"] != 3 || len(ps.Rejected) != 1 || ps.Rejected[0].Name != "broken" {
+			t.Errorf("push_status = %+v", ps)
+		}
+	})
+
+	t.Run("config_errors", func(t *testing.T) {
+		var errs []struct {
+			File, Kind, Namespace, Name, Field, Message, Error string
+			Index                                              int
+		}
+		env.GetJSON(t, "/debug/config_errors", &errs)
+		if len(errs) != 1 {
+			t.Fatalf("config_errors = %+v", errs)
+		}
+		e := errs[0]
+		if !strings.HasSuffix(e.File, "40-broken.yaml") || e.Index != 1 || e.Kind != "Service" || e.Name != "broken" ||
+			!strings.Contains(e.Field, "ports") || !strings.Contains(e.Error, "40-broken.yaml: document 1") {
+			t.Errorf("error = %+v", e)
+		}
+	})
+
+	t.Run("authorizationz", func(t *testing.T) {
+		var out []struct {
+			Namespace string
+			Policies  []struct {
+				Name, Action string
+				Spec         map[string]any
+			}
+		}
+		env.GetJSON(t, "/debug/authorizationz", &out)
+		if len(out) != 1 || out[0].Namespace != "bookinfo" || len(out[0].Policies) != 1 || out[0].Policies[0].Action != "ALLOW" ||
+			out[0].Policies[0].Spec["rules"] == nil {
+			t.Errorf("authorizationz = %+v", out)
+		}
+	})
+
+	t.Run("config_dump", func(t *testing.T) {
+		var dump debug.ConfigDump
+		env.GetJSON(t, "/debug/config_dump?proxyID="+proxyA, &dump)
+		if dump.Proxy != proxyA || len(dump.Configs) != 2 || dump.Configs[0].Type != "cds" || dump.Configs[1].Type != "lds" {
+			t.Fatalf("config_dump = %+v", dump)
+		}
+		found := false
+		for _, r := range dump.Configs[0].Resources {
+			var c map[string]any
+			if err := json.Unmarshal(r, &c); err != nil {
+				t.Fatal(err)
+			}
+			if c["@type"] != "type.googleapis.com/envoy.config.cluster.v3.Cluster" {
+				t.Errorf("cluster @type = %v", c["@type"])
+			}
+			if strings.Contains(c["name"].(string), "reviews.bookinfo.svc.cluster.local") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no reviews cluster in %s", dump.Configs[0].Resources)
+		}
+		env.GetJSON(t, "/debug/config_dump?proxyID="+proxyA+"&types=lds", &dump)
+		if len(dump.Configs) != 1 || dump.Configs[0].Type != "lds" {
+			t.Errorf("types=lds gave %+v", dump.Configs)
+		}
+		if code, _ := env.Get(t, "/debug/config_dump?proxyID=nobody.nowhere"); code != 404 {
+			t.Errorf("unknown proxy: %d", code)
+		}
+	})
+
+	t.Run("stable", func(t *testing.T) {
+		for _, p := range []string{"/debug/configz", "/debug/registryz", "/debug/endpointz", "/debug/authorizationz", "/debug/config_dump?proxyID=" + proxyA} {
+			_, first := env.Get(t, p)
+			_, second := env.Get(t, p)
+			if string(first) != string(second) {
+				t.Errorf("%s differs between calls", p)
+			}
+		}
+	})
+
+	t.Run("pprof and ui", func(t *testing.T) {
+		if code, body := env.Get(t, "/debug/pprof/"); code != 200 || !strings.Contains(string(body), "goroutine") {
+			t.Errorf("pprof = %d", code)
+		}
+		if code, body := env.Get(t, "/debug/ui"); code != 200 || !strings.Contains(string(body), "<table id=\"proxies\"") {
+			t.Errorf("ui = %d", code)
+		}
+	})
+}
+
+// metric returns the value of the sample whose line starts with prefix (name and labels), or -1.
+func metric(text, prefix string) float64 {
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(prefix) + ` (\S+)$`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+func TestMetricsAndDistribution(t *testing.T) {
+	env, a, _ := start(t)
+	scrape := func() string { _, b := env.Get(t, "/metrics"); return string(b) }
+	before := scrape()
+	for _, want := range []string{
+		`sextant_xds_connected_proxies{proxy_type="sidecar"} 2`,
+		`sextant_xds_nacks_total{type="lds"} 1`,
+		`sextant_config_rejected{kind="Service"} 1`,
+		`sextant_push_snapshots_total{kind="full"} 1`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(before, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if metric(before, `sextant_xds_sent_bytes_total{type="cds"}`) <= 0 {
+		t.Errorf("no CDS bytes counted")
+	}
+
+	// The VirtualService (exported to bookinfo only) concerns A, which ACKed it.
+	var dist debug.Distribution
+	env.GetJSON(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo", &dist)
+	if !dist.Exists || dist.Generation != 1 || dist.SnapshotVersion != 1 || len(dist.Proxies) != 1 || dist.Acked != 1 {
+		t.Fatalf("distribution = %+v", dist)
+	}
+	if p := dist.Proxies[0]; p.ID != proxyA || p.State != debug.Acked {
+		t.Errorf("A = %+v", p)
+	}
+	// The shop namespace concerns B, which NACKed listeners.
+	var shop debug.Distribution
+	env.GetJSON(t, "/debug/distribution?kind=Namespace&name=shop", &shop)
+	if len(shop.Proxies) != 1 || shop.NACKed != 1 {
+		t.Fatalf("shop distribution = %+v", shop)
+	}
+	if p := shop.Proxies[0]; p.ID != proxyB || p.State != debug.NACKed || !strings.Contains(p.Reason, "bad filter chain") {
+		t.Errorf("B = %+v", p)
+	}
+
+	// A new generation: PENDING on A while it holds the push, ACKED after.
+	a.Hold()
+	env.Write(t, "20-routing.yaml", debugtest.RoutingV2)
+	debugtest.Eventually(t, "the push to reach A", func() bool { return a.Held() >= 2 })
+	env.GetJSON(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo", &dist)
+	if dist.Generation != 2 || dist.SnapshotVersion < 2 || dist.Proxies[0].State != debug.Pending {
+		t.Fatalf("while held: %+v", dist)
+	}
+	a.Release()
+	debugtest.Eventually(t, "A to ACK generation 2", func() bool {
+		env.GetJSON(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo", &dist)
+		return dist.Proxies[0].State == debug.Acked
+	})
+	env.GetJSON(t, "/debug/distribution?kind=Namespace&name=shop", &shop)
+	if shop.Proxies[0].State != debug.NACKed {
+		t.Errorf("B after the push = %+v", shop.Proxies[0])
+	}
+	// Objects in other namespaces that A does not see leave it out; unknown objects are 404.
+	env.GetJSON(t, "/debug/distribution?kind=AuthorizationPolicy&name=allow-shop&namespace=bookinfo", &dist)
+	if len(dist.Proxies) != 1 || dist.Proxies[0].ID != proxyA || dist.Proxies[0].State != debug.Acked {
+		t.Errorf("authz distribution = %+v", dist)
+	}
+	if code, _ := env.Get(t, "/debug/distribution?kind=VirtualService&name=nope&namespace=bookinfo"); code != 404 {
+		t.Errorf("unknown object: %d", code)
+	}
+
+	after := scrape()
+	for _, m := range []string{
+		`sextant_xds_pushes_total{result="sent",type="cds"}`,
+		`sextant_proxy_convergence_seconds_count{type="lds"}`,
+		`sextant_xds_push_duration_seconds_count{type="lds"}`,
+		`sextant_push_context_build_seconds_count`,
+		`sextant_xds_responses_total{type="lds"}`,
+	} {
+		if metric(after, m) <= max(0, metric(before, m)) {
+			t.Errorf("%s did not move: %v → %v", m, metric(before, m), metric(after, m))
+		}
+	}
+	if metric(after, `sextant_xds_nacks_total{type="lds"}`) < 2 {
+		t.Errorf("B's second NACK not counted")
+	}
+
+	var pz struct {
+		Pushes []struct {
+			Version     uint64
+			Responses   int
+			ACKs        int
+			NACKs       int
+			Convergence float64 `json:"convergenceSeconds"`
+		}
+		Convergence debug.Histogram
+	}
+	env.GetJSON(t, "/debug/pushz", &pz)
+	if len(pz.Pushes) < 2 || pz.Pushes[0].Responses < 4 || pz.Pushes[0].ACKs < 2 || pz.Pushes[0].NACKs < 1 ||
+		pz.Pushes[0].Convergence <= 0 || pz.Convergence.Count == 0 {
+		t.Errorf("pushz = %+v", pz)
+	}
+}

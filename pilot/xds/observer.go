@@ -1,0 +1,68 @@
+package xds
+
+import (
+	"time"
+
+	"github.com/sextantmesh/sextant/pilot/model"
+)
+
+// Push results reported to an Observer.
+const (
+	PushSent      = "sent"      // a response went out
+	PushUnchanged = "unchanged" // nothing new for this client (delta), so nothing was sent
+	PushError     = "error"     // generation or send failed
+)
+
+// Observer is told what the transport does, for metrics and for tracking which proxies run which snapshot.
+// Methods are called on connection goroutines, concurrently for different connections but in order for one;
+// they must be quick and must not block. connID is ConnectionStatus.ID.
+type Observer interface {
+	// Sent: a response for typeURL built from snapshot version went out. req is the push it belongs to, nil
+	// when it answers the proxy's own request (a new or changed subscription).
+	Sent(connID string, proxy *Proxy, typeURL, nonce string, version uint64, req *model.PushRequest)
+	// Pushed: a push of snapshot version handled typeURL with result (PushSent, PushUnchanged, PushError);
+	// took covers generation and sending.
+	Pushed(connID, typeURL string, version uint64, req *model.PushRequest, result string, took time.Duration)
+	// Acked: the proxy accepted (nack false) or rejected (nack true, with reason) the response with nonce.
+	Acked(connID, typeURL, nonce string, nack bool, reason string)
+	// Closed: the connection ended.
+	Closed(connID string)
+}
+
+// observePush runs one type's push and reports it. Stream goroutine only (it reads w's sent nonce unlocked,
+// which only this goroutine writes).
+func (c *Connection) observePush(w *WatchedResource, push *model.PushContext, req *model.PushRequest, run func() error) error {
+	obs := c.srv.opts.Observer
+	if obs == nil {
+		return run()
+	}
+	start, before := time.Now(), w.NonceSent
+	c.genFailed, c.pushing = false, req
+	err := run()
+	c.pushing = nil
+	result := PushUnchanged
+	switch {
+	case err != nil || c.genFailed:
+		result = PushError
+	case w.NonceSent != before:
+		result = PushSent
+	}
+	obs.Pushed(c.id, w.TypeURL, push.Version, req, result, time.Since(start))
+	return err
+}
+
+// observeSent reports a response; during observePush it belongs to that push, otherwise to the proxy's request.
+func (c *Connection) observeSent(w *WatchedResource, nonce string, push *model.PushContext) {
+	if obs := c.srv.opts.Observer; obs != nil {
+		obs.Sent(c.id, c.proxy, w.TypeURL, nonce, push.Version, c.pushing)
+	}
+}
+
+func (c *Connection) observeAck(w *WatchedResource, nonce string, nack bool, reason string) {
+	if obs := c.srv.opts.Observer; obs != nil {
+		obs.Acked(c.id, w.TypeURL, nonce, nack, reason)
+	}
+}
+
+// SetObserver sets Options.Observer after construction. Call it before the server serves streams.
+func (s *Server) SetObserver(o Observer) { s.opts.Observer = o }
