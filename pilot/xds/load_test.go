@@ -21,7 +21,7 @@ func responseVersion(r *discovery.DiscoveryResponse) uint64 {
 // the stuck one is disconnected after the send timeout without delaying anyone.
 func TestSlowConsumerDoesNotDelayOthers(t *testing.T) {
 	const (
-		readers     = 100
+		readers = 100
 		// One push interval. Generous so -race and a busy CI machine do not turn scheduling delays into
 		// failures; the point is that the stuck proxy (dropped only after sendTimeout) delays nobody.
 		interval    = time.Second
