@@ -120,7 +120,7 @@ func translate(out io.Writer, proxy *xds.Proxy, push *model.PushContext, types [
 			if err != nil {
 				return err
 			}
-			b, err := protojson.MarshalOptions{UseProtoNames: false}.Marshal(msg)
+			b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg) // snake_case, as Envoy prints its config
 			if err != nil {
 				return err
 			}
