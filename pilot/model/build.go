@@ -3,8 +3,10 @@ package model
 import (
 	"maps"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -72,26 +74,29 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	byAddr := cowmap.New[[]string]().Edit()
 	wlByLabel := map[string]map[labelPair][]*Workload{} // namespace → label → workloads
 	wlByNS := map[string][]*Workload{}
-	for _, kind := range []config.Kind{config.Pod, config.WorkloadEntry} {
-		for _, c := range reader.ListUnsorted(kind) {
-			w := workloadFromConfig(c, r)
-			if w == nil {
-				continue
-			}
-			byUID.Set(w.UID, w)
-			for _, a := range w.Addresses {
-				list, _ := byAddr.Get(addressKey(w.Network, a))
-				byAddr.Set(addressKey(w.Network, a), insertSorted(list, w.UID))
-			}
-			wlByNS[w.Namespace] = append(wlByNS[w.Namespace], w)
-			idx := wlByLabel[w.Namespace]
-			if idx == nil {
-				idx = map[labelPair][]*Workload{}
-				wlByLabel[w.Namespace] = idx
-			}
-			for k, v := range w.Labels {
-				idx[labelPair{k, v}] = append(idx[labelPair{k, v}], w)
-			}
+	objects := append(reader.ListUnsorted(config.Pod), reader.ListUnsorted(config.WorkloadEntry)...)
+	converted := make([]*Workload, len(objects))
+	parallel(len(objects), func() func(int) {
+		r := newResolver(reader, m) // per worker: its node cache is not shared
+		return func(i int) { converted[i] = workloadFromConfig(objects[i], r) }
+	})
+	for _, w := range converted {
+		if w == nil {
+			continue
+		}
+		byUID.Set(w.UID, w)
+		for _, a := range w.Addresses {
+			list, _ := byAddr.Get(addressKey(w.Network, a))
+			byAddr.Set(addressKey(w.Network, a), insertSorted(list, w.UID))
+		}
+		wlByNS[w.Namespace] = append(wlByNS[w.Namespace], w)
+		idx := wlByLabel[w.Namespace]
+		if idx == nil {
+			idx = map[labelPair][]*Workload{}
+			wlByLabel[w.Namespace] = idx
+		}
+		for k, v := range w.Labels {
+			idx[labelPair{k, v}] = append(idx[labelPair{k, v}], w)
 		}
 	}
 
@@ -105,6 +110,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	podRefs := map[string][]string{}
 	hostLists := map[string][]*Service{}
 	nsLists := map[string][]*Service{}
+	var all []*Service
 	for _, kind := range []config.Kind{config.Service, config.ServiceEntry} {
 		for _, c := range reader.ListUnsorted(kind) {
 			svcs := convertServices(c, m)
@@ -112,15 +118,32 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 			for _, s := range svcs {
 				hostLists[s.Hostname] = append(hostLists[s.Hostname], s)
 				nsLists[s.Namespace] = append(nsLists[s.Namespace], s)
-				eps := computeEndpoints(s, r)
-				endpoints.Set(s.Key(), eps)
-				for _, pod := range eps.podRefs {
-					podRefs[s.Namespace+"/"+pod] = append(podRefs[s.Namespace+"/"+pod], s.Key())
-				}
-				if uids := selectWorkloads(s, wlByNS[s.Namespace], wlByLabel[s.Namespace]); len(uids) > 0 {
-					byService.Set(s.Key(), uids)
-				}
+				all = append(all, s)
 			}
+		}
+	}
+	// Endpoints and selected workloads per service read only immutable inputs: compute them in parallel.
+	type perService struct {
+		eps  *ServiceEndpoints
+		uids []string
+	}
+	computed := make([]perService, len(all))
+	parallel(len(all), func() func(int) {
+		wr := newResolver(reader, m)
+		wr.workload = r.workload
+		return func(i int) {
+			s := all[i]
+			computed[i] = perService{computeEndpoints(s, wr), selectWorkloads(s, wlByNS[s.Namespace], wlByLabel[s.Namespace])}
+		}
+	})
+	for i, s := range all {
+		eps := computed[i].eps
+		endpoints.Set(s.Key(), eps)
+		for _, pod := range eps.podRefs {
+			podRefs[s.Namespace+"/"+pod] = append(podRefs[s.Namespace+"/"+pod], s.Key())
+		}
+		if uids := computed[i].uids; len(uids) > 0 {
+			byService.Set(s.Key(), uids)
 		}
 	}
 	for h, list := range hostLists {
@@ -145,6 +168,31 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	ps.Rebuilt = []string{IndexServices, IndexEndpoints, IndexWorkloads, IndexNamespaces, IndexDestinationRules,
 		IndexVirtualServices, IndexGateways, IndexSidecars, IndexAuthorization, IndexPeerAuthn}
 	return ps
+}
+
+// parallel runs work(i) for i in [0, n) on one worker per CPU. newWorker makes each worker's function, so
+// workers can own caches. Results must go to distinct slots.
+func parallel(n int, newWorker func() func(int)) {
+	workers := min(runtime.GOMAXPROCS(0), max(1, n/256))
+	if workers <= 1 {
+		work := newWorker()
+		for i := range n {
+			work(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for start := 0; start < n; start += chunk {
+		end := min(start+chunk, n)
+		work := newWorker()
+		wg.Go(func() {
+			for i := start; i < end; i++ {
+				work(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func convertServices(c *config.Config, m *mesh.Config) []*Service {
