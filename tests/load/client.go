@@ -1,0 +1,644 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const (
+	cdsType   = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	edsType   = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	ldsType   = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	rdsType   = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	addrType  = "type.googleapis.com/istio.workload.Address"
+	authzType = "type.googleapis.com/istio.security.Authorization"
+	hcmType   = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+)
+
+// info is what the harness needs from one resource. Proxies receive the same content many times, so it is
+// decoded once per (type, name, content) and shared.
+type info struct {
+	eds    bool                // a cluster of type EDS
+	addrs  map[string]struct{} // endpoint addresses of a ClusterLoadAssignment
+	routes []string            // RDS names a listener references
+	raw    []byte              // listeners, routes, authorizations: searched for markers
+}
+
+type cacheKey struct {
+	typ  string
+	name string
+	sum  uint64
+}
+
+type decoder struct {
+	seed maphash.Seed
+	mu   sync.Mutex
+	m    map[cacheKey]*info
+}
+
+func newDecoder() *decoder { return &decoder{seed: maphash.MakeSeed(), m: map[cacheKey]*info{}} }
+
+// reset forgets everything (between scenarios, so the cache does not grow without bound).
+func (d *decoder) reset() {
+	d.mu.Lock()
+	d.m = map[cacheKey]*info{}
+	d.mu.Unlock()
+}
+
+func (d *decoder) decode(typ, name string, a *anypb.Any) (*info, error) {
+	k := cacheKey{typ, name, maphash.Bytes(d.seed, a.GetValue())}
+	d.mu.Lock()
+	in := d.m[k]
+	d.mu.Unlock()
+	if in != nil {
+		return in, nil
+	}
+	in = &info{}
+	switch typ {
+	case cdsType:
+		var c cluster.Cluster
+		if err := proto.Unmarshal(a.Value, &c); err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		in.eds = c.GetType() == cluster.Cluster_EDS
+	case edsType:
+		var c endpoint.ClusterLoadAssignment
+		if err := proto.Unmarshal(a.Value, &c); err != nil {
+			return nil, fmt.Errorf("endpoints %s: %w", name, err)
+		}
+		in.addrs = map[string]struct{}{}
+		for _, l := range c.Endpoints {
+			for _, e := range l.LbEndpoints {
+				in.addrs[e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()] = struct{}{}
+			}
+		}
+	case ldsType:
+		var l listener.Listener
+		if err := proto.Unmarshal(a.Value, &l); err != nil {
+			return nil, fmt.Errorf("listener %s: %w", name, err)
+		}
+		chains := l.FilterChains
+		if l.DefaultFilterChain != nil {
+			chains = append(chains, l.DefaultFilterChain)
+		}
+		seen := map[string]bool{}
+		for _, fc := range chains {
+			for _, f := range fc.Filters {
+				if f.GetTypedConfig().GetTypeUrl() != hcmType {
+					continue
+				}
+				var h hcm.HttpConnectionManager
+				if err := proto.Unmarshal(f.GetTypedConfig().GetValue(), &h); err != nil {
+					return nil, fmt.Errorf("listener %s: %w", name, err)
+				}
+				if r := h.GetRds().GetRouteConfigName(); r != "" && !seen[r] {
+					seen[r] = true
+					in.routes = append(in.routes, r)
+				}
+			}
+		}
+		in.raw = a.Value
+	default:
+		in.raw = a.Value
+	}
+	d.mu.Lock()
+	d.m[k] = in
+	d.mu.Unlock()
+	return in, nil
+}
+
+type proxyKind int
+
+const (
+	kindSidecar proxyKind = iota
+	kindZtunnel
+)
+
+// proxy is one simulated Envoy sidecar or ztunnel on its own connection.
+type proxy struct {
+	h     *harness
+	id    int
+	kind  proxyKind
+	ns    string
+	ip    string
+	node  *core.Node
+	delta bool
+
+	cc     *grpc.ClientConn
+	cancel context.CancelFunc
+
+	bytes, responses, nacks atomic.Int64
+
+	mu      sync.Mutex
+	res     map[string]map[string]*info // type URL → name → resource
+	subs    map[string]map[string]bool  // explicit subscriptions (EDS, RDS) as sent
+	got     map[string]bool             // a response of the type arrived
+	last    map[string]*discovery.DiscoveryResponse
+	waiters []*waiter
+	synced  time.Time
+	started time.Time
+	err     error
+	rng     *rand.Rand
+}
+
+func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels map[string]string) *proxy {
+	typ := "sidecar"
+	if kind == kindZtunnel {
+		typ = "ztunnel"
+	}
+	lbl := map[string]any{}
+	for k, v := range labels {
+		lbl[k] = v
+	}
+	md, err := structpb.NewStruct(map[string]any{
+		"NAMESPACE": ns, "INSTANCE_IPS": ip, "LABELS": lbl, "NAME": podName, "CLUSTER_ID": "Kubernetes",
+		"NODE_NAME": fmt.Sprintf("node-%d", id%4), "ISTIO_VERSION": "1.32.0",
+	})
+	must(err)
+	return &proxy{
+		h: h, id: id, kind: kind, ns: ns, ip: ip, delta: kind == kindZtunnel || h.cfg.Delta,
+		node: &core.Node{Id: fmt.Sprintf("%s~%s~%s.%s~%s.svc.cluster.local", typ, ip, podName, ns, ns), Metadata: md},
+		res:  map[string]map[string]*info{}, subs: map[string]map[string]bool{edsType: {}, rdsType: {}},
+		got: map[string]bool{}, last: map[string]*discovery.DiscoveryResponse{},
+		rng: rand.New(rand.NewPCG(uint64(id), 7)),
+	}
+}
+
+// start connects and subscribes like the real client; responses are handled on one goroutine.
+func (p *proxy) start(addr string) error {
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	if err != nil {
+		return err
+	}
+	p.cc = cc
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	client := discovery.NewAggregatedDiscoveryServiceClient(cc)
+	p.mu.Lock()
+	p.started = time.Now()
+	p.mu.Unlock()
+	if p.delta {
+		stream, err := client.DeltaAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		types := []string{cdsType, ldsType}
+		if p.kind == kindZtunnel {
+			types = []string{addrType, authzType}
+		}
+		for i, t := range types {
+			req := &discovery.DeltaDiscoveryRequest{TypeUrl: t}
+			if i == 0 {
+				req.Node = p.node
+			}
+			if err := stream.Send(req); err != nil {
+				return err
+			}
+		}
+		go p.runDelta(stream)
+		return nil
+	}
+	stream, err := client.StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	for i, t := range []string{cdsType, ldsType} {
+		req := &discovery.DiscoveryRequest{TypeUrl: t}
+		if i == 0 {
+			req.Node = p.node
+		}
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+	}
+	go p.runSotW(stream)
+	return nil
+}
+
+func (p *proxy) stop() {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	if p.cc != nil {
+		_ = p.cc.Close()
+	}
+}
+
+func (p *proxy) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil && p.h.ctx.Err() == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+}
+
+// nack decides whether to reject this response (the -nack fraction). The state is kept anyway, as when
+// Envoy rejects one resource of many: the point is to exercise the server's NACK path.
+func (p *proxy) nack() *rpcstatus.Status {
+	if p.h.cfg.NackFraction <= 0 || p.rng.Float64() >= p.h.cfg.NackFraction {
+		return nil
+	}
+	p.nacks.Add(1)
+	return &rpcstatus.Status{Code: 3, Message: "load harness: simulated rejection"}
+}
+
+// shortType names a type URL in reports.
+var shortType = map[string]string{cdsType: "CDS", edsType: "EDS", ldsType: "LDS", rdsType: "RDS", addrType: "Address", authzType: "Authorization"}
+
+func (p *proxy) count(typ string, size int) {
+	if c := p.h.byType[typ]; c != nil {
+		c.Add(int64(size))
+	}
+	p.bytes.Add(int64(size))
+	p.responses.Add(1)
+	p.h.bytes.Add(int64(size))
+	p.h.responses.Add(1)
+	p.h.lastResponse.Store(time.Now().UnixNano())
+}
+
+func (p *proxy) runDelta(stream grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) {
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			p.fail(fmt.Errorf("stream: %w", err))
+			return
+		}
+		p.count(resp.TypeUrl, proto.Size(resp))
+		typ := resp.TypeUrl
+		p.mu.Lock()
+		m := p.res[typ]
+		if m == nil {
+			m = map[string]*info{}
+			p.res[typ] = m
+		}
+		var derr error
+		for _, r := range resp.Resources {
+			in, err := p.h.dec.decode(typ, r.Name, r.Resource)
+			if err != nil {
+				derr = err
+				continue
+			}
+			m[r.Name] = in
+		}
+		for _, n := range resp.RemovedResources {
+			delete(m, n)
+		}
+		p.got[typ] = true
+		sub, unsub := p.follow(typ)
+		p.mu.Unlock()
+		if derr != nil {
+			p.fail(derr)
+		}
+		ack := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce, ErrorDetail: p.nack()}
+		if err := stream.Send(ack); err != nil {
+			p.fail(err)
+			return
+		}
+		for t, names := range sub {
+			if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: names,
+				ResourceNamesUnsubscribe: unsub[t]}); err != nil {
+				p.fail(err)
+				return
+			}
+			delete(unsub, t)
+		}
+		for t, names := range unsub {
+			if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesUnsubscribe: names}); err != nil {
+				p.fail(err)
+				return
+			}
+		}
+		p.check()
+	}
+}
+
+func (p *proxy) runSotW(stream grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) {
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			p.fail(fmt.Errorf("stream: %w", err))
+			return
+		}
+		p.count(resp.TypeUrl, proto.Size(resp))
+		typ := resp.TypeUrl
+		p.mu.Lock()
+		m := p.res[typ]
+		if m == nil || typ == cdsType || typ == ldsType {
+			m = map[string]*info{} // the full state of a wildcard type
+			p.res[typ] = m
+		}
+		var derr error
+		for _, a := range resp.Resources {
+			name, err := resourceName(typ, a)
+			if err != nil {
+				derr = err
+				continue
+			}
+			in, err := p.h.dec.decode(typ, name, a)
+			if err != nil {
+				derr = err
+				continue
+			}
+			m[name] = in
+		}
+		p.got[typ] = true
+		p.last[typ] = resp
+		sub, unsub := p.follow(typ)
+		var reqs []*discovery.DiscoveryRequest
+		for _, t := range []string{edsType, rdsType} {
+			if sub[t] == nil && unsub[t] == nil {
+				continue
+			}
+			names := make([]string, 0, len(p.subs[t]))
+			for n := range p.subs[t] {
+				names = append(names, n)
+			}
+			req := &discovery.DiscoveryRequest{TypeUrl: t, ResourceNames: names}
+			if last := p.last[t]; last != nil {
+				req.VersionInfo, req.ResponseNonce = last.VersionInfo, last.Nonce
+			}
+			// SotW: forget resources no longer asked for.
+			for _, n := range unsub[t] {
+				delete(p.res[t], n)
+			}
+			reqs = append(reqs, req)
+		}
+		var names []string
+		if typ == edsType || typ == rdsType {
+			for n := range p.subs[typ] {
+				names = append(names, n)
+			}
+		}
+		p.mu.Unlock()
+		if derr != nil {
+			p.fail(derr)
+		}
+		ack := &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce,
+			ResourceNames: names, ErrorDetail: p.nack()}
+		if ack.ErrorDetail != nil {
+			ack.VersionInfo = "" // a NACK carries the last good version; the harness keeps it simple
+		}
+		if err := stream.Send(ack); err != nil {
+			p.fail(err)
+			return
+		}
+		for _, r := range reqs {
+			if err := stream.Send(r); err != nil {
+				p.fail(err)
+				return
+			}
+		}
+		p.check()
+	}
+}
+
+// resourceName reads the name of a SotW resource.
+func resourceName(typ string, a *anypb.Any) (string, error) {
+	switch typ {
+	case cdsType:
+		var c cluster.Cluster
+		err := proto.Unmarshal(a.Value, &c)
+		return c.Name, err
+	case edsType:
+		var c endpoint.ClusterLoadAssignment
+		err := proto.Unmarshal(a.Value, &c)
+		return c.ClusterName, err
+	case ldsType:
+		var l listener.Listener
+		err := proto.Unmarshal(a.Value, &l)
+		return l.Name, err
+	default:
+		// RouteConfiguration: the name is field 1; the rest need not be decoded.
+		return protoName(a.Value)
+	}
+}
+
+// protoName reads string field 1 without decoding the rest.
+func protoName(b []byte) (string, error) {
+	if len(b) < 2 || b[0] != 0x0a {
+		return "", fmt.Errorf("resource without a name")
+	}
+	n, i := 0, 1
+	for shift := 0; i < len(b); shift += 7 {
+		c := b[i]
+		i++
+		n |= int(c&0x7f) << shift
+		if c < 0x80 {
+			break
+		}
+	}
+	if i+n > len(b) {
+		return "", fmt.Errorf("truncated name")
+	}
+	return string(b[i : i+n]), nil
+}
+
+// follow updates EDS and RDS subscriptions after a CDS or LDS update, as Envoy does: EDS for every EDS
+// cluster, RDS for every route configuration a listener names. Called with p.mu held.
+func (p *proxy) follow(typ string) (sub, unsub map[string][]string) {
+	var dep string
+	have := p.subs[edsType]
+	switch typ {
+	case cdsType:
+		dep = edsType
+		// Clusters map one to one to EDS names: compare counts first, the common case being no change.
+		sub, unsub = map[string][]string{}, map[string][]string{}
+		n := 0
+		for name, in := range p.res[cdsType] {
+			if in.eds {
+				n++
+				if !have[name] {
+					sub[dep] = append(sub[dep], name)
+				}
+			}
+		}
+		for _, name := range sub[dep] {
+			have[name] = true
+		}
+		if len(have) > n {
+			for name := range have {
+				if c, ok := p.res[cdsType][name]; !ok || !c.eds {
+					unsub[dep] = append(unsub[dep], name)
+					delete(have, name)
+					delete(p.res[dep], name)
+				}
+			}
+		}
+	case ldsType:
+		dep = rdsType
+		have = p.subs[rdsType]
+		want := map[string]bool{}
+		for _, in := range p.res[ldsType] {
+			for _, r := range in.routes {
+				want[r] = true
+			}
+		}
+		sub, unsub = map[string][]string{}, map[string][]string{}
+		for n := range want {
+			if !have[n] {
+				sub[dep] = append(sub[dep], n)
+				have[n] = true
+			}
+		}
+		for n := range have {
+			if !want[n] {
+				unsub[dep] = append(unsub[dep], n)
+				delete(have, n)
+				delete(p.res[dep], n)
+			}
+		}
+	default:
+		return nil, nil
+	}
+	if len(sub) == 0 {
+		sub = nil
+	}
+	if len(unsub) == 0 {
+		unsub = nil
+	}
+	return sub, unsub
+}
+
+// isSynced reports whether the proxy has its whole initial config. Called with p.mu held.
+func (p *proxy) isSynced() bool {
+	if p.kind == kindZtunnel {
+		return p.got[addrType] && p.got[authzType]
+	}
+	if !p.got[cdsType] || !p.got[ldsType] {
+		return false
+	}
+	for _, t := range []string{edsType, rdsType} {
+		for n := range p.subs[t] {
+			if _, ok := p.res[t][n]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// waiter is one proxy's part of a measured change.
+type waiter struct {
+	pred  func(p *proxy) bool // called with p.mu held
+	start time.Time
+	lat   time.Duration
+	done  func(time.Duration)
+	owner any // the change it belongs to
+}
+
+// expect registers pred; done is called once, with the latency, when it first holds.
+func (p *proxy) expect(owner any, start time.Time, pred func(*proxy) bool, done func(time.Duration)) {
+	p.mu.Lock()
+	if pred(p) {
+		p.mu.Unlock()
+		done(time.Since(start))
+		return
+	}
+	p.waiters = append(p.waiters, &waiter{pred: pred, start: start, done: done, owner: owner})
+	p.mu.Unlock()
+}
+
+// check fires satisfied waiters and notes the initial sync.
+func (p *proxy) check() {
+	now := time.Now()
+	p.mu.Lock()
+	if p.synced.IsZero() && p.isSynced() {
+		p.synced = now
+		p.h.syncedCount.Add(1)
+	}
+	kept := p.waiters[:0]
+	var fired []*waiter
+	for _, w := range p.waiters {
+		if w.pred(p) {
+			w.lat = now.Sub(w.start)
+			fired = append(fired, w)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(p.waiters[len(kept):])
+	p.waiters = kept
+	p.mu.Unlock()
+	for _, w := range fired {
+		w.done(w.lat)
+	}
+}
+
+// dropWaiters forgets the pending waiters of one change (that timed out).
+func (p *proxy) dropWaiters(owner any) {
+	p.mu.Lock()
+	p.waiters = slices.DeleteFunc(p.waiters, func(w *waiter) bool { return w.owner == owner })
+	p.mu.Unlock()
+}
+
+// Predicates, called with p.mu held.
+
+func hasCluster(name string) func(*proxy) bool {
+	return func(p *proxy) bool {
+		c, ok := p.res[cdsType][name]
+		if !ok {
+			return false
+		}
+		if !c.eds {
+			return true
+		}
+		e, ok := p.res[edsType][name]
+		return ok && len(e.addrs) > 0
+	}
+}
+
+func watchesEDS(p *proxy, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.subs[edsType][name]
+}
+
+func endpointIs(cluster, ip string, present bool) func(*proxy) bool {
+	return func(p *proxy) bool {
+		e, ok := p.res[edsType][cluster]
+		if !ok {
+			return !present
+		}
+		_, has := e.addrs[ip]
+		return has == present
+	}
+}
+
+func anyContains(typ, marker string) func(*proxy) bool {
+	mb := []byte(marker)
+	return func(p *proxy) bool {
+		for _, in := range p.res[typ] {
+			if containsBytes(in.raw, mb) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func resourceIs(typ, name string, present bool) func(*proxy) bool {
+	return func(p *proxy) bool {
+		_, ok := p.res[typ][name]
+		return ok == present
+	}
+}

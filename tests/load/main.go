@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config is everything a run is parameterised by.
+type Config struct {
+	Shape          meshShape     `json:"shape"`
+	Sidecars       int           `json:"sidecars"`
+	Ztunnels       int           `json:"ztunnels"`
+	Delta          bool          `json:"delta"`
+	NackFraction   float64       `json:"nackFraction"`
+	Reps           int           `json:"repetitions"`
+	ChurnRate      int           `json:"churnRate"`
+	ChurnDuration  time.Duration `json:"churnDuration"`
+	Debounce       time.Duration `json:"debounceAfter"` // 0: the server's default
+	Timeout        time.Duration `json:"-"`
+	Scenarios      []string      `json:"scenarios"`
+	ServerBin      string        `json:"-"`
+	WorkDir        string        `json:"-"`
+	ProfileDir     string        `json:"-"`
+	ProfileSeconds time.Duration `json:"-"`
+	KeepDir        bool          `json:"-"`
+	ServerArgs     []string      `json:"serverArgs,omitempty"`
+	SendTimeout    time.Duration `json:"sendTimeout"`
+	// Quiet is how long nothing must arrive before a change starts and after it is seen everywhere (the
+	// bytes, responses and CPU of a change are counted over that window).
+	Quiet time.Duration `json:"quiet"`
+}
+
+var allScenarios = []string{"cold", "service-add", "endpoint", "virtualservice", "authorization", "ztunnel-pod", "churn"}
+
+// Report is the JSON output.
+type Report struct {
+	Date    string    `json:"date"`
+	Machine string    `json:"machine"`
+	Load    string    `json:"loadAverage"`
+	Config  Config    `json:"config"`
+	Mesh    meshStats `json:"mesh"`
+	Results []*Result `json:"results"`
+	// Server totals at the end of the run.
+	PeakRSSBytes int64    `json:"peakRssBytes"`
+	CPUSeconds   float64  `json:"cpuSeconds"`
+	StartupMs    float64  `json:"startupMs"`
+	Errors       []string `json:"errors,omitempty"`
+}
+
+type meshStats struct {
+	Services  int `json:"services"`
+	Pods      int `json:"pods"`
+	Clusters  int `json:"clustersPerSidecar"`
+	Endpoints int `json:"edsClustersPerSidecar"`
+	Listeners int `json:"listenersPerSidecar"`
+	Routes    int `json:"routesPerSidecar"`
+	Addresses int `json:"addressesPerZtunnel"`
+}
+
+type harness struct {
+	cfg  Config
+	ctx  context.Context
+	dec  *decoder
+	mesh *mesh
+	srv  *serverProc
+
+	sidecars, ztunnels []*proxy
+
+	bytes, responses atomic.Int64
+	byType           map[string]*atomic.Int64
+	lastResponse     atomic.Int64
+	syncedCount      atomic.Int64
+	marker           atomic.Int64
+}
+
+func (h *harness) nextMarker() int64 { return h.marker.Add(1) }
+
+func main() {
+	var cfg Config
+	var scenarios, jsonOut, mode string
+	flag.IntVar(&cfg.Shape.Services, "services", 300, "services (each with ports 80 http, 8080 grpc, 9090 tcp)")
+	flag.IntVar(&cfg.Shape.PodsPerService, "pods", 10, "pods per service (each in the service's EndpointSlice)")
+	flag.IntVar(&cfg.Shape.Namespaces, "namespaces", 10, "namespaces the services are spread over")
+	flag.BoolVar(&cfg.Shape.Ambient, "ambient", false, "label the namespaces istio.io/dataplane-mode=ambient")
+	flag.BoolVar(&cfg.Shape.Policies, "policies", true, "an AuthorizationPolicy per namespace")
+	flag.IntVar(&cfg.Shape.RoutingEvery, "routing-every", 10, "a VirtualService for every K-th service (0: none)")
+	flag.IntVar(&cfg.Sidecars, "sidecars", 300, "simulated Envoy sidecars")
+	flag.IntVar(&cfg.Ztunnels, "ztunnels", 0, "simulated ztunnels (delta, wildcard Address + Authorization)")
+	flag.StringVar(&mode, "mode", "delta", "sidecar protocol: delta or sotw")
+	flag.Float64Var(&cfg.NackFraction, "nack", 0, "fraction of responses the sidecars NACK (0..1)")
+	flag.IntVar(&cfg.Reps, "reps", 20, "repetitions of each single change")
+	flag.IntVar(&cfg.ChurnRate, "churn-rate", 20, "steady churn: endpoint changes per second")
+	flag.DurationVar(&cfg.ChurnDuration, "churn", 60*time.Second, "steady churn: how long (0 skips it)")
+	flag.DurationVar(&cfg.Debounce, "debounce-after", 0, "pass --debounce-after to the server (0: its default, 100ms)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "how long a change may take to reach every proxy")
+	flag.StringVar(&scenarios, "scenario", "all", "comma-separated: "+strings.Join(allScenarios, ", ")+"; or all")
+	flag.StringVar(&jsonOut, "json", "", "write the results as JSON to this file")
+	flag.StringVar(&cfg.ServerBin, "server-bin", "", "sextant binary to run (default: build ./cmd/sextant)")
+	flag.StringVar(&cfg.WorkDir, "dir", "", "work directory (default: a new temporary one)")
+	flag.StringVar(&cfg.ProfileDir, "profile", "", "save the server's CPU profile per scenario (and heap at the end) in this directory")
+	flag.DurationVar(&cfg.ProfileSeconds, "profile-seconds", 10*time.Second, "length of each CPU profile")
+	flag.DurationVar(&cfg.SendTimeout, "send-timeout", 30*time.Second, "pass --send-timeout to the server: the simulated "+
+		"proxies share its CPUs, so they read slower than a real fleet and the default 5s can cut them off in a cold start (0: server default)")
+	flag.DurationVar(&cfg.Quiet, "quiet", 250*time.Millisecond, "quiet period around each change")
+	flag.BoolVar(&cfg.KeepDir, "keep", false, "keep the work directory (config, server log)")
+	var serverArgs, selfProfile string
+	flag.StringVar(&selfProfile, "harness-cpuprofile", "", "write the harness's own CPU profile here")
+	flag.StringVar(&serverArgs, "server-args", "", "extra arguments for `sextant discovery`, space-separated")
+	flag.Parse()
+	cfg.ServerArgs = strings.Fields(serverArgs)
+	cfg.Delta = mode != "sotw"
+	if scenarios == "all" {
+		cfg.Scenarios = allScenarios
+	} else {
+		cfg.Scenarios = strings.Split(scenarios, ",")
+	}
+	if selfProfile != "" {
+		f, err := os.Create(selfProfile)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := Run(context.Background(), cfg, os.Stdout)
+	if rep != nil && jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if werr := os.WriteFile(jsonOut, append(b, '\n'), 0o644); werr != nil {
+			fmt.Fprintln(os.Stderr, werr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+// Run performs a whole run and prints the table to out.
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
+	if cfg.Shape.Namespaces <= 0 || cfg.Shape.Services <= 0 {
+		return nil, errors.New("need at least one namespace and one service")
+	}
+	if cfg.Reps <= 0 {
+		cfg.Reps = 1
+	}
+	if cfg.Quiet <= 0 {
+		cfg.Quiet = 250 * time.Millisecond
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	for _, s := range cfg.Scenarios {
+		if !slices.Contains(allScenarios, s) {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := cfg.WorkDir
+	if work == "" {
+		var err error
+		if work, err = os.MkdirTemp("", "sextant-load-"); err != nil {
+			return nil, err
+		}
+		if !cfg.KeepDir {
+			defer os.RemoveAll(work)
+		}
+	}
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	configDir := filepath.Join(work, "config")
+	if err := os.MkdirAll(configDir, 0o755); err != nil {
+		return nil, err
+	}
+	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Load: loadavg(), Config: cfg}
+	bin := cfg.ServerBin
+	if bin == "" {
+		fmt.Fprintln(out, "building ./cmd/sextant ...")
+		var err error
+		if bin, err = buildServer(ctx, work); err != nil {
+			return nil, err
+		}
+	}
+	h := &harness{cfg: cfg, ctx: ctx, dec: newDecoder(), byType: map[string]*atomic.Int64{}}
+	for t := range shortType {
+		h.byType[t] = &atomic.Int64{}
+	}
+	h.mesh = newMesh(configDir, cfg.Shape)
+	if err := h.mesh.writeAll(); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(work, "server.log")
+	t0 := time.Now()
+	srv, err := startServer(bin, configDir, logPath, cfg.Debounce, cfg.SendTimeout, cfg.ServerArgs...)
+	if err != nil {
+		return nil, err
+	}
+	h.srv = srv
+	defer srv.stop()
+	rep.StartupMs = float64(time.Since(t0).Microseconds()) / 1000
+	fmt.Fprintf(out, "mesh: %d services × %d ports, %d pods, %d namespaces; %d sidecars (%s), %d ztunnels; server ready in %.0f ms\n",
+		cfg.Shape.Services, len(servicePorts), cfg.Shape.Services*cfg.Shape.PodsPerService, cfg.Shape.Namespaces,
+		cfg.Sidecars, map[bool]string{true: "delta", false: "sotw"}[cfg.Delta], cfg.Ztunnels, rep.StartupMs)
+
+	want := func(s string) bool { return slices.Contains(cfg.Scenarios, s) }
+	var cold *Result
+	h.profileDuring("cold", func() { cold, err = h.coldStart() })
+	if err != nil {
+		return rep, err
+	}
+	rep.Mesh = h.meshStats()
+	if want("cold") {
+		rep.Results = append(rep.Results, cold)
+	}
+	h.dec.reset()
+	type step struct {
+		name string
+		run  func() ([]*Result, error)
+	}
+	one := func(f func() (*Result, error)) func() ([]*Result, error) {
+		return func() ([]*Result, error) { r, err := f(); return []*Result{r}, err }
+	}
+	two := func(f func() (*Result, *Result, error)) func() ([]*Result, error) {
+		return func() ([]*Result, error) { a, b, err := f(); return []*Result{a, b}, err }
+	}
+	steps := []step{
+		{"service-add", one(h.serviceAdd)},
+		{"endpoint", two(func() (*Result, *Result, error) { return h.endpointAddRemove(true) })},
+		{"virtualservice", one(h.virtualServiceChange)},
+		{"authorization", one(h.authorizationChange)},
+		{"ztunnel-pod", two(func() (*Result, *Result, error) { return h.endpointAddRemove(false) })},
+		{"churn", one(h.churn)},
+	}
+	for _, st := range steps {
+		if !want(st.name) {
+			continue
+		}
+		var rs []*Result
+		var err error
+		h.profileDuring(st.name, func() { rs, err = st.run() })
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", st.name, err)
+		}
+		for _, r := range rs {
+			if r != nil {
+				rep.Results = append(rep.Results, r)
+			}
+		}
+		h.dec.reset()
+	}
+	for _, p := range h.all() {
+		p.mu.Lock()
+		if p.err != nil {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("proxy %d: %v", p.id, p.err))
+		}
+		p.mu.Unlock()
+	}
+	if cfg.ProfileDir != "" {
+		_ = srv.heapProfile(filepath.Join(cfg.ProfileDir, "heap.pprof"))
+	}
+	st := srv.stats()
+	rep.PeakRSSBytes, rep.CPUSeconds = st.HWM, st.CPUSeconds
+	printReport(out, rep)
+	if len(rep.Errors) > 0 {
+		return rep, fmt.Errorf("%d proxies reported errors, first: %s", len(rep.Errors), rep.Errors[0])
+	}
+	return rep, nil
+}
+
+// coldStart creates the proxies and connects them all at once; it measures until every one has its whole
+// initial configuration acknowledged.
+func (h *harness) coldStart() (*Result, error) {
+	// Sidecars take the identity of pods spread over services (and so namespaces).
+	pods := 0
+	for i := 0; i < h.cfg.Sidecars; i++ {
+		s := h.mesh.svcs[i%len(h.mesh.svcs)]
+		pd := s.pods[(i/len(h.mesh.svcs))%max(1, len(s.pods))]
+		if len(s.pods) == 0 {
+			pd = &pod{name: fmt.Sprintf("%s-sidecar-%d", s.name, i), ip: h.mesh.nextIP()}
+		}
+		h.sidecars = append(h.sidecars, newProxy(h, i, kindSidecar, s.ns, pd.name, pd.ip,
+			map[string]string{"app": s.name, "version": "v1", "security.istio.io/tlsMode": "istio"}))
+		pods++
+	}
+	for i := 0; i < h.cfg.Ztunnels; i++ {
+		ip := fmt.Sprintf("192.168.%d.%d", i/250, i%250+1)
+		h.ztunnels = append(h.ztunnels, newProxy(h, 100000+i, kindZtunnel, "istio-system", fmt.Sprintf("ztunnel-%d", i), ip, nil))
+	}
+	all := h.all()
+	st0 := h.srv.stats()
+	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(all))
+	for _, p := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.start(h.srv.grpcAddr); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	deadline := start.Add(h.cfg.Timeout * 2)
+	for int(h.syncedCount.Load()) < len(all) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		for _, p := range all {
+			p.mu.Lock()
+			err := p.err
+			p.mu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("proxy %d: %w", p.id, err)
+			}
+		}
+	}
+	var lats []time.Duration
+	missed := 0
+	for _, p := range all {
+		p.mu.Lock()
+		if p.synced.IsZero() {
+			missed++
+		} else {
+			lats = append(lats, p.synced.Sub(start))
+		}
+		p.mu.Unlock()
+	}
+	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	st1 := h.srv.stats()
+	r := h.summarize("cold-start", []sample{{lats: lats, missed: missed, interest: len(all),
+		bytes: h.bytes.Load() - b0, responses: h.responses.Load() - r0, cpu: st1.CPUSeconds - st0.CPUSeconds,
+		byType: typeDiff(h.typeBytes(), t0)}})
+	r.Note = "all proxies connect at once; until each has CDS+EDS+LDS+RDS (ztunnel: Address+Authorization)"
+	return r, nil
+}
+
+func (h *harness) meshStats() meshStats {
+	ms := meshStats{Services: len(h.mesh.svcs)}
+	for _, s := range h.mesh.svcs {
+		ms.Pods += len(s.pods)
+	}
+	if len(h.sidecars) > 0 {
+		p := h.sidecars[0]
+		p.mu.Lock()
+		ms.Clusters, ms.Endpoints, ms.Listeners, ms.Routes = len(p.res[cdsType]), len(p.res[edsType]), len(p.res[ldsType]), len(p.res[rdsType])
+		p.mu.Unlock()
+	}
+	if len(h.ztunnels) > 0 {
+		p := h.ztunnels[0]
+		p.mu.Lock()
+		ms.Addresses = len(p.res[addrType])
+		p.mu.Unlock()
+	}
+	return ms
+}
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		mem = strings.Join(strings.Fields(strings.TrimPrefix(line, "MemTotal:")), " ")
+	}
+	return fmt.Sprintf("%d CPUs, %s, %s RAM, %s", runtime.NumCPU(), model, mem, runtime.Version())
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+func mb(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+func printReport(out io.Writer, rep *Report) {
+	fmt.Fprintf(out, "\n%s — %s — load %s\n", rep.Date, rep.Machine, rep.Load)
+	m := rep.Mesh
+	fmt.Fprintf(out, "per sidecar: %d clusters (%d EDS), %d listeners, %d route configs; per ztunnel: %d addresses\n\n",
+		m.Clusters, m.Endpoints, m.Listeners, m.Routes, m.Addresses)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tchanges\tproxies\tp50 ms\tp99 ms\tmax ms\tall p99 ms\tmissed\tbytes/change\tresp/change\tCPU-s/change\tRSS\tpeak RSS\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%s\t%.0f\t%.3f\t%s\t%s\t\n", r.Scenario, r.Changes, r.Proxies,
+			r.P50Ms, r.P99Ms, r.MaxMs, r.AllP99Ms, r.Missed, mb(r.BytesPerChange), r.ResponsesPerChange, r.CPUPerChange,
+			mb(float64(r.RSSBytes)), mb(float64(r.PeakRSSBytes)))
+	}
+	tw.Flush()
+	for _, r := range rep.Results {
+		if len(r.BytesByType) > 0 {
+			keys := slices.Sorted(maps.Keys(r.BytesByType))
+			var parts []string
+			for _, k := range keys {
+				parts = append(parts, k+" "+mb(r.BytesByType[k]))
+			}
+			fmt.Fprintf(out, "  %s bytes/change by type: %s\n", r.Scenario, strings.Join(parts, ", "))
+		}
+		if r.Note != "" {
+			fmt.Fprintf(out, "  %s: %s\n", r.Scenario, r.Note)
+		}
+		if r.Scenario == "steady-churn" {
+			fmt.Fprintf(out, "  steady-churn memory: RSS %s → %s, heap in use %s → %s\n", mb(float64(r.RSSStart)),
+				mb(float64(r.RSSEnd)), mb(float64(r.HeapStart)), mb(float64(r.HeapEnd)))
+		}
+	}
+	fmt.Fprintf(out, "server: ready %.0f ms after start, %.1f CPU-s in total, peak RSS %s\n", rep.StartupMs, rep.CPUSeconds,
+		mb(float64(rep.PeakRSSBytes)))
+	for _, e := range rep.Errors {
+		fmt.Fprintf(out, "error: %s\n", e)
+	}
+}

@@ -1,0 +1,485 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Result is one scenario's figures.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Changes  int    `json:"changes"`
+	// Proxies is the number of interested proxies per change (the largest seen).
+	Proxies int `json:"proxies"`
+	// Missed counts proxy-changes not seen within the timeout.
+	Missed int `json:"missed"`
+	// Latency over every (change, interested proxy): time from the file write until that proxy has it.
+	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
+	MaxMs float64 `json:"maxMs"`
+	// Per change: time until the last interested proxy has it.
+	AllP50Ms float64 `json:"allP50Ms"`
+	AllP99Ms float64 `json:"allP99Ms"`
+	// Averages per change, measured at the clients (bytes are protobuf sizes of the responses).
+	BytesPerChange     float64 `json:"bytesPerChange"`
+	ResponsesPerChange float64 `json:"responsesPerChange"`
+	CPUPerChange       float64 `json:"cpuSecondsPerChange"`
+	RSSBytes           int64   `json:"rssBytes"`
+	PeakRSSBytes       int64   `json:"peakRssBytes"`
+	// Churn only: memory at the start and the end of the run.
+	RSSStart  int64   `json:"rssStart,omitempty"`
+	RSSEnd    int64   `json:"rssEnd,omitempty"`
+	HeapStart int64   `json:"heapInuseStart,omitempty"`
+	HeapEnd   int64   `json:"heapInuseEnd,omitempty"`
+	Seconds   float64 `json:"seconds,omitempty"`
+	// Bytes per change by type (CDS, EDS, LDS, RDS, Address, Authorization).
+	BytesByType map[string]float64 `json:"bytesByType,omitempty"`
+	Note        string             `json:"note,omitempty"`
+}
+
+// change collects the latencies of one change over its interested proxies.
+type change struct {
+	start   time.Time
+	mu      sync.Mutex
+	lats    []time.Duration
+	pending atomic.Int64
+	done    chan struct{}
+}
+
+// newChange starts a change; register its watches, then seal it.
+func newChange() *change {
+	c := &change{start: time.Now(), done: make(chan struct{})}
+	c.pending.Store(1) // held until seal, so a watch satisfied at once does not finish the change
+	return c
+}
+
+// seal ends registration.
+func (c *change) seal() { c.release() }
+
+func (c *change) release() {
+	if c.pending.Add(-1) == 0 {
+		close(c.done)
+	}
+}
+
+// watch registers pred on p for this change.
+func (c *change) watch(p *proxy, pred func(*proxy) bool) {
+	c.pending.Add(1)
+	p.expect(c, c.start, pred, func(d time.Duration) {
+		c.mu.Lock()
+		c.lats = append(c.lats, d)
+		c.mu.Unlock()
+		c.release()
+	})
+}
+
+// wait blocks until every proxy has the change or the deadline; it returns the latencies and how many missed.
+func (c *change) wait(deadline time.Time, proxies []*proxy) ([]time.Duration, int) {
+	select {
+	case <-c.done:
+	case <-time.After(time.Until(deadline)):
+	}
+	for _, p := range proxies {
+		p.dropWaiters(c)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.lats), int(c.pending.Load())
+}
+
+// quiet waits until no proxy has received anything for d (at most limit).
+func (h *harness) quiet(d, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		last := time.Unix(0, h.lastResponse.Load())
+		if time.Since(last) >= d {
+			return
+		}
+		time.Sleep(d / 5)
+	}
+}
+
+// measure runs one change: register waiters (before the write), apply it, wait, and take the counters.
+type sample struct {
+	byType    map[string]int64
+	lats      []time.Duration
+	missed    int
+	interest  int
+	bytes     int64
+	responses int64
+	cpu       float64
+}
+
+func (h *harness) measure(register func(c *change) int, apply func() error) (sample, error) {
+	h.quiet(h.cfg.Quiet, 5*time.Second)
+	st0 := h.srv.stats()
+	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
+	c := newChange()
+	n := register(c)
+	c.seal()
+	if err := apply(); err != nil {
+		return sample{}, err
+	}
+	lats, missed := c.wait(time.Now().Add(h.cfg.Timeout), h.all())
+	h.quiet(h.cfg.Quiet, 5*time.Second)
+	st1 := h.srv.stats()
+	return sample{lats: lats, missed: missed, interest: n, bytes: h.bytes.Load() - b0, responses: h.responses.Load() - r0,
+		cpu: st1.CPUSeconds - st0.CPUSeconds, byType: typeDiff(h.typeBytes(), t0)}, nil
+}
+
+func (h *harness) typeBytes() map[string]int64 {
+	out := map[string]int64{}
+	for t, c := range h.byType {
+		out[shortType[t]] = c.Load()
+	}
+	return out
+}
+
+func typeDiff(a, b map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range a {
+		if d := v - b[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func (h *harness) all() []*proxy { return append(slices.Clone(h.sidecars), h.ztunnels...) }
+
+// summarize turns samples into a Result.
+func (h *harness) summarize(name string, samples []sample) *Result {
+	r := &Result{Scenario: name, Changes: len(samples)}
+	var pooled, last []time.Duration
+	var bytes, resps int64
+	var cpu float64
+	for _, s := range samples {
+		pooled = append(pooled, s.lats...)
+		if len(s.lats) > 0 {
+			last = append(last, slices.Max(s.lats))
+		}
+		r.Missed += s.missed
+		r.Proxies = max(r.Proxies, s.interest)
+		bytes += s.bytes
+		for k, v := range s.byType {
+			if r.BytesByType == nil {
+				r.BytesByType = map[string]float64{}
+			}
+			r.BytesByType[k] += float64(v) / float64(len(samples))
+		}
+		resps += s.responses
+		cpu += s.cpu
+	}
+	r.P50Ms, r.P99Ms, r.MaxMs = pct(pooled, 50), pct(pooled, 99), pct(pooled, 100)
+	r.AllP50Ms, r.AllP99Ms = pct(last, 50), pct(last, 99)
+	if n := float64(len(samples)); n > 0 {
+		r.BytesPerChange, r.ResponsesPerChange, r.CPUPerChange = float64(bytes)/n, float64(resps)/n, cpu/n
+	}
+	st := h.srv.stats()
+	r.RSSBytes, r.PeakRSSBytes = st.RSS, st.HWM
+	return r
+}
+
+// pct is the nearest-rank percentile in milliseconds.
+func pct(d []time.Duration, p float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	i = max(0, min(i, len(s)-1))
+	return float64(s[i].Microseconds()) / 1000
+}
+
+// profileDuring saves a CPU profile of the server while f runs (when -profile is set).
+func (h *harness) profileDuring(name string, f func()) {
+	if h.cfg.ProfileDir == "" {
+		f()
+		return
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	path := filepath.Join(h.cfg.ProfileDir, name+".pprof")
+	go func() { done <- h.srv.profile(ctx, h.cfg.ProfileSeconds, path) }()
+	time.Sleep(100 * time.Millisecond) // let the profile start
+	f()
+	if err := <-done; err != nil {
+		fmt.Fprintf(os.Stderr, "profile %s: %v\n", name, err)
+	}
+}
+
+// --- scenarios ---
+
+func outbound(port int, host string) string { return fmt.Sprintf("outbound|%d||%s", port, host) }
+
+func (h *harness) serviceAdd() (*Result, error) {
+	if len(h.sidecars) == 0 {
+		return nil, nil
+	}
+	var samples []sample
+	var added []*service
+	for range h.cfg.Reps {
+		s := h.mesh.addService()
+		added = append(added, s)
+		smp, err := h.measure(func(c *change) int {
+			for _, p := range h.sidecars {
+				c.watch(p, func(p *proxy) bool {
+					for _, sp := range servicePorts {
+						if !hasCluster(outbound(sp.port, s.host()))(p) {
+							return false
+						}
+					}
+					return true
+				})
+			}
+			return len(h.sidecars)
+		}, func() error { return h.mesh.writeService(s) })
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, smp)
+	}
+	r := h.summarize("service-add", samples)
+	// Put the mesh back as it was.
+	for _, s := range added {
+		if err := h.mesh.removeService(s); err != nil {
+			return nil, err
+		}
+	}
+	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	return r, nil
+}
+
+// endpointAddRemove adds a pod to a service and removes it again, rep times; it measures the sidecars
+// watching the service's EDS (sidecars=true) or the ztunnels (their Address for the pod).
+func (h *harness) endpointAddRemove(sidecars bool) (add, remove *Result, err error) {
+	targets := h.ztunnels
+	if sidecars {
+		targets = h.sidecars
+	}
+	if len(targets) == 0 {
+		return nil, nil, nil
+	}
+	var adds, removes []sample
+	for i := range h.cfg.Reps {
+		s := h.mesh.svcs[(i*7+3)%len(h.mesh.svcs)]
+		pd := h.mesh.newPod(s)
+		cl := outbound(80, s.host())
+		uid := "Kubernetes//Pod/" + s.ns + "/" + pd.name
+		register := func(present bool) func(c *change) int {
+			return func(c *change) int {
+				n := 0
+				for _, p := range targets {
+					if sidecars {
+						if watchesEDS(p, cl) {
+							c.watch(p, endpointIs(cl, pd.ip, present))
+							n++
+						}
+					} else {
+						c.watch(p, resourceIs(addrType, uid, present))
+						n++
+					}
+				}
+				return n
+			}
+		}
+		smp, err := h.measure(register(true), func() error {
+			s.pods = append(s.pods, pd)
+			return h.mesh.writeService(s)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		adds = append(adds, smp)
+		smp, err = h.measure(register(false), func() error {
+			s.pods = slices.DeleteFunc(s.pods, func(x *pod) bool { return x == pd })
+			return h.mesh.writeService(s)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		removes = append(removes, smp)
+	}
+	if sidecars {
+		return h.summarize("endpoint-add", adds), h.summarize("endpoint-remove", removes), nil
+	}
+	return h.summarize("ztunnel-pod-add", adds), h.summarize("ztunnel-pod-remove", removes), nil
+}
+
+func (h *harness) virtualServiceChange() (*Result, error) {
+	if len(h.sidecars) == 0 {
+		return nil, nil
+	}
+	s := h.mesh.svcs[0]
+	file := fmt.Sprintf("vs-%s.yaml", s.name)
+	var samples []sample
+	for i := range h.cfg.Reps {
+		marker := fmt.Sprintf("m%05d", h.nextMarker())
+		smp, err := h.measure(func(c *change) int {
+			for _, p := range h.sidecars {
+				c.watch(p, anyContains(rdsType, "load-"+marker))
+			}
+			return len(h.sidecars)
+		}, func() error { return h.mesh.write(file, virtualService(s, "vs-"+s.name, marker)) })
+		if err != nil {
+			return nil, err
+		}
+		_ = i
+		samples = append(samples, smp)
+	}
+	r := h.summarize("virtualservice-change", samples)
+	if h.mesh.shape.RoutingEvery > 0 {
+		must(h.mesh.write(file, virtualService(s, "vs-"+s.name, "base")))
+	} else {
+		must(h.mesh.remove(file))
+	}
+	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	return r, nil
+}
+
+func (h *harness) authorizationChange() (*Result, error) {
+	ns := h.mesh.ns(0)
+	var inNS []*proxy
+	for _, p := range h.sidecars {
+		if p.ns == ns {
+			inNS = append(inNS, p)
+		}
+	}
+	if len(inNS)+len(h.ztunnels) == 0 {
+		return nil, nil
+	}
+	file := fmt.Sprintf("authz-%s.yaml", ns)
+	var samples []sample
+	for range h.cfg.Reps {
+		marker := fmt.Sprintf("m%05d", h.nextMarker())
+		smp, err := h.measure(func(c *change) int {
+			for _, p := range inNS {
+				c.watch(p, anyContains(ldsType, "load-"+marker))
+			}
+			for _, p := range h.ztunnels {
+				c.watch(p, anyContains(authzType, "load-"+marker))
+			}
+			return len(inNS) + len(h.ztunnels)
+		}, func() error { return h.mesh.write(file, authorizationPolicy(ns, "allow-mesh", marker)) })
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, smp)
+	}
+	r := h.summarize("authorization-change", samples)
+	r.Note = fmt.Sprintf("%d sidecars in %s (LDS) + %d ztunnels", len(inNS), ns, len(h.ztunnels))
+	if h.mesh.shape.Policies {
+		must(h.mesh.write(file, authorizationPolicy(ns, "allow-mesh", "base")))
+	} else {
+		must(h.mesh.remove(file))
+	}
+	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	return r, nil
+}
+
+// churn adds and removes endpoints at a steady rate, each change measured at every proxy watching it, and
+// samples the server's memory.
+func (h *harness) churn() (*Result, error) {
+	if len(h.sidecars)+len(h.ztunnels) == 0 || h.cfg.ChurnDuration <= 0 {
+		return nil, nil
+	}
+	h.quiet(h.cfg.Quiet, 5*time.Second)
+	st0 := h.srv.stats()
+	heap0 := h.srv.heapInuse()
+	b0, r0 := h.bytes.Load(), h.responses.Load()
+	interval := time.Second / time.Duration(max(1, h.cfg.ChurnRate))
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	type added struct {
+		s  *service
+		pd *pod
+	}
+	var live []added
+	var changes []*change
+	var targets [][]*proxy
+	start := time.Now()
+	var rssSamples []int64
+	lastSample := start
+	for i := 0; time.Since(start) < h.cfg.ChurnDuration; i++ {
+		<-tick.C
+		var s *service
+		var pd *pod
+		present := true
+		if len(live) >= 10 && i%2 == 1 {
+			a := live[0]
+			live = live[1:]
+			s, pd, present = a.s, a.pd, false
+			s.pods = slices.DeleteFunc(s.pods, func(x *pod) bool { return x == pd })
+		} else {
+			s = h.mesh.svcs[(i*13+5)%len(h.mesh.svcs)]
+			pd = h.mesh.newPod(s)
+			s.pods = append(s.pods, pd)
+			live = append(live, added{s, pd})
+		}
+		cl := outbound(80, s.host())
+		uid := "Kubernetes//Pod/" + s.ns + "/" + pd.name
+		c := newChange()
+		var ps []*proxy
+		for _, p := range h.sidecars {
+			if watchesEDS(p, cl) {
+				c.watch(p, endpointIs(cl, pd.ip, present))
+				ps = append(ps, p)
+			}
+		}
+		for _, p := range h.ztunnels {
+			c.watch(p, resourceIs(addrType, uid, present))
+			ps = append(ps, p)
+		}
+		c.seal()
+		if err := h.mesh.writeService(s); err != nil {
+			return nil, err
+		}
+		changes = append(changes, c)
+		targets = append(targets, ps)
+		if time.Since(lastSample) >= time.Second {
+			rssSamples = append(rssSamples, h.srv.stats().RSS)
+			lastSample = time.Now()
+		}
+	}
+	elapsed := time.Since(start)
+	var samples []sample
+	deadline := time.Now().Add(h.cfg.Timeout)
+	for i, c := range changes {
+		lats, missed := c.wait(deadline, targets[i])
+		samples = append(samples, sample{lats: lats, missed: missed, interest: len(targets[i])})
+	}
+	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	st1 := h.srv.stats()
+	r := h.summarize("steady-churn", samples)
+	n := float64(len(changes))
+	r.BytesPerChange = float64(h.bytes.Load()-b0) / n
+	r.ResponsesPerChange = float64(h.responses.Load()-r0) / n
+	r.CPUPerChange = (st1.CPUSeconds - st0.CPUSeconds) / n
+	r.Seconds = elapsed.Seconds()
+	r.RSSStart, r.RSSEnd = st0.RSS, st1.RSS
+	r.HeapStart, r.HeapEnd = heap0, h.srv.heapInuse()
+	r.Note = fmt.Sprintf("%d changes/s for %s; server CPU %.2f cores", h.cfg.ChurnRate, elapsed.Round(time.Second),
+		(st1.CPUSeconds-st0.CPUSeconds)/elapsed.Seconds())
+	// Put the mesh back.
+	for _, a := range live {
+		a.s.pods = slices.DeleteFunc(a.s.pods, func(x *pod) bool { return x == a.pd })
+	}
+	written := map[*service]bool{}
+	for _, a := range live {
+		if !written[a.s] {
+			written[a.s] = true
+			must(h.mesh.writeService(a.s))
+		}
+	}
+	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	return r, nil
+}
