@@ -84,12 +84,9 @@ func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushCont
 		res, err := e.Generate(proxy, push, w, req)
 		return res, nil, false, err
 	}
-	hosts := changedHosts(req)
 	changed := &xds.WatchedResource{TypeURL: w.TypeURL, ResourceNames: map[string]struct{}{}}
-	for name := range w.ResourceNames {
-		if _, hit := hosts[clusterHost(name)]; hit {
-			changed.ResourceNames[name] = struct{}{}
-		}
+	for _, name := range watchedClustersOf(proxy, w, push, req) {
+		changed.ResourceNames[name] = struct{}{}
 	}
 	if len(changed.ResourceNames) == 0 {
 		return nil, nil, true, nil
@@ -113,13 +110,50 @@ func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushCont
 	return res, removed, true, nil
 }
 
-func changedHosts(req *model.PushRequest) map[string]struct{} {
-	hosts := make(map[string]struct{}, len(req.ServicesUpdated))
+// watchedClustersOf returns the EDS clusters in w that belong to the services req changed. It builds the
+// candidate names from each changed service's ports and the subsets of the DestinationRule the proxy applies,
+// so its cost follows the change, not the number of clusters the proxy watches; only when a changed service
+// is gone from the snapshot (its names unknown) does it scan the watch.
+func watchedClustersOf(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushContext, req *model.PushRequest) []string {
+	var out []string
+	var scanHosts map[string]struct{}
 	for key := range req.ServicesUpdated {
-		_, host, _ := strings.Cut(key, "/")
-		hosts[host] = struct{}{}
+		ns, host, _ := strings.Cut(key, "/")
+		var svc *model.Service
+		if push != nil {
+			for _, s := range push.ServicesForHostname(host) {
+				if s.Namespace == ns {
+					svc = s
+				}
+			}
+		}
+		if svc == nil || proxy == nil {
+			if scanHosts == nil {
+				scanHosts = map[string]struct{}{}
+			}
+			scanHosts[host] = struct{}{}
+			continue
+		}
+		subsets := []string{""}
+		for _, ss := range push.DestinationRule(proxy.Namespace, svc).GetSubsets() {
+			subsets = append(subsets, ss.Name)
+		}
+		for _, p := range svc.Ports {
+			for _, subset := range subsets {
+				if name := OutboundClusterName(p.Port, subset, host); w.Subscribed(name) && !w.Wildcard {
+					out = append(out, name)
+				}
+			}
+		}
 	}
-	return hosts
+	if scanHosts != nil {
+		for name := range w.ResourceNames {
+			if _, hit := scanHosts[clusterHost(name)]; hit {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 // clusterHost returns the HOST of DIRECTION|PORT|SUBSET|HOST without allocating.
@@ -128,20 +162,14 @@ func clusterHost(name string) string {
 }
 
 // NeedsPush sends EDS on an incremental push only to proxies watching a cluster of a changed service.
-func (e endpointGenerator) NeedsPush(_ *xds.Proxy, w *xds.WatchedResource, req *model.PushRequest) bool {
+func (e endpointGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, req *model.PushRequest) bool {
 	if req == nil || req.Full {
 		return true
 	}
 	if len(req.ServicesUpdated) == 0 {
 		return false
 	}
-	hosts := changedHosts(req)
-	for name := range w.ResourceNames {
-		if _, hit := hosts[clusterHost(name)]; hit {
-			return true
-		}
-	}
-	return false
+	return len(watchedClustersOf(proxy, w, req.Push, req)) > 0
 }
 
 // loadAssignment groups endpoints by locality, sorted, each group weighted by the sum of its endpoints'
