@@ -2,7 +2,7 @@
 GO ?= go
 CONFIG_DIR ?= examples/bookinfo
 
-.PHONY: run test test-race build vet fmt generate generate-check bench
+.PHONY: run test test-deps build generate generate-check bench
 
 build:
 	$(GO) build -o bin/sextant ./cmd/sextant
@@ -10,10 +10,14 @@ build:
 run: build
 	./bin/sextant discovery --config-dir $(CONFIG_DIR)
 
-test:
+test: test-deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) test -race -count=1 ./...
+
+# What the tests need from the system (Chromium for the dashboard's browser test); tolerates failure.
+test-deps:
+	sh scripts/install-test-deps.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
