@@ -365,6 +365,13 @@ func (s *Source) watchErrorHandler(kind config.Kind) cache.WatchErrorHandlerWith
 			cache.DefaultWatchErrorHandler(ctx, r, err)
 			return
 		}
+		if s.informer(kind).HasSynced() {
+			// Allowed before: a restarting API server answers 403 until its authorizer is ready. Say so
+			// without the permission error, which is kept for a denial that is real.
+			s.log.Warn("watch denied after a successful sync; retrying (an API server restart causes this briefly)",
+				"kind", kind, "error", err)
+			return
+		}
 		if logged.Swap(true) {
 			return
 		}
