@@ -43,6 +43,8 @@ type Pipeline struct {
 	pending  map[config.Key]*model.Change
 	first    time.Time // first pending change
 	last     time.Time // latest pending change
+	// configPending is set while a pending change is more than endpoints (a full push).
+	configPending bool
 	wake     chan struct{}
 	handlers []func(*model.PushRequest)
 
@@ -104,6 +106,9 @@ func (p *Pipeline) onEvent(ev store.Event) {
 		p.first = now
 	}
 	p.last = now
+	if !config.IsEndpointKind(key.Kind) {
+		p.configPending = true
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -116,7 +121,7 @@ func (p *Pipeline) Initialize() *model.PushContext {
 	p.mu.Lock()
 	// Changes seen so far are in the store and so in the full build.
 	p.pending = map[config.Key]*model.Change{}
-	p.first, p.last = time.Time{}, time.Time{}
+	p.first, p.last, p.configPending = time.Time{}, time.Time{}, false
 	p.mu.Unlock()
 	ps := model.Build(p.opts.Store, p.opts.Mesh)
 	p.publish(ps)
@@ -161,15 +166,22 @@ func (p *Pipeline) Run(ctx context.Context) {
 		now := time.Now()
 		quietFor := now.Sub(p.last)
 		heldFor := now.Sub(p.first)
-		if quietFor < p.opts.DebounceAfter && heldFor < p.opts.DebounceMax {
-			wait := min(p.opts.DebounceAfter-quietFor, p.opts.DebounceMax-heldFor)
+		// Config changes wait for a quiet period (bounded by DebounceMax): a burst becomes one full push.
+		// Endpoint-only changes wait DebounceAfter from the first one and no longer, so steady endpoint
+		// churn (which never goes quiet) is still pushed every DebounceAfter, not every DebounceMax.
+		maxHold := p.opts.DebounceMax
+		if !p.configPending {
+			maxHold = min(maxHold, p.opts.DebounceAfter)
+		}
+		if quietFor < p.opts.DebounceAfter && heldFor < maxHold {
+			wait := min(p.opts.DebounceAfter-quietFor, maxHold-heldFor)
 			p.mu.Unlock()
 			timer.Reset(wait)
 			continue
 		}
 		pending, start := p.pending, p.first
 		p.pending = map[config.Key]*model.Change{}
-		p.first, p.last = time.Time{}, time.Time{}
+		p.first, p.last, p.configPending = time.Time{}, time.Time{}, false
 		p.mu.Unlock()
 		p.apply(pending, start)
 	}
@@ -180,7 +192,7 @@ func (p *Pipeline) Flush() {
 	p.mu.Lock()
 	pending, start := p.pending, p.first
 	p.pending = map[config.Key]*model.Change{}
-	p.first, p.last = time.Time{}, time.Time{}
+	p.first, p.last, p.configPending = time.Time{}, time.Time{}, false
 	p.mu.Unlock()
 	if len(pending) > 0 {
 		p.apply(pending, start)

@@ -1,6 +1,7 @@
 package push_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -147,5 +148,33 @@ func TestEndpointChangeYieldsIncrementalRequest(t *testing.T) {
 	}
 	if req.Reason["endpoint"] != 1 {
 		t.Errorf("reason = %v", req.Reason)
+	}
+}
+
+func TestEndpointChurnIsPushedEveryDebouncePeriod(t *testing.T) {
+	st := store.New()
+	st.Upsert(store.LayerFile, service("a"))
+	p := push.New(push.Options{Store: st, DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second})
+	rec := newRecorder(p)
+	p.Initialize()
+	rec.next(t, time.Second)
+	go p.Run(t.Context())
+	// An endpoint change every 20 ms never leaves a quiet period; pushes must still come about every 100 ms.
+	stop := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				st.Upsert(store.LayerFile, slice("a", fmt.Sprintf("10.1.0.%d", i%250)))
+			}
+		}
+	}()
+	defer close(stop)
+	start := time.Now()
+	req := rec.next(t, 2*time.Second)
+	if req.Full || time.Since(start) > time.Second {
+		t.Errorf("first endpoint push after %s (full %v); want about one debounce period", time.Since(start), req.Full)
 	}
 }
