@@ -124,7 +124,7 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 				if inlineEndpoints(svc) {
 					key.endpoints = push.Endpoints(svc.Key())
 				}
-				r, err := g.cached(key, name, func() proto.Message { return buildOutboundCluster(push, key) })
+				r, err := g.clusters.get(slotName(flavor, name), key, func() proto.Message { return buildOutboundCluster(push, key) })
 				if err != nil {
 					return nil, err
 				}
@@ -133,6 +133,15 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 		}
 	}
 	return out, nil
+}
+
+// slotName keys a per-name cache slot by client flavor too: the same cluster is built differently for
+// Envoy and for gRPC clients.
+func slotName(f flavor, name string) string {
+	if f == flavorGRPC {
+		return "grpc\x00" + name
+	}
+	return name
 }
 
 type flavor int

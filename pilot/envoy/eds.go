@@ -62,7 +62,7 @@ func (e endpointGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w
 		}
 		se := push.Endpoints(svc.Key())
 		key := edsKey{cluster: name, endpoints: se, dr: dr, flavor: fl}
-		r, err := g.cached(key, name, func() proto.Message {
+		r, err := g.assignments.get(slotName(fl, name), key, func() proto.Message {
 			var eps []*model.Endpoint
 			if se != nil {
 				eps = se.ByPort[cn.Port]

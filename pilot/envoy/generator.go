@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
+	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/protobuf/proto"
@@ -15,7 +17,8 @@ import (
 
 // Options configure the generators.
 type Options struct {
-	// CacheSize bounds the number of shared, marshaled resources kept (default 100,000).
+	// CacheSize bounds the number of shared, marshaled listeners and routes kept (default 20,000); clusters
+	// and load assignments keep one entry per name.
 	CacheSize int
 }
 
@@ -26,17 +29,60 @@ type Generators struct {
 	scopes    *lru.Cache[scopeKey, *Scope]
 	// lists caches whole lists of resources that many proxies share (outbound clusters of a scope).
 	lists *lru.Cache[any, xds.Resources]
+	// clusters and assignments keep the current build of each cluster and load assignment by name.
+	clusters, assignments *slots
+}
+
+// slots keeps one marshaled resource per name together with the key it was built from. A changed key
+// replaces the entry, so a superseded build is dropped at once rather than aging out of an LRU: under
+// endpoint churn the cache stays the size of the config instead of filling with old assignments.
+type slots struct {
+	mu sync.RWMutex
+	m  map[string]slot
+}
+
+type slot struct {
+	key any
+	res *xds.Resource
+}
+
+func newSlots() *slots { return &slots{m: map[string]slot{}} }
+
+// get returns the resource for name built from key, building it when the slot holds another key.
+func (s *slots) get(name string, key any, build func() proto.Message) (*xds.Resource, error) {
+	s.mu.RLock()
+	sl, ok := s.m[name]
+	s.mu.RUnlock()
+	if ok && sl.key == key {
+		return sl.res, nil
+	}
+	r, err := marshal(resourceName(name), build())
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.m[name] = slot{key: key, res: r}
+	s.mu.Unlock()
+	return r, nil
+}
+
+// resourceName strips the flavor prefix slot names carry.
+func resourceName(slotName string) string {
+	if i := strings.IndexByte(slotName, 0); i >= 0 {
+		return slotName[i+1:]
+	}
+	return slotName
 }
 
 // New returns the generators.
 func New(opts Options) *Generators {
 	if opts.CacheSize == 0 {
-		opts.CacheSize = 100_000
+		opts.CacheSize = 20_000
 	}
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
 	scopes, _ := lru.New[scopeKey, *Scope](4096)
 	lists, _ := lru.New[any, xds.Resources](4096)
-	return &Generators{resources: resources, scopes: scopes, lists: lists}
+	return &Generators{resources: resources, scopes: scopes, lists: lists, clusters: newSlots(), assignments: newSlots()}
 }
 
 // ByTypeURL returns the generators to register with the xDS server.
