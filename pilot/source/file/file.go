@@ -331,6 +331,9 @@ func (s *Source) Run(ctx context.Context) error {
 	dirty := map[string]bool{}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	// firstDirty bounds the settle: a file rewritten more often than Settle is still read every 2×Settle
+	// instead of waiting for writes to stop.
+	var firstDirty time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -340,13 +343,21 @@ func (s *Source) Run(ctx context.Context) error {
 				return nil
 			}
 			dirty[ev.Name] = true
-			timer.Reset(s.opts.Settle)
+			if firstDirty.IsZero() {
+				firstDirty = time.Now()
+			}
+			if wait := min(s.opts.Settle, 2*s.opts.Settle-time.Since(firstDirty)); wait > 0 {
+				timer.Reset(wait)
+			} else {
+				timer.Reset(0)
+			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			s.opts.Logger.Warn("watching config dir", "err", err)
 		case <-timer.C:
+			firstDirty = time.Time{}
 			paths := make([]string, 0, len(dirty))
 			for p := range dirty {
 				paths = append(paths, p)
