@@ -39,14 +39,14 @@ type Pipeline struct {
 	opts    Options
 	current atomic.Pointer[model.PushContext]
 
-	mu       sync.Mutex
-	pending  map[config.Key]*model.Change
-	first    time.Time // first pending change
-	last     time.Time // latest pending change
+	mu      sync.Mutex
+	pending map[config.Key]*model.Change
+	first   time.Time // first pending change
+	last    time.Time // latest pending change
 	// configPending is set while a pending change is more than endpoints (a full push).
 	configPending bool
-	wake     chan struct{}
-	handlers []func(*model.PushRequest)
+	wake          chan struct{}
+	handlers      []func(*model.PushRequest)
 
 	builds, full, incremental, merged atomic.Uint64
 	lastBuild                         atomic.Int64
