@@ -89,14 +89,6 @@ var (
 	ldsGRPCClient = &xds.Proxy{Type: xds.GRPC, NodeID: "client-1", ID: "client-1", Namespace: "shop"}
 )
 
-func ldsWatch(names ...string) *xds.WatchedResource {
-	w := &xds.WatchedResource{TypeURL: xds.ListenerType, ResourceNames: map[string]struct{}{}, Wildcard: len(names) == 0}
-	for _, n := range names {
-		w.ResourceNames[n] = struct{}{}
-	}
-	return w
-}
-
 // ldsGenerate runs LDS and decodes the result, checking what every listener must satisfy: ValidateAll of it
 // and of every typed config inside, its name, and the invariants Envoy checks on load (unique chain names
 // and matches, HTTP filters ending with the router).
@@ -329,7 +321,7 @@ func TestLDSGolden(t *testing.T) {
 		{"grpc", ldsGRPCClient},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ldsGolden(t, tc.name, ldsGenerate(t, New(Options{}), tc.proxy, push, ldsWatch()))
+			ldsGolden(t, tc.name, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(xds.ListenerType)))
 		})
 	}
 }
@@ -392,7 +384,7 @@ func filterNames(fc *listener.FilterChain) []string {
 
 func TestListenerSidecarOutbound(t *testing.T) {
 	push := ldsPush(t, nil)
-	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, ldsWatch())
+	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType))
 	if got := []string{ls[0].Name, ls[1].Name}; !slices.Equal(got, []string{VirtualOutboundListener, VirtualInboundListener}) || len(ls) != 2 {
 		t.Fatalf("listeners %v", got)
 	}
@@ -478,11 +470,11 @@ func TestListenerOutboundShared(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
 	gen := g.ByTypeURL()[xds.ListenerType]
-	a, err := gen.Generate(ldsReviews, push, ldsWatch(), nil)
+	a, err := gen.Generate(ldsReviews, push, wildcard(xds.ListenerType), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := gen.Generate(ldsMySQL, push, ldsWatch(), nil)
+	b, err := gen.Generate(ldsMySQL, push, wildcard(xds.ListenerType), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +486,7 @@ func TestListenerOutboundShared(t *testing.T) {
 	}
 	// A second replica of reviews shares the inbound listener.
 	replica := ldsSidecar("reviews-2", "10.1.0.8", ldsReviews.Labels)
-	c, err := gen.Generate(replica, push, ldsWatch(), nil)
+	c, err := gen.Generate(replica, push, wildcard(xds.ListenerType), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +494,7 @@ func TestListenerOutboundShared(t *testing.T) {
 		t.Error("virtualInbound not shared by replicas")
 	}
 	// Non-wildcard: only what is named.
-	d, err := gen.Generate(ldsReviews, push, ldsWatch(VirtualInboundListener, "nope"), nil)
+	d, err := gen.Generate(ldsReviews, push, named(xds.ListenerType, VirtualInboundListener, "nope"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +502,7 @@ func TestListenerOutboundShared(t *testing.T) {
 		t.Errorf("named subscription got %d listeners", len(d))
 	}
 	// Ztunnel: none.
-	if r, _ := gen.Generate(&xds.Proxy{Type: xds.Ztunnel, Namespace: "shop"}, push, ldsWatch(), nil); len(r) != 0 {
+	if r, _ := gen.Generate(&xds.Proxy{Type: xds.Ztunnel, Namespace: "shop"}, push, wildcard(xds.ListenerType), nil); len(r) != 0 {
 		t.Errorf("ztunnel got %d listeners", len(r))
 	}
 }
@@ -551,7 +543,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.proxy.Name, func(t *testing.T) {
-			in := ldsFind(t, ldsGenerate(t, New(Options{}), tc.proxy, push, ldsWatch()), VirtualInboundListener)
+			in := ldsFind(t, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
 			if len(in.FilterChains) != len(tc.want) {
 				var names []string
 				for _, fc := range in.FilterChains {
@@ -606,7 +598,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 
 func TestListenerInboundRBACOnChains(t *testing.T) {
 	push := ldsPush(t, nil)
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsReviews, push, ldsWatch()), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(xds.ListenerType)), VirtualInboundListener)
 	h := ldsHCMOf(t, ldsChain(t, in, "inbound_0.0.0.0_9080_tls"))
 	var names []string
 	for _, f := range h.HttpFilters {
@@ -616,7 +608,7 @@ func TestListenerInboundRBACOnChains(t *testing.T) {
 		t.Errorf("http filters %v, want %v", names, want)
 	}
 	// The frontend has no policy: no RBAC filter.
-	in = ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, ldsWatch()), VirtualInboundListener)
+	in = ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
 	if got := filterNames(ldsChain(t, in, "inbound_passthrough_plaintext")); !slices.Equal(got, []string{ldsTCPProxyFilterName}) {
 		t.Errorf("frontend passthrough filters %v", got)
 	}
@@ -624,7 +616,7 @@ func TestListenerInboundRBACOnChains(t *testing.T) {
 
 func TestListenerGateway(t *testing.T) {
 	push := ldsPush(t, nil)
-	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, ldsWatch())
+	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
 	if len(ls) != 2 || ls[0].Name != "0.0.0.0_80" || ls[1].Name != "0.0.0.0_443" {
 		t.Fatalf("listeners %v", ls)
 	}
@@ -669,7 +661,7 @@ func TestListenerGateway(t *testing.T) {
 	}
 	// Another proxy without matching labels gets nothing.
 	other := &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "egressgateway"}}
-	if got := ldsGenerate(t, New(Options{}), other, push, ldsWatch()); len(got) != 0 {
+	if got := ldsGenerate(t, New(Options{}), other, push, wildcard(xds.ListenerType)); len(got) != 0 {
 		t.Errorf("unselected gateway got %d listeners", len(got))
 	}
 }
@@ -694,7 +686,7 @@ spec:
     bind: 127.0.0.1
     hosts: ["*"]
 `)
-	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, ldsWatch())
+	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
 	var names []string
 	for _, l := range ls {
 		names = append(names, l.Name)
@@ -722,7 +714,7 @@ spec:
 func TestListenerGRPC(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
-	all := ldsGenerate(t, g, ldsGRPCClient, push, ldsWatch())
+	all := ldsGenerate(t, g, ldsGRPCClient, push, wildcard(xds.ListenerType))
 	var names []string
 	for _, l := range all {
 		names = append(names, l.Name)
@@ -741,7 +733,7 @@ func TestListenerGRPC(t *testing.T) {
 		}
 	}
 
-	asked := ldsGenerate(t, g, ldsGRPCClient, push, ldsWatch("reviews:9080", "reviews.shop:7070",
+	asked := ldsGenerate(t, g, ldsGRPCClient, push, named(xds.ListenerType, "reviews:9080", "reviews.shop:7070",
 		"reviews.shop.svc:9080", "frontend.shop.svc.cluster.local:80", "reviews:1234", "nope:80", "garbage"))
 	names = nil
 	for _, l := range asked {
@@ -761,7 +753,7 @@ func TestListenerTrustDomain(t *testing.T) {
 	m := mesh.Default()
 	m.TrustDomain = "example.org"
 	push := ldsPush(t, m)
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsMySQL, push, ldsWatch()), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsMySQL, push, wildcard(xds.ListenerType)), VirtualInboundListener)
 	b, err := protojson.Marshal(in)
 	if err != nil {
 		t.Fatal(err)

@@ -54,17 +54,6 @@ func pushFromYAML(t testing.TB, data []byte) *model.PushContext {
 	return model.Build(st, mesh.Default())
 }
 
-func watch(names ...string) *xds.WatchedResource {
-	w := &xds.WatchedResource{TypeURL: xds.RouteType, ResourceNames: map[string]struct{}{}}
-	if len(names) == 0 {
-		w.Wildcard = true
-	}
-	for _, n := range names {
-		w.ResourceNames[n] = struct{}{}
-	}
-	return w
-}
-
 // generateRoutes runs RDS and decodes the result, checking what every RouteConfiguration must satisfy:
 // ValidateAll, the name it was asked under, domains unique within it.
 func generateRoutes(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource) []*route.RouteConfiguration {
@@ -168,11 +157,11 @@ func TestRDSGolden(t *testing.T) {
 		proxy *xds.Proxy
 		w     *xds.WatchedResource
 	}{
-		{"sidecar-bookinfo", &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}}, watch()},
-		{"sidecar-productpage-9080", &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}}, watch("9080")},
-		{"sidecar-other", &xds.Proxy{Type: xds.Sidecar, Namespace: "other"}, watch("80", "8000", "9080", "12345", "http.80")},
-		{"gateway", &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}, watch()},
-		{"grpc", &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, watch(
+		{"sidecar-bookinfo", &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}}, wildcard(xds.RouteType)},
+		{"sidecar-productpage-9080", &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}}, named(xds.RouteType, "9080")},
+		{"sidecar-other", &xds.Proxy{Type: xds.Sidecar, Namespace: "other"}, named(xds.RouteType, "80", "8000", "9080", "12345", "http.80")},
+		{"gateway", &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}, wildcard(xds.RouteType)},
+		{"grpc", &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, named(xds.RouteType, 
 			"echo.bookinfo.svc.cluster.local:7070",
 			"outbound|9080||reviews.bookinfo.svc.cluster.local",
 			"nothere.bookinfo.svc.cluster.local:7070",
@@ -211,7 +200,7 @@ func TestRouteNames(t *testing.T) {
 	g := New(Options{})
 	sidecar := &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo"}
 	// Every HTTP port, not the TCP port 3306.
-	all := generateRoutes(t, g, sidecar, push, watch())
+	all := generateRoutes(t, g, sidecar, push, wildcard(xds.RouteType))
 	if got, want := routeNames(all), []string{"7070", "80", "8000", "9080"}; !slices.Equal(got, want) {
 		t.Errorf("wildcard: got %v, want %v", got, want)
 	}
@@ -221,15 +210,15 @@ func TestRouteNames(t *testing.T) {
 			t.Errorf("route configuration 8000 has a virtual host for web's port of unknown protocol")
 		}
 	}
-	if got, want := routeNames(generateRoutes(t, g, sidecar, push, watch("9080", "3306", "443", "080", "x", "http.80"))), []string{"9080"}; !slices.Equal(got, want) {
+	if got, want := routeNames(generateRoutes(t, g, sidecar, push, named(xds.RouteType, "9080", "3306", "443", "080", "x", "http.80"))), []string{"9080"}; !slices.Equal(got, want) {
 		t.Errorf("named: got %v, want %v", got, want)
 	}
 	gw := &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}
-	if got, want := routeNames(generateRoutes(t, g, gw, push, watch())), []string{"http.80", "https.443.https.bookinfo-gateway.istio-system"}; !slices.Equal(got, want) {
+	if got, want := routeNames(generateRoutes(t, g, gw, push, wildcard(xds.RouteType))), []string{"http.80", "https.443.https.bookinfo-gateway.istio-system"}; !slices.Equal(got, want) {
 		t.Errorf("gateway: got %v, want %v", got, want)
 	}
 	other := &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "egress"}}
-	if got := generateRoutes(t, g, other, push, watch("http.80")); len(got) != 0 {
+	if got := generateRoutes(t, g, other, push, named(xds.RouteType, "http.80")); len(got) != 0 {
 		t.Errorf("gateway without Gateways: got %v", routeNames(got))
 	}
 }
@@ -237,7 +226,7 @@ func TestRouteNames(t *testing.T) {
 func TestRouteSidecarReviews(t *testing.T) {
 	push := rdsPush(t)
 	g := New(Options{})
-	rcs := generateRoutes(t, g, &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo"}, push, watch("9080"))
+	rcs := generateRoutes(t, g, &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo"}, push, named(xds.RouteType, "9080"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations", len(rcs))
 	}
@@ -278,7 +267,7 @@ func TestRouteSidecarReviews(t *testing.T) {
 	}
 
 	// From another namespace: no bare name.
-	rcs = generateRoutes(t, g, &xds.Proxy{Type: xds.Sidecar, Namespace: "other"}, push, watch("9080"))
+	rcs = generateRoutes(t, g, &xds.Proxy{Type: xds.Sidecar, Namespace: "other"}, push, named(xds.RouteType, "9080"))
 	vh = virtualHost(t, rcs[0], "reviews.bookinfo.svc.cluster.local:9080")
 	if slices.Contains(vh.Domains, "reviews") || !slices.Contains(vh.Domains, "reviews.bookinfo") {
 		t.Errorf("domains from namespace other: %v", vh.Domains)
@@ -287,7 +276,7 @@ func TestRouteSidecarReviews(t *testing.T) {
 
 func TestRouteRatingsFeatures(t *testing.T) {
 	push := rdsPush(t)
-	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo"}, push, watch("9080"))
+	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo"}, push, named(xds.RouteType, "9080"))
 	vh := virtualHost(t, rcs[0], "ratings.bookinfo.svc.cluster.local:9080")
 	var names []string
 	for _, r := range vh.Routes {
@@ -350,7 +339,7 @@ func TestRouteRatingsFeatures(t *testing.T) {
 func TestRouteGateway(t *testing.T) {
 	push := rdsPush(t)
 	gw := &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}
-	rcs := generateRoutes(t, New(Options{}), gw, push, watch("http.80", "https.443.https.bookinfo-gateway.istio-system"))
+	rcs := generateRoutes(t, New(Options{}), gw, push, named(xds.RouteType, "http.80", "https.443.https.bookinfo-gateway.istio-system"))
 	if len(rcs) != 2 {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
@@ -375,7 +364,7 @@ func TestRouteGateway(t *testing.T) {
 func TestRouteGRPC(t *testing.T) {
 	push := rdsPush(t)
 	name := "echo.bookinfo.svc.cluster.local:7070"
-	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, push, watch(name, "unknown.example.com:80"))
+	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, push, named(xds.RouteType, name, "unknown.example.com:80"))
 	if len(rcs) != 1 || rcs[0].Name != name {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
@@ -392,7 +381,7 @@ func TestRouteGRPC(t *testing.T) {
 		}
 	}
 	// A short target, as the client wrote it, resolved from the client's namespace.
-	short := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, push, watch("echo:7070"))
+	short := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, push, named(xds.RouteType, "echo:7070"))
 	if len(short) != 1 || !slices.Equal(short[0].VirtualHosts[0].Domains, []string{"echo:7070", "echo", name, "echo.bookinfo.svc.cluster.local"}) {
 		t.Errorf("short target: %v", short)
 	}
@@ -413,7 +402,7 @@ func TestRouteCacheSharing(t *testing.T) {
 	gen := g.ByTypeURL()[xds.RouteType]
 	get := func(labels map[string]string, name string) *xds.Resource {
 		t.Helper()
-		res, err := gen.Generate(&xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Labels: labels}, push, watch(name), nil)
+		res, err := gen.Generate(&xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Labels: labels}, push, named(xds.RouteType, name), nil)
 		if err != nil || len(res) != 1 {
 			t.Fatalf("%s: %v %v", name, res, err)
 		}
@@ -473,7 +462,7 @@ spec:
     - destination: {host: a}
     - destination: {host: b}
 `))
-	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}, push, watch("80"))
+	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
