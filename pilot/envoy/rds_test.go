@@ -161,7 +161,7 @@ func TestRDSGolden(t *testing.T) {
 		{"sidecar-productpage-9080", &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}}, named(xds.RouteType, "9080")},
 		{"sidecar-other", &xds.Proxy{Type: xds.Sidecar, Namespace: "other"}, named(xds.RouteType, "80", "8000", "9080", "12345", "http.80")},
 		{"gateway", &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}, wildcard(xds.RouteType)},
-		{"grpc", &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, named(xds.RouteType, 
+		{"grpc", &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo"}, named(xds.RouteType,
 			"echo.bookinfo.svc.cluster.local:7070",
 			"outbound|9080||reviews.bookinfo.svc.cluster.local",
 			"nothere.bookinfo.svc.cluster.local:7070",
