@@ -36,6 +36,8 @@ type Args struct {
 	HTTPAddr       string
 	DebounceAfter  time.Duration
 	DebounceMax    time.Duration
+	// DebounceEndpoints is the quiet period for endpoint-only changes.
+	DebounceEndpoints time.Duration
 	// Transport settings, see xds.Options.
 	PushConcurrency     int
 	SendTimeout         time.Duration
@@ -81,7 +83,8 @@ func NewServer(args Args) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{args: args, log: args.Logger, Mesh: m, Store: store.New()}
-	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax, Logger: args.Logger})
+	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax,
+		DebounceEndpoints: args.DebounceEndpoints, Logger: args.Logger})
 	if args.ConfigDir != "" {
 		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger})
 	}

@@ -22,7 +22,11 @@ type Options struct {
 	DebounceAfter time.Duration
 	// DebounceMax bounds how long changes can be held back while changes keep coming (default 10s).
 	DebounceMax time.Duration
-	Logger      *slog.Logger
+	// DebounceEndpoints is the quiet period for batches of endpoint-only changes (default 20ms). They are
+	// applied incrementally and pushed only to the proxies that watch the changed services, so batching
+	// them buys little and delays them much; they are still held at most DebounceAfter.
+	DebounceEndpoints time.Duration
+	Logger            *slog.Logger
 }
 
 // Stats are counters for operators.
@@ -60,6 +64,9 @@ func New(opts Options) *Pipeline {
 	}
 	if opts.DebounceMax == 0 {
 		opts.DebounceMax = 10 * time.Second
+	}
+	if opts.DebounceEndpoints == 0 {
+		opts.DebounceEndpoints = min(20*time.Millisecond, opts.DebounceAfter)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -167,14 +174,14 @@ func (p *Pipeline) Run(ctx context.Context) {
 		quietFor := now.Sub(p.last)
 		heldFor := now.Sub(p.first)
 		// Config changes wait for a quiet period (bounded by DebounceMax): a burst becomes one full push.
-		// Endpoint-only changes wait DebounceAfter from the first one and no longer, so steady endpoint
-		// churn (which never goes quiet) is still pushed every DebounceAfter, not every DebounceMax.
-		maxHold := p.opts.DebounceMax
+		// Endpoint-only changes wait for a shorter quiet period and at most DebounceAfter from the first
+		// one, so steady endpoint churn (which never goes quiet) is still pushed every DebounceAfter.
+		quiet, maxHold := p.opts.DebounceAfter, p.opts.DebounceMax
 		if !p.configPending {
-			maxHold = min(maxHold, p.opts.DebounceAfter)
+			quiet, maxHold = p.opts.DebounceEndpoints, min(maxHold, p.opts.DebounceAfter)
 		}
-		if quietFor < p.opts.DebounceAfter && heldFor < maxHold {
-			wait := min(p.opts.DebounceAfter-quietFor, maxHold-heldFor)
+		if quietFor < quiet && heldFor < maxHold {
+			wait := min(quiet-quietFor, maxHold-heldFor)
 			p.mu.Unlock()
 			timer.Reset(wait)
 			continue

@@ -178,3 +178,28 @@ func TestEndpointChurnIsPushedEveryDebouncePeriod(t *testing.T) {
 		t.Errorf("first endpoint push after %s (full %v); want about one debounce period", time.Since(start), req.Full)
 	}
 }
+
+func TestSingleEndpointChangeUsesTheShortQuietPeriod(t *testing.T) {
+	st := store.New()
+	st.Upsert(store.LayerFile, service("a"))
+	p := push.New(push.Options{Store: st, DebounceAfter: 500 * time.Millisecond, DebounceEndpoints: 20 * time.Millisecond})
+	rec := newRecorder(p)
+	p.Initialize()
+	rec.next(t, time.Second)
+	go p.Run(t.Context())
+	start := time.Now()
+	st.Upsert(store.LayerFile, slice("a", "10.1.0.1"))
+	if req := rec.next(t, 2*time.Second); req.Full {
+		t.Error("endpoint change pushed as full")
+	}
+	if took := time.Since(start); took >= 500*time.Millisecond {
+		t.Errorf("endpoint change waited %s, the config debounce; want about the 20ms endpoint quiet period", took)
+	}
+	// A config change still waits for the full quiet period.
+	start = time.Now()
+	st.Upsert(store.LayerFile, &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: "p"}, Spec: &security.AuthorizationPolicy{}})
+	rec.next(t, 2*time.Second)
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("config change pushed after %s, before its 500ms quiet period", took)
+	}
+}
