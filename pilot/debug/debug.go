@@ -66,9 +66,6 @@ func New(src Sources) *Debug {
 	return d
 }
 
-// Registry is the server's own metrics registry.
-func (d *Debug) Registry() *prometheus.Registry { return d.registry }
-
 type endpoint struct {
 	Path        string `json:"path"`
 	Description string `json:"description"`

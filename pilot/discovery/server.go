@@ -125,12 +125,6 @@ func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
 // HTTPAddr is the address the HTTP listener is bound to.
 func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
 
-// Mux lets other parts register HTTP handlers before Start.
-func (s *Server) Mux() *http.ServeMux { return s.mux }
-
-// GRPC lets other parts register gRPC services before Start.
-func (s *Server) GRPC() *grpc.Server { return s.grpcServer }
-
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if !s.Pipeline.Ready() {
 		http.Error(w, "not ready: first snapshot not published", http.StatusServiceUnavailable)

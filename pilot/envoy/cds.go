@@ -61,7 +61,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		return out, nil
 	}
 	if proxy.Type == xds.Sidecar {
-		workload, labels := ldsProxyWorkload(proxy, push)
+		workload, labels := proxyWorkload(proxy, push)
 		for _, ip := range sidecarInboundPorts(push, proxy.Namespace, workload, labels) {
 			name := InboundClusterName(ip.port)
 			if !wants(w, name) {
@@ -430,13 +430,13 @@ func istioMutualTLS(clusterName string, svc *model.Service, trustDomain string) 
 		Sni: strings.ReplaceAll(clusterName, "|", "_."),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(ldsSDSCert)},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
 					SanType: tlsv3.SubjectAltNameMatcher_URI,
 					Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + trustDomain + "/ns/" + svc.Namespace + "/sa/"}},
 				}}},
-				ValidationContextSdsSecretConfig: sdsSecret(ldsSDSRoot),
+				ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 			}},
 		},
 	}

@@ -1,16 +1,12 @@
 package envoy
 
 import (
-	"bytes"
-	"encoding/json"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextantmesh/sextant/pilot/model"
@@ -70,42 +66,6 @@ func generate[T interface {
 		out = append(out, m)
 	}
 	return out
-}
-
-// golden compares messages, rendered as normalised protojson, with testdata/DIR/NAME.json (-update rewrites).
-func golden[T proto.Message](t *testing.T, dir, name string, msgs []T) {
-	t.Helper()
-	var parts []json.RawMessage
-	for _, m := range msgs {
-		b, err := protojson.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parts = append(parts, b)
-	}
-	raw, err := json.Marshal(parts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, raw, "", "  "); err != nil {
-		t.Fatal(err)
-	}
-	out.WriteString("\n")
-	path := filepath.Join("testdata", dir, name+".json")
-	if *updateGolden {
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(want, out.Bytes()) {
-		t.Errorf("%s differs (run with -update to accept):\n%s", path, lineDiff(string(want), out.String()))
-	}
 }
 
 func newCluster() *cluster.Cluster                     { return &cluster.Cluster{} }

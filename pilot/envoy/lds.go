@@ -105,9 +105,9 @@ const (
 // Mesh mTLS: the agent's SDS cluster and secret names (istiod's bootstrap), and the ALPN istiod's inbound
 // TLS chains offer.
 const (
-	ldsSDSCluster = "sds-grpc"
-	ldsSDSCert    = "default"
-	ldsSDSRoot    = "ROOTCA"
+	sdsCluster = "sds-grpc"
+	sdsCert    = "default"
+	sdsRoot    = "ROOTCA"
 )
 
 var ldsMeshInboundALPN = []string{"istio-peer-exchange", "istio", "h2", "http/1.1"}
@@ -173,7 +173,7 @@ func sdsSecret(name string) *tlsv3.SdsSecretConfig {
 			ApiType:             core.ApiConfigSource_GRPC,
 			TransportApiVersion: core.ApiVersion_V3,
 			GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{
-				EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: ldsSDSCluster}}}},
+				EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: sdsCluster}}}},
 			SetNodeOnFirstMessageOnly: true,
 		}},
 	}}
@@ -191,11 +191,11 @@ func ldsMeshDownstreamTLS() *tlsv3.DownstreamTlsContext {
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  ldsMeshInboundALPN,
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(ldsSDSCert)},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
-					ValidationContextSdsSecretConfig: sdsSecret(ldsSDSRoot),
+					ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 				}},
 		},
 	}

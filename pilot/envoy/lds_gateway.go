@@ -287,11 +287,11 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: common}
 	switch {
 	case mode == networking.ServerTLSSettings_ISTIO_MUTUAL:
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(ldsSDSCert)}
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)}
 		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
-				ValidationContextSdsSecretConfig: sdsSecret(ldsSDSRoot),
+				ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 			}}
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 		return ctx

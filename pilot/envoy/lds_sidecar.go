@@ -294,15 +294,15 @@ func l4Destinations(push *model.PushContext, vs *model.VirtualService, proxyNS s
 	return out
 }
 
-// ldsInboundPort is a port of the proxy's own workload.
-type ldsInboundPort struct {
+// inboundPort is a port of the proxy's own workload.
+type inboundPort struct {
 	port     uint32
 	protocol model.Protocol
 }
 
-// ldsProxyWorkload finds the proxy's workload and the labels its policies select on: the node's labels, else
+// proxyWorkload finds the proxy's workload and the labels its policies select on: the node's labels, else
 // the workload's.
-func ldsProxyWorkload(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, map[string]string) {
+func proxyWorkload(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, map[string]string) {
 	var w *model.Workload
 	for _, ip := range proxy.IPAddresses {
 		if w = push.WorkloadByAddress(push.Mesh.Network, ip); w != nil {
@@ -322,9 +322,9 @@ var ldsReservedPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15
 // sidecarInboundPorts lists the workload ports of the services selecting the proxy (their target port,
 // a named one resolved through the workload's container ports), the first service naming a port deciding
 // its protocol. These are the ports CDS builds inbound|PORT|| clusters for.
-func sidecarInboundPorts(push *model.PushContext, ns string, w *model.Workload, labels map[string]string) []ldsInboundPort {
+func sidecarInboundPorts(push *model.PushContext, ns string, w *model.Workload, labels map[string]string) []inboundPort {
 	seen := map[uint32]bool{}
-	var out []ldsInboundPort
+	var out []inboundPort
 	for _, svc := range push.ServicesInNamespace(ns) {
 		if len(svc.Selector) == 0 || !selectorMatch(svc.Selector, labels) {
 			continue
@@ -341,11 +341,11 @@ func sidecarInboundPorts(push *model.PushContext, ns string, w *model.Workload, 
 			}
 			if !seen[target] {
 				seen[target] = true
-				out = append(out, ldsInboundPort{port: target, protocol: p.Protocol})
+				out = append(out, inboundPort{port: target, protocol: p.Protocol})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b ldsInboundPort) int { return cmp.Compare(a.port, b.port) })
+	slices.SortFunc(out, func(a, b inboundPort) int { return cmp.Compare(a.port, b.port) })
 	return out
 }
 
@@ -359,7 +359,7 @@ func selectorMatch(selector, labels map[string]string) bool {
 }
 
 type inboundInputs struct {
-	ports    []ldsInboundPort
+	ports    []inboundPort
 	mtls     model.EffectiveMTLS
 	policies model.AuthorizationPolicies
 	td       string
@@ -381,7 +381,7 @@ func (in inboundInputs) describe(ns string) string {
 }
 
 func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushContext) (*xds.Resource, error) {
-	w, labels := ldsProxyWorkload(proxy, push)
+	w, labels := proxyWorkload(proxy, push)
 	in := inboundInputs{
 		ports:    sidecarInboundPorts(push, proxy.Namespace, w, labels),
 		mtls:     push.PeerAuthentication(proxy.Namespace, labels),

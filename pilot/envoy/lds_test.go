@@ -1,12 +1,8 @@
 package envoy
 
 import (
-	"bytes"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,19 +23,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
-
-// The golden files are rewritten with -update. Another test file of the package may define the flag
-// already; then it is shared.
-func init() {
-	if flag.Lookup("update") == nil {
-		flag.Bool("update", false, "rewrite the golden files under testdata")
-	}
-}
-
-func ldsUpdate() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
 
 // ldsPush builds the snapshot of testdata/lds/mesh.yaml, objects created one second apart in file order.
 func ldsPush(t testing.TB, m *mesh.Config, extra ...string) *model.PushContext {
@@ -244,70 +227,6 @@ func checkHTTPFilters(t *testing.T, where string, h *hcm.HttpConnectionManager, 
 	}
 }
 
-// ldsGolden compares the listeners, as protojson normalised by encoding/json, with testdata/lds/NAME.json.
-func ldsGolden(t *testing.T, name string, ls []*listener.Listener) {
-	t.Helper()
-	var parts [][]byte
-	for _, l := range ls {
-		b, err := protojson.Marshal(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parts = append(parts, b)
-	}
-	ldsGoldenBytes(t, name, append(append([]byte("["), bytes.Join(parts, []byte(","))...), ']'))
-}
-
-// ldsGoldenBytes compares JSON, normalised, with testdata/lds/NAME.json (rewritten with -update).
-func ldsGoldenBytes(t *testing.T, name string, js []byte) {
-	t.Helper()
-	got := ldsNormalise(t, js)
-	path := filepath.Join("testdata", "lds", name+".json")
-	if ldsUpdate() {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (run with -update to accept):\n%s", path, firstDiff(string(want), string(got)))
-	}
-}
-
-func ldsNormalise(t *testing.T, b []byte) []byte {
-	t.Helper()
-	var compact, out bytes.Buffer
-	if err := json.Compact(&compact, b); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
-		t.Fatal(err)
-	}
-	out.WriteByte('\n')
-	return out.Bytes()
-}
-
-func firstDiff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := range max(len(wl), len(gl)) {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if w != g {
-			return fmt.Sprintf("line %d:\n  want %s\n  got  %s", i+1, w, g)
-		}
-	}
-	return ""
-}
-
 func TestLDSGolden(t *testing.T) {
 	push := ldsPush(t, nil)
 	for _, tc := range []struct {
@@ -321,7 +240,7 @@ func TestLDSGolden(t *testing.T) {
 		{"grpc", ldsGRPCClient},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ldsGolden(t, tc.name, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(xds.ListenerType)))
+			golden(t, "lds", tc.name, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(xds.ListenerType)))
 		})
 	}
 }

@@ -568,5 +568,5 @@ func rbacGolden(t *testing.T, name string, rules []*rbacpb.RBAC) {
 		}
 		parts = append(parts, string(b))
 	}
-	ldsGoldenBytes(t, name, []byte("["+strings.Join(parts, ",")+"]"))
+	goldenJSON(t, "lds", name, []byte("["+strings.Join(parts, ",")+"]"))
 }

@@ -1,19 +1,13 @@
 package envoy
 
 import (
-	"bytes"
-	"encoding/json"
-	"flag"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
@@ -21,8 +15,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
 
 // rdsPush builds the snapshot of testdata/rds/mesh.yaml.
 func rdsPush(t testing.TB) *model.PushContext {
@@ -91,65 +83,6 @@ func generateRoutes(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.P
 	return out
 }
 
-// checkGolden compares the route configurations with testdata/rds/NAME.json (rewritten with -update).
-// protojson's spacing is deliberately unstable, so its output is compacted and re-indented.
-func checkGolden(t *testing.T, name string, rcs []*route.RouteConfiguration) {
-	t.Helper()
-	var buf bytes.Buffer
-	buf.WriteString("[")
-	for i, rc := range rcs {
-		if i > 0 {
-			buf.WriteString(",")
-		}
-		b, err := protojson.Marshal(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf.Write(b)
-	}
-	buf.WriteString("]")
-	var compact, indented bytes.Buffer
-	if err := json.Compact(&compact, buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Indent(&indented, compact.Bytes(), "", "  "); err != nil {
-		t.Fatal(err)
-	}
-	indented.WriteString("\n")
-	path := filepath.Join("testdata", "rds", name+".json")
-	if *updateGolden {
-		if err := os.WriteFile(path, indented.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(want, indented.Bytes()) {
-		t.Errorf("%s differs from the generated configuration (run with -update to accept):\n%s", path, lineDiff(string(want), indented.String()))
-	}
-}
-
-// lineDiff shows the first differing lines.
-func lineDiff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < max(len(wl), len(gl)); i++ {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if w != g {
-			return "line " + strconv.Itoa(i+1) + ":\n- " + w + "\n+ " + g
-		}
-	}
-	return ""
-}
-
 func TestRDSGolden(t *testing.T) {
 	push := rdsPush(t)
 	cases := []struct {
@@ -171,7 +104,7 @@ func TestRDSGolden(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			checkGolden(t, tc.name, generateRoutes(t, New(Options{}), tc.proxy, push, tc.w))
+			golden(t, "rds", tc.name, generateRoutes(t, New(Options{}), tc.proxy, push, tc.w))
 		})
 	}
 }

@@ -68,7 +68,6 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	}
 	ps.namespaces = nsb.Map()
 
-	r := newResolver(reader, m)
 	// Workloads, grouped by namespace and label for selector matching below.
 	byUID := cowmap.New[*Workload]().Edit()
 	byAddr := cowmap.New[[]string]().Edit()
@@ -101,7 +100,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	}
 
 	workloads := byUID.Map()
-	r.workload = func(k config.Key) *Workload { w, _ := workloads.Get(WorkloadUID(m.ClusterID, k)); return w }
+	workloadOf := func(k config.Key) *Workload { w, _ := workloads.Get(WorkloadUID(m.ClusterID, k)); return w }
 	services := cowmap.New[[]*Service]().Edit()
 	bySource := cowmap.New[[]*Service]().Edit()
 	byNS := cowmap.New[[]*Service]().Edit()
@@ -130,7 +129,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	computed := make([]perService, len(all))
 	parallel(len(all), func() func(int) {
 		wr := newResolver(reader, m)
-		wr.workload = r.workload
+		wr.workload = workloadOf
 		return func(i int) {
 			s := all[i]
 			computed[i] = perService{computeEndpoints(s, wr), selectWorkloads(s, wlByNS[s.Namespace], wlByLabel[s.Namespace])}

@@ -1,9 +1,7 @@
 package model
 
 import (
-	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -380,11 +378,3 @@ func podHealth(pod *corev1.Pod) Health {
 	}
 	return Unhealthy
 }
-
-// IsIP reports whether s is an IP address (not a hostname).
-func IsIP(s string) bool {
-	_, err := netip.ParseAddr(s)
-	return err == nil
-}
-
-func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }

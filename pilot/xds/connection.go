@@ -245,7 +245,12 @@ func (c *Connection) pushTypes(req *model.PushRequest) []*WatchedResource {
 	return out
 }
 
-func (c *Connection) generator(typeURL string) Generator {
+// requestGenerator returns the generator for a request's type. A request without a type is an error; a
+// type no generator serves is ignored (nil, nil), logged once per connection.
+func (c *Connection) requestGenerator(typeURL string) (Generator, error) {
+	if typeURL == "" {
+		return nil, status.Error(codes.InvalidArgument, "request has no type_url")
+	}
 	gen := c.srv.opts.Generators[typeURL]
 	if gen == nil && !c.unknownSeen[typeURL] {
 		if c.unknownSeen == nil {
@@ -255,7 +260,7 @@ func (c *Connection) generator(typeURL string) Generator {
 		c.srv.unknownTy.Add(1)
 		c.srv.log.Warn("request for a type no generator serves; ignored", "conn", c.id, "type", typeURL)
 	}
-	return gen
+	return gen, nil
 }
 
 func (c *Connection) generate(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest) (Resources, bool) {

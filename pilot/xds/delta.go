@@ -7,8 +7,6 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sextantmesh/sextant/pilot/model"
 )
@@ -22,12 +20,9 @@ func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discov
 // subscription changes are incremental and always applied.
 func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
-	if typeURL == "" {
-		return status.Error(codes.InvalidArgument, "request has no type_url")
-	}
-	gen := c.generator(typeURL)
+	gen, err := c.requestGenerator(typeURL)
 	if gen == nil {
-		return nil
+		return err
 	}
 	w := c.watched[typeURL]
 	if w == nil {

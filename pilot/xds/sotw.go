@@ -5,8 +5,6 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextantmesh/sextant/pilot/model"
@@ -22,12 +20,9 @@ func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[disco
 // otherwise it ACKs or NACKs the latest response and may change the subscribed names.
 func (c *Connection) handleSotW(req *discovery.DiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
-	if typeURL == "" {
-		return status.Error(codes.InvalidArgument, "request has no type_url")
-	}
-	gen := c.generator(typeURL)
+	gen, err := c.requestGenerator(typeURL)
 	if gen == nil {
-		return nil
+		return err
 	}
 	names, star := subscribedNames(req.GetResourceNames())
 	w := c.watched[typeURL]

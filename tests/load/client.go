@@ -143,9 +143,6 @@ type proxy struct {
 	node  *core.Node
 	delta bool
 
-	cc     *grpc.ClientConn
-	cancel context.CancelFunc
-
 	bytes, responses, nacks atomic.Int64
 
 	mu      sync.Mutex
@@ -190,9 +187,8 @@ func (p *proxy) start(addr string) error {
 	if err != nil {
 		return err
 	}
-	p.cc = cc
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
+	// Proxies live until the harness process exits; nothing closes them earlier.
+	ctx := context.Background()
 	client := discovery.NewAggregatedDiscoveryServiceClient(cc)
 	p.mu.Lock()
 	p.started = time.Now()
@@ -233,15 +229,6 @@ func (p *proxy) start(addr string) error {
 	}
 	go p.runSotW(stream)
 	return nil
-}
-
-func (p *proxy) stop() {
-	if p.cancel != nil {
-		p.cancel()
-	}
-	if p.cc != nil {
-		_ = p.cc.Close()
-	}
 }
 
 func (p *proxy) fail(err error) {

@@ -118,7 +118,6 @@ type Proxy struct {
 	nack     map[string]string   // type URL → NACK message
 	hold     bool
 	held     []*discovery.DiscoveryResponse
-	last     map[string]*discovery.DiscoveryResponse // latest response by type
 	accepted map[string]*discovery.DiscoveryResponse // latest ACKed response by type
 	sendMu   sync.Mutex
 }
@@ -142,7 +141,7 @@ func (e *Env) Connect(t testing.TB, nodeID string) *Proxy {
 		t.Fatal(err)
 	}
 	p := &Proxy{t: t, Node: &core.Node{Id: nodeID}, stream: stream, names: map[string][]string{}, nack: map[string]string{},
-		last: map[string]*discovery.DiscoveryResponse{}, accepted: map[string]*discovery.DiscoveryResponse{}}
+		accepted: map[string]*discovery.DiscoveryResponse{}}
 	go p.read()
 	return p
 }
@@ -160,7 +159,6 @@ func (p *Proxy) read() {
 			return
 		}
 		p.mu.Lock()
-		p.last[resp.TypeUrl] = resp
 		if p.hold {
 			p.held = append(p.held, resp)
 			p.mu.Unlock()
@@ -234,13 +232,6 @@ func (p *Proxy) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.held)
-}
-
-// Last returns the latest response of typeURL.
-func (p *Proxy) Last(typeURL string) *discovery.DiscoveryResponse {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.last[typeURL]
 }
 
 // Syncz is the part of /debug/syncz tests look at.
