@@ -33,8 +33,22 @@ func TestTranslateBookinfoSidecar(t *testing.T) {
 			t.Errorf("cds lacks %s: %s", want, names("cds", "name"))
 		}
 	}
-	if l := names("lds", "name"); !strings.Contains(l, "virtualOutbound") || !strings.Contains(l, "virtualInbound") {
+	// istiod's layout: the capture listeners and one listener per outbound destination, not bound.
+	if l := names("lds", "name"); !strings.Contains(l, "virtualOutbound") || !strings.Contains(l, "virtualInbound") ||
+		!strings.Contains(l, "0.0.0.0_9080") {
 		t.Errorf("lds = %s", l)
+	}
+	for _, l := range got["lds"] {
+		switch l["name"] {
+		case "virtualOutbound":
+			if chains, _ := l["filter_chains"].([]any); len(chains) != 1 {
+				t.Errorf("virtualOutbound has %d chains, want the passthrough one", len(chains))
+			}
+		case "0.0.0.0_9080":
+			if l["bind_to_port"] != false {
+				t.Errorf("0.0.0.0_9080 bind_to_port = %v", l["bind_to_port"])
+			}
+		}
 	}
 	if r := names("rds", "name"); !strings.Contains(r, "9080") {
 		t.Errorf("rds = %s", r)

@@ -3,22 +3,32 @@ package envoy
 // LDS: the listeners of sidecars, gateways and proxyless gRPC clients, built the way istiod builds them,
 // with these simplifications (each one deliberate; tests pin the output in testdata/lds):
 //
-// Sidecars get two listeners, as under istiod's iptables capture:
-//   - virtualOutbound (0.0.0.0:15001, use_original_dst) carries every outbound service port as filter
-//     chains of the one listener instead of istiod's per-port listeners reached through use_original_dst.
-//     HTTP ports (HTTP, HTTP2, gRPC) match on the destination port only and go through an HTTP connection
-//     manager whose routes come from RDS under the port number ("9080"). Other ports: a service with a VIP
-//     matches on VIP/32 (/128) and port, as istiod's VIP_PORT listeners do; one without (headless,
-//     ServiceEntry without addresses) on the port only, the first service (by hostname) keeping a shared
-//     port. They forward with tcp_proxy to the service's outbound cluster, or to the destinations of the
-//     first matching `tcp` route of the VirtualService for the host (weighted_clusters for several).
-//     TLS/HTTPS ports also get a chain per `tls` route (server_names = sniHosts) and, without a VIP, one
-//     per host (server_names = hostname), so ServiceEntries sharing port 443 are told apart by SNI.
-//     Ports of unknown protocol are sniffed as istiod does: HTTP (http_inspector) goes through RDS under
-//     the port number like an HTTP port, anything else through tcp_proxy. A last chain without match
-//     forwards everything else to PassthroughCluster (ALLOW_ANY; REGISTRY_ONLY is not implemented).
-//     VirtualService tcp/tls matches on sourceLabels or destinationSubnets never apply (the listener is
-//     shared by all proxies of a namespace).
+// Sidecars get istiod's listener layout under iptables capture:
+//   - virtualOutbound (0.0.0.0:15001, use_original_dst, original_dst listener filter) receives all outbound
+//     traffic and hands each connection to the listener for its original destination: exact IP:port first,
+//     then 0.0.0.0:port. What none takes goes through its only chain, PassthroughFilterChain, to
+//     PassthroughCluster (ALLOW_ANY; REGISTRY_ONLY is not implemented). It never changes.
+//   - One listener per outbound destination (bind_to_port false, traffic_direction OUTBOUND), each its own
+//     xDS resource, so adding a service sends its new listener only (versions are content hashes):
+//     "VIP_PORT" (VIP:PORT) for a service with VIPs, on its first VIP with the others as
+//     additional_addresses (an address already another listener's is left to that one); "0.0.0.0_PORT" for
+//     the HTTP chain of a port, for services without VIP (headless, ServiceEntry without addresses) and for
+//     services with an address block (CIDR), which no listener address can stand for. No 0.0.0.0_PORT is
+//     built on the sidecar's own ports (15001, 15006, 15021, 15090): Envoy refuses two listeners on one
+//     address (istiod skips them too). Each listener has the tls_inspector and http_inspector its chains
+//     need. The wildcard listeners are IPv4 (0.0.0.0), like virtualOutbound: no dual-stack capture.
+//   - Their chains keep the matches one shared capture listener needed (destination port, VIPs as prefix
+//     ranges), harmless within one destination's listener. HTTP ports (HTTP, HTTP2, gRPC) match on the
+//     destination port only and go through an HTTP connection manager whose routes come from RDS under
+//     the port number ("9080"). Other ports: a service with VIPs matches on them (/32, /128, or its
+//     address block) and port; one without on the port only, the first service (by hostname) keeping a shared port. They forward with
+//     tcp_proxy to the service's outbound cluster, or to the destinations of the first matching `tcp`
+//     route of the VirtualService for the host (weighted_clusters for several). TLS/HTTPS ports also get
+//     a chain per `tls` route (server_names = sniHosts) and, without a VIP, one per host (server_names =
+//     hostname), so ServiceEntries sharing port 443 are told apart by SNI. Ports of unknown protocol are
+//     sniffed as istiod does: HTTP (http_inspector) goes through RDS under the port number like an HTTP
+//     port, anything else through tcp_proxy. VirtualService tcp/tls matches on sourceLabels or
+//     destinationSubnets never apply (the listeners are shared by all proxies of a namespace).
 //   - virtualInbound (0.0.0.0:15006, use_original_dst) has chains per port of the proxy's own workload
 //     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for),
 //     HTTP through a connection manager with an inline route to inbound|PORT||, anything else (unknown

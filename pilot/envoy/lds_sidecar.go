@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -22,13 +23,17 @@ import (
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
-// outboundListenerKey: virtualOutbound depends on the proxy's scope (its namespace, Sidecar and snapshot)
-// and nothing else of the proxy.
+// outboundListenerKey: the outbound listeners (all but virtualOutbound and virtualInbound) depend on the
+// proxy's scope (its namespace, Sidecar and snapshot) and nothing else of the proxy. The whole set is
+// built, marshaled and cached per key in Generators.lists.
 type outboundListenerKey struct {
 	scope   *Scope
 	routing any // routingID: TCP and TLS routes come from VirtualServices
 	typ     xds.ProxyType
 }
+
+// virtualOutboundKey: virtualOutbound depends on nothing; every sidecar shares one.
+type virtualOutboundKey struct{}
 
 // inboundListenerKey: virtualInbound depends on the snapshot and on what desc spells out (ports, modes,
 // policies), so replicas of one workload share it.
@@ -37,11 +42,15 @@ type inboundListenerKey struct {
 	desc    string
 }
 
+// sidecarListeners returns the proxy's listeners sorted by name: one per outbound destination, then
+// virtualInbound and virtualOutbound.
 func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
 	scope := l.g.scopeFor(proxy, push)
-	out, err := l.g.cached(outboundListenerKey{scope, routingID(push), proxy.Type}, VirtualOutboundListener, func() proto.Message {
-		return buildVirtualOutbound(push, scope)
-	})
+	outbound, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type}, push)
+	if err != nil {
+		return nil, err
+	}
+	capture, err := l.g.cached(virtualOutboundKey{}, VirtualOutboundListener, func() proto.Message { return buildVirtualOutbound() })
 	if err != nil {
 		return nil, err
 	}
@@ -49,15 +58,83 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	if err != nil {
 		return nil, err
 	}
-	return xds.Resources{out, in}, nil
+	out := make(xds.Resources, 0, len(outbound)+2)
+	out = append(append(out, outbound...), capture, in)
+	slices.SortFunc(out, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// outboundListeners returns the outbound listeners of key's scope, sorted by name, each marshaled on its
+// own: a change to one destination changes that listener's bytes (and version) only.
+func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *model.PushContext) (xds.Resources, error) {
+	if cached, ok := l.g.lists.Get(key); ok {
+		return cached, nil
+	}
+	var out xds.Resources
+	for _, lis := range buildOutboundListeners(push, key.scope) {
+		r, err := marshal(lis.Name, lis)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	l.g.lists.Add(key, out)
+	return out, nil
 }
 
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.
 var sniffedHTTP = []string{"http/1.0", "http/1.1", "h2c"}
 
-// buildVirtualOutbound builds the outbound capture listener for the services of scope.
-func buildVirtualOutbound(push *model.PushContext, scope *Scope) *listener.Listener {
-	var chains []*listener.FilterChain
+// buildVirtualOutbound builds the outbound capture listener, istiod's: iptables sends all outbound traffic
+// to 15001, use_original_dst hands each connection to the listener for its original destination (see
+// buildOutboundListeners), and what no listener takes goes to PassthroughCluster.
+func buildVirtualOutbound() *listener.Listener {
+	return &listener.Listener{
+		Name:             VirtualOutboundListener,
+		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
+		UseOriginalDst:   wrapperspb.Bool(true),
+		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		ListenerFilters:  []*listener.ListenerFilter{ldsOriginalDst()},
+		FilterChains: []*listener.FilterChain{{
+			Name:    "PassthroughFilterChain",
+			Filters: []*listener.Filter{ldsTCPProxyFilter(PassthroughCluster, []tcpDest{{PassthroughCluster, 100}})},
+		}},
+	}
+}
+
+// ldsWildcardReserved are the ports of the sidecar's own listeners on 0.0.0.0 (virtualOutbound,
+// virtualInbound, and the bootstrap's health and Prometheus listeners). Envoy refuses a second listener on
+// one address, so no outbound listener 0.0.0.0_PORT is built on them (istiod skips them too).
+var ldsWildcardReserved = map[uint32]bool{VirtualOutboundPort: true, VirtualInboundPort: true, 15021: true, 15090: true}
+
+// outboundListener collects the chains of one outbound listener.
+type outboundListener struct {
+	name   string
+	ip     string
+	port   uint32
+	extra  []string // the other VIPs of its services, in the order met: its additional addresses
+	chains []*listener.FilterChain
+}
+
+// buildOutboundListeners builds a listener (bind_to_port false) per outbound destination of scope, sorted
+// by name, for virtualOutbound to hand connections to:
+//   - "VIP_PORT" (VIP:PORT) for the chains of a service with VIPs (its first one; the others are
+//     additional addresses);
+//   - "0.0.0.0_PORT" for chains without a VIP: the HTTP chain of the port, services without VIPs, and
+//     services with an address block (CIDR), which their chains match as prefix ranges.
+//
+// Envoy looks for the exact IP:port first, then 0.0.0.0:port.
+func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.Listener {
+	byName := map[string]*outboundListener{}
+	listenerFor := func(ip string, port uint32) *outboundListener {
+		name := ip + "_" + ldsPortName(port)
+		ol := byName[name]
+		if ol == nil {
+			ol = &outboundListener{name: name, ip: ip, port: port}
+			byName[name] = ol
+		}
+		return ol
+	}
 	httpChain := func(name string, match *listener.FilterChainMatch, port uint32) *listener.FilterChain {
 		hc := ldsRDSManager("outbound_"+name, ldsPortName(port), ldsEnvoyHTTPFilters())
 		return &listener.FilterChain{Name: name, FilterChainMatch: match, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
@@ -81,17 +158,19 @@ func buildVirtualOutbound(push *model.PushContext, scope *Scope) *listener.Liste
 	for _, svc := range scope.Services {
 		for _, p := range svc.Ports {
 			if p.Protocol.IsHTTP() && claim(nil, p.Port, "") {
-				chains = append(chains, httpChain("0.0.0.0_"+ldsPortName(p.Port),
-					&listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.Port)}, p.Port))
+				ol := listenerFor("0.0.0.0", p.Port)
+				ol.chains = append(ol.chains, httpChain(ol.name, &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.Port)}, p.Port))
 			}
 		}
 	}
 	// Then TCP, TLS and unknown protocols: on the VIP when there is one, else on the port.
 	for _, svc := range scope.Services {
 		var vips []*core.CidrRange
+		block := false // an address is a CIDR block: no listener address can stand for it
 		for _, a := range svc.Addresses {
 			if c := vipCIDR(a); c != nil {
 				vips = append(vips, c)
+				block = block || c.PrefixLen.GetValue() < ldsHostBits(c.AddressPrefix)
 			}
 		}
 		namePrefix := "0.0.0.0"
@@ -103,6 +182,16 @@ func buildVirtualOutbound(push *model.PushContext, scope *Scope) *listener.Liste
 			if p.Protocol.IsHTTP() {
 				continue
 			}
+			var ol *outboundListener
+			if len(vips) == 0 || block {
+				ol = listenerFor("0.0.0.0", p.Port)
+			} else {
+				ol = listenerFor(vips[0].AddressPrefix, p.Port)
+				for _, v := range vips[1:] {
+					ol.extra = append(ol.extra, v.AddressPrefix)
+				}
+			}
+			add := func(fc *listener.FilterChain) { ol.chains = append(ol.chains, fc) }
 			name := namePrefix + "_" + ldsPortName(p.Port)
 			match := func() *listener.FilterChainMatch {
 				return &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.Port), PrefixRanges: vips}
@@ -116,7 +205,7 @@ func buildVirtualOutbound(push *model.PushContext, scope *Scope) *listener.Liste
 				if claim(vips, p.Port, "http") {
 					m := match()
 					m.ApplicationProtocols = sniffedHTTP
-					chains = append(chains, httpChain(name+"_http", m, p.Port))
+					add(httpChain(name+"_http", m, p.Port))
 				}
 			case model.ProtocolTLS, model.ProtocolHTTPS: // SNI: the VirtualService's tls routes, then the host
 				routes := sniRoutes(push, vs, scope.Namespace, model.MeshGateway, p.Port, nil)
@@ -135,31 +224,59 @@ func buildVirtualOutbound(push *model.PushContext, scope *Scope) *listener.Liste
 					}
 					m := match()
 					m.ServerNames = sni
-					chains = append(chains, &listener.FilterChain{Name: name + "/" + strings.Join(sni, ","), FilterChainMatch: m,
+					add(&listener.FilterChain{Name: name + "/" + strings.Join(sni, ","), FilterChainMatch: m,
 						Filters: []*listener.Filter{ldsTCPProxyFilter(r.dests[0].name, r.dests)}})
 				}
 			}
 			if claim(vips, p.Port, "") {
-				chains = append(chains, &listener.FilterChain{Name: name, FilterChainMatch: match(),
+				add(&listener.FilterChain{Name: name, FilterChainMatch: match(),
 					Filters: []*listener.Filter{ldsTCPProxyFilter(dests[0].name, dests)}})
 			}
 		}
 	}
-	slices.SortStableFunc(chains, func(a, b *listener.FilterChain) int {
-		return cmp.Compare(a.FilterChainMatch.DestinationPort.GetValue(), b.FilterChainMatch.DestinationPort.GetValue())
-	})
-	chains = append(chains, &listener.FilterChain{
-		Name:    "PassthroughFilterChain",
-		Filters: []*listener.Filter{ldsTCPProxyFilter(PassthroughCluster, []tcpDest{{PassthroughCluster, 100}})},
-	})
-	return &listener.Listener{
-		Name:             VirtualOutboundListener,
-		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
-		UseOriginalDst:   wrapperspb.Bool(true),
-		TrafficDirection: core.TrafficDirection_OUTBOUND,
-		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, ldsInspectors(chains)...),
-		FilterChains:     chains,
+
+	names := slices.Sorted(maps.Keys(byName))
+	// Each address:port belongs to one listener: the listeners' own addresses first, then the additional
+	// ones, the first listener (by name) naming an address keeping it.
+	owned := map[string]bool{}
+	for _, n := range names {
+		owned[n] = true
 	}
+	var out []*listener.Listener
+	for _, n := range names {
+		ol := byName[n]
+		if len(ol.chains) == 0 { // every chain went to an earlier service: Envoy refuses a listener without
+			continue
+		}
+		if ol.ip == "0.0.0.0" && ldsWildcardReserved[ol.port] {
+			slog.Debug("outbound listener left out: its address is the sidecar's own", "listener", ol.name, "namespace", scope.Namespace)
+			continue
+		}
+		lis := &listener.Listener{
+			Name:             ol.name,
+			Address:          socketAddress(ol.ip, ol.port),
+			BindToPort:       wrapperspb.Bool(false),
+			TrafficDirection: core.TrafficDirection_OUTBOUND,
+			ListenerFilters:  ldsInspectors(ol.chains),
+			FilterChains:     ol.chains,
+		}
+		for _, ip := range ol.extra {
+			if k := ip + "_" + ldsPortName(ol.port); !owned[k] {
+				owned[k] = true
+				lis.AdditionalAddresses = append(lis.AdditionalAddresses, &listener.AdditionalAddress{Address: socketAddress(ip, ol.port)})
+			}
+		}
+		out = append(out, lis)
+	}
+	return out
+}
+
+// ldsHostBits is the length of a host prefix of ip's family: 32 or 128.
+func ldsHostBits(ip string) uint32 {
+	if a, err := netip.ParseAddr(ip); err == nil {
+		return uint32(a.BitLen())
+	}
+	return 0
 }
 
 // vipCIDR is the /32 (or /128) of an address, nil when it is not an address (or is a CIDR block).

@@ -2,12 +2,14 @@ package envoy
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -82,6 +84,7 @@ func ldsGenerate(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.Push
 		t.Fatal(err)
 	}
 	var out []*listener.Listener
+	addresses := map[string]string{} // Envoy refuses two listeners on one address
 	for _, r := range res {
 		l := &listener.Listener{}
 		if err := r.Any.UnmarshalTo(l); err != nil {
@@ -94,7 +97,29 @@ func ldsGenerate(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.Push
 			t.Errorf("listener %s: %v", l.Name, err)
 		}
 		checkListener(t, l, proxy.Type == xds.GRPC)
+		for _, a := range listenerAddresses(l) {
+			if other, dup := addresses[a]; dup {
+				t.Errorf("listeners %s and %s both on %s", other, l.Name, a)
+			}
+			addresses[a] = l.Name
+		}
 		out = append(out, l)
+	}
+	return out
+}
+
+// listenerAddresses lists the IP:port addresses of a listener, its own and its additional ones.
+func listenerAddresses(l *listener.Listener) []string {
+	var out []string
+	for _, a := range append([]*core.Address{l.GetAddress()}, func() (as []*core.Address) {
+		for _, x := range l.GetAdditionalAddresses() {
+			as = append(as, x.GetAddress())
+		}
+		return as
+	}()...) {
+		if sa := a.GetSocketAddress(); sa != nil {
+			out = append(out, net.JoinHostPort(sa.GetAddress(), fmt.Sprint(sa.GetPortValue())))
+		}
 	}
 	return out
 }
@@ -301,31 +326,89 @@ func filterNames(fc *listener.FilterChain) []string {
 	return out
 }
 
+// ldsSidecarOutboundNames are the listeners of every sidecar in testdata/lds/mesh.yaml, in order.
+var ldsSidecarOutboundNames = []string{"0.0.0.0_27017", "0.0.0.0_443", "0.0.0.0_5432", "0.0.0.0_7070", "0.0.0.0_80",
+	"0.0.0.0_9080", "10.0.0.20_3306", "10.0.0.21_3306", "10.0.0.25_8000", "10.0.0.25_9000", "10.0.0.30_9001",
+	"10.0.0.40_8443", "10.0.0.41_6379", VirtualInboundListener, VirtualOutboundListener}
+
+func listenerNames(ls []*listener.Listener) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.Name)
+	}
+	return out
+}
+
+func listenerFilterNames(l *listener.Listener) []string {
+	var out []string
+	for _, f := range l.ListenerFilters {
+		out = append(out, f.Name)
+	}
+	return out
+}
+
 func TestListenerSidecarOutbound(t *testing.T) {
 	push := ldsPush(t, nil)
 	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType))
-	if got := []string{ls[0].Name, ls[1].Name}; !slices.Equal(got, []string{VirtualOutboundListener, VirtualInboundListener}) || len(ls) != 2 {
-		t.Fatalf("listeners %v", got)
-	}
-	out := ls[0]
-	if out.Address.GetSocketAddress().GetPortValue() != 15001 || !out.UseOriginalDst.GetValue() {
-		t.Errorf("virtualOutbound address %v use_original_dst %v", out.Address, out.UseOriginalDst)
+	if got := listenerNames(ls); !slices.Equal(got, ldsSidecarOutboundNames) {
+		t.Fatalf("listeners %v, want %v", got, ldsSidecarOutboundNames)
 	}
 
-	// HTTP ports: RDS by port number.
+	// virtualOutbound: istiod's capture listener, passthrough only.
+	vo := ldsFind(t, ls, VirtualOutboundListener)
+	if vo.Address.GetSocketAddress().GetPortValue() != 15001 || !vo.UseOriginalDst.GetValue() || vo.BindToPort != nil ||
+		vo.TrafficDirection != core.TrafficDirection_OUTBOUND {
+		t.Errorf("virtualOutbound address %v use_original_dst %v bind_to_port %v direction %v", vo.Address, vo.UseOriginalDst, vo.BindToPort, vo.TrafficDirection)
+	}
+	if len(vo.FilterChains) != 1 || vo.FilterChains[0].Name != "PassthroughFilterChain" || vo.FilterChains[0].FilterChainMatch != nil ||
+		ldsTCPProxyOf(t, vo.FilterChains[0]).GetCluster() != PassthroughCluster {
+		t.Errorf("virtualOutbound chains %v", vo.FilterChains)
+	}
+	if got := listenerFilterNames(vo); !slices.Equal(got, []string{ldsOriginalDstFilter}) {
+		t.Errorf("virtualOutbound listener filters %v", got)
+	}
+
+	// Every other outbound listener: not bound, on the address its name spells.
+	for _, l := range ls {
+		if l.Name == VirtualOutboundListener || l.Name == VirtualInboundListener {
+			continue
+		}
+		ip, port, _ := strings.Cut(l.Name, "_")
+		sa := l.Address.GetSocketAddress()
+		if sa.GetAddress() != ip || fmt.Sprint(sa.GetPortValue()) != port {
+			t.Errorf("%s: address %v", l.Name, l.Address)
+		}
+		if l.BindToPort == nil || l.BindToPort.Value || l.UseOriginalDst != nil || l.TrafficDirection != core.TrafficDirection_OUTBOUND {
+			t.Errorf("%s: bind_to_port %v use_original_dst %v direction %v", l.Name, l.BindToPort, l.UseOriginalDst, l.TrafficDirection)
+		}
+		if slices.Contains(listenerFilterNames(l), ldsOriginalDstFilter) {
+			t.Errorf("%s: original_dst outside virtualOutbound", l.Name)
+		}
+		for _, fc := range l.FilterChains {
+			if fc.FilterChainMatch.GetDestinationPort().GetValue() != sa.GetPortValue() {
+				t.Errorf("%s: chain %s on port %v", l.Name, fc.Name, fc.FilterChainMatch.GetDestinationPort())
+			}
+		}
+	}
+
+	// HTTP ports: RDS by port number, on 0.0.0.0, no inspector.
 	for _, port := range []string{"80", "9080", "7070"} {
-		h := ldsHCMOf(t, ldsChain(t, out, "0.0.0.0_"+port))
+		l := ldsFind(t, ls, "0.0.0.0_"+port)
+		h := ldsHCMOf(t, ldsChain(t, l, "0.0.0.0_"+port))
 		if got := h.GetRds().GetRouteConfigName(); got != port {
 			t.Errorf("port %s: route config %q", port, got)
 		}
 		if h.GetRds().GetConfigSource().GetAds() == nil {
 			t.Errorf("port %s: RDS not over ADS", port)
 		}
+		if len(l.FilterChains) != 1 || len(l.ListenerFilters) != 0 {
+			t.Errorf("port %s: %d chains, listener filters %v", port, len(l.FilterChains), listenerFilterNames(l))
+		}
 	}
 
-	// Port 3306 shared by two TCP services: one chain per VIP; the replica goes where its VirtualService says.
-	mysql := ldsChain(t, out, "10.0.0.20_3306")
-	replica := ldsChain(t, out, "10.0.0.21_3306")
+	// Port 3306 shared by two TCP services: a listener per VIP; the replica goes where its VirtualService says.
+	mysql := ldsChain(t, ldsFind(t, ls, "10.0.0.20_3306"), "10.0.0.20_3306")
+	replica := ldsChain(t, ldsFind(t, ls, "10.0.0.21_3306"), "10.0.0.21_3306")
 	if r := mysql.FilterChainMatch.PrefixRanges; len(r) != 1 || r[0].AddressPrefix != "10.0.0.20" || r[0].PrefixLen.GetValue() != 32 {
 		t.Errorf("mysql match %v", mysql.FilterChainMatch)
 	}
@@ -337,51 +420,164 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	}
 
 	// Weighted TCP route.
-	wc := ldsTCPProxyOf(t, ldsChain(t, out, "10.0.0.30_9001")).GetWeightedClusters().GetClusters()
+	wc := ldsTCPProxyOf(t, ldsChain(t, ldsFind(t, ls, "10.0.0.30_9001"), "10.0.0.30_9001")).GetWeightedClusters().GetClusters()
 	if len(wc) != 2 || wc[0].Name != "outbound|9001|v1|echo.shop.svc.cluster.local" || wc[0].Weight != 80 ||
 		wc[1].Name != "outbound|9001|v2|echo.shop.svc.cluster.local" || wc[1].Weight != 20 {
 		t.Errorf("echo weighted clusters %v", wc)
 	}
 
-	// Headless: the port only.
-	mongo := ldsChain(t, out, "0.0.0.0_27017")
+	// Headless: the port only, on 0.0.0.0.
+	mongo := ldsChain(t, ldsFind(t, ls, "0.0.0.0_27017"), "0.0.0.0_27017")
 	if len(mongo.FilterChainMatch.PrefixRanges) != 0 || mongo.FilterChainMatch.DestinationPort.GetValue() != 27017 {
 		t.Errorf("mongo match %v", mongo.FilterChainMatch)
 	}
 
-	// Sniffed port: HTTP by ALPN through RDS "8000", the rest TCP.
-	sniffed := ldsChain(t, out, "10.0.0.25_8000_http")
+	// Sniffed port: HTTP by ALPN through RDS "8000", the rest TCP; the http_inspector on that listener only.
+	legacy := ldsFind(t, ls, "10.0.0.25_8000")
+	sniffed := ldsChain(t, legacy, "10.0.0.25_8000_http")
 	if !slices.Equal(sniffed.FilterChainMatch.ApplicationProtocols, []string{"http/1.0", "http/1.1", "h2c"}) ||
 		ldsHCMOf(t, sniffed).GetRds().GetRouteConfigName() != "8000" {
 		t.Errorf("sniffed chain %v", sniffed)
 	}
-	if got := ldsTCPProxyOf(t, ldsChain(t, out, "10.0.0.25_8000")).GetCluster(); got != "outbound|8000||legacy.shop.svc.cluster.local" {
+	if got := ldsTCPProxyOf(t, ldsChain(t, legacy, "10.0.0.25_8000")).GetCluster(); got != "outbound|8000||legacy.shop.svc.cluster.local" {
 		t.Errorf("sniffed TCP fallback %q", got)
+	}
+	if got := listenerFilterNames(legacy); !slices.Equal(got, []string{ldsHTTPInspectorFilter}) {
+		t.Errorf("sniffed listener filters %v", got)
+	}
+	if got := listenerFilterNames(ldsFind(t, ls, "10.0.0.25_9000")); len(got) != 0 {
+		t.Errorf("TCP listener filters %v", got)
 	}
 
 	// TLS ServiceEntry without VIP: SNI per host, the VirtualService's route first, the oldest host keeps
-	// the port-only fallback.
-	if got := ldsChain(t, out, "0.0.0.0_443/payments.example.com").FilterChainMatch.ServerNames; !slices.Equal(got, []string{"payments.example.com"}) {
+	// the port-only fallback; the tls_inspector.
+	tls := ldsFind(t, ls, "0.0.0.0_443")
+	if got := ldsChain(t, tls, "0.0.0.0_443/payments.example.com").FilterChainMatch.ServerNames; !slices.Equal(got, []string{"payments.example.com"}) {
 		t.Errorf("payments SNI %v", got)
 	}
-	if got := ldsTCPProxyOf(t, ldsChain(t, out, "0.0.0.0_443/refunds.example.com")).GetCluster(); got != "outbound|443||refunds.example.com" {
+	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "0.0.0.0_443/refunds.example.com")).GetCluster(); got != "outbound|443||refunds.example.com" {
 		t.Errorf("refunds cluster %q", got)
 	}
-	if got := ldsTCPProxyOf(t, ldsChain(t, out, "0.0.0.0_443")).GetCluster(); got != "outbound|443||payments.example.com" {
+	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "0.0.0.0_443")).GetCluster(); got != "outbound|443||payments.example.com" {
 		t.Errorf("443 fallback %q", got)
 	}
+	if got := listenerFilterNames(tls); !slices.Equal(got, []string{ldsTLSInspectorFilter}) {
+		t.Errorf("443 listener filters %v", got)
+	}
 
-	// Last: passthrough; inspectors for SNI and sniffing.
-	last := out.FilterChains[len(out.FilterChains)-1]
-	if last.FilterChainMatch != nil || ldsTCPProxyOf(t, last).GetCluster() != PassthroughCluster {
-		t.Errorf("last chain %v", last)
+	// Dual stack: on the first VIP, the second an additional address; the chain matches both.
+	cache := ldsFind(t, ls, "10.0.0.41_6379")
+	if got := listenerAddresses(cache); !slices.Equal(got, []string{"10.0.0.41:6379", "[fd00::41]:6379"}) {
+		t.Errorf("dual-stack addresses %v", got)
 	}
-	var lf []string
-	for _, f := range out.ListenerFilters {
-		lf = append(lf, f.Name)
+	if r := ldsChain(t, cache, "10.0.0.41_6379").FilterChainMatch.PrefixRanges; len(r) != 2 || r[1].AddressPrefix != "fd00::41" || r[1].PrefixLen.GetValue() != 128 {
+		t.Errorf("dual-stack match %v", r)
 	}
-	if want := []string{ldsOriginalDstFilter, ldsTLSInspectorFilter, ldsHTTPInspectorFilter}; !slices.Equal(lf, want) {
-		t.Errorf("listener filters %v, want %v", lf, want)
+
+	// An address block: on 0.0.0.0, matched by prefix range.
+	block := ldsChain(t, ldsFind(t, ls, "0.0.0.0_5432"), "192.168.10.0/24_5432")
+	if r := block.FilterChainMatch.PrefixRanges; len(r) != 1 || r[0].AddressPrefix != "192.168.10.0" || r[0].PrefixLen.GetValue() != 24 {
+		t.Errorf("address block match %v", r)
+	}
+}
+
+// TestListenerOutboundAddresses: no outbound listener on the sidecar's own wildcard addresses, and an
+// address belongs to one listener only.
+func TestListenerOutboundAddresses(t *testing.T) {
+	push := ldsPush(t, nil, `
+apiVersion: v1
+kind: Service
+metadata: {name: odd-ports, namespace: shop}
+spec:
+  clusterIP: None
+  ports: [{name: tcp-a, port: 15001}, {name: tcp-b, port: 15006}, {name: tcp-c, port: 15021}, {name: tcp-d, port: 15090}, {name: tcp-e, port: 15002}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: odd-vip, namespace: shop}
+spec:
+  clusterIP: 10.0.0.60
+  ports: [{name: tcp, port: 15001}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ledger-a, namespace: shop}
+spec:
+  hosts: [ledger-a.example.com]
+  addresses: [10.0.0.70, 10.0.0.71, 10.0.0.72]
+  resolution: NONE
+  ports: [{number: 7000, name: tcp, protocol: TCP}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ledger-b, namespace: shop}
+spec:
+  hosts: [ledger-b.example.com]
+  addresses: [10.0.0.71]
+  resolution: NONE
+  ports: [{number: 7000, name: tcp, protocol: TCP}]
+`)
+	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)) // checks addresses are unique
+	names := listenerNames(ls)
+	for _, reserved := range []string{"0.0.0.0_15001", "0.0.0.0_15006", "0.0.0.0_15021", "0.0.0.0_15090"} {
+		if slices.Contains(names, reserved) {
+			t.Errorf("listener %s on the sidecar's own address", reserved)
+		}
+	}
+	for _, want := range []string{"0.0.0.0_15002", "10.0.0.60_15001", "10.0.0.70_7000", "10.0.0.71_7000"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no listener %s in %v", want, names)
+		}
+	}
+	// 10.0.0.71 is ledger-b's own listener: ledger-a keeps 10.0.0.72 only.
+	if got := listenerAddresses(ldsFind(t, ls, "10.0.0.70_7000")); !slices.Equal(got, []string{"10.0.0.70:7000", "10.0.0.72:7000"}) {
+		t.Errorf("ledger-a addresses %v", got)
+	}
+}
+
+// TestListenerServiceAddSendsOneListener: adding a service with a TCP port and an HTTP port other services
+// already use changes one listener, the new VIP_PORT one; every other keeps its bytes, so delta xDS sends
+// that one only.
+func TestListenerServiceAddSendsOneListener(t *testing.T) {
+	g := New(Options{})
+	gen := g.ByTypeURL()[xds.ListenerType]
+	versions := func(push *model.PushContext) map[string]string {
+		res, err := gen.Generate(ldsReviews, push, wildcard(xds.ListenerType), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, r := range res {
+			out[r.Name] = r.Version
+		}
+		return out
+	}
+	before := versions(ldsPush(t, nil))
+	after := versions(ldsPush(t, nil, `
+apiVersion: v1
+kind: Service
+metadata: {name: ledger, namespace: shop}
+spec:
+  clusterIP: 10.0.0.50
+  selector: {app: ledger}
+  ports: [{name: tcp-ledger, port: 3306}, {name: http, port: 9080}]
+`))
+	var changed []string
+	for name, v := range after {
+		if before[name] != v {
+			changed = append(changed, name)
+		}
+	}
+	for name := range before {
+		if _, ok := after[name]; !ok {
+			changed = append(changed, name)
+		}
+	}
+	if !slices.Equal(changed, []string{"10.0.0.50_3306"}) {
+		t.Errorf("changed listeners %v, want the new 10.0.0.50_3306 only", changed)
+	}
+	if len(before) < 10 || before[VirtualOutboundListener] == "" || before["0.0.0.0_9080"] == "" {
+		t.Errorf("listeners before %v", before)
 	}
 }
 
@@ -389,35 +585,37 @@ func TestListenerOutboundShared(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
 	gen := g.ByTypeURL()[xds.ListenerType]
-	a, err := gen.Generate(ldsReviews, push, wildcard(xds.ListenerType), nil)
-	if err != nil {
-		t.Fatal(err)
+	byName := func(proxy *xds.Proxy) map[string]*xds.Resource {
+		res, err := gen.Generate(proxy, push, wildcard(xds.ListenerType), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*xds.Resource{}
+		for _, r := range res {
+			out[r.Name] = r
+		}
+		return out
 	}
-	b, err := gen.Generate(ldsMySQL, push, wildcard(xds.ListenerType), nil)
-	if err != nil {
-		t.Fatal(err)
+	a, b := byName(ldsReviews), byName(ldsMySQL)
+	for name, r := range a {
+		if name != VirtualInboundListener && b[name].Any != r.Any {
+			t.Errorf("%s not shared by two proxies of one namespace", name)
+		}
 	}
-	if a[0].Any != b[0].Any {
-		t.Error("virtualOutbound not shared by two proxies of one namespace")
-	}
-	if a[1].Version == b[1].Version {
+	if a[VirtualInboundListener].Version == b[VirtualInboundListener].Version {
 		t.Error("virtualInbound of different workloads are equal")
 	}
 	// A second replica of reviews shares the inbound listener.
 	replica := ldsSidecar("reviews-2", "10.1.0.8", ldsReviews.Labels)
-	c, err := gen.Generate(replica, push, wildcard(xds.ListenerType), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c[1].Any != a[1].Any {
+	if byName(replica)[VirtualInboundListener].Any != a[VirtualInboundListener].Any {
 		t.Error("virtualInbound not shared by replicas")
 	}
 	// Non-wildcard: only what is named.
-	d, err := gen.Generate(ldsReviews, push, named(xds.ListenerType, VirtualInboundListener, "nope"), nil)
+	d, err := gen.Generate(ldsReviews, push, named(xds.ListenerType, VirtualInboundListener, "10.0.0.20_3306", "nope"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d) != 1 || d[0].Name != VirtualInboundListener {
+	if len(d) != 2 || d[0].Name != "10.0.0.20_3306" || d[1].Name != VirtualInboundListener {
 		t.Errorf("named subscription got %d listeners", len(d))
 	}
 	// Ztunnel: none.
