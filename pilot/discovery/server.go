@@ -43,7 +43,9 @@ type Args struct {
 	SendTimeout         time.Duration
 	MaxConnectionAge    time.Duration
 	NewStreamsPerSecond float64
-	Logger              *slog.Logger
+	// VHDSMinEnvoy is envoy.Options.VHDSMinEnvoy.
+	VHDSMinEnvoy string
+	Logger       *slog.Logger
 }
 
 // Server is a running (or ready to run) discovery server.
@@ -78,6 +80,9 @@ func NewServer(args Args) (*Server, error) {
 	if args.ConfigDir == "" && args.Kubeconfig == "" && !args.InCluster {
 		return nil, errors.New("no config source: give --config-dir DIR and/or --kubeconfig FILE")
 	}
+	if _, _, err := envoy.ParseVHDSMinEnvoy(args.VHDSMinEnvoy); err != nil {
+		return nil, err
+	}
 	m, err := mesh.Load(args.MeshConfigFile)
 	if err != nil {
 		return nil, err
@@ -88,7 +93,7 @@ func NewServer(args Args) (*Server, error) {
 	if args.ConfigDir != "" {
 		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger})
 	}
-	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{}), ztunnel.New()
+	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy}), ztunnel.New()
 	generators := s.Envoy.ByTypeURL()
 	maps.Copy(generators, s.Ztunnel.ByTypeURL())
 	s.Generators = generators

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -20,6 +21,10 @@ type Options struct {
 	// CacheSize bounds the number of shared, marshaled listeners and routes kept (default 20,000); clusters
 	// and load assignments keep one entry per name.
 	CacheSize int
+	// VHDSMinEnvoy is the oldest Envoy ("MAJOR.MINOR", from node.user_agent_build_version) whose delta
+	// stream gets its sidecar virtual hosts over VHDS rather than inside the route configurations
+	// (default "1.38": older Envoys reject VHDS over ADS). "off" never uses VHDS.
+	VHDSMinEnvoy string
 }
 
 // Generators builds Envoy resources. It is safe for concurrent use by many pushes.
@@ -31,6 +36,9 @@ type Generators struct {
 	lists *lru.Cache[any, xds.Resources]
 	// clusters and assignments keep the current build of each cluster and load assignment by name.
 	clusters, assignments *slots
+	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
+	vhdsMin [2]uint32
+	vhdsOff bool
 }
 
 // slots keeps one marshaled resource per name together with the key it was built from. A changed key
@@ -74,7 +82,7 @@ func resourceName(slotName string) string {
 	return slotName
 }
 
-// New returns the generators.
+// New returns the generators. It panics on a malformed VHDSMinEnvoy: check it first with ParseVHDSMinEnvoy.
 func New(opts Options) *Generators {
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 20_000
@@ -82,16 +90,50 @@ func New(opts Options) *Generators {
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
 	scopes, _ := lru.New[scopeKey, *Scope](4096)
 	lists, _ := lru.New[any, xds.Resources](4096)
-	return &Generators{resources: resources, scopes: scopes, lists: lists, clusters: newSlots(), assignments: newSlots()}
+	g := &Generators{resources: resources, scopes: scopes, lists: lists, clusters: newSlots(), assignments: newSlots()}
+	var err error
+	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
+		panic(err)
+	}
+	return g
 }
+
+// ParseVHDSMinEnvoy reads Options.VHDSMinEnvoy: "" (the default), "off", or "MAJOR.MINOR".
+func ParseVHDSMinEnvoy(s string) (minVersion [2]uint32, off bool, err error) {
+	switch s {
+	case "":
+		return DefaultVHDSMinEnvoy, false, nil
+	case "off":
+		return [2]uint32{}, true, nil
+	}
+	major, minor, ok := strings.Cut(s, ".")
+	a, err1 := strconv.ParseUint(major, 10, 32)
+	b, err2 := strconv.ParseUint(minor, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return [2]uint32{}, false, fmt.Errorf("VHDS minimum Envoy version %q: want MAJOR.MINOR (e.g. 1.38) or off", s)
+	}
+	return [2]uint32{uint32(a), uint32(b)}, false, nil
+}
+
+// usesVHDS reports whether the proxy gets its sidecar virtual hosts over VHDS: an Envoy sidecar on a delta
+// stream, recent enough. Proxyless gRPC has no VHDS; state-of-the-world streams cannot carry it.
+func (g *Generators) usesVHDS(p *xds.Proxy) bool {
+	return !g.vhdsOff && p.Delta && p.Type == xds.Sidecar && p.Node.GetUserAgentName() == "envoy" &&
+		p.AtLeast(g.vhdsMin[0], g.vhdsMin[1])
+}
+
+// DefaultVHDSMinEnvoy is the first Envoy release that accepts VHDS with an ADS config source (Envoy checks
+// that the ADS stream is delta); earlier ones reject such a route configuration.
+var DefaultVHDSMinEnvoy = [2]uint32{1, 38}
 
 // ByTypeURL returns the generators to register with the xDS server.
 func (g *Generators) ByTypeURL() map[string]xds.Generator {
 	return map[string]xds.Generator{
-		xds.ClusterType:  clusterGenerator{g},
-		xds.EndpointType: endpointGenerator{g},
-		xds.ListenerType: listenerGenerator{g},
-		xds.RouteType:    routeGenerator{g},
+		xds.ClusterType:     clusterGenerator{g},
+		xds.EndpointType:    endpointGenerator{g},
+		xds.ListenerType:    listenerGenerator{g},
+		xds.RouteType:       routeGenerator{g},
+		xds.VirtualHostType: virtualHostGenerator{g},
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -103,6 +104,8 @@ type routeKey struct {
 	labels    string
 	// labelled marks the entry saying "look again with the labels".
 	labelled bool
+	// vhds: a sidecar route configuration whose virtual hosts come over VHDS.
+	vhds bool
 }
 
 // Markers stored in the resource cache under a routeKey. They are never modified.
@@ -113,7 +116,8 @@ var (
 
 // routeConfig returns the marshaled RouteConfiguration name for proxy, or nil when it does not exist.
 func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwKey, name string) (*xds.Resource, error) {
-	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey}
+	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey,
+		vhds: g.usesVHDS(proxy)}
 	r, ok := g.resources.Get(key)
 	if ok && r == routeDependsOnLabel {
 		key.labels, key.labelled = labelsKey(proxy.Labels), true
@@ -133,7 +137,11 @@ func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scop
 	case xds.GRPC:
 		rc = b.grpcRouteConfig(name)
 	default:
-		rc = b.sidecarRouteConfig(name)
+		if key.vhds {
+			rc = b.sidecarVHDSRouteConfig(name)
+		} else {
+			rc = b.sidecarRouteConfig(name)
+		}
 	}
 	if b.usedLabels && !key.labelled {
 		g.resources.Add(key, routeDependsOnLabel)
@@ -208,14 +216,60 @@ type routeBuilder struct {
 // sidecarRouteConfig builds the route configuration named by a port number, or nil when no service in
 // scope has that HTTP port.
 func (b *routeBuilder) sidecarRouteConfig(name string) *route.RouteConfiguration {
-	port64, err := strconv.ParseUint(name, 10, 32)
-	if err != nil || port64 == 0 || port64 > 65535 || strconv.FormatUint(port64, 10) != name {
+	port, ok := routePort(name)
+	if !ok {
 		return nil
 	}
-	port := uint32(port64)
+	vhosts, found := b.sidecarVirtualHosts(port)
+	if !found {
+		return nil
+	}
+	return &route.RouteConfiguration{Name: name, VirtualHosts: append(vhosts, allowAnyVirtualHost()),
+		ValidateClusters: wrapperspb.Bool(false)}
+}
+
+// sidecarVHDSRouteConfig is sidecarRouteConfig for a proxy that gets the services' virtual hosts over VHDS
+// (rds_vhds.go): only the catch-all is inline. Adding a service then sends one small virtual host instead of
+// the whole table.
+func (b *routeBuilder) sidecarVHDSRouteConfig(name string) *route.RouteConfiguration {
+	port, ok := routePort(name)
+	if !ok || !b.scopeHasHTTPPort(port) {
+		return nil
+	}
+	return &route.RouteConfiguration{
+		Name:         name,
+		VirtualHosts: []*route.VirtualHost{allowAnyVirtualHost()},
+		Vhds: &route.Vhds{ConfigSource: &core.ConfigSource{
+			ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+			ResourceApiVersion:    core.ApiVersion_V3,
+		}},
+		ValidateClusters: wrapperspb.Bool(false),
+	}
+}
+
+// routePort reads a sidecar route configuration name: an HTTP port number.
+func routePort(name string) (uint32, bool) {
+	port64, err := strconv.ParseUint(name, 10, 32)
+	if err != nil || port64 == 0 || port64 > 65535 || strconv.FormatUint(port64, 10) != name {
+		return 0, false
+	}
+	return uint32(port64), true
+}
+
+func (b *routeBuilder) scopeHasHTTPPort(port uint32) bool {
+	for _, svc := range b.scope.Services {
+		if sp := svc.PortByNumber(port); sp != nil && isHTTPPort(sp) {
+			return true
+		}
+	}
+	return false
+}
+
+// sidecarVirtualHosts returns a virtual host "HOSTNAME:PORT" per service in scope with HTTP port port, in
+// scope order, each name claimed by the first service to use it (Envoy rejects a table naming a domain
+// twice). found is false when no service in scope has that HTTP port.
+func (b *routeBuilder) sidecarVirtualHosts(port uint32) (vhosts []*route.VirtualHost, found bool) {
 	domains := newDomainSet()
-	var vhosts []*route.VirtualHost
-	found := false
 	for _, svc := range b.scope.Services {
 		sp := svc.PortByNumber(port)
 		if sp == nil || !isHTTPPort(sp) {
@@ -233,13 +287,7 @@ func (b *routeBuilder) sidecarRouteConfig(name string) *route.RouteConfiguration
 			IncludeRequestAttemptCount: true,
 		})
 	}
-	if !found {
-		return nil
-	}
-	if ds := domains.add([]string{"*"}); len(ds) > 0 {
-		vhosts = append(vhosts, allowAnyVirtualHost())
-	}
-	return &route.RouteConfiguration{Name: name, VirtualHosts: vhosts, ValidateClusters: wrapperspb.Bool(false)}
+	return vhosts, found
 }
 
 func allowAnyVirtualHost() *route.VirtualHost {

@@ -138,6 +138,7 @@ func serve[Req interface {
 		s.log.Warn("rejected stream: bad node", "error", err)
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	proxy.Delta = delta
 	c := s.newConnection(ctx, proxy, delta, stream)
 	c.flight = fl
 	s.add(c)

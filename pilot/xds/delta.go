@@ -84,15 +84,23 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		w.legacy = false
 	}
 	// The client forgets what it unsubscribes from (if a wildcard still covers it, the next push re-sends it).
+	var gone []string
 	for _, n := range unsub {
+		if _, had := w.sent[n]; had {
+			gone = append(gone, n)
+		}
 		delete(w.sent, n)
 	}
 	for n := range w.sent {
 		if !w.Subscribed(n) {
+			gone = append(gone, n)
 			delete(w.sent, n)
 		}
 	}
 	c.mu.Unlock()
+	if typeURL == RouteType {
+		c.forgetVirtualHosts(gone)
+	}
 	if len(added) == 0 && !wildcardAdded {
 		return nil // only unsubscriptions: nothing to send
 	}
@@ -164,6 +172,9 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		if r == nil || r.Any == nil || !w.Subscribed(r.Name) {
 			continue
 		}
+		if w.TypeURL == VirtualHostType && !c.routeConfigSent(RouteConfigOfVirtualHost(r.Name)) {
+			continue // sent with its route configuration, later
+		}
 		seen[r.Name] = struct{}{}
 		v := resourceVersion(r)
 		if have, ok := w.sent[r.Name]; ok && have == v {
@@ -208,8 +219,12 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	if err := c.send(resp, w.TypeURL); err != nil {
 		return err
 	}
+	var fresh bool // a route configuration the client did not have
 	c.mu.Lock()
 	for i, r := range resp.Resources {
+		if _, had := w.sent[r.Name]; !had {
+			fresh = true
+		}
 		w.sent[r.Name] = versions[i]
 	}
 	for _, n := range resp.RemovedResources {
@@ -218,5 +233,43 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	w.VersionSent, w.NonceSent, w.LastSent = resp.SystemVersionInfo, resp.Nonce, time.Now()
 	c.mu.Unlock()
 	c.observeSent(w, resp.Nonce, push)
+	if w.TypeURL == RouteType {
+		c.forgetVirtualHosts(resp.RemovedResources)
+		if vw := c.watched[VirtualHostType]; fresh && vw != nil {
+			// Envoy files a virtual host only under a route configuration it holds, and does not ask again
+			// when a new one arrives: its virtual hosts follow it on the stream, after it.
+			return c.respondDelta(c.srv.opts.Generators[VirtualHostType], vw, push, nil, nil, false)
+		}
+	}
 	return nil
+}
+
+// routeConfigSent reports whether the route configuration name was sent on this connection (delta).
+func (c *Connection) routeConfigSent(name string) bool {
+	rw := c.watched[RouteType]
+	if rw == nil {
+		return false
+	}
+	_, ok := rw.sent[name]
+	return ok
+}
+
+// forgetVirtualHosts drops what was sent of the virtual hosts of route configurations the client no longer
+// has: Envoy dropped them with their route configuration, so they are sent again if it comes back.
+func (c *Connection) forgetVirtualHosts(routeConfigs []string) {
+	vw := c.watched[VirtualHostType]
+	if vw == nil || len(routeConfigs) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(routeConfigs))
+	for _, n := range routeConfigs {
+		gone[n] = true
+	}
+	c.mu.Lock()
+	for n := range vw.sent {
+		if gone[RouteConfigOfVirtualHost(n)] {
+			delete(vw.sent, n)
+		}
+	}
+	c.mu.Unlock()
 }

@@ -93,7 +93,7 @@ func newEnv(t testing.TB, initial snapshot, opts ...envOption) *testEnv {
 	e := &testEnv{t: tt, pipe: &fakePipeline{}, snaps: map[uint64]snapshot{}}
 	o := Options{Pipeline: e.pipe, Logger: slog.New(slog.DiscardHandler), SendTimeout: 2 * time.Second}
 	o.Generators = map[string]Generator{}
-	for _, typ := range []string{ClusterType, EndpointType, ListenerType, RouteType, AddressType} {
+	for _, typ := range []string{ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType, AddressType} {
 		o.Generators[typ] = &testGen{env: e, typeURL: typ}
 	}
 	for _, f := range opts {
@@ -231,6 +231,8 @@ func message(typeURL, name, payload string) *anypb.Any {
 		m = &listener.Listener{Name: name, StatPrefix: payload}
 	case RouteType:
 		m = &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{{Name: payload, Domains: []string{"*"}}}}
+	case VirtualHostType:
+		m = &route.VirtualHost{Name: name, Domains: []string{payload}}
 	default: // a stand-in for istio.workload.Address
 		m = &core.Locality{Region: name, Zone: payload}
 	}
@@ -268,6 +270,11 @@ func payloads(t testing.TB, typeURL string, anys []*anypb.Any) map[string]string
 			var r route.RouteConfiguration
 			must(t, proto.Unmarshal(a.Value, &r))
 			out[r.Name] = r.VirtualHosts[0].Name
+		case VirtualHostType:
+			var v route.VirtualHost
+			must(t, proto.Unmarshal(a.Value, &v))
+			must(t, v.ValidateAll())
+			out[v.Name] = v.Domains[0]
 		default:
 			var l core.Locality
 			must(t, proto.Unmarshal(a.Value, &l))

@@ -42,9 +42,19 @@ type Proxy struct {
 	Generator string
 	// UserAgent is node.user_agent_name and the version, e.g. "envoy 1.36.0".
 	UserAgent string
-	Locality  *core.Locality
+	// BuildVersion is node.user_agent_build_version (Envoy sends it; major, minor, patch), zero when absent.
+	BuildVersion [3]uint32
+	// Delta is true on an incremental (delta) xDS stream. Set by the transport before any generation.
+	Delta    bool
+	Locality *core.Locality
 	// Node is the node as received; read only.
 	Node *core.Node
+}
+
+// AtLeast reports whether the client's build version (node.user_agent_build_version) is at least major.minor.
+func (p *Proxy) AtLeast(major, minor uint32) bool {
+	v := p.BuildVersion
+	return v[0] > major || v[0] == major && v[1] >= minor
 }
 
 // String names the proxy in logs.
@@ -69,6 +79,9 @@ func ParseProxy(node *core.Node) (*Proxy, error) {
 	p := &Proxy{NodeID: node.GetId(), Node: node, Locality: node.GetLocality(), UserAgent: node.GetUserAgentName()}
 	if v := node.GetUserAgentVersion(); v != "" {
 		p.UserAgent += " " + v
+	} else if bv := node.GetUserAgentBuildVersion().GetVersion(); bv != nil {
+		p.BuildVersion = [3]uint32{bv.GetMajorNumber(), bv.GetMinorNumber(), bv.GetPatch()}
+		p.UserAgent += fmt.Sprintf(" %d.%d.%d", bv.GetMajorNumber(), bv.GetMinorNumber(), bv.GetPatch())
 	}
 	if p.NodeID == "" {
 		return nil, fmt.Errorf("node id is empty")

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/anypb"
@@ -14,10 +15,13 @@ import (
 
 // Type URLs the transport orders or treats as wildcard. Generators may serve any other type URL too.
 const (
-	ClusterType       = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	EndpointType      = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-	ListenerType      = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	RouteType         = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	// VirtualHostType is VHDS: virtual hosts named ROUTE_CONFIG/NAME, delivered apart from their route
+	// configuration so one changed host does not re-send the whole table (delta xDS only).
+	VirtualHostType   = "type.googleapis.com/envoy.config.route.v3.VirtualHost"
 	SecretType        = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 	AddressType       = "type.googleapis.com/istio.workload.Address"
 	AuthorizationType = "type.googleapis.com/istio.security.Authorization"
@@ -25,11 +29,22 @@ const (
 
 // pushOrder is make-before-break: clusters exist before endpoints fill them, listeners before the routes
 // they name, so no proxy briefly points at something it has not received yet.
-var pushOrder = map[string]int{ClusterType: 0, EndpointType: 1, ListenerType: 2, RouteType: 3}
+var pushOrder = map[string]int{ClusterType: 0, EndpointType: 1, ListenerType: 2, RouteType: 3, VirtualHostType: 4}
 
 // legacyWildcard lists the types for which a first request with no names means "everything" (xDS spec:
-// LDS and CDS; ztunnel relies on the same for its workload types).
-var legacyWildcard = map[string]bool{ClusterType: true, ListenerType: true, AddressType: true, AuthorizationType: true}
+// LDS and CDS; ztunnel relies on the same for its workload types; Envoy's VHDS over ADS subscribes with no
+// names and keeps the virtual hosts whose ROUTE_CONFIG/ prefix it has a route configuration for).
+var legacyWildcard = map[string]bool{ClusterType: true, ListenerType: true, AddressType: true, AuthorizationType: true,
+	VirtualHostType: true}
+
+// RouteConfigOfVirtualHost returns ROUTE_CONFIG of a VHDS resource name ROUTE_CONFIG/NAME: Envoy files a
+// virtual host under the text before the last "/".
+func RouteConfigOfVirtualHost(name string) string {
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		return name[:i]
+	}
+	return ""
+}
 
 // sortTypes orders type URLs for a push: CDS, EDS, LDS, RDS, then the rest by name.
 func sortTypes(types []string) {

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -22,6 +24,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 const (
@@ -29,6 +33,7 @@ const (
 	edsType   = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 	ldsType   = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	rdsType   = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	vhdsType  = "type.googleapis.com/envoy.config.route.v3.VirtualHost"
 	addrType  = "type.googleapis.com/istio.workload.Address"
 	authzType = "type.googleapis.com/istio.security.Authorization"
 	hcmType   = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -40,6 +45,7 @@ type info struct {
 	eds    bool                // a cluster of type EDS
 	addrs  map[string]struct{} // endpoint addresses of a ClusterLoadAssignment
 	routes []string            // RDS names a listener references
+	vhds   bool                // a route configuration whose virtual hosts come over VHDS
 	raw    []byte              // listeners, routes, authorizations: searched for markers
 }
 
@@ -117,6 +123,13 @@ func (d *decoder) decode(typ, name string, a *anypb.Any) (*info, error) {
 			}
 		}
 		in.raw = a.Value
+	case rdsType:
+		var rc route.RouteConfiguration
+		if err := proto.Unmarshal(a.Value, &rc); err != nil {
+			return nil, fmt.Errorf("route configuration %s: %w", name, err)
+		}
+		in.vhds = rc.Vhds != nil
+		in.raw = a.Value
 	default:
 		in.raw = a.Value
 	}
@@ -149,6 +162,7 @@ type proxy struct {
 	res     map[string]map[string]*info // type URL → name → resource
 	subs    map[string]map[string]bool  // explicit subscriptions (EDS, RDS) as sent
 	got     map[string]bool             // a response of the type arrived
+	vhdsOn  bool                        // the VHDS subscription was made
 	last    map[string]*discovery.DiscoveryResponse
 	waiters []*waiter
 	synced  time.Time
@@ -173,8 +187,10 @@ func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels
 	must(err)
 	return &proxy{
 		h: h, id: id, kind: kind, ns: ns, ip: ip, delta: kind == kindZtunnel || h.cfg.Delta,
-		node: &core.Node{Id: fmt.Sprintf("%s~%s~%s.%s~%s.svc.cluster.local", typ, ip, podName, ns, ns), Metadata: md},
-		res:  map[string]map[string]*info{}, subs: map[string]map[string]bool{edsType: {}, rdsType: {}},
+		node: &core.Node{Id: fmt.Sprintf("%s~%s~%s.%s~%s.svc.cluster.local", typ, ip, podName, ns, ns), Metadata: md,
+			UserAgentName: "envoy", UserAgentVersionType: &core.Node_UserAgentBuildVersion{UserAgentBuildVersion: &core.BuildVersion{
+				Version: &typev3.SemanticVersion{MajorNumber: h.cfg.EnvoyVersion[0], MinorNumber: h.cfg.EnvoyVersion[1]}}}},
+		res: map[string]map[string]*info{}, subs: map[string]map[string]bool{edsType: {}, rdsType: {}},
 		got: map[string]bool{}, last: map[string]*discovery.DiscoveryResponse{},
 		rng: rand.New(rand.NewPCG(uint64(id), 7)),
 	}
@@ -250,7 +266,7 @@ func (p *proxy) nack() *rpcstatus.Status {
 }
 
 // shortType names a type URL in reports.
-var shortType = map[string]string{cdsType: "CDS", edsType: "EDS", ldsType: "LDS", rdsType: "RDS", addrType: "Address", authzType: "Authorization"}
+var shortType = map[string]string{cdsType: "CDS", edsType: "EDS", ldsType: "LDS", rdsType: "RDS", vhdsType: "VHDS", addrType: "Address", authzType: "Authorization"}
 
 func (p *proxy) count(typ string, size int) {
 	if c := p.h.byType[typ]; c != nil {
@@ -280,6 +296,10 @@ func (p *proxy) runDelta(stream grpc.BidiStreamingClient[discovery.DeltaDiscover
 		}
 		var derr error
 		for _, r := range resp.Resources {
+			// Like Envoy, a virtual host is kept only under a route configuration held with VHDS.
+			if typ == vhdsType && !p.takesVirtualHosts(r.Name) {
+				continue
+			}
 			in, err := p.h.dec.decode(typ, r.Name, r.Resource)
 			if err != nil {
 				derr = err
@@ -292,6 +312,11 @@ func (p *proxy) runDelta(stream grpc.BidiStreamingClient[discovery.DeltaDiscover
 		}
 		p.got[typ] = true
 		sub, unsub := p.follow(typ)
+		// The first route configuration with VHDS opens the VHDS subscription: no names, i.e. everything.
+		startVHDS := typ == rdsType && !p.vhdsOn && p.anyVHDS()
+		if startVHDS {
+			p.vhdsOn = true
+		}
 		p.mu.Unlock()
 		if derr != nil {
 			p.fail(derr)
@@ -315,8 +340,35 @@ func (p *proxy) runDelta(stream grpc.BidiStreamingClient[discovery.DeltaDiscover
 				return
 			}
 		}
+		if startVHDS {
+			if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: vhdsType}); err != nil {
+				p.fail(err)
+				return
+			}
+		}
 		p.check()
 	}
+}
+
+// takesVirtualHosts reports whether a VHDS resource ROUTE_CONFIG/NAME has its route configuration, held
+// with VHDS: Envoy drops the others. Called with p.mu held.
+func (p *proxy) takesVirtualHosts(name string) bool {
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return false
+	}
+	rc, ok := p.res[rdsType][name[:i]]
+	return ok && rc.vhds
+}
+
+// anyVHDS reports whether a route configuration held takes its virtual hosts over VHDS. Called with p.mu held.
+func (p *proxy) anyVHDS() bool {
+	for _, in := range p.res[rdsType] {
+		if in.vhds {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *proxy) runSotW(stream grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) {
@@ -492,6 +544,11 @@ func (p *proxy) follow(typ string) (sub, unsub map[string][]string) {
 				unsub[dep] = append(unsub[dep], n)
 				delete(have, n)
 				delete(p.res[dep], n)
+				for vh := range p.res[vhdsType] {
+					if strings.HasPrefix(vh, n+"/") {
+						delete(p.res[vhdsType], vh)
+					}
+				}
 			}
 		}
 	default:
@@ -521,7 +578,7 @@ func (p *proxy) isSynced() bool {
 			}
 		}
 	}
-	return true
+	return !p.anyVHDS() || p.got[vhdsType]
 }
 
 // waiter is one proxy's part of a measured change.
@@ -611,12 +668,15 @@ func endpointIs(cluster, ip string, present bool) func(*proxy) bool {
 	}
 }
 
-func anyContains(typ, marker string) func(*proxy) bool {
+// anyContains reports whether a resource of one of the types holds marker.
+func anyContains(marker string, types ...string) func(*proxy) bool {
 	mb := []byte(marker)
 	return func(p *proxy) bool {
-		for _, in := range p.res[typ] {
-			if containsBytes(in.raw, mb) {
-				return true
+		for _, typ := range types {
+			for _, in := range p.res[typ] {
+				if containsBytes(in.raw, mb) {
+					return true
+				}
 			}
 		}
 		return false

@@ -17,13 +17,15 @@ func TestSmallRun(t *testing.T) {
 	for _, mode := range []struct {
 		name  string
 		delta bool
-	}{{"delta", true}, {"sotw", false}} {
+		envoy [2]uint32
+	}{{"delta", true, [2]uint32{1, 38}}, {"delta-without-vhds", true, [2]uint32{1, 36}}, {"sotw", false, [2]uint32{1, 38}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			cfg := Config{
 				Shape:         meshShape{Services: 10, PodsPerService: 3, Namespaces: 3, Ambient: true, Policies: true, RoutingEvery: 5},
 				Sidecars:      10,
 				Ztunnels:      2,
 				Delta:         mode.delta,
+				EnvoyVersion:  mode.envoy,
 				NackFraction:  0.1,
 				Reps:          2,
 				ChurnRate:     10,
@@ -35,8 +37,11 @@ func TestSmallRun(t *testing.T) {
 				Scenarios:     allScenarios,
 				WorkDir:       t.TempDir(),
 			}
-			if !mode.delta {
+			switch mode.name {
+			case "sotw":
 				cfg.Scenarios = []string{"cold", "endpoint"}
+			case "delta-without-vhds":
+				cfg.Scenarios = []string{"cold", "service-add", "virtualservice"}
 			}
 			var out io.Writer = io.Discard
 			if testing.Verbose() {
@@ -56,9 +61,15 @@ func TestSmallRun(t *testing.T) {
 					t.Errorf("%s: no bytes counted", r.Scenario)
 				}
 			}
-			want := []string{"cold-start", "endpoint-add", "endpoint-remove"}
-			if mode.delta {
-				want = append(want, "service-add", "virtualservice-change", "authorization-change", "ztunnel-pod-add", "ztunnel-pod-remove", "steady-churn")
+			var want []string
+			switch mode.name {
+			case "delta":
+				want = []string{"cold-start", "endpoint-add", "endpoint-remove", "service-add", "virtualservice-change",
+					"authorization-change", "ztunnel-pod-add", "ztunnel-pod-remove", "steady-churn"}
+			case "sotw":
+				want = []string{"cold-start", "endpoint-add", "endpoint-remove"}
+			default:
+				want = []string{"cold-start", "service-add", "virtualservice-change"}
 			}
 			for _, s := range want {
 				r := got[s]
@@ -75,6 +86,10 @@ func TestSmallRun(t *testing.T) {
 			}
 			if rep.Mesh.Clusters < 30 || rep.Mesh.Routes == 0 {
 				t.Errorf("sidecar config looks wrong: %+v", rep.Mesh)
+			}
+			// Envoy 1.38 on delta gets its virtual hosts over VHDS; older Envoys and SotW inside the routes.
+			if vhds := mode.name == "delta"; (rep.Mesh.VirtualHosts > 0) != vhds {
+				t.Errorf("%d virtual hosts over VHDS, want some: %v", rep.Mesh.VirtualHosts, vhds)
 			}
 		})
 	}

@@ -20,10 +20,12 @@ import (
 
 // Config is everything a run is parameterised by.
 type Config struct {
-	Shape          meshShape     `json:"shape"`
-	Sidecars       int           `json:"sidecars"`
-	Ztunnels       int           `json:"ztunnels"`
-	Delta          bool          `json:"delta"`
+	Shape    meshShape `json:"shape"`
+	Sidecars int       `json:"sidecars"`
+	Ztunnels int       `json:"ztunnels"`
+	Delta    bool      `json:"delta"`
+	// EnvoyVersion is the MAJOR.MINOR the simulated sidecars report (node.user_agent_build_version).
+	EnvoyVersion   [2]uint32     `json:"envoyVersion"`
 	NackFraction   float64       `json:"nackFraction"`
 	Reps           int           `json:"repetitions"`
 	ChurnRate      int           `json:"churnRate"`
@@ -67,7 +69,9 @@ type meshStats struct {
 	Endpoints int `json:"edsClustersPerSidecar"`
 	Listeners int `json:"listenersPerSidecar"`
 	Routes    int `json:"routesPerSidecar"`
-	Addresses int `json:"addressesPerZtunnel"`
+	// VirtualHosts counts those received over VHDS (0 when the routes carry them).
+	VirtualHosts int `json:"vhdsVirtualHostsPerSidecar"`
+	Addresses    int `json:"addressesPerZtunnel"`
 }
 
 type harness struct {
@@ -90,7 +94,7 @@ func (h *harness) nextMarker() int64 { return h.marker.Add(1) }
 
 func main() {
 	var cfg Config
-	var scenarios, jsonOut, mode string
+	var scenarios, jsonOut, mode, envoyVersion string
 	flag.IntVar(&cfg.Shape.Services, "services", 300, "services (each with ports 80 http, 8080 grpc, 9090 tcp)")
 	flag.IntVar(&cfg.Shape.PodsPerService, "pods", 10, "pods per service (each in the service's EndpointSlice)")
 	flag.IntVar(&cfg.Shape.Namespaces, "namespaces", 10, "namespaces the services are spread over")
@@ -100,6 +104,7 @@ func main() {
 	flag.IntVar(&cfg.Sidecars, "sidecars", 300, "simulated Envoy sidecars")
 	flag.IntVar(&cfg.Ztunnels, "ztunnels", 0, "simulated ztunnels (delta, wildcard Address + Authorization)")
 	flag.StringVar(&mode, "mode", "delta", "sidecar protocol: delta or sotw")
+	flag.StringVar(&envoyVersion, "envoy-version", "1.38", "Envoy version the sidecars report (MAJOR.MINOR); from 1.38 the server sends their virtual hosts over VHDS")
 	flag.Float64Var(&cfg.NackFraction, "nack", 0, "fraction of responses the sidecars NACK (0..1)")
 	flag.IntVar(&cfg.Reps, "reps", 20, "repetitions of each single change")
 	flag.IntVar(&cfg.ChurnRate, "churn-rate", 20, "steady churn: endpoint changes per second")
@@ -122,6 +127,10 @@ func main() {
 	flag.Parse()
 	cfg.ServerArgs = strings.Fields(serverArgs)
 	cfg.Delta = mode != "sotw"
+	if _, err := fmt.Sscanf(envoyVersion, "%d.%d", &cfg.EnvoyVersion[0], &cfg.EnvoyVersion[1]); err != nil {
+		fmt.Fprintf(os.Stderr, "-envoy-version %q: want MAJOR.MINOR\n", envoyVersion)
+		os.Exit(2)
+	}
 	if scenarios == "all" {
 		cfg.Scenarios = allScenarios
 	} else {
@@ -349,7 +358,7 @@ func (h *harness) coldStart() (*Result, error) {
 	r := h.summarize("cold-start", []sample{{lats: lats, missed: missed, interest: len(all),
 		bytes: h.bytes.Load() - b0, responses: h.responses.Load() - r0, cpu: st1.CPUSeconds - st0.CPUSeconds,
 		byType: typeDiff(h.typeBytes(), t0)}})
-	r.Note = "all proxies connect at once; until each has CDS+EDS+LDS+RDS (ztunnel: Address+Authorization)"
+	r.Note = "all proxies connect at once; until each has CDS+EDS+LDS+RDS (+VHDS when used; ztunnel: Address+Authorization)"
 	return r, nil
 }
 
@@ -362,6 +371,7 @@ func (h *harness) meshStats() meshStats {
 		p := h.sidecars[0]
 		p.mu.Lock()
 		ms.Clusters, ms.Endpoints, ms.Listeners, ms.Routes = len(p.res[cdsType]), len(p.res[edsType]), len(p.res[ldsType]), len(p.res[rdsType])
+		ms.VirtualHosts = len(p.res[vhdsType])
 		p.mu.Unlock()
 	}
 	if len(h.ztunnels) > 0 {

@@ -326,7 +326,7 @@ func (h *harness) virtualServiceChange() (*Result, error) {
 		marker := fmt.Sprintf("m%05d", h.nextMarker())
 		smp, err := h.measure(func(c *change) int {
 			for _, p := range h.sidecars {
-				c.watch(p, anyContains(rdsType, "load-"+marker))
+				c.watch(p, anyContains("load-"+marker, rdsType, vhdsType))
 			}
 			return len(h.sidecars)
 		}, func() error { return h.mesh.write(file, virtualService(s, "vs-"+s.name, marker)) })
@@ -363,10 +363,10 @@ func (h *harness) authorizationChange() (*Result, error) {
 		marker := fmt.Sprintf("m%05d", h.nextMarker())
 		smp, err := h.measure(func(c *change) int {
 			for _, p := range inNS {
-				c.watch(p, anyContains(ldsType, "load-"+marker))
+				c.watch(p, anyContains("load-"+marker, ldsType))
 			}
 			for _, p := range h.ztunnels {
-				c.watch(p, anyContains(authzType, "load-"+marker))
+				c.watch(p, anyContains("load-"+marker, authzType))
 			}
 			return len(inNS) + len(h.ztunnels)
 		}, func() error { return h.mesh.write(file, authorizationPolicy(ns, "allow-mesh", marker)) })
