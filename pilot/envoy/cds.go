@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,15 +40,16 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	var out xds.Resources
 	if w.Wildcard {
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
-		listKey := outboundListKey{scope: scope, flavor: flavor, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
-		if cached, ok := g.lists.Get(listKey); ok {
+		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: strconv.Itoa(int(flavor))}
+		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
+		if cached, ok := g.lists.get(id, inputs); ok {
 			out = slices.Clone(cached)
 		} else {
 			list, err := c.outbound(scope, push, flavor, w)
 			if err != nil {
 				return nil, err
 			}
-			g.lists.Add(listKey, list)
+			g.lists.put(id, inputs, list)
 			out = slices.Clone(list)
 		}
 	} else {
@@ -93,10 +95,9 @@ func inlineEndpoints(svc *model.Service) bool {
 	return svc.Resolution == model.DNSLB || (svc.Resolution == model.ClientSideLB && svc.Source.Kind == config.ServiceEntry && svc.Selector == nil)
 }
 
-// outboundListKey identifies the outbound clusters of a scope.
+// outboundListKey is what the outbound clusters of a scope are built from.
 type outboundListKey struct {
 	scope     *Scope
-	flavor    flavor
 	rules     any
 	endpoints any
 }

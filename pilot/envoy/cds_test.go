@@ -9,6 +9,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -254,5 +255,47 @@ func TestEDSDeltaSendsOnlyChangedServices(t *testing.T) {
 	gone := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/gone.shop.svc.cluster.local": {}}}
 	if _, removed, _, _ := gen.GenerateDeltas(sidecarIn("shop", "10.1.0.9", nil), push, w, gone); !slices.Equal(removed, []string{"outbound|80||gone.shop.svc.cluster.local"}) {
 		t.Errorf("the cluster of a deleted service should be reported removed, got %v", removed)
+	}
+}
+
+// A full push for a Service (and its endpoints) rebuilds the assignments of that service only; a full push
+// for a DestinationRule, or one naming no config, rebuilds them all.
+func TestEDSFullPushForAServiceSendsOnlyIt(t *testing.T) {
+	push := cdsPush(t)
+	gen := endpointGenerator{New(Options{})}
+	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
+		"outbound|3306||db.shop.svc.cluster.local")
+	proxy := sidecarIn("shop", "10.1.0.9", nil)
+	names := func(req *model.PushRequest) ([]string, bool) {
+		t.Helper()
+		res, _, incremental, err := gen.GenerateDeltas(proxy, push, w, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range res {
+			out = append(out, r.Name)
+		}
+		slices.Sort(out)
+		return out, incremental
+	}
+	service := &model.PushRequest{Full: true, ConfigsUpdated: map[config.Key]struct{}{
+		{Kind: config.Service, Namespace: "shop", Name: "reviews"}:         {},
+		{Kind: config.EndpointSlice, Namespace: "shop", Name: "reviews-1"}: {},
+		{Kind: config.VirtualService, Namespace: "shop", Name: "any"}:      {},
+	}}
+	got, incremental := names(service)
+	if !incremental || !slices.Equal(got, []string{"outbound|9080|v1|reviews.shop.svc.cluster.local", "outbound|9080||reviews.shop.svc.cluster.local"}) {
+		t.Errorf("service change: incremental=%v %v", incremental, got)
+	}
+	for _, req := range []*model.PushRequest{
+		{Full: true, ConfigsUpdated: map[config.Key]struct{}{{Kind: config.DestinationRule, Namespace: "shop", Name: "reviews"}: {}}},
+		{Full: true, ConfigsUpdated: map[config.Key]struct{}{{Kind: config.ServiceEntry, Namespace: "shop", Name: "ext"}: {}}},
+		{Full: true},
+		nil,
+	} {
+		if got, incremental := names(req); incremental || len(got) != 3 {
+			t.Errorf("%v: want every watched assignment, got incremental=%v %v", req, incremental, got)
+		}
 	}
 }

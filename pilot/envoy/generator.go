@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -31,11 +32,15 @@ type Options struct {
 type Generators struct {
 	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
 	resources *lru.Cache[any, *xds.Resource]
-	scopes    *lru.Cache[scopeKey, *Scope]
-	// lists caches whole lists of resources that many proxies share (outbound clusters of a scope).
-	lists *lru.Cache[any, xds.Resources]
+	scopes    *generations[scopeID, *Scope]
+	// lists keeps whole lists of resources that many proxies share (a scope's outbound clusters, outbound
+	// listeners, VHDS virtual hosts), the latest generation of each only.
+	lists *generations[listID, xds.Resources]
 	// clusters and assignments keep the current build of each cluster and load assignment by name.
 	clusters, assignments *slots
+	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
+	// proxy namespace.
+	vhosts *generations[vhostID, vhostEntry]
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
@@ -74,6 +79,53 @@ func (s *slots) get(name string, key any, build func() proto.Message) (*xds.Reso
 	return r, nil
 }
 
+// generations keeps, per stable identity, only the value built from the newest inputs (snapshot identities:
+// scope, routing config, ...). An LRU keyed by the inputs held every superseded generation until evicted:
+// after twenty service adds at 300 services, 400 MB of old listener and virtual host lists.
+type generations[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]generation[V]
+}
+
+type generation[V any] struct {
+	inputs any
+	v      V
+}
+
+func newGenerations[K comparable, V any]() *generations[K, V] {
+	return &generations[K, V]{m: map[K]generation[V]{}}
+}
+
+// get returns the value stored for id if it was built from inputs.
+func (c *generations[K, V]) get(id K, inputs any) (V, bool) {
+	c.mu.RLock()
+	e, ok := c.m[id]
+	c.mu.RUnlock()
+	if !ok || e.inputs != inputs {
+		var zero V
+		return zero, false
+	}
+	return e.v, true
+}
+
+// put stores v, built from inputs, replacing what id held.
+func (c *generations[K, V]) put(id K, inputs any, v V) {
+	c.mu.Lock()
+	c.m[id] = generation[V]{inputs: inputs, v: v}
+	c.mu.Unlock()
+}
+
+// listID is the stable identity of a shared list: what it is (kind, e.g. "cds"; name, e.g. a route
+// configuration) and whom it is for (namespace, Sidecar, proxy flavor, labels when they matter).
+type listID struct {
+	kind, name string
+	namespace  string
+	sidecar    *config.Config
+	variant    string
+	labels     string
+	labelled   bool
+}
+
 // resourceName strips the flavor prefix slot names carry.
 func resourceName(slotName string) string {
 	if i := strings.IndexByte(slotName, 0); i >= 0 {
@@ -88,9 +140,8 @@ func New(opts Options) *Generators {
 		opts.CacheSize = 20_000
 	}
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
-	scopes, _ := lru.New[scopeKey, *Scope](4096)
-	lists, _ := lru.New[any, xds.Resources](4096)
-	g := &Generators{resources: resources, scopes: scopes, lists: lists, clusters: newSlots(), assignments: newSlots()}
+	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots(), assignments: newSlots(),
+		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry]()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)

@@ -35,11 +35,12 @@ type outboundListenerKey struct {
 // virtualOutboundKey: virtualOutbound depends on nothing; every sidecar shares one.
 type virtualOutboundKey struct{}
 
-// inboundListenerKey: virtualInbound depends on the snapshot and on what desc spells out (ports, modes,
-// policies), so replicas of one workload share it.
+// inboundListenerKey: virtualInbound is built from what desc spells out (ports, modes, the policies' keys and
+// versions) alone; policies also key by index identity, so an edited policy rebuilds it even if a source
+// reused a version. Replicas of one workload share it, and snapshots that change neither keep it.
 type inboundListenerKey struct {
-	version uint64
-	desc    string
+	policies any
+	desc     string
 }
 
 // sidecarListeners returns the proxy's listeners sorted by name: one per outbound destination, then
@@ -67,7 +68,8 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 // outboundListeners returns the outbound listeners of key's scope, sorted by name, each marshaled on its
 // own: a change to one destination changes that listener's bytes (and version) only.
 func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *model.PushContext) (xds.Resources, error) {
-	if cached, ok := l.g.lists.Get(key); ok {
+	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ)}
+	if cached, ok := l.g.lists.get(id, key); ok {
 		return cached, nil
 	}
 	var out xds.Resources
@@ -78,7 +80,7 @@ func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *mode
 		}
 		out = append(out, r)
 	}
-	l.g.lists.Add(key, out)
+	l.g.lists.put(id, key, out)
 	return out, nil
 }
 
@@ -505,7 +507,7 @@ func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushCon
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
 		td:       push.Mesh.TrustDomain,
 	}
-	return l.g.cached(inboundListenerKey{push.Version, in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
+	return l.g.cached(inboundListenerKey{push.PoliciesID(), in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
 		lis, notes := buildVirtualInbound(in)
 		for _, n := range notes {
 			slog.Debug("authorization policy translated with a change", "namespace", proxy.Namespace, "note", n)

@@ -16,7 +16,7 @@ package envoy
 import (
 	"strconv"
 
-	"google.golang.org/protobuf/proto"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
@@ -24,10 +24,7 @@ import (
 
 type virtualHostGenerator struct{ g *Generators }
 
-// vhostsKey identifies the VHDS virtual hosts of one sidecar route configuration.
-type vhostsKey struct{ routeKey }
-
-// vhostsDependOnLabel marks a vhostsKey whose virtual hosts depend on the proxy's labels.
+// vhostsDependOnLabel marks virtual host lists that depend on the proxy's labels.
 var vhostsDependOnLabel = xds.Resources{routeDependsOnLabel}
 
 // Generate returns the virtual hosts of every route configuration of the proxy's scope; the transport holds
@@ -52,30 +49,100 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 // virtualHosts returns the marshaled VHDS virtual hosts of route configuration name, shared by the proxies
 // of a scope (and of a label set, when a VirtualService's sourceLabels made them depend on it).
 func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (xds.Resources, error) {
-	key := vhostsKey{routeKey{routing: routingID(push), proxyType: xds.Sidecar, name: name, scope: scope, vhds: true}}
-	list, ok := g.lists.Get(key)
+	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar}
+	inputs := [2]any{routingID(push), scope}
+	list, ok := g.lists.get(id, inputs)
 	if ok && len(list) == 1 && list[0] == routeDependsOnLabel {
-		key.labels, key.labelled = labelsKey(proxy.Labels), true
-		list, ok = g.lists.Get(key)
+		id.labels, id.labelled = labelsKey(proxy.Labels), true
+		list, ok = g.lists.get(id, inputs)
 	}
 	if ok {
 		return list, nil
 	}
+	list = nil
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
-	vhosts, _ := b.sidecarVirtualHosts(port)
-	list = make(xds.Resources, 0, len(vhosts))
-	for _, vh := range vhosts {
-		vh.Name = name + "/" + vh.Name
-		r, err := marshal(vh.Name, proto.Message(vh))
+	rules := push.DestinationRulesID()
+	domains := newDomainSet()
+	for _, svc := range scope.Services {
+		sp := svc.PortByNumber(port)
+		if sp == nil || !isHTTPPort(sp) {
+			continue
+		}
+		var ds []string
+		if push.VirtualServiceForHost(proxy.Namespace, model.MeshGateway, svc.Hostname) == nil {
+			// Without a VirtualService the virtual host depends on the service, the port, the proxy's
+			// namespace (short names, DestinationRule precedence) and the routing config only: built once,
+			// and reused by every later snapshot that keeps the service, so adding a service builds one.
+			e, err := g.plainVirtualHost(b, svc, port, rules, name)
+			if err != nil {
+				return nil, err
+			}
+			if ds = domains.add(e.domains); len(ds) == len(e.domains) {
+				list = append(list, e.res)
+				continue
+			}
+			// Another service claimed some of its names (a shared VIP): built with the rest.
+		} else {
+			ds = domains.add(serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix))
+		}
+		if len(ds) == 0 {
+			continue // every name already belongs to an earlier virtual host
+		}
+		r, err := marshal(name+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, name, ds))
 		if err != nil {
 			return nil, err
 		}
 		list = append(list, r)
 	}
-	if b.usedLabels && !key.labelled {
-		g.lists.Add(key, vhostsDependOnLabel)
-		key.labels, key.labelled = labelsKey(proxy.Labels), true
+	if b.usedLabels && !id.labelled {
+		g.lists.put(id, inputs, vhostsDependOnLabel)
+		id.labels, id.labelled = labelsKey(proxy.Labels), true
 	}
-	g.lists.Add(key, list)
+	g.lists.put(id, inputs, list)
 	return list, nil
+}
+
+// vhostID identifies the virtual host of a service without a VirtualService, as seen from a namespace.
+type vhostID struct {
+	service   string // namespace/hostname
+	port      uint32
+	namespace string
+}
+
+// vhostInputs is what such a virtual host is built from besides its identity.
+type vhostInputs struct {
+	svc   *model.Service
+	rules any // DestinationRulesID: consistent-hash policies
+}
+
+// vhostEntry is a marshaled virtual host with every domain it names.
+type vhostEntry struct {
+	res     *xds.Resource
+	domains []string
+}
+
+// plainVirtualHost returns the virtual host of svc, without a VirtualService, on port for b's proxy's namespace.
+func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, routeConfig string) (vhostEntry, error) {
+	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace}, vhostInputs{svc, rules}
+	if e, ok := g.vhosts.get(id, inputs); ok {
+		return e, nil
+	}
+	ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix)
+	r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, routeConfig, ds))
+	if err != nil {
+		return vhostEntry{}, err
+	}
+	e := vhostEntry{res: r, domains: ds}
+	g.vhosts.put(id, inputs, e)
+	return e, nil
+}
+
+// virtualHost is the VHDS virtual host ROUTE_CONFIG/HOSTNAME:PORT of svc, naming domains.
+func (b *routeBuilder) virtualHost(svc *model.Service, port uint32, routeConfig string, domains []string) *route.VirtualHost {
+	return &route.VirtualHost{
+		Name:                       routeConfig + "/" + hostPort(svc.Hostname, port),
+		Domains:                    domains,
+		Routes:                     b.serviceRoutes(svc, port),
+		IncludeRequestAttemptCount: true,
+	}
 }

@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -8,7 +10,10 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -44,48 +49,165 @@ func generateVirtualHosts(t *testing.T, g *Generators, proxy *xds.Proxy, push *m
 }
 
 // A VHDS sidecar gets route configurations holding only the catch-all, and virtual hosts that rebuild exactly
-// the table a sidecar without VHDS gets, sourceLabels included.
+// the table a sidecar without VHDS gets: sourceLabels, VirtualServices, and VIPs shared between services.
 func TestVHDSMatchesInlineRoutes(t *testing.T) {
 	push := rdsPush(t)
 	for _, labels := range []map[string]string{{"app": "productpage"}, {"app": "reviews"}} {
-		g := New(Options{})
-		vhdsProxy := envoyProxy("bookinfo", labels, true, 1, 38)
-		inline := generateRoutes(t, g, envoyProxy("bookinfo", labels, false, 1, 38), push, wildcard(xds.RouteType))
-		withVHDS := generateRoutes(t, g, vhdsProxy, push, wildcard(xds.RouteType))
-		if len(inline) == 0 || len(inline) != len(withVHDS) {
-			t.Fatalf("route configurations: %d inline, %d with VHDS", len(inline), len(withVHDS))
+		checkVHDSMatchesInline(t, push, "bookinfo", labels)
+	}
+	checkVHDSMatchesInline(t, push, "other", nil)
+	shared := pushFromYAML(t, []byte(`
+apiVersion: v1
+kind: Service
+metadata: {name: a, namespace: ns}
+spec:
+  clusterIP: 10.1.0.1
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: b, namespace: ns}
+spec:
+  clusterIP: 10.1.0.1
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: c, namespace: ns}
+spec:
+  clusterIP: 10.1.0.1
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: b, namespace: ns}
+spec:
+  hosts: [b]
+  http:
+  - route: [{destination: {host: b}}]
+    timeout: 2s
+`))
+	checkVHDSMatchesInline(t, shared, "ns", nil)
+	checkVHDSMatchesInline(t, shared, "other", nil)
+	golden(t, "rds", "vhds-productpage", generateVirtualHosts(t, New(Options{}), envoyProxy("bookinfo", map[string]string{"app": "productpage"}, true, 1, 38), push))
+}
+
+func checkVHDSMatchesInline(t *testing.T, push *model.PushContext, ns string, labels map[string]string) {
+	t.Helper()
+	g := New(Options{})
+	vhdsProxy := envoyProxy(ns, labels, true, 1, 38)
+	inline := generateRoutes(t, g, envoyProxy(ns, labels, false, 1, 38), push, wildcard(xds.RouteType))
+	withVHDS := generateRoutes(t, g, vhdsProxy, push, wildcard(xds.RouteType))
+	if len(inline) == 0 || len(inline) != len(withVHDS) {
+		t.Fatalf("route configurations: %d inline, %d with VHDS", len(inline), len(withVHDS))
+	}
+	byRC := map[string][]*route.VirtualHost{}
+	for _, vh := range generateVirtualHosts(t, g, vhdsProxy, push) {
+		rc := xds.RouteConfigOfVirtualHost(vh.Name)
+		byRC[rc] = append(byRC[rc], vh)
+	}
+	for i, rc := range withVHDS {
+		if rc.Vhds.GetConfigSource().GetAds() == nil || len(rc.VirtualHosts) != 1 || rc.VirtualHosts[0].Name != AllowAnyVirtualHost {
+			t.Errorf("%s: want an ADS vhds source and only %s inline, got vhds %v and %d virtual hosts",
+				rc.Name, AllowAnyVirtualHost, rc.Vhds, len(rc.VirtualHosts))
 		}
-		byRC := map[string][]*route.VirtualHost{}
-		for _, vh := range generateVirtualHosts(t, g, vhdsProxy, push) {
-			rc := xds.RouteConfigOfVirtualHost(vh.Name)
-			byRC[rc] = append(byRC[rc], vh)
+		var want []*route.VirtualHost
+		for _, vh := range inline[i].VirtualHosts {
+			if vh.Name == AllowAnyVirtualHost {
+				continue
+			}
+			vh = proto.Clone(vh).(*route.VirtualHost)
+			vh.Name = rc.Name + "/" + vh.Name
+			want = append(want, vh)
 		}
-		for i, rc := range withVHDS {
-			if rc.Vhds.GetConfigSource().GetAds() == nil || len(rc.VirtualHosts) != 1 || rc.VirtualHosts[0].Name != AllowAnyVirtualHost {
-				t.Errorf("%s: want an ADS vhds source and only %s inline, got vhds %v and %d virtual hosts",
-					rc.Name, AllowAnyVirtualHost, rc.Vhds, len(rc.VirtualHosts))
-			}
-			var want []*route.VirtualHost
-			for _, vh := range inline[i].VirtualHosts {
-				if vh.Name == AllowAnyVirtualHost {
-					continue
-				}
-				vh = proto.Clone(vh).(*route.VirtualHost)
-				vh.Name = rc.Name + "/" + vh.Name
-				want = append(want, vh)
-			}
-			got := byRC[rc.Name]
-			if len(got) != len(want) {
-				t.Fatalf("%v %s: %d virtual hosts over VHDS, %d inline", labels, rc.Name, len(got), len(want))
-			}
-			for j := range want {
-				if !proto.Equal(got[j], want[j]) {
-					t.Errorf("%v %s: virtual host %d differs:\nVHDS   %v\ninline %v", labels, rc.Name, j, got[j], want[j])
-				}
+		got := byRC[rc.Name]
+		if len(got) != len(want) {
+			t.Fatalf("%s %v %s: %d virtual hosts over VHDS, %d inline", ns, labels, rc.Name, len(got), len(want))
+		}
+		for j := range want {
+			if !proto.Equal(got[j], want[j]) {
+				t.Errorf("%s %v %s: virtual host %d differs:\nVHDS   %v\ninline %v", ns, labels, rc.Name, j, got[j], want[j])
 			}
 		}
 	}
-	golden(t, "rds", "vhds-productpage", generateVirtualHosts(t, New(Options{}), envoyProxy("bookinfo", map[string]string{"app": "productpage"}, true, 1, 38), push))
+}
+
+// Adding a service to a snapshot builds its virtual hosts only: every other one is the same resource as
+// before, so the transport sends each sidecar the new ones alone.
+func TestVHDSServiceAddBuildsOnlyItsVirtualHosts(t *testing.T) {
+	data, err := os.ReadFile("testdata/rds/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := config.SplitDocuments(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New()
+	for i, doc := range docs {
+		if config.IsEmptyDocument(doc) {
+			continue
+		}
+		c, err := config.Parse(doc, "mesh.yaml", i, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Upsert(store.LayerFile, c)
+	}
+	before := model.Build(st, mesh.Default())
+	added, err := config.Parse([]byte(`
+apiVersion: v1
+kind: Service
+metadata: {name: ledger, namespace: bookinfo}
+spec:
+  clusterIP: 10.0.9.9
+  ports: [{name: http, port: 9080}, {name: http-web, port: 80}]
+`), "added.yaml", 0, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Upsert(store.LayerFile, added)
+	after, _ := model.Update(before, st, []model.Change{{Key: added.Key, New: added}})
+
+	g := New(Options{})
+	gen := g.ByTypeURL()[xds.VirtualHostType]
+	proxy := envoyProxy("bookinfo", map[string]string{"app": "ratings"}, true, 1, 38)
+	byName := func(push *model.PushContext) map[string]*xds.Resource {
+		res, err := gen.Generate(proxy, push, wildcard(xds.VirtualHostType), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*xds.Resource{}
+		for _, r := range res {
+			out[r.Name] = r
+		}
+		return out
+	}
+	old, cur := byName(before), byName(after)
+	var changed, rebuilt []string
+	for name, r := range cur {
+		if old[name] == nil || old[name].Version != r.Version {
+			changed = append(changed, name)
+		}
+		if old[name] != nil && old[name] != r && push0VirtualService(before, name) == nil {
+			rebuilt = append(rebuilt, name)
+		}
+	}
+	slices.Sort(changed)
+	want := []string{"80/ledger.bookinfo.svc.cluster.local:80", "9080/ledger.bookinfo.svc.cluster.local:9080"}
+	if !slices.Equal(changed, want) || len(cur) != len(old)+2 {
+		t.Errorf("changed %v (of %d, before %d); want only %v", changed, len(cur), len(old), want)
+	}
+	// Virtual hosts without a VirtualService are not even rebuilt.
+	if len(rebuilt) > 0 {
+		t.Errorf("rebuilt without a VirtualService: %v", rebuilt)
+	}
+}
+
+// push0VirtualService returns the VirtualService for the host of VHDS resource name, seen from bookinfo.
+func push0VirtualService(push *model.PushContext, name string) *model.VirtualService {
+	host := name[strings.IndexByte(name, '/')+1 : strings.LastIndexByte(name, ':')]
+	return push.VirtualServiceForHost("bookinfo", model.MeshGateway, host)
 }
 
 // VHDS only for Envoy sidecars that can take it: delta stream, Envoy ≥ the configured minimum, not disabled.

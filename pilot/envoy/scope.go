@@ -22,11 +22,9 @@ type Scope struct {
 // Service returns the service the proxy sees for host, or nil.
 func (s *Scope) Service(host string) *model.Service { return s.byHost[host] }
 
-// scopeKey holds what a scope depends on. It does not change with the snapshot version, so endpoint-only
-// pushes reuse scopes (and everything cached against them).
-type scopeKey struct {
-	services  any
-	sidecars  any
+// scopeID is whom a scope is for. It is built from the services and Sidecars (and not the snapshot version),
+// so endpoint-only pushes reuse scopes and everything cached against them.
+type scopeID struct {
 	namespace string
 	sidecar   *config.Config
 }
@@ -34,12 +32,12 @@ type scopeKey struct {
 // scopeFor returns the proxy's scope. Proxies in one namespace under the same Sidecar share it.
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
-	key := scopeKey{push.ServicesID(), push.SidecarsID(), proxy.Namespace, sidecar}
-	if s, ok := g.scopes.Get(key); ok {
+	id, inputs := scopeID{proxy.Namespace, sidecar}, [2]any{push.ServicesID(), push.SidecarsID()}
+	if s, ok := g.scopes.get(id, inputs); ok {
 		return s
 	}
 	s := buildScope(push, proxy.Namespace, sidecar)
-	g.scopes.Add(key, s)
+	g.scopes.put(id, inputs, s)
 	return s
 }
 
