@@ -49,8 +49,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 			if err != nil {
 				return nil, err
 			}
-			g.lists.put(id, inputs, list)
-			out = slices.Clone(list)
+			out = slices.Clone(g.lists.put(id, inputs, list))
 		}
 	} else {
 		list, err := c.outbound(scope, push, flavor, w)

@@ -108,11 +108,17 @@ func (c *generations[K, V]) get(id K, inputs any) (V, bool) {
 	return e.v, true
 }
 
-// put stores v, built from inputs, replacing what id held.
-func (c *generations[K, V]) put(id K, inputs any, v V) {
+// put stores v, built from inputs, replacing what id held, and returns the value to use: when another
+// goroutine stored a build from the same inputs meanwhile, that one, so every proxy shares one value and
+// caches keyed by it (a scope is part of list inputs) do not alternate between twins.
+func (c *generations[K, V]) put(id K, inputs any, v V) V {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[id]; ok && e.inputs == inputs {
+		return e.v
+	}
 	c.m[id] = generation[V]{inputs: inputs, v: v}
-	c.mu.Unlock()
+	return v
 }
 
 // listID is the stable identity of a shared list: what it is (kind, e.g. "cds"; name, e.g. a route

@@ -80,8 +80,7 @@ func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *mode
 		}
 		out = append(out, r)
 	}
-	l.g.lists.put(id, key, out)
-	return out, nil
+	return l.g.lists.put(id, key, out), nil
 }
 
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.

@@ -98,8 +98,7 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 		g.lists.put(id, inputs, vhostsDependOnLabel)
 		id.labels, id.labelled = labelsKey(proxy.Labels), true
 	}
-	g.lists.put(id, inputs, list)
-	return list, nil
+	return g.lists.put(id, inputs, list), nil
 }
 
 // vhostID identifies the virtual host of a service without a VirtualService, as seen from a namespace.
@@ -133,8 +132,7 @@ func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port 
 		return vhostEntry{}, err
 	}
 	e := vhostEntry{res: r, domains: ds}
-	g.vhosts.put(id, inputs, e)
-	return e, nil
+	return g.vhosts.put(id, inputs, e), nil
 }
 
 // virtualHost is the VHDS virtual host ROUTE_CONFIG/HOSTNAME:PORT of svc, naming domains.

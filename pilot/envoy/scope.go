@@ -36,9 +36,7 @@ func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope 
 	if s, ok := g.scopes.get(id, inputs); ok {
 		return s
 	}
-	s := buildScope(push, proxy.Namespace, sidecar)
-	g.scopes.put(id, inputs, s)
-	return s
+	return g.scopes.put(id, inputs, buildScope(push, proxy.Namespace, sidecar))
 }
 
 func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Scope {

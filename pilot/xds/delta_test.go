@@ -170,3 +170,36 @@ func TestDeltaNackIsNotRepushed(t *testing.T) {
 		t.Fatalf("fix: %v", got)
 	}
 }
+
+// One full push that changes, adds and removes resources at once, next to unchanged ones handed out again
+// as the same *Resource: exactly the changes go out.
+func TestDeltaFullStateMixedChanges(t *testing.T) {
+	e := newEnv(t, snapshot{ClusterType: {"a": "a1", "b": "b1", "c": "c1", "d": "d1", "f": "f1"}})
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	r := c.recv()
+	if len(r.Resources) != 5 {
+		t.Fatalf("initial %v", deltaResources(t, r))
+	}
+	deltaAsk(c, nil, ClusterType, nil, nil, r)
+	for i, step := range []struct {
+		edit        func(snapshot)
+		want        map[string]string
+		wantRemoved []string
+	}{
+		{func(s snapshot) { delete(s[ClusterType], "b"); s[ClusterType]["c"] = "c2"; s[ClusterType]["e"] = "e1" },
+			map[string]string{"c": "c2", "e": "e1"}, []string{"b"}},
+		{func(s snapshot) { delete(s[ClusterType], "d") }, map[string]string{}, []string{"d"}},
+		{func(s snapshot) { delete(s[ClusterType], "e"); s[ClusterType]["a"] = "a2" }, map[string]string{"a": "a2"}, []string{"e"}},
+		{func(s snapshot) { s[ClusterType]["b"] = "b1" }, map[string]string{"b": "b1"}, nil}, // back, same payload
+	} {
+		e.publish(true, nil, step.edit)
+		r = c.recv()
+		if got := deltaResources(t, r); !maps.Equal(got, step.want) || !slices.Equal(r.RemovedResources, step.wantRemoved) {
+			t.Fatalf("step %d: got %v removed %v; want %v removed %v", i, got, r.RemovedResources, step.want, step.wantRemoved)
+		}
+		deltaAsk(c, nil, ClusterType, nil, nil, r)
+	}
+	e.publish(true, nil, func(snapshot) {})
+	c.none(200 * time.Millisecond)
+}

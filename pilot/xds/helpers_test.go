@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,6 +177,7 @@ type testGen struct {
 	env     *testEnv
 	typeURL string
 	calls   atomic.Int64
+	built   sync.Map // [name, payload] → *Resource
 }
 
 func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource, _ *model.PushRequest) (Resources, error) {
@@ -198,8 +200,16 @@ func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource
 		if pad > 0 {
 			payload += strings.Repeat("x", pad)
 		}
-		out = append(out, &Resource{Name: name, Any: message(g.typeURL, name, payload)})
+		// Unchanged resources come back as the same *Resource, as the real generators' caches hand them out,
+		// so the transport's walk over the last full state is exercised by every delta test.
+		key := [2]string{name, payload}
+		r, ok := g.built.Load(key)
+		if !ok {
+			r, _ = g.built.LoadOrStore(key, &Resource{Name: name, Any: message(g.typeURL, name, payload)})
+		}
+		out = append(out, r.(*Resource))
 	}
+	slices.SortFunc(out, func(a, b *Resource) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

@@ -124,6 +124,9 @@ type WatchedResource struct {
 	legacy bool
 	// sent maps name → version of the resources the client has (delta only).
 	sent map[string]string
+	// lastFull is the full state last sent whole (delta, wildcard), each element on the client as is; nil
+	// after anything else changed sent.
+	lastFull Resources
 	// nacked is the nonce last NACKed, so a repeated NACK of the same response is logged and counted once.
 	nacked string
 }
@@ -141,7 +144,7 @@ func (w *WatchedResource) Subscribed(name string) bool {
 func (w *WatchedResource) clone() WatchedResource {
 	c := *w
 	c.ResourceNames = maps.Clone(w.ResourceNames)
-	c.sent = nil
+	c.sent, c.lastFull = nil, nil
 	return c
 }
 
