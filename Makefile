@@ -28,7 +28,8 @@ generate:
 generate-check: generate
 	git diff --exit-code -- api/
 
-# --- Integration tests against a real kube-apiserver and etcd (tests/integration) ---
+# --- Integration tests against a real kube-apiserver and etcd (tests/integration, and the load harness's
+# -source kube run in tests/load) ---
 # test-env builds both from the versions pinned in tools/ into a cache outside the repository
 # (~13 minutes cold on 2 cores; instant when cached). test-integration starts them on loopback.
 .PHONY: test-env test-integration
@@ -38,6 +39,7 @@ test-env:
 
 test-integration:
 	$(GO) test -tags integration -count=1 -v -timeout 30m ./tests/integration/
+	$(GO) test -tags integration -count=1 -v -timeout 5m -run '^TestKubeSource$$' ./tests/load/
 
 # --- Load harness (tests/load): generated mesh, simulated sidecars and ztunnels, per-change latency, bytes,
 # server CPU and memory. Defaults: 300 services × 3 ports, 10 pods each, 300 delta sidecars, all scenarios.

@@ -19,7 +19,7 @@ GO=${GO:-go}
 K8S_VERSION=v1.37.2
 
 # hash prints the first 16 hex digits of sha256(go.mod + go.sum) of a tools module;
-# tests/integration/env.go computes the same.
+# tests/kubeenv/binaries.go computes the same.
 hash() { cat "$ROOT/tools/$1/go.mod" "$ROOT/tools/$1/go.sum" | sha256sum | cut -c1-16; }
 
 KUBE_DIR=$TOOLS_DIR/kube-apiserver/$(hash kube)

@@ -20,6 +20,9 @@ import (
 
 // Config is everything a run is parameterised by.
 type Config struct {
+	// Source is where Sextant reads the mesh: "file" (a directory it watches) or "kube" (a real
+	// kube-apiserver, the changes made through its API).
+	Source   string    `json:"source"`
 	Shape    meshShape `json:"shape"`
 	Sidecars int       `json:"sidecars"`
 	Ztunnels int       `json:"ztunnels"`
@@ -56,10 +59,14 @@ type Report struct {
 	Mesh    meshStats `json:"mesh"`
 	Results []*Result `json:"results"`
 	// Server totals at the end of the run.
-	PeakRSSBytes int64    `json:"peakRssBytes"`
-	CPUSeconds   float64  `json:"cpuSeconds"`
-	StartupMs    float64  `json:"startupMs"`
-	Errors       []string `json:"errors,omitempty"`
+	PeakRSSBytes int64   `json:"peakRssBytes"`
+	CPUSeconds   float64 `json:"cpuSeconds"`
+	StartupMs    float64 `json:"startupMs"`
+	// MeshLoadMs is how long writing the initial mesh took (files, or objects created through the API, in
+	// MeshAPIRequests requests, with the kube source).
+	MeshLoadMs      float64  `json:"meshLoadMs"`
+	MeshAPIRequests int64    `json:"meshApiRequests,omitempty"`
+	Errors          []string `json:"errors,omitempty"`
 }
 
 type meshStats struct {
@@ -95,6 +102,8 @@ func (h *harness) nextMarker() int64 { return h.marker.Add(1) }
 func main() {
 	var cfg Config
 	var scenarios, jsonOut, mode, envoyVersion string
+	flag.StringVar(&cfg.Source, "source", "file", "where Sextant reads the mesh: file (--config-dir) or kube (a real kube-apiserver "+
+		"and etcd from make test-env, changes made through the API)")
 	flag.IntVar(&cfg.Shape.Services, "services", 300, "services (each with ports 80 http, 8080 grpc, 9090 tcp)")
 	flag.IntVar(&cfg.Shape.PodsPerService, "pods", 10, "pods per service (each in the service's EndpointSlice)")
 	flag.IntVar(&cfg.Shape.Namespaces, "namespaces", 10, "namespaces the services are spread over")
@@ -170,6 +179,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 60 * time.Second
 	}
+	switch cfg.Source {
+	case "":
+		cfg.Source = "file"
+	case "file", "kube":
+	default:
+		return nil, fmt.Errorf("unknown -source %q (have file, kube)", cfg.Source)
+	}
 	for _, s := range cfg.Scenarios {
 		if !slices.Contains(allScenarios, s) {
 			return nil, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
@@ -192,10 +208,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			return nil, err
 		}
 	}
-	configDir := filepath.Join(work, "config")
-	if err := os.MkdirAll(configDir, 0o755); err != nil {
-		return nil, err
-	}
 	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Load: loadavg(), Config: cfg}
 	bin := cfg.ServerBin
 	if bin == "" {
@@ -209,22 +221,45 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	for t := range shortType {
 		h.byType[t] = &atomic.Int64{}
 	}
-	h.mesh = newMesh(configDir, cfg.Shape)
+	var config applier
+	var sourceArgs []string
+	var kube *kubeApplier
+	if cfg.Source == "kube" {
+		env, ka, kubeconfig, err := startKube(ctx, filepath.Join(work, "kube"), out)
+		if err != nil {
+			return nil, err
+		}
+		defer env.Stop()
+		config, sourceArgs, kube = ka, []string{"--kubeconfig", kubeconfig}, ka
+	} else {
+		configDir := filepath.Join(work, "config")
+		if err := os.MkdirAll(configDir, 0o755); err != nil {
+			return nil, err
+		}
+		config, sourceArgs = fileApplier{dir: configDir}, []string{"--config-dir", configDir}
+	}
+	h.mesh = newMesh(config, cfg.Shape)
+	t0 := time.Now()
 	if err := h.mesh.writeAll(); err != nil {
 		return nil, err
 	}
+	rep.MeshLoadMs = float64(time.Since(t0).Microseconds()) / 1000
+	if kube != nil {
+		rep.MeshAPIRequests = kube.calls.Load()
+		fmt.Fprintf(out, "mesh created through the API in %.1f s (%d requests)\n", rep.MeshLoadMs/1000, rep.MeshAPIRequests)
+	}
 	logPath := filepath.Join(work, "server.log")
-	t0 := time.Now()
-	srv, err := startServer(bin, configDir, logPath, cfg.Debounce, cfg.SendTimeout, cfg.ServerArgs...)
+	t0 = time.Now()
+	srv, err := startServer(bin, sourceArgs, logPath, cfg.Debounce, cfg.SendTimeout, cfg.ServerArgs...)
 	if err != nil {
 		return nil, err
 	}
 	h.srv = srv
 	defer srv.stop()
 	rep.StartupMs = float64(time.Since(t0).Microseconds()) / 1000
-	fmt.Fprintf(out, "mesh: %d services × %d ports, %d pods, %d namespaces; %d sidecars (%s), %d ztunnels; server ready in %.0f ms\n",
+	fmt.Fprintf(out, "mesh: %d services × %d ports, %d pods, %d namespaces; %d sidecars (%s), %d ztunnels; source %s; server ready in %.0f ms\n",
 		cfg.Shape.Services, len(servicePorts), cfg.Shape.Services*cfg.Shape.PodsPerService, cfg.Shape.Namespaces,
-		cfg.Sidecars, map[bool]string{true: "delta", false: "sotw"}[cfg.Delta], cfg.Ztunnels, rep.StartupMs)
+		cfg.Sidecars, map[bool]string{true: "delta", false: "sotw"}[cfg.Delta], cfg.Ztunnels, cfg.Source, rep.StartupMs)
 
 	want := func(s string) bool { return slices.Contains(cfg.Scenarios, s) }
 	var cold *Result

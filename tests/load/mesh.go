@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -42,9 +40,10 @@ type pod struct {
 	name, ip, node string
 }
 
-// mesh is the generated config and the directory it is written to. Only the harness's goroutine changes it.
+// mesh is the generated config and where it goes (files or a kube-apiserver). Only the harness's goroutine
+// changes it.
 type mesh struct {
-	dir   string
+	out   applier
 	shape meshShape
 	svcs  []*service
 	ipSeq uint32
@@ -52,8 +51,8 @@ type mesh struct {
 	svcID int
 }
 
-func newMesh(dir string, shape meshShape) *mesh {
-	m := &mesh{dir: dir, shape: shape, ipSeq: 1}
+func newMesh(out applier, shape meshShape) *mesh {
+	m := &mesh{out: out, shape: shape, ipSeq: 1}
 	for i := 0; i < shape.Services; i++ {
 		m.newService(false)
 	}
@@ -79,7 +78,7 @@ func (m *mesh) newService(write bool) *service {
 	}
 	m.svcs = append(m.svcs, s)
 	if write {
-		must(m.writeService(s))
+		must(m.writeService(s, nil))
 	}
 	return s
 }
@@ -87,10 +86,10 @@ func (m *mesh) newService(write bool) *service {
 // addService adds a service to the model; writeService makes it real.
 func (m *mesh) addService() *service { return m.newService(false) }
 
-// removeService deletes a service's file and forgets it.
+// removeService deletes a service (its file or objects) and forgets it.
 func (m *mesh) removeService(s *service) error {
 	m.svcs = slices.DeleteFunc(m.svcs, func(x *service) bool { return x == s })
-	return m.remove(s.file())
+	return m.out.remove(s.file())
 }
 
 func (m *mesh) newPod(s *service) *pod {
@@ -112,44 +111,30 @@ func (m *mesh) writeAll() error {
 		fmt.Fprintf(&b, "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-%d\n  labels:\n"+
 			"    topology.kubernetes.io/region: region-a\n    topology.kubernetes.io/zone: zone-%d\n---\n", i, i%2)
 	}
-	if err := m.write("00-cluster.yaml", b.String()); err != nil {
-		return err
-	}
+	units := []unit{{"00-cluster.yaml", b.String()}}
 	for _, s := range m.svcs {
-		if err := m.writeService(s); err != nil {
-			return err
-		}
+		units = append(units, unit{s.file(), serviceYAML(s)})
 	}
 	if m.shape.Policies {
 		for i := 0; i < m.shape.Namespaces; i++ {
-			if err := m.write(fmt.Sprintf("authz-%s.yaml", m.ns(i)), authorizationPolicy(m.ns(i), "allow-mesh", "base")); err != nil {
-				return err
-			}
+			units = append(units, unit{fmt.Sprintf("authz-%s.yaml", m.ns(i)), authorizationPolicy(m.ns(i), "allow-mesh", "base")})
 		}
 	}
 	if k := m.shape.RoutingEvery; k > 0 {
 		for i := 0; i < len(m.svcs); i += k {
-			if err := m.write(fmt.Sprintf("vs-%s.yaml", m.svcs[i].name), virtualService(m.svcs[i], "vs-"+m.svcs[i].name, "base")); err != nil {
-				return err
-			}
+			units = append(units, unit{fmt.Sprintf("vs-%s.yaml", m.svcs[i].name), virtualService(m.svcs[i], "vs-"+m.svcs[i].name, "base")})
 		}
 	}
-	return nil
+	return m.out.load(units)
 }
 
-// write replaces a file atomically: a reader never sees half of it. The temporary name is not a config
-// file name (and not hidden, which would make the source rescan the whole directory).
-func (m *mesh) write(name, content string) error {
-	tmp := filepath.Join(m.dir, name+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(m.dir, name))
+// writeService writes a service with its pods and EndpointSlice; begin as in applier.apply.
+func (m *mesh) writeService(s *service, begin func()) error {
+	return m.out.apply(s.file(), serviceYAML(s), begin)
 }
 
-func (m *mesh) remove(name string) error { return os.Remove(filepath.Join(m.dir, name)) }
-
-func (m *mesh) writeService(s *service) error {
+// serviceYAML is a Service, its Pods (running and ready) and its EndpointSlice.
+func serviceYAML(s *service) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  clusterIP: %s\n"+
 		"  selector:\n    app: %s\n  ports:\n", s.name, s.ns, s.clusterIP, s.name)
@@ -159,8 +144,8 @@ func (m *mesh) writeService(s *service) error {
 	for _, p := range s.pods {
 		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n  namespace: %s\n  labels:\n    app: %s\n"+
 			"    version: v1\n    security.istio.io/tlsMode: istio\nspec:\n  nodeName: %s\n  serviceAccountName: %s\n"+
-			"  containers:\n  - name: app\n    image: app\nstatus:\n  phase: Running\n  podIP: %s\n  conditions:\n"+
-			"  - type: Ready\n    status: \"True\"\n", p.name, s.ns, s.name, p.node, s.name, p.ip)
+			"  containers:\n  - name: app\n    image: app\nstatus:\n  phase: Running\n  podIP: %s\n  podIPs:\n  - ip: %s\n"+
+			"  conditions:\n  - type: Ready\n    status: \"True\"\n", p.name, s.ns, s.name, p.node, s.name, p.ip, p.ip)
 	}
 	fmt.Fprintf(&b, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: %s-slice\n  namespace: %s\n"+
 		"  labels:\n    kubernetes.io/service-name: %s\naddressType: IPv4\nports:\n", s.name, s.ns, s.name)
@@ -172,7 +157,7 @@ func (m *mesh) writeService(s *service) error {
 		fmt.Fprintf(&b, "- addresses: [\"%s\"]\n  conditions:\n    ready: true\n  nodeName: %s\n  targetRef:\n    kind: Pod\n"+
 			"    namespace: %s\n    name: %s\n", p.ip, p.node, s.ns, p.name)
 	}
-	return m.write(s.file(), b.String())
+	return b.String()
 }
 
 // authorizationPolicy allows one principal to reach every workload in ns; marker makes each version unique.

@@ -20,7 +20,7 @@ func mb(b float64) string {
 }
 
 func printReport(out io.Writer, rep *Report) {
-	fmt.Fprintf(out, "\n%s — %s — load %s\n", rep.Date, rep.Machine, rep.Load)
+	fmt.Fprintf(out, "\n%s — %s — load %s — source %s\n", rep.Date, rep.Machine, rep.Load, rep.Config.Source)
 	m := rep.Mesh
 	fmt.Fprintf(out, "per sidecar: %d clusters (%d EDS), %d listeners, %d route configs; per ztunnel: %d addresses\n\n",
 		m.Clusters, m.Endpoints, m.Listeners, m.Routes, m.Addresses)

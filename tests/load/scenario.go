@@ -20,7 +20,8 @@ type Result struct {
 	Proxies int `json:"proxies"`
 	// Missed counts proxy-changes not seen within the timeout.
 	Missed int `json:"missed"`
-	// Latency over every (change, interested proxy): time from the file write until that proxy has it.
+	// Latency over every (change, interested proxy): time from the file write or the first API call until
+	// that proxy has it.
 	P50Ms float64 `json:"p50Ms"`
 	P99Ms float64 `json:"p99Ms"`
 	MaxMs float64 `json:"maxMs"`
@@ -44,9 +45,12 @@ type Result struct {
 	Note        string             `json:"note,omitempty"`
 }
 
-// change collects the latencies of one change over its interested proxies.
+// change collects the latencies of one change over its interested proxies. The proxies time from start
+// (when the change is made, before its watches are registered); began, taken just before the first write,
+// is where the reported latency starts.
 type change struct {
 	start   time.Time
+	began   time.Time // set by begin, on the harness's goroutine
 	mu      sync.Mutex
 	lats    []time.Duration
 	pending atomic.Int64
@@ -62,6 +66,13 @@ func newChange() *change {
 
 // seal ends registration.
 func (c *change) seal() { c.release() }
+
+// begin starts the clock: the applier calls it just before its first write.
+func (c *change) begin() {
+	if c.began.IsZero() {
+		c.began = time.Now()
+	}
+}
 
 func (c *change) release() {
 	if c.pending.Add(-1) == 0 {
@@ -91,7 +102,14 @@ func (c *change) wait(deadline time.Time, proxies []*proxy) ([]time.Duration, in
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.lats), int(c.pending.Load())
+	lats := slices.Clone(c.lats)
+	if !c.began.IsZero() {
+		skew := c.began.Sub(c.start)
+		for i, d := range lats {
+			lats[i] = max(0, d-skew)
+		}
+	}
+	return lats, int(c.pending.Load())
 }
 
 // quiet waits until no proxy has received anything for d (at most limit).
@@ -107,6 +125,7 @@ func (h *harness) quiet(d, limit time.Duration) {
 }
 
 // measure runs one change: register waiters (before the write), apply it, wait, and take the counters.
+// apply passes begin on to the applier, which calls it just before its first write.
 type sample struct {
 	byType    map[string]int64
 	lats      []time.Duration
@@ -117,14 +136,14 @@ type sample struct {
 	cpu       float64
 }
 
-func (h *harness) measure(register func(c *change) int, apply func() error) (sample, error) {
+func (h *harness) measure(register func(c *change) int, apply func(begin func()) error) (sample, error) {
 	h.quiet(h.cfg.Quiet, 5*time.Second)
 	st0 := h.srv.stats()
 	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
 	c := newChange()
 	n := register(c)
 	c.seal()
-	if err := apply(); err != nil {
+	if err := apply(c.begin); err != nil {
 		return sample{}, err
 	}
 	lats, missed := c.wait(time.Now().Add(h.cfg.Timeout), h.all())
@@ -242,7 +261,7 @@ func (h *harness) serviceAdd() (*Result, error) {
 				})
 			}
 			return len(h.sidecars)
-		}, func() error { return h.mesh.writeService(s) })
+		}, func(begin func()) error { return h.mesh.writeService(s, begin) })
 		if err != nil {
 			return nil, err
 		}
@@ -292,17 +311,17 @@ func (h *harness) endpointAddRemove(sidecars bool) (add, remove *Result, err err
 				return n
 			}
 		}
-		smp, err := h.measure(register(true), func() error {
+		smp, err := h.measure(register(true), func(begin func()) error {
 			s.pods = append(s.pods, pd)
-			return h.mesh.writeService(s)
+			return h.mesh.writeService(s, begin)
 		})
 		if err != nil {
 			return nil, nil, err
 		}
 		adds = append(adds, smp)
-		smp, err = h.measure(register(false), func() error {
+		smp, err = h.measure(register(false), func(begin func()) error {
 			s.pods = slices.DeleteFunc(s.pods, func(x *pod) bool { return x == pd })
-			return h.mesh.writeService(s)
+			return h.mesh.writeService(s, begin)
 		})
 		if err != nil {
 			return nil, nil, err
@@ -329,7 +348,9 @@ func (h *harness) virtualServiceChange() (*Result, error) {
 				c.watch(p, anyContains("load-"+marker, rdsType, vhdsType))
 			}
 			return len(h.sidecars)
-		}, func() error { return h.mesh.write(file, virtualService(s, "vs-"+s.name, marker)) })
+		}, func(begin func()) error {
+			return h.mesh.out.apply(file, virtualService(s, "vs-"+s.name, marker), begin)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -338,9 +359,9 @@ func (h *harness) virtualServiceChange() (*Result, error) {
 	}
 	r := h.summarize("virtualservice-change", samples)
 	if h.mesh.shape.RoutingEvery > 0 {
-		must(h.mesh.write(file, virtualService(s, "vs-"+s.name, "base")))
+		must(h.mesh.out.apply(file, virtualService(s, "vs-"+s.name, "base"), nil))
 	} else {
-		must(h.mesh.remove(file))
+		must(h.mesh.out.remove(file))
 	}
 	h.quiet(2*h.cfg.Quiet, 10*time.Second)
 	return r, nil
@@ -369,7 +390,9 @@ func (h *harness) authorizationChange() (*Result, error) {
 				c.watch(p, anyContains("load-"+marker, authzType))
 			}
 			return len(inNS) + len(h.ztunnels)
-		}, func() error { return h.mesh.write(file, authorizationPolicy(ns, "allow-mesh", marker)) })
+		}, func(begin func()) error {
+			return h.mesh.out.apply(file, authorizationPolicy(ns, "allow-mesh", marker), begin)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -378,9 +401,9 @@ func (h *harness) authorizationChange() (*Result, error) {
 	r := h.summarize("authorization-change", samples)
 	r.Note = fmt.Sprintf("%d sidecars in %s (LDS) + %d ztunnels", len(inNS), ns, len(h.ztunnels))
 	if h.mesh.shape.Policies {
-		must(h.mesh.write(file, authorizationPolicy(ns, "allow-mesh", "base")))
+		must(h.mesh.out.apply(file, authorizationPolicy(ns, "allow-mesh", "base"), nil))
 	} else {
-		must(h.mesh.remove(file))
+		must(h.mesh.out.remove(file))
 	}
 	h.quiet(2*h.cfg.Quiet, 10*time.Second)
 	return r, nil
@@ -440,7 +463,7 @@ func (h *harness) churn() (*Result, error) {
 			ps = append(ps, p)
 		}
 		c.seal()
-		if err := h.mesh.writeService(s); err != nil {
+		if err := h.mesh.writeService(s, c.begin); err != nil {
 			return nil, err
 		}
 		changes = append(changes, c)
@@ -477,7 +500,7 @@ func (h *harness) churn() (*Result, error) {
 	for _, a := range live {
 		if !written[a.s] {
 			written[a.s] = true
-			must(h.mesh.writeService(a.s))
+			must(h.mesh.writeService(a.s, nil))
 		}
 	}
 	h.quiet(2*h.cfg.Quiet, 10*time.Second)

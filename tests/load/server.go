@@ -62,8 +62,9 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// startServer runs `sextant discovery` on configDir and waits until /ready answers.
-func startServer(bin, configDir, logPath string, debounce, sendTimeout time.Duration, extra ...string) (*serverProc, error) {
+// startServer runs `sextant discovery` with sourceArgs (--config-dir DIR or --kubeconfig FILE) and waits
+// until /ready answers.
+func startServer(bin string, sourceArgs []string, logPath string, debounce, sendTimeout time.Duration, extra ...string) (*serverProc, error) {
 	grpcAddr, err := freePort()
 	if err != nil {
 		return nil, err
@@ -76,7 +77,8 @@ func startServer(bin, configDir, logPath string, debounce, sendTimeout time.Dura
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"discovery", "--config-dir", configDir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr}
+	args := append([]string{"discovery"}, sourceArgs...)
+	args = append(args, "--grpc-addr", grpcAddr, "--http-addr", httpAddr)
 	if debounce > 0 {
 		args = append(args, "--debounce-after", debounce.String())
 	}

@@ -1,0 +1,73 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sextantmesh/sextant/tests/kubeenv"
+)
+
+// TestKubeSource runs the harness with -source kube on a small mesh: a real etcd and kube-apiserver (from
+// make test-env; skipped without them unless SEXTANT_REQUIRE_APISERVER is set), the mesh created and each
+// change made through the API, Sextant on --kubeconfig. Run by make test-integration.
+func TestKubeSource(t *testing.T) {
+	kubeenv.SkipIfMissing(t)
+	cfg := Config{
+		Source:       "kube",
+		Shape:        meshShape{Services: 6, PodsPerService: 3, Namespaces: 2, Ambient: true, Policies: true, RoutingEvery: 3},
+		Sidecars:     6,
+		Ztunnels:     1,
+		Delta:        true,
+		EnvoyVersion: [2]uint32{1, 38},
+		Reps:         3,
+		Debounce:     20 * time.Millisecond,
+		Timeout:      20 * time.Second,
+		SendTimeout:  30 * time.Second,
+		Quiet:        80 * time.Millisecond,
+		Scenarios:    []string{"cold", "endpoint", "service-add"},
+		WorkDir:      t.TempDir(),
+	}
+	var out io.Writer = io.Discard
+	if testing.Verbose() {
+		out = os.Stdout
+	}
+	start := time.Now()
+	rep, err := Run(context.Background(), cfg, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("whole run %s; mesh created with %d API requests in %.0f ms", time.Since(start).Round(time.Millisecond),
+		rep.MeshAPIRequests, rep.MeshLoadMs)
+	if rep.Config.Source != "kube" || rep.MeshAPIRequests == 0 {
+		t.Errorf("source %q, %d API requests: the mesh did not go through the API", rep.Config.Source, rep.MeshAPIRequests)
+	}
+	got := map[string]*Result{}
+	for _, r := range rep.Results {
+		got[r.Scenario] = r
+		if r.Missed > 0 {
+			t.Errorf("%s: %d proxy-changes missed", r.Scenario, r.Missed)
+		}
+	}
+	for _, s := range []string{"cold-start", "endpoint-add", "endpoint-remove", "service-add"} {
+		r := got[s]
+		if r == nil {
+			t.Errorf("no result for %s", s)
+			continue
+		}
+		if r.Proxies == 0 || r.P99Ms <= 0 || r.BytesPerChange == 0 {
+			t.Errorf("%s: %d proxies, p99 %.1f ms, %.0f bytes/change", s, r.Proxies, r.P99Ms, r.BytesPerChange)
+		}
+	}
+	if c := got["cold-start"]; c != nil && c.Proxies != 7 {
+		t.Errorf("cold start measured %d proxies, want 7", c.Proxies)
+	}
+	// 6 services × 3 ports, and the API server's own "kubernetes" service.
+	if rep.Mesh.Endpoints < 19 {
+		t.Errorf("a sidecar has %d EDS clusters, want at least 19: %+v", rep.Mesh.Endpoints, rep.Mesh)
+	}
+}
