@@ -42,15 +42,11 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
 		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: strconv.Itoa(int(flavor))}
 		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
-		if cached, ok := g.lists.get(id, inputs); ok {
-			out = slices.Clone(cached)
-		} else {
-			list, err := c.outbound(scope, push, flavor, w)
-			if err != nil {
-				return nil, err
-			}
-			out = slices.Clone(g.lists.put(id, inputs, list))
+		list, err := g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) { return c.outbound(scope, push, flavor, w) })
+		if err != nil {
+			return nil, err
 		}
+		out = slices.Clone(list)
 	} else {
 		list, err := c.outbound(scope, push, flavor, w)
 		if err != nil {

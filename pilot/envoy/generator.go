@@ -83,8 +83,9 @@ func (s *slots) get(name string, key any, build func() proto.Message) (*xds.Reso
 // scope, routing config, ...). An LRU keyed by the inputs held every superseded generation until evicted:
 // after twenty service adds at 300 services, 400 MB of old listener and virtual host lists.
 type generations[K comparable, V any] struct {
-	mu sync.RWMutex
-	m  map[K]generation[V]
+	mu      sync.RWMutex
+	m       map[K]generation[V]
+	flights map[K]*flight[V]
 }
 
 type generation[V any] struct {
@@ -92,8 +93,17 @@ type generation[V any] struct {
 	v      V
 }
 
+// flight is a build in progress: a push starts up to PushConcurrency proxies of a namespace at once, and
+// without it each would build the same list.
+type flight[V any] struct {
+	inputs any
+	done   chan struct{}
+	v      V
+	err    error
+}
+
 func newGenerations[K comparable, V any]() *generations[K, V] {
-	return &generations[K, V]{m: map[K]generation[V]{}}
+	return &generations[K, V]{m: map[K]generation[V]{}, flights: map[K]*flight[V]{}}
 }
 
 // get returns the value stored for id if it was built from inputs.
@@ -109,8 +119,7 @@ func (c *generations[K, V]) get(id K, inputs any) (V, bool) {
 }
 
 // put stores v, built from inputs, replacing what id held, and returns the value to use: when another
-// goroutine stored a build from the same inputs meanwhile, that one, so every proxy shares one value and
-// caches keyed by it (a scope is part of list inputs) do not alternate between twins.
+// goroutine stored a build from the same inputs meanwhile, that one, so every proxy shares one value.
 func (c *generations[K, V]) put(id K, inputs any, v V) V {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -119,6 +128,38 @@ func (c *generations[K, V]) put(id K, inputs any, v V) V {
 	}
 	c.m[id] = generation[V]{inputs: inputs, v: v}
 	return v
+}
+
+// getOrBuild returns the value for id built from inputs, building it once however many goroutines ask
+// at the same time.
+func (c *generations[K, V]) getOrBuild(id K, inputs any, build func() (V, error)) (V, error) {
+	if v, ok := c.get(id, inputs); ok {
+		return v, nil
+	}
+	c.mu.Lock()
+	if e, ok := c.m[id]; ok && e.inputs == inputs {
+		c.mu.Unlock()
+		return e.v, nil
+	}
+	if f, ok := c.flights[id]; ok && f.inputs == inputs {
+		c.mu.Unlock()
+		<-f.done
+		return f.v, f.err
+	}
+	f := &flight[V]{inputs: inputs, done: make(chan struct{})}
+	c.flights[id] = f
+	c.mu.Unlock()
+	defer close(f.done)
+	f.v, f.err = build()
+	c.mu.Lock()
+	if f.err == nil {
+		c.m[id] = generation[V]{inputs: inputs, v: f.v}
+	}
+	if c.flights[id] == f {
+		delete(c.flights, id)
+	}
+	c.mu.Unlock()
+	return f.v, f.err
 }
 
 // listID is the stable identity of a shared list: what it is (kind, e.g. "cds"; name, e.g. a route

@@ -69,18 +69,17 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 // own: a change to one destination changes that listener's bytes (and version) only.
 func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *model.PushContext) (xds.Resources, error) {
 	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ)}
-	if cached, ok := l.g.lists.get(id, key); ok {
-		return cached, nil
-	}
-	var out xds.Resources
-	for _, lis := range buildOutboundListeners(push, key.scope) {
-		r, err := marshal(lis.Name, lis)
-		if err != nil {
-			return nil, err
+	return l.g.lists.getOrBuild(id, key, func() (xds.Resources, error) {
+		var out xds.Resources
+		for _, lis := range buildOutboundListeners(push, key.scope) {
+			r, err := marshal(lis.Name, lis)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
-	}
-	return l.g.lists.put(id, key, out), nil
+		return out, nil
+	})
 }
 
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.

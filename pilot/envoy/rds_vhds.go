@@ -51,15 +51,31 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (xds.Resources, error) {
 	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar}
 	inputs := [2]any{routingID(push), scope}
-	list, ok := g.lists.get(id, inputs)
-	if ok && len(list) == 1 && list[0] == routeDependsOnLabel {
-		id.labels, id.labelled = labelsKey(proxy.Labels), true
-		list, ok = g.lists.get(id, inputs)
+	var mine xds.Resources // built for this proxy's labels along the way
+	list, err := g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
+		list, usedLabels, err := g.buildVirtualHosts(proxy, push, scope, name, port)
+		if err != nil || !usedLabels {
+			return list, err
+		}
+		mine = list
+		return vhostsDependOnLabel, nil
+	})
+	if err != nil || len(list) != 1 || list[0] != routeDependsOnLabel {
+		return list, err
 	}
-	if ok {
-		return list, nil
+	id.labels, id.labelled = labelsKey(proxy.Labels), true
+	if mine != nil {
+		return g.lists.put(id, inputs, mine), nil
 	}
-	list = nil
+	return g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
+		list, _, err := g.buildVirtualHosts(proxy, push, scope, name, port)
+		return list, err
+	})
+}
+
+// buildVirtualHosts builds the virtual hosts of route configuration name for proxy; usedLabels says they
+// depend on its labels.
+func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (list xds.Resources, usedLabels bool, err error) {
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
 	rules := push.DestinationRulesID()
 	domains := newDomainSet()
@@ -71,11 +87,11 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 		var ds []string
 		if push.VirtualServiceForHost(proxy.Namespace, model.MeshGateway, svc.Hostname) == nil {
 			// Without a VirtualService the virtual host depends on the service, the port, the proxy's
-			// namespace (short names, DestinationRule precedence) and the routing config only: built once,
+			// namespace (short names, DestinationRule precedence) and the DestinationRules only: built once,
 			// and reused by every later snapshot that keeps the service, so adding a service builds one.
 			e, err := g.plainVirtualHost(b, svc, port, rules, name)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			if ds = domains.add(e.domains); len(ds) == len(e.domains) {
 				list = append(list, e.res)
@@ -90,15 +106,11 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 		}
 		r, err := marshal(name+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, name, ds))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		list = append(list, r)
 	}
-	if b.usedLabels && !id.labelled {
-		g.lists.put(id, inputs, vhostsDependOnLabel)
-		id.labels, id.labelled = labelsKey(proxy.Labels), true
-	}
-	return g.lists.put(id, inputs, list), nil
+	return list, b.usedLabels, nil
 }
 
 // vhostID identifies the virtual host of a service without a VirtualService, as seen from a namespace.
@@ -123,16 +135,11 @@ type vhostEntry struct {
 // plainVirtualHost returns the virtual host of svc, without a VirtualService, on port for b's proxy's namespace.
 func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, routeConfig string) (vhostEntry, error) {
 	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace}, vhostInputs{svc, rules}
-	if e, ok := g.vhosts.get(id, inputs); ok {
-		return e, nil
-	}
-	ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix)
-	r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, routeConfig, ds))
-	if err != nil {
-		return vhostEntry{}, err
-	}
-	e := vhostEntry{res: r, domains: ds}
-	return g.vhosts.put(id, inputs, e), nil
+	return g.vhosts.getOrBuild(id, inputs, func() (vhostEntry, error) {
+		ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix)
+		r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, routeConfig, ds))
+		return vhostEntry{res: r, domains: ds}, err
+	})
 }
 
 // virtualHost is the VHDS virtual host ROUTE_CONFIG/HOSTNAME:PORT of svc, naming domains.

@@ -33,10 +33,8 @@ type scopeID struct {
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
 	id, inputs := scopeID{proxy.Namespace, sidecar}, [2]any{push.ServicesID(), push.SidecarsID()}
-	if s, ok := g.scopes.get(id, inputs); ok {
-		return s
-	}
-	return g.scopes.put(id, inputs, buildScope(push, proxy.Namespace, sidecar))
+	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) { return buildScope(push, proxy.Namespace, sidecar), nil })
+	return s
 }
 
 func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Scope {

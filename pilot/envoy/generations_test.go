@@ -1,0 +1,42 @@
+package envoy
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Many proxies of a namespace asking at once build a list once; a newer generation replaces the older.
+func TestGenerationsBuildOnce(t *testing.T) {
+	c := newGenerations[string, int]()
+	var builds atomic.Int32
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := c.getOrBuild("ns", 1, func() (int, error) {
+				builds.Add(1)
+				<-release
+				return 10, nil
+			})
+			if err != nil || v != 10 {
+				t.Errorf("got %d, %v", v, err)
+			}
+		}()
+	}
+	for builds.Load() == 0 { // one build in flight, the others waiting or about to
+		runtime.Gosched()
+	}
+	close(release)
+	wg.Wait()
+	if n := builds.Load(); n != 1 {
+		t.Errorf("%d builds for one generation, want 1", n)
+	}
+	v, _ := c.getOrBuild("ns", 2, func() (int, error) { return 20, nil })
+	if _, ok := c.get("ns", 1); ok || v != 20 {
+		t.Errorf("generation 2 = %d; generation 1 still held: %v", v, ok)
+	}
+}
