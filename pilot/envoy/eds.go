@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 
@@ -81,24 +82,17 @@ func (e endpointGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w
 // GenerateDeltas answers an endpoint-only push with the assignments of the changed services alone; a full
 // push gets the full state. This keeps an endpoint change proportional to the clusters it touches.
 func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, req *model.PushRequest) (xds.Resources, []string, bool, error) {
-	var hosts map[string]struct{}
 	if req == nil || req.Full {
-		var ok bool
-		if hosts, ok = endpointHostsOfConfigs(req, push); !ok {
+		services, ok := endpointServicesOfConfigs(req, push)
+		if !ok {
 			res, err := e.Generate(proxy, push, w, req)
 			return res, nil, false, err
 		}
+		req = &model.PushRequest{ServicesUpdated: services}
 	}
 	changed := &xds.WatchedResource{TypeURL: w.TypeURL, ResourceNames: map[string]struct{}{}}
 	for _, name := range watchedClustersOf(proxy, w, push, req) {
 		changed.ResourceNames[name] = struct{}{}
-	}
-	if len(hosts) > 0 {
-		for name := range w.ResourceNames {
-			if _, hit := hosts[clusterHost(name)]; hit {
-				changed.ResourceNames[name] = struct{}{}
-			}
-		}
 	}
 	if len(changed.ResourceNames) == 0 {
 		return nil, nil, true, nil
@@ -173,28 +167,31 @@ func clusterHost(name string) string {
 	return name[strings.LastIndexByte(name, '|')+1:]
 }
 
-// endpointHostsOfConfigs tells whether a full push can leave every load assignment alone except those of
-// req.ServicesUpdated (whose endpoints changed) and of the hostnames returned: true when every changed config
-// is a Kubernetes Service (its hostname returned: its ports and visibility may have changed), an endpoint
-// source, or a kind that no assignment reads. DestinationRules (subsets), Sidecars (scope), ServiceEntries,
-// Namespaces, and pushes naming no config (initial, mesh) rebuild everything. Without this, adding one
-// service rebuilt and compared every sidecar's 900 assignments.
-func endpointHostsOfConfigs(req *model.PushRequest, push *model.PushContext) (map[string]struct{}, bool) {
+// endpointServicesOfConfigs tells whether a full push can leave every load assignment alone except those of
+// the services returned (namespace/hostname, as in ServicesUpdated): true when every changed config is a
+// Kubernetes Service (its ports and visibility may have changed), an endpoint source (whose services are in
+// req.ServicesUpdated when their endpoints changed), or a kind that no assignment reads. DestinationRules
+// (subsets), Sidecars (scope), ServiceEntries, Namespaces, and pushes naming no config (initial, mesh)
+// rebuild everything. Without this, adding one service rebuilt and compared every sidecar's 900 assignments.
+func endpointServicesOfConfigs(req *model.PushRequest, push *model.PushContext) (map[string]struct{}, bool) {
 	if req == nil || len(req.ConfigsUpdated) == 0 || push == nil {
 		return nil, false
 	}
-	hosts := map[string]struct{}{}
+	services := maps.Clone(req.ServicesUpdated)
+	if services == nil {
+		services = map[string]struct{}{}
+	}
 	for k := range req.ConfigsUpdated {
 		switch k.Kind {
 		case config.Service:
-			hosts[k.Name+"."+k.Namespace+".svc."+push.Mesh.DomainSuffix] = struct{}{}
+			services[k.Namespace+"/"+k.Name+"."+k.Namespace+".svc."+push.Mesh.DomainSuffix] = struct{}{}
 		case config.EndpointSlice, config.Pod, config.WorkloadEntry, config.Node,
 			config.VirtualService, config.Gateway, config.AuthorizationPolicy, config.PeerAuthentication:
 		default:
 			return nil, false
 		}
 	}
-	return hosts, true
+	return services, true
 }
 
 // NeedsPush sends EDS on an incremental push only to proxies watching a cluster of a changed service.

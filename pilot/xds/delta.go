@@ -54,11 +54,15 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	if len(sub) == 0 && len(unsub) == 0 {
 		return nil
 	}
-	names := maps.Clone(w.ResourceNames)
-	if names == nil {
-		names = map[string]struct{}{}
+	// Changed in place under the lock (debug views read under it; generators run on this goroutine): a
+	// sidecar subscribing to three new clusters next to 900 must not cost a copy of all 900 names.
+	c.mu.Lock()
+	if w.ResourceNames == nil {
+		w.ResourceNames = map[string]struct{}{}
 	}
-	wildcard := w.Wildcard
+	names := w.ResourceNames
+	wasWildcard := w.Wildcard
+	wildcard := wasWildcard
 	added := map[string]struct{}{}
 	wildcardAdded := false
 	for _, n := range sub {
@@ -78,8 +82,7 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 			delete(added, n)
 		}
 	}
-	c.mu.Lock()
-	w.ResourceNames, w.Wildcard, w.lastFull = names, wildcard, nil
+	w.Wildcard, w.lastFull = wildcard, nil
 	if !wildcard {
 		w.legacy = false
 	}
@@ -91,10 +94,12 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		}
 		delete(w.sent, n)
 	}
-	for n := range w.sent {
-		if !w.Subscribed(n) {
-			gone = append(gone, n)
-			delete(w.sent, n)
+	if wasWildcard && !wildcard { // what only the wildcard covered is gone too
+		for n := range w.sent {
+			if !w.Subscribed(n) {
+				gone = append(gone, n)
+				delete(w.sent, n)
+			}
 		}
 	}
 	c.mu.Unlock()
