@@ -5,13 +5,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // benchMesh is N services (one HTTP port, 10 endpoints each) over 10 namespaces, every tenth with a
 // DestinationRule with two subsets and a VirtualService splitting between them.
 func benchMesh(b *testing.B, services int) *model.PushContext {
+	return pushFromYAML(b, []byte(benchMeshYAML(services)))
+}
+
+func benchMeshYAML(services int) string {
 	var sb strings.Builder
 	for i := range services {
 		ns := fmt.Sprintf("ns-%d", i%10)
@@ -27,7 +34,7 @@ func benchMesh(b *testing.B, services int) *model.PushContext {
 			fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  hosts: [svc-%d]\n  http:\n  - route:\n    - destination: {host: svc-%d, subset: a}\n      weight: 90\n    - destination: {host: svc-%d, subset: b}\n      weight: 10\n", i, ns, i, i, i)
 		}
 	}
-	return pushFromYAML(b, []byte(sb.String()))
+	return sb.String()
 }
 
 func BenchmarkGenerate(b *testing.B) {
@@ -78,5 +85,56 @@ func BenchmarkGenerate(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkServiceAdd is the shared work of one service add at 300 services in 10 namespaces: the snapshot
+// update, then CDS, LDS and VHDS for one Envoy sidecar per namespace (the rest of a namespace's sidecars
+// share that output; what each costs on its own is the transport's diff, not here).
+func BenchmarkServiceAdd(b *testing.B) {
+	st := store.New()
+	docs, err := config.SplitDocuments([]byte(benchMeshYAML(300)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, doc := range docs {
+		if config.IsEmptyDocument(doc) {
+			continue
+		}
+		c, err := config.Parse(doc, "mesh.yaml", i, "default")
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Upsert(store.LayerFile, c)
+	}
+	push := model.Build(st, mesh.Default())
+	g := New(Options{})
+	gens := g.ByTypeURL()
+	var proxies []*xds.Proxy
+	for ns := range 10 {
+		proxies = append(proxies, envoyProxy(fmt.Sprintf("ns-%d", ns), map[string]string{"app": "client"}, true, 1, 38))
+	}
+	generate := func() {
+		for _, p := range proxies {
+			for _, t := range []string{xds.ClusterType, xds.ListenerType, xds.VirtualHostType} {
+				if _, err := gens[t].Generate(p, push, wildcard(t), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	generate()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		c, err := config.Parse([]byte(fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: added-%d, namespace: ns-3}\n"+
+			"spec:\n  clusterIP: 10.250.%d.%d\n  ports: [{name: http, port: 8080}]\n", i, i/256%256, i%256)), "added.yaml", 0, "default")
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Upsert(store.LayerFile, c)
+		push, _ = model.Update(push, st, []model.Change{{Key: c.Key, New: c}})
+		generate()
 	}
 }

@@ -100,7 +100,7 @@ func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration
 		return nil
 	}
 	port := servers[0].server.Port.Number
-	domains := newDomainSet()
+	domains := newDomainSet(0)
 	var vhosts []*route.VirtualHost
 	type vhostState struct {
 		vh  *route.VirtualHost

@@ -78,7 +78,7 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (list xds.Resources, usedLabels bool, err error) {
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
 	rules := push.DestinationRulesID()
-	domains := newDomainSet()
+	domains := newDomainSet(16 * len(scope.Services))
 	for _, svc := range scope.Services {
 		sp := svc.PortByNumber(port)
 		if sp == nil || !isHTTPPort(sp) {

@@ -373,3 +373,47 @@ func dump(ps *model.PushContext) string {
 }
 
 var _ = metav1.Now
+
+// The VirtualService for a host: an exact host first (the oldest among equals), then the longest matching
+// wildcard (the oldest among equals); visibility by exportTo.
+func TestVirtualServiceForHostPrecedence(t *testing.T) {
+	st := store.New()
+	for i, vs := range []struct {
+		name     string
+		hosts    []string
+		exportTo []string
+	}{
+		{"a", []string{"*.example.com"}, nil},
+		{"b", []string{"foo.example.com"}, nil},
+		{"c", []string{"*.foo.example.com", "foo.example.com"}, nil},
+		{"d", []string{"*"}, nil},
+		{"e", []string{"*.bar.example.com"}, nil},
+		{"f", []string{"*.bar.example.com"}, nil},
+		{"g", []string{"private.example.com"}, []string{"."}},
+	} {
+		st.Upsert(store.LayerFile, &config.Config{
+			Key:               config.Key{Kind: config.VirtualService, Namespace: "ns", Name: vs.name},
+			CreationTimestamp: metav1.Unix(int64(i), 0).Time,
+			Spec:              &networking.VirtualService{Hosts: vs.hosts, ExportTo: vs.exportTo},
+		})
+	}
+	ps := model.Build(st, mesh.Default())
+	for _, tc := range []struct{ ns, host, want string }{
+		{"ns", "foo.example.com", "b"},
+		{"ns", "x.foo.example.com", "c"},
+		{"ns", "baz.example.com", "a"},
+		{"ns", "x.bar.example.com", "e"},
+		{"ns", "other.org", "d"},
+		{"ns", "private.example.com", "g"},
+		{"elsewhere", "private.example.com", "a"},
+		{"elsewhere", "foo.example.com", "b"},
+	} {
+		got := ""
+		if vs := ps.VirtualServiceForHost(tc.ns, model.MeshGateway, tc.host); vs != nil {
+			got = vs.Config.Key.Name
+		}
+		if got != tc.want {
+			t.Errorf("from %s, %s: got %q, want %q", tc.ns, tc.host, got, tc.want)
+		}
+	}
+}

@@ -238,16 +238,12 @@ func (ps *PushContext) VirtualServices(proxyNS, gateway string) []*VirtualServic
 // VirtualServiceForHost returns the VirtualService for host on gateway visible in proxyNS: an exact host
 // first, then the most specific wildcard; among equals, the oldest.
 func (ps *PushContext) VirtualServiceForHost(proxyNS, gateway, host string) *VirtualService {
-	var best *VirtualService
-	bestHost := ""
-	for _, vs := range ps.VirtualServices(proxyNS, gateway) {
-		for _, h := range vs.Hosts {
-			if HostMatches(h, host) && (best == nil || moreSpecific(h, bestHost)) {
-				best, bestHost = vs, h
-			}
-		}
+	key := [2]string{proxyNS, gateway}
+	idx, ok := ps.virtualServices.byHost.Load(key)
+	if !ok {
+		idx, _ = ps.virtualServices.byHost.LoadOrStore(key, newVSHostIndex(ps.VirtualServices(proxyNS, gateway)))
 	}
-	return best
+	return idx.(*vsHostIndex).forHost(host)
 }
 
 // Gateways returns the Gateways whose selector matches a gateway proxy's labels, oldest first.

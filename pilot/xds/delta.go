@@ -173,8 +173,8 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.TypeURL}
 	versions := make([]string, 0, len(res))
 	// A full state mostly repeats the last one sent, resource for resource: generators hand out the same
-	// cached *Resource while its content stands. Walking the previous list alongside skips the per-name
-	// lookups for those (at 300 sidecars × 2,700 resources these lookups were a quarter of a service add's
+	// cached *Resource while its content stands, or rebuild it with the same version. Walking the previous
+	// list alongside skips the per-name lookups for those (at 300 sidecars × 2,700 resources these lookups were a quarter of a service add's
 	// CPU). Only lists sent whole, with nothing held back, are walked, and any other change to what the
 	// client has drops it (lastFull = nil), so a pointer found there is known to be on the client as is.
 	prev := w.lastFull
@@ -197,6 +197,10 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		}
 		if j < len(prev) && prev[j].Name == r.Name {
 			j++
+			if resourceVersion(prev[j-1]) == resourceVersion(r) { // rebuilt, same bytes
+				known++
+				continue
+			}
 		}
 		if w.TypeURL == VirtualHostType && !c.routeConfigSent(RouteConfigOfVirtualHost(r.Name)) {
 			filtered = true

@@ -174,7 +174,13 @@ func TestDeltaNackIsNotRepushed(t *testing.T) {
 // One full push that changes, adds and removes resources at once, next to unchanged ones handed out again
 // as the same *Resource: exactly the changes go out.
 func TestDeltaFullStateMixedChanges(t *testing.T) {
+	t.Run("shared", func(t *testing.T) { testDeltaFullStateMixedChanges(t, false) })
+	t.Run("rebuilt", func(t *testing.T) { testDeltaFullStateMixedChanges(t, true) })
+}
+
+func testDeltaFullStateMixedChanges(t *testing.T, rebuild bool) {
 	e := newEnv(t, snapshot{ClusterType: {"a": "a1", "b": "b1", "c": "c1", "d": "d1", "f": "f1"}})
+	e.rebuild = rebuild
 	c := e.delta(t)
 	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
 	r := c.recv()

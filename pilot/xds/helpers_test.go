@@ -85,6 +85,8 @@ type testEnv struct {
 	// pad makes a proxy's CDS resources large (flow-control tests); delay slows its generation.
 	pad   func(*Proxy) int
 	delay func(*Proxy) time.Duration
+	// rebuild makes generators return a new *Resource every time, even for unchanged content.
+	rebuild bool
 }
 
 type envOption func(*testEnv, *Options)
@@ -204,6 +206,9 @@ func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource
 		// so the transport's walk over the last full state is exercised by every delta test.
 		key := [2]string{name, payload}
 		r, ok := g.built.Load(key)
+		if g.env.rebuild {
+			r, ok = &Resource{Name: name, Any: message(g.typeURL, name, payload)}, true
+		}
 		if !ok {
 			r, _ = g.built.LoadOrStore(key, &Resource{Name: name, Any: message(g.typeURL, name, payload)})
 		}
