@@ -15,16 +15,22 @@ import (
 // benchMesh is N services (one HTTP port, 10 endpoints each) over 10 namespaces, every tenth with a
 // DestinationRule with two subsets and a VirtualService splitting between them.
 func benchMesh(b *testing.B, services int) *model.PushContext {
-	return pushFromYAML(b, []byte(benchMeshYAML(services)))
+	return pushFromYAML(b, []byte(benchMeshYAML(services, benchOnePort)))
 }
 
-func benchMeshYAML(services int) string {
+// Port lists of the benchmark meshes: one HTTP port, or the load harness's three (HTTP, gRPC, TCP).
+const (
+	benchOnePort    = "[{name: http, port: 8080}]"
+	benchThreePorts = "[{name: http, port: 80}, {name: grpc, port: 8080}, {name: tcp, port: 9090}]"
+)
+
+func benchMeshYAML(services int, ports string) string {
 	var sb strings.Builder
 	for i := range services {
 		ns := fmt.Sprintf("ns-%d", i%10)
-		fmt.Fprintf(&sb, "---\napiVersion: v1\nkind: Service\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  clusterIP: 10.%d.%d.%d\n  selector: {app: svc-%d}\n  ports: [{name: http, port: 8080}]\n",
-			i, ns, 100+i/65536, i/256%256, i%256, i)
-		fmt.Fprintf(&sb, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-%d-x, namespace: %s, labels: {kubernetes.io/service-name: svc-%d}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints:\n", i, ns, i)
+		fmt.Fprintf(&sb, "---\napiVersion: v1\nkind: Service\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  clusterIP: 10.%d.%d.%d\n  selector: {app: svc-%d}\n  ports: %s\n",
+			i, ns, 100+i/65536, i/256%256, i%256, i, ports)
+		fmt.Fprintf(&sb, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-%d-x, namespace: %s, labels: {kubernetes.io/service-name: svc-%d}}\naddressType: IPv4\nports: %s\nendpoints:\n", i, ns, i, ports)
 		for e := range 10 {
 			n := i*10 + e
 			fmt.Fprintf(&sb, "- addresses: [10.%d.%d.%d]\n", n/65536%256, n/256%256, n%256)
@@ -88,12 +94,13 @@ func BenchmarkGenerate(b *testing.B) {
 	}
 }
 
-// BenchmarkServiceAdd is the shared work of one service add at 300 services in 10 namespaces: the snapshot
+// BenchmarkServiceAdd is the shared work of one service add at 300 services (the load harness's three ports)
+// in 10 namespaces: the snapshot
 // update, then CDS, LDS and VHDS for one Envoy sidecar per namespace (the rest of a namespace's sidecars
 // share that output; what each costs on its own is the transport's diff, not here).
 func BenchmarkServiceAdd(b *testing.B) {
 	st := store.New()
-	docs, err := config.SplitDocuments([]byte(benchMeshYAML(300)))
+	docs, err := config.SplitDocuments([]byte(benchMeshYAML(300, benchThreePorts)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -129,7 +136,7 @@ func BenchmarkServiceAdd(b *testing.B) {
 	for b.Loop() {
 		i++
 		c, err := config.Parse([]byte(fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: added-%d, namespace: ns-3}\n"+
-			"spec:\n  clusterIP: 10.250.%d.%d\n  ports: [{name: http, port: 8080}]\n", i, i/256%256, i%256)), "added.yaml", 0, "default")
+			"spec:\n  clusterIP: 10.250.%d.%d\n  ports: %s\n", i, i/256%256, i%256, benchThreePorts)), "added.yaml", 0, "default")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -41,6 +41,11 @@ type Generators struct {
 	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
 	// proxy namespace.
 	vhosts *generations[vhostID, vhostEntry]
+	// routedVhosts keeps the VHDS virtual hosts of services with a VirtualService (see routedVirtualHost).
+	routedVhosts *generations[vhostID, routedVhost]
+	// outboundListenerRes keeps each sidecar outbound listener by name, namespace and Sidecar, keyed by a
+	// description of its chains.
+	outboundListenerRes *generations[listID, *xds.Resource]
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
@@ -118,6 +123,13 @@ func (c *generations[K, V]) get(id K, inputs any) (V, bool) {
 	return e.v, true
 }
 
+// replace stores v, built from inputs, whatever id held.
+func (c *generations[K, V]) replace(id K, inputs any, v V) {
+	c.mu.Lock()
+	c.m[id] = generation[V]{inputs: inputs, v: v}
+	c.mu.Unlock()
+}
+
 // put stores v, built from inputs, replacing what id held, and returns the value to use: when another
 // goroutine stored a build from the same inputs meanwhile, that one, so every proxy shares one value.
 func (c *generations[K, V]) put(id K, inputs any, v V) V {
@@ -188,7 +200,8 @@ func New(opts Options) *Generators {
 	}
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
 	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots(), assignments: newSlots(),
-		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry]()}
+		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
+		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost]()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)

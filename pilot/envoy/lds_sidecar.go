@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -69,17 +70,7 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 // own: a change to one destination changes that listener's bytes (and version) only.
 func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *model.PushContext) (xds.Resources, error) {
 	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ)}
-	return l.g.lists.getOrBuild(id, key, func() (xds.Resources, error) {
-		var out xds.Resources
-		for _, lis := range buildOutboundListeners(push, key.scope) {
-			r, err := marshal(lis.Name, lis)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, r)
-		}
-		return out, nil
-	})
+	return l.g.lists.getOrBuild(id, key, func() (xds.Resources, error) { return l.g.buildOutboundListeners(push, key.scope) })
 }
 
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.
@@ -113,18 +104,20 @@ type outboundListener struct {
 	ip     string
 	port   uint32
 	extra  []string // the other VIPs of its services, in the order met: its additional addresses
-	chains []*listener.FilterChain
+	chains []chainPlan
 }
 
-// buildOutboundListeners builds a listener (bind_to_port false) per outbound destination of scope, sorted
-// by name, for virtualOutbound to hand connections to:
+// buildOutboundListeners returns a listener (bind_to_port false) per outbound destination of scope, sorted
+// by name, marshaled, for virtualOutbound to hand connections to:
 //   - "VIP_PORT" (VIP:PORT) for the chains of a service with VIPs (its first one; the others are
 //     additional addresses);
 //   - "0.0.0.0_PORT" for chains without a VIP: the HTTP chain of the port, services without VIPs, and
 //     services with an address block (CIDR), which their chains match as prefix ranges.
 //
-// Envoy looks for the exact IP:port first, then 0.0.0.0:port.
-func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.Listener {
+// Envoy looks for the exact IP:port first, then 0.0.0.0:port. The chains are planned as data first; a
+// listener whose plan is the one built before is not built again, so adding a service builds its own
+// listeners only.
+func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope) (xds.Resources, error) {
 	byName := map[string]*outboundListener{}
 	listenerFor := func(ip string, port uint32) *outboundListener {
 		name := ip + "_" + ldsPortName(port)
@@ -135,19 +128,22 @@ func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.L
 		}
 		return ol
 	}
-	httpChain := func(name string, match *listener.FilterChainMatch, port uint32) *listener.FilterChain {
-		hc := ldsRDSManager("outbound_"+name, ldsPortName(port), ldsEnvoyHTTPFilters())
-		return &listener.FilterChain{Name: name, FilterChainMatch: match, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
-	}
 	// claim reserves a match (VIPs, port, SNI or "http" for sniffed HTTP, "" for neither): Envoy refuses two
 	// chains with the same match, so the first service (HTTP ports first, then by hostname) keeps it.
 	taken := map[string]bool{}
+	var k strings.Builder
 	claim := func(vips []*core.CidrRange, port uint32, what string) bool {
-		var k strings.Builder
+		k.Reset()
 		for _, v := range vips {
-			fmt.Fprintf(&k, "%s/%d,", v.AddressPrefix, v.PrefixLen.GetValue())
+			k.WriteString(v.AddressPrefix)
+			k.WriteByte('/')
+			k.WriteString(strconv.FormatUint(uint64(v.PrefixLen.GetValue()), 10))
+			k.WriteByte(',')
 		}
-		fmt.Fprintf(&k, "|%d|%s", port, what)
+		k.WriteByte('|')
+		k.WriteString(ldsPortName(port))
+		k.WriteByte('|')
+		k.WriteString(what)
 		if taken[k.String()] {
 			return false
 		}
@@ -159,7 +155,7 @@ func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.L
 		for _, p := range svc.Ports {
 			if p.Protocol.IsHTTP() && claim(nil, p.Port, "") {
 				ol := listenerFor("0.0.0.0", p.Port)
-				ol.chains = append(ol.chains, httpChain(ol.name, &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.Port)}, p.Port))
+				ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true})
 			}
 		}
 	}
@@ -191,11 +187,7 @@ func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.L
 					ol.extra = append(ol.extra, v.AddressPrefix)
 				}
 			}
-			add := func(fc *listener.FilterChain) { ol.chains = append(ol.chains, fc) }
 			name := namePrefix + "_" + ldsPortName(p.Port)
-			match := func() *listener.FilterChainMatch {
-				return &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.Port), PrefixRanges: vips}
-			}
 			dests := tcpRouteDests(push, vs, scope.Namespace, model.MeshGateway, p.Port)
 			if len(dests) == 0 {
 				dests = []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
@@ -203,9 +195,7 @@ func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.L
 			switch p.Protocol {
 			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
 				if claim(vips, p.Port, "http") {
-					m := match()
-					m.ApplicationProtocols = sniffedHTTP
-					add(httpChain(name+"_http", m, p.Port))
+					ol.chains = append(ol.chains, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true})
 				}
 			case model.ProtocolTLS, model.ProtocolHTTPS: // SNI: the VirtualService's tls routes, then the host
 				routes := sniRoutes(push, vs, scope.Namespace, model.MeshGateway, p.Port, nil)
@@ -222,15 +212,11 @@ func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.L
 					if len(sni) == 0 {
 						continue
 					}
-					m := match()
-					m.ServerNames = sni
-					add(&listener.FilterChain{Name: name + "/" + strings.Join(sni, ","), FilterChainMatch: m,
-						Filters: []*listener.Filter{ldsTCPProxyFilter(r.dests[0].name, r.dests)}})
+					ol.chains = append(ol.chains, chainPlan{name: name + "/" + strings.Join(sni, ","), port: p.Port, vips: vips, sni: sni, dests: r.dests})
 				}
 			}
 			if claim(vips, p.Port, "") {
-				add(&listener.FilterChain{Name: name, FilterChainMatch: match(),
-					Filters: []*listener.Filter{ldsTCPProxyFilter(dests[0].name, dests)}})
+				ol.chains = append(ol.chains, chainPlan{name: name, port: p.Port, vips: vips, dests: dests})
 			}
 		}
 	}
@@ -242,7 +228,7 @@ func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.L
 	for _, n := range names {
 		owned[n] = true
 	}
-	var out []*listener.Listener
+	out := make(xds.Resources, 0, len(names))
 	for _, n := range names {
 		ol := byName[n]
 		if len(ol.chains) == 0 { // every chain went to an earlier service: Envoy refuses a listener without
@@ -252,23 +238,100 @@ func buildOutboundListeners(push *model.PushContext, scope *Scope) []*listener.L
 			slog.Debug("outbound listener left out: its address is the sidecar's own", "listener", ol.name, "namespace", scope.Namespace)
 			continue
 		}
-		lis := &listener.Listener{
-			Name:             ol.name,
-			Address:          socketAddress(ol.ip, ol.port),
-			BindToPort:       wrapperspb.Bool(false),
-			TrafficDirection: core.TrafficDirection_OUTBOUND,
-			ListenerFilters:  ldsInspectors(ol.chains),
-			FilterChains:     ol.chains,
-		}
+		var additional []string
 		for _, ip := range ol.extra {
 			if k := ip + "_" + ldsPortName(ol.port); !owned[k] {
 				owned[k] = true
-				lis.AdditionalAddresses = append(lis.AdditionalAddresses, &listener.AdditionalAddress{Address: socketAddress(ip, ol.port)})
+				additional = append(additional, ip)
 			}
 		}
-		out = append(out, lis)
+		id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar}
+		r, err := g.outboundListenerRes.getOrBuild(id, ol.describe(additional), func() (*xds.Resource, error) {
+			return marshal(ol.name, ol.build(additional))
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
-	return out
+	return out, nil
+}
+
+// chainPlan is an outbound filter chain as data.
+type chainPlan struct {
+	name  string
+	port  uint32
+	vips  []*core.CidrRange
+	alpn  []string // sniffed HTTP
+	sni   []string
+	http  bool      // an HTTP connection manager on route configuration PORT; else tcp_proxy to dests
+	dests []tcpDest // tcp_proxy
+}
+
+func (c chainPlan) build() *listener.FilterChain {
+	m := &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(c.port), PrefixRanges: c.vips,
+		ApplicationProtocols: c.alpn, ServerNames: c.sni}
+	if c.http {
+		hc := ldsRDSManager("outbound_"+c.name, ldsPortName(c.port), ldsEnvoyHTTPFilters())
+		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
+	}
+	return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsTCPProxyFilter(c.dests[0].name, c.dests)}}
+}
+
+// describe spells out everything the listener is built from, additional its additional addresses.
+func (ol *outboundListener) describe(additional []string) string {
+	var b strings.Builder
+	b.WriteString(ol.ip)
+	b.WriteByte('|')
+	b.WriteString(strings.Join(additional, ","))
+	for _, c := range ol.chains {
+		b.WriteString("\n")
+		b.WriteString(c.name)
+		b.WriteByte('|')
+		b.WriteString(ldsPortName(c.port))
+		b.WriteByte('|')
+		for _, v := range c.vips {
+			b.WriteString(v.AddressPrefix)
+			b.WriteByte('/')
+			b.WriteString(strconv.FormatUint(uint64(v.PrefixLen.GetValue()), 10))
+			b.WriteByte(',')
+		}
+		b.WriteByte('|')
+		b.WriteString(strings.Join(c.alpn, ","))
+		b.WriteByte('|')
+		b.WriteString(strings.Join(c.sni, ","))
+		b.WriteByte('|')
+		if c.http {
+			b.WriteString("http")
+		}
+		for _, d := range c.dests {
+			b.WriteByte('|')
+			b.WriteString(d.name)
+			b.WriteByte(':')
+			b.WriteString(strconv.FormatUint(uint64(d.weight), 10))
+		}
+	}
+	return b.String()
+}
+
+// build makes the listener.
+func (ol *outboundListener) build(additional []string) *listener.Listener {
+	chains := make([]*listener.FilterChain, len(ol.chains))
+	for i, c := range ol.chains {
+		chains[i] = c.build()
+	}
+	lis := &listener.Listener{
+		Name:             ol.name,
+		Address:          socketAddress(ol.ip, ol.port),
+		BindToPort:       wrapperspb.Bool(false),
+		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		ListenerFilters:  ldsInspectors(chains),
+		FilterChains:     chains,
+	}
+	for _, ip := range additional {
+		lis.AdditionalAddresses = append(lis.AdditionalAddresses, &listener.AdditionalAddress{Address: socketAddress(ip, ol.port)})
+	}
+	return lis
 }
 
 // ldsHostBits is the length of a host prefix of ip's family: 32 or 128.

@@ -211,6 +211,14 @@ type routeBuilder struct {
 	grpc     bool
 	// usedLabels records that a VirtualService match on sourceLabels was evaluated against the proxy.
 	usedLabels bool
+	// deps, when set, collects the destination services the routes resolved.
+	deps *[]serviceDep
+}
+
+// serviceDep is a service lookup a build depended on: the service host resolved to (nil for none).
+type serviceDep struct {
+	host string
+	svc  *model.Service
 }
 
 // sidecarRouteConfig builds the route configuration named by a port number, or nil when no service in
@@ -369,14 +377,38 @@ func newDomainSet(n int) domainSet { return make(domainSet, n) }
 
 // add returns the domains not yet claimed, claiming them.
 func (s domainSet) add(domains []string) []string {
+	return s.addLowered(domains, lowerAll(domains))
+}
+
+// addLowered is add with the domains' lower-case forms given (lower[i] is domains[i] lower-cased).
+func (s domainSet) addLowered(domains, lower []string) []string {
 	out := make([]string, 0, len(domains))
-	for _, d := range domains {
-		k := strings.ToLower(d)
+	for i, d := range domains {
+		k := lower[i]
 		if s[k] {
 			continue
 		}
 		s[k] = true
 		out = append(out, d)
+	}
+	return out
+}
+
+// lowerAll lower-cases domains, returning domains itself when nothing changes (the usual case).
+func lowerAll(domains []string) []string {
+	var out []string
+	for i, d := range domains {
+		if l := strings.ToLower(d); l != d {
+			if out == nil {
+				out = slices.Clone(domains[:i])
+			}
+			out = append(out, l)
+		} else if out != nil {
+			out = append(out, d)
+		}
+	}
+	if out == nil {
+		return domains
 	}
 	return out
 }

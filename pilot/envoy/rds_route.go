@@ -418,6 +418,9 @@ type routeDestination struct {
 func (b *routeBuilder) resolveDestination(vsNS string, d *networking.Destination, listenerPort uint32) routeDestination {
 	host := model.ResolveHost(d.GetHost(), vsNS, b.push.Mesh.DomainSuffix)
 	svc := b.push.ServiceForHostname(b.proxy.Namespace, host)
+	if b.deps != nil {
+		*b.deps = append(*b.deps, serviceDep{host, svc})
+	}
 	port := listenerPort
 	if n := d.GetPort().GetNumber(); n != 0 {
 		port = n

@@ -15,6 +15,7 @@ package envoy
 
 import (
 	"strconv"
+	"strings"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
@@ -85,7 +86,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 			continue
 		}
 		var ds []string
-		if push.VirtualServiceForHost(proxy.Namespace, model.MeshGateway, svc.Hostname) == nil {
+		if vs := push.VirtualServiceForHost(proxy.Namespace, model.MeshGateway, svc.Hostname); vs == nil {
 			// Without a VirtualService the virtual host depends on the service, the port, the proxy's
 			// namespace (short names, DestinationRule precedence) and the DestinationRules only: built once,
 			// and reused by every later snapshot that keeps the service, so adding a service builds one.
@@ -93,13 +94,22 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 			if err != nil {
 				return nil, false, err
 			}
-			if ds = domains.add(e.domains); len(ds) == len(e.domains) {
+			if ds = domains.addLowered(e.domains, e.lower); len(ds) == len(e.domains) {
 				list = append(list, e.res)
 				continue
 			}
 			// Another service claimed some of its names (a shared VIP): built with the rest.
 		} else {
 			ds = domains.add(serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix))
+			if len(ds) == 0 {
+				continue
+			}
+			r, err := g.routedVirtualHost(b, svc, port, rules, vs, name, ds)
+			if err != nil {
+				return nil, false, err
+			}
+			list = append(list, r)
+			continue
 		}
 		if len(ds) == 0 {
 			continue // every name already belongs to an earlier virtual host
@@ -128,8 +138,8 @@ type vhostInputs struct {
 
 // vhostEntry is a marshaled virtual host with every domain it names.
 type vhostEntry struct {
-	res     *xds.Resource
-	domains []string
+	res            *xds.Resource
+	domains, lower []string // lower: the domains lower-cased, for claiming them
 }
 
 // plainVirtualHost returns the virtual host of svc, without a VirtualService, on port for b's proxy's namespace.
@@ -138,7 +148,7 @@ func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port 
 	return g.vhosts.getOrBuild(id, inputs, func() (vhostEntry, error) {
 		ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix)
 		r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, routeConfig, ds))
-		return vhostEntry{res: r, domains: ds}, err
+		return vhostEntry{res: r, domains: ds, lower: lowerAll(ds)}, err
 	})
 }
 
@@ -150,4 +160,51 @@ func (b *routeBuilder) virtualHost(svc *model.Service, port uint32, routeConfig 
 		Routes:                     b.serviceRoutes(svc, port),
 		IncludeRequestAttemptCount: true,
 	}
+}
+
+// routedVirtualHost returns the virtual host of svc whose routes come from VirtualService vs. The last build
+// is reused while vs, the service, the DestinationRules, the domains and every destination service the
+// routes resolved are the same: adding an unrelated service rebuilds none. Routes that depend on the
+// proxy's labels (sourceLabels) are built each time.
+func (g *Generators) routedVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, vs *model.VirtualService,
+	routeConfig string, domains []string) (*xds.Resource, error) {
+	id := vhostID{svc.Key(), port, b.proxy.Namespace}
+	inputs := routedVhostInputs{vs: vs, svc: svc, rules: rules, domains: strings.Join(domains, ",")}
+	if e, ok := g.routedVhosts.get(id, inputs); ok && depsHold(b.push, b.proxy.Namespace, e.deps) {
+		return e.res, nil
+	}
+	var deps []serviceDep
+	sub := &routeBuilder{push: b.push, proxy: b.proxy, scope: b.scope, deps: &deps}
+	r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), sub.virtualHost(svc, port, routeConfig, domains))
+	if err != nil {
+		return nil, err
+	}
+	if sub.usedLabels {
+		b.usedLabels = true
+		return r, nil
+	}
+	g.routedVhosts.replace(id, inputs, routedVhost{res: r, deps: deps})
+	return r, nil
+}
+
+type routedVhostInputs struct {
+	vs      *model.VirtualService
+	svc     *model.Service
+	rules   any
+	domains string
+}
+
+type routedVhost struct {
+	res  *xds.Resource
+	deps []serviceDep
+}
+
+// depsHold reports whether every recorded lookup still finds the same service.
+func depsHold(push *model.PushContext, ns string, deps []serviceDep) bool {
+	for _, d := range deps {
+		if push.ServiceForHostname(ns, d.host) != d.svc {
+			return false
+		}
+	}
+	return true
 }

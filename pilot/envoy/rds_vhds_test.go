@@ -189,7 +189,7 @@ spec:
 		if old[name] == nil || old[name].Version != r.Version {
 			changed = append(changed, name)
 		}
-		if old[name] != nil && old[name] != r && push0VirtualService(before, name) == nil {
+		if old[name] != nil && old[name] != r {
 			rebuilt = append(rebuilt, name)
 		}
 	}
@@ -198,16 +198,12 @@ spec:
 	if !slices.Equal(changed, want) || len(cur) != len(old)+2 {
 		t.Errorf("changed %v (of %d, before %d); want only %v", changed, len(cur), len(old), want)
 	}
-	// Virtual hosts without a VirtualService are not even rebuilt.
-	if len(rebuilt) > 0 {
-		t.Errorf("rebuilt without a VirtualService: %v", rebuilt)
+	// The others are not even rebuilt, with or without a VirtualService, except routes that depend on the
+	// proxy's labels (details routes by sourceLabels).
+	slices.Sort(rebuilt)
+	if !slices.Equal(rebuilt, []string{"9080/details.bookinfo.svc.cluster.local:9080"}) {
+		t.Errorf("rebuilt %v; want only the sourceLabels-dependent details", rebuilt)
 	}
-}
-
-// push0VirtualService returns the VirtualService for the host of VHDS resource name, seen from bookinfo.
-func push0VirtualService(push *model.PushContext, name string) *model.VirtualService {
-	host := name[strings.IndexByte(name, '/')+1 : strings.LastIndexByte(name, ':')]
-	return push.VirtualServiceForHost("bookinfo", model.MeshGateway, host)
 }
 
 // VHDS only for Envoy sidecars that can take it: delta stream, Envoy ≥ the configured minimum, not disabled.
@@ -250,5 +246,58 @@ func TestVHDSOnlyWhereSupported(t *testing.T) {
 		if _, _, err := ParseVHDSMinEnvoy(bad); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("ParseVHDSMinEnvoy(%q): %v", bad, err)
 		}
+	}
+}
+
+// A VirtualService's virtual host is built again when a destination it resolved changes: here the
+// destination service appears, and its only port becomes the route's cluster port.
+func TestVHDSRoutedVirtualHostFollowsDestinations(t *testing.T) {
+	st := store.New()
+	add := func(y string) config.Key {
+		t.Helper()
+		c, err := config.Parse([]byte(y), "mesh.yaml", 0, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Upsert(store.LayerFile, c)
+		return c.Key
+	}
+	add("apiVersion: v1\nkind: Service\nmetadata: {name: front, namespace: ns}\nspec:\n  clusterIP: 10.1.0.1\n  ports: [{name: http, port: 80}]\n")
+	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: ns}\nspec:\n  hosts: [front]\n  http:\n  - route: [{destination: {host: back}}]\n")
+	before := model.Build(st, mesh.Default())
+	key := add("apiVersion: v1\nkind: Service\nmetadata: {name: back, namespace: ns}\nspec:\n  clusterIP: 10.1.0.2\n  ports: [{name: http, port: 7000}]\n")
+	after, _ := model.Update(before, st, []model.Change{{Key: key, New: st.Get(key)}})
+
+	g := New(Options{})
+	proxy := envoyProxy("ns", nil, true, 1, 38)
+	cluster := func(push *model.PushContext) string {
+		for _, vh := range generateVirtualHosts(t, g, proxy, push) {
+			if vh.Name == "80/front.ns.svc.cluster.local:80" {
+				return vh.Routes[0].GetRoute().GetCluster()
+			}
+		}
+		t.Fatal("no virtual host for front")
+		return ""
+	}
+	if got := cluster(before); got != "outbound|80||back.ns.svc.cluster.local" {
+		t.Errorf("before: %s", got)
+	}
+	if got := cluster(after); got != "outbound|7000||back.ns.svc.cluster.local" {
+		t.Errorf("after back appeared: %s, want its only port 7000", got)
+	}
+}
+
+// Domains are claimed case-insensitively, however they are spelled.
+func TestDomainSetIgnoresCase(t *testing.T) {
+	s := newDomainSet(4)
+	if got := s.add([]string{"Shop.Example.com", "a"}); !slices.Equal(got, []string{"Shop.Example.com", "a"}) {
+		t.Fatalf("first claim: %v", got)
+	}
+	if got := s.add([]string{"shop.example.COM", "b"}); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("second claim: %v, want only b", got)
+	}
+	in := []string{"x", "y"}
+	if out := lowerAll(in); &out[0] != &in[0] {
+		t.Errorf("lower-case domains copied")
 	}
 }

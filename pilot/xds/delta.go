@@ -207,7 +207,11 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			continue // sent with its route configuration, later
 		}
 		v := resourceVersion(r)
-		have, ok := w.sent[r.Name]
+		var have string
+		var ok bool
+		if len(w.sent) > 0 {
+			have, ok = w.sent[r.Name]
+		}
 		if ok {
 			known++
 			if have == v {
@@ -275,11 +279,17 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	if err := c.send(resp, w.TypeURL); err != nil {
 		return err
 	}
-	var fresh bool // a route configuration the client did not have
+	fresh := len(w.sent) == 0 && len(resp.Resources) > 0 // a route configuration the client did not have
 	c.mu.Lock()
+	if len(w.sent) == 0 {
+		// The initial state of a type: sized once rather than grown through every power of two.
+		w.sent = make(map[string]string, len(resp.Resources))
+	}
 	for i, r := range resp.Resources {
-		if _, had := w.sent[r.Name]; !had {
-			fresh = true
+		if !fresh && w.TypeURL == RouteType {
+			if _, had := w.sent[r.Name]; !had {
+				fresh = true
+			}
 		}
 		w.sent[r.Name] = versions[i]
 	}
