@@ -32,8 +32,10 @@ type Result struct {
 	BytesPerChange     float64 `json:"bytesPerChange"`
 	ResponsesPerChange float64 `json:"responsesPerChange"`
 	CPUPerChange       float64 `json:"cpuSecondsPerChange"`
-	RSSBytes           int64   `json:"rssBytes"`
-	PeakRSSBytes       int64   `json:"peakRssBytes"`
+	// FleetCPUPerChange is the harness's CPU (its simulated proxies, on the same cores as the server).
+	FleetCPUPerChange float64 `json:"harnessCpuSecondsPerChange"`
+	RSSBytes          int64   `json:"rssBytes"`
+	PeakRSSBytes      int64   `json:"peakRssBytes"`
 	// Churn only: memory at the start and the end of the run.
 	RSSStart  int64   `json:"rssStart,omitempty"`
 	RSSEnd    int64   `json:"rssEnd,omitempty"`
@@ -112,6 +114,18 @@ func (c *change) wait(deadline time.Time, proxies []*proxy) ([]time.Duration, in
 	return lats, int(c.pending.Load())
 }
 
+// settle follows a clean-up made after since: it waits for the first response after since (the server's
+// answer; at most 3 s, for clean-ups no proxy hears of), then for quiet. Waiting for quiet alone returned at
+// once when nothing had arrived for a while before the clean-up, and its push then landed in the next
+// measurement.
+func (h *harness) settle(since time.Time, d, limit time.Duration) {
+	first := time.Now().Add(3 * time.Second)
+	for time.Now().Before(first) && h.lastResponse.Load() < since.UnixNano() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.quiet(d, limit)
+}
+
 // quiet waits until no proxy has received anything for d (at most limit).
 func (h *harness) quiet(d, limit time.Duration) {
 	deadline := time.Now().Add(limit)
@@ -134,11 +148,12 @@ type sample struct {
 	bytes     int64
 	responses int64
 	cpu       float64
+	fleetCPU  float64 // the harness's own: the simulated proxies share the server's cores
 }
 
 func (h *harness) measure(register func(c *change) int, apply func(begin func()) error) (sample, error) {
 	h.quiet(h.cfg.Quiet, 5*time.Second)
-	st0 := h.srv.stats()
+	st0, fleet0 := h.srv.stats(), procCPUSeconds("self", h.srv.clkTck)
 	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
 	c := newChange()
 	n := register(c)
@@ -150,7 +165,8 @@ func (h *harness) measure(register func(c *change) int, apply func(begin func())
 	h.quiet(h.cfg.Quiet, 5*time.Second)
 	st1 := h.srv.stats()
 	return sample{lats: lats, missed: missed, interest: n, bytes: h.bytes.Load() - b0, responses: h.responses.Load() - r0,
-		cpu: st1.CPUSeconds - st0.CPUSeconds, byType: typeDiff(h.typeBytes(), t0)}, nil
+		cpu: st1.CPUSeconds - st0.CPUSeconds, fleetCPU: procCPUSeconds("self", h.srv.clkTck) - fleet0,
+		byType: typeDiff(h.typeBytes(), t0)}, nil
 }
 
 func (h *harness) typeBytes() map[string]int64 {
@@ -178,7 +194,7 @@ func (h *harness) summarize(name string, samples []sample) *Result {
 	r := &Result{Scenario: name, Changes: len(samples)}
 	var pooled, last []time.Duration
 	var bytes, resps int64
-	var cpu float64
+	var cpu, fleet float64
 	for _, s := range samples {
 		pooled = append(pooled, s.lats...)
 		if len(s.lats) > 0 {
@@ -195,11 +211,13 @@ func (h *harness) summarize(name string, samples []sample) *Result {
 		}
 		resps += s.responses
 		cpu += s.cpu
+		fleet += s.fleetCPU
 	}
 	r.P50Ms, r.P99Ms, r.MaxMs = pct(pooled, 50), pct(pooled, 99), pct(pooled, 100)
 	r.AllP50Ms, r.AllP99Ms = pct(last, 50), pct(last, 99)
 	if n := float64(len(samples)); n > 0 {
 		r.BytesPerChange, r.ResponsesPerChange, r.CPUPerChange = float64(bytes)/n, float64(resps)/n, cpu/n
+		r.FleetCPUPerChange = fleet / n
 	}
 	st := h.srv.stats()
 	r.RSSBytes, r.PeakRSSBytes = st.RSS, st.HWM
@@ -268,13 +286,14 @@ func (h *harness) serviceAdd() (*Result, error) {
 		samples = append(samples, smp)
 	}
 	r := h.summarize("service-add", samples)
+	cleanup := time.Now()
 	// Put the mesh back as it was.
 	for _, s := range added {
 		if err := h.mesh.removeService(s); err != nil {
 			return nil, err
 		}
 	}
-	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	h.settle(cleanup, 2*h.cfg.Quiet, 10*time.Second)
 	return r, nil
 }
 
@@ -358,12 +377,13 @@ func (h *harness) virtualServiceChange() (*Result, error) {
 		samples = append(samples, smp)
 	}
 	r := h.summarize("virtualservice-change", samples)
+	cleanup := time.Now()
 	if h.mesh.shape.RoutingEvery > 0 {
 		must(h.mesh.out.apply(file, virtualService(s, "vs-"+s.name, "base"), nil))
 	} else {
 		must(h.mesh.out.remove(file))
 	}
-	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	h.settle(cleanup, 2*h.cfg.Quiet, 10*time.Second)
 	return r, nil
 }
 
@@ -400,12 +420,13 @@ func (h *harness) authorizationChange() (*Result, error) {
 	}
 	r := h.summarize("authorization-change", samples)
 	r.Note = fmt.Sprintf("%d sidecars in %s (LDS) + %d ztunnels", len(inNS), ns, len(h.ztunnels))
+	cleanup := time.Now()
 	if h.mesh.shape.Policies {
 		must(h.mesh.out.apply(file, authorizationPolicy(ns, "allow-mesh", "base"), nil))
 	} else {
 		must(h.mesh.out.remove(file))
 	}
-	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	h.settle(cleanup, 2*h.cfg.Quiet, 10*time.Second)
 	return r, nil
 }
 
@@ -492,6 +513,7 @@ func (h *harness) churn() (*Result, error) {
 	r.HeapStart, r.HeapEnd = heap0, h.srv.heapInuse()
 	r.Note = fmt.Sprintf("%d changes/s for %s; server CPU %.2f cores", h.cfg.ChurnRate, elapsed.Round(time.Second),
 		(st1.CPUSeconds-st0.CPUSeconds)/elapsed.Seconds())
+	cleanup := time.Now()
 	// Put the mesh back.
 	for _, a := range live {
 		a.s.pods = slices.DeleteFunc(a.s.pods, func(x *pod) bool { return x == a.pd })
@@ -503,6 +525,6 @@ func (h *harness) churn() (*Result, error) {
 			must(h.mesh.writeService(a.s, nil))
 		}
 	}
-	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	h.settle(cleanup, 2*h.cfg.Quiet, 10*time.Second)
 	return r, nil
 }

@@ -146,17 +146,7 @@ type procStats struct {
 func (s *serverProc) stats() procStats {
 	var st procStats
 	pid := s.cmd.Process.Pid
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// Fields after the command name (which may hold spaces) start after the last ')'.
-		if i := bytes.LastIndexByte(b, ')'); i > 0 {
-			f := strings.Fields(string(b[i+1:]))
-			if len(f) > 13 {
-				ut, _ := strconv.ParseFloat(f[11], 64)
-				stt, _ := strconv.ParseFloat(f[12], 64)
-				st.CPUSeconds = (ut + stt) / s.clkTck
-			}
-		}
-	}
+	st.CPUSeconds = procCPUSeconds(strconv.Itoa(pid), s.clkTck)
 	if f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
@@ -174,6 +164,26 @@ func (s *serverProc) stats() procStats {
 		f.Close()
 	}
 	return st
+}
+
+// procCPUSeconds is the user + system CPU time of process pid ("self" for the harness).
+func procCPUSeconds(pid string, clkTck float64) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) <= 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	stt, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + stt) / clkTck
 }
 
 // heapInuse reads go_memstats_heap_inuse_bytes from /metrics (0 when not served).
