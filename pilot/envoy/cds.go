@@ -57,6 +57,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	if flavor == flavorGRPC {
 		return out, nil
 	}
+	var extra xds.Resources // merged in below, keeping the output sorted by name
 	if proxy.Type == xds.Sidecar {
 		workload, labels := proxyWorkload(proxy, push)
 		for _, ip := range sidecarInboundPorts(push, proxy.Namespace, workload, labels) {
@@ -68,7 +69,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, r)
+			extra = append(extra, r)
 		}
 	}
 	for _, name := range []string{BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster} {
@@ -79,9 +80,10 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		extra = append(extra, r)
 	}
-	return out, nil
+	sortByName(extra)
+	return mergeByName(out, extra), nil
 }
 
 // inlineEndpoints reports whether a service's cluster carries its endpoints itself: DNS clusters, and
@@ -128,6 +130,7 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 			}
 		}
 	}
+	sortByName(out)
 	return out, nil
 }
 

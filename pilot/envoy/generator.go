@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,4 +292,29 @@ func wants(w *xds.WatchedResource, name string) bool {
 // DestinationRules or Gateways keys on it, and stays cached across snapshots that did not change them.
 func routingID(push *model.PushContext) any {
 	return [3]any{push.VirtualServicesID(), push.DestinationRulesID(), push.GatewaysID()}
+}
+
+// sortByName sorts resources by name. Generators return full states sorted: the transport then keeps what
+// a client has as the list itself instead of a map (xds.sentSet).
+func sortByName(res xds.Resources) {
+	slices.SortFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// mergeByName merges two lists sorted by name into a new one.
+func mergeByName(a, b xds.Resources) xds.Resources {
+	if len(b) == 0 {
+		return a
+	}
+	out := make(xds.Resources, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i].Name <= b[j].Name {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	return append(append(out, a[i:]...), b[j:]...)
 }

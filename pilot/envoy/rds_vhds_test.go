@@ -301,3 +301,20 @@ func TestDomainSetIgnoresCase(t *testing.T) {
 		t.Errorf("lower-case domains copied")
 	}
 }
+
+// A sidecar's full states come sorted by name, so the transport can keep what the proxy has as the list
+// itself rather than a map.
+func TestSidecarFullStatesSortedByName(t *testing.T) {
+	push := rdsPush(t)
+	g := New(Options{})
+	proxy := envoyProxy("bookinfo", map[string]string{"app": "reviews"}, true, 1, 38)
+	for _, typ := range []string{xds.ClusterType, xds.ListenerType, xds.VirtualHostType} {
+		res, err := g.ByTypeURL()[typ].Generate(proxy, push, wildcard(typ), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) < 3 || !slices.IsSortedFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) }) {
+			t.Errorf("%s: %d resources, not sorted by name", typ, len(res))
+		}
+	}
+}

@@ -30,10 +30,7 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		names, star := subscribedNames(sub)
 		w = &WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star,
 			// What the client already has (after a reconnect): unchanged resources are not sent again.
-			sent: maps.Clone(req.GetInitialResourceVersions())}
-		if w.sent == nil {
-			w.sent = map[string]string{}
-		}
+			sent: sentSet{m: maps.Clone(req.GetInitialResourceVersions())}}
 		if len(sub) == 0 && legacyWildcard[typeURL] {
 			w.Wildcard, w.legacy = true, true
 		}
@@ -82,24 +79,26 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 			delete(added, n)
 		}
 	}
-	w.Wildcard, w.lastFull = wildcard, nil
+	w.Wildcard = wildcard
 	if !wildcard {
 		w.legacy = false
 	}
 	// The client forgets what it unsubscribes from (if a wildcard still covers it, the next push re-sends it).
 	var gone []string
 	for _, n := range unsub {
-		if _, had := w.sent[n]; had {
+		if _, had := w.sent.get(n); had {
 			gone = append(gone, n)
+			w.sent.del(n)
 		}
-		delete(w.sent, n)
 	}
 	if wasWildcard && !wildcard { // what only the wildcard covered is gone too
-		for n := range w.sent {
+		w.sent.names(func(n string) {
 			if !w.Subscribed(n) {
 				gone = append(gone, n)
-				delete(w.sent, n)
 			}
+		})
+		for _, n := range gone {
+			w.sent.del(n)
 		}
 	}
 	c.mu.Unlock()
@@ -175,9 +174,9 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	// A full state mostly repeats the last one sent, resource for resource: generators hand out the same
 	// cached *Resource while its content stands, or rebuild it with the same version. Walking the previous
 	// list alongside skips the per-name lookups for those (at 300 sidecars × 2,700 resources these lookups were a quarter of a service add's
-	// CPU). Only lists sent whole, with nothing held back, are walked, and any other change to what the
-	// client has drops it (lastFull = nil), so a pointer found there is known to be on the client as is.
-	prev := w.lastFull
+	// CPU). Only lists sent whole, with nothing held back, are walked (sentSet.wholeList), so a resource
+	// found there is on the client as is.
+	prev := w.sent.wholeList()
 	if !full || !w.Wildcard {
 		prev = nil
 	}
@@ -207,12 +206,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			continue // sent with its route configuration, later
 		}
 		v := resourceVersion(r)
-		var have string
-		var ok bool
-		if len(w.sent) > 0 {
-			have, ok = w.sent[r.Name]
-		}
-		if ok {
+		if have, ok := w.sent.get(r.Name); ok {
 			known++
 			if have == v {
 				continue
@@ -224,7 +218,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	// seen is built only when needed: a full state that covers every name the client has removes nothing
 	// (generators never repeat a name).
 	var seen map[string]struct{}
-	if len(added) > 0 || (full && known < len(w.sent)) {
+	if len(added) > 0 || (full && known < w.sent.len()) {
 		seen = make(map[string]struct{}, len(res))
 		for _, r := range res {
 			if r != nil && r.Any != nil && w.Subscribed(r.Name) &&
@@ -234,30 +228,30 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		}
 	}
 	if full {
-		if known < len(w.sent) {
-			for n := range w.sent {
+		if known < w.sent.len() {
+			w.sent.names(func(n string) {
 				if _, ok := seen[n]; !ok {
 					resp.RemovedResources = append(resp.RemovedResources, n)
 				}
-			}
+			})
 		}
 		for n := range added {
 			if _, ok := seen[n]; !ok {
-				if _, had := w.sent[n]; !had {
+				if _, had := w.sent.get(n); !had {
 					resp.RemovedResources = append(resp.RemovedResources, n)
 				}
 			}
 		}
 	} else {
 		for _, n := range removed {
-			if _, had := w.sent[n]; had {
+			if _, had := w.sent.get(n); had {
 				resp.RemovedResources = append(resp.RemovedResources, n)
 			}
 		}
 		// Names just subscribed that do not exist are reported removed, as the protocol asks.
 		for n := range added {
 			if _, ok := seen[n]; !ok {
-				if _, had := w.sent[n]; !had {
+				if _, had := w.sent.get(n); !had {
 					resp.RemovedResources = append(resp.RemovedResources, n)
 				}
 			}
@@ -269,9 +263,11 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		nextFull = nil
 	}
 	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && !always {
-		c.mu.Lock()
-		w.lastFull = nextFull
-		c.mu.Unlock()
+		if nextFull != nil && w.sent.wholeList() == nil {
+			c.mu.Lock()
+			w.sent.whole(nextFull)
+			c.mu.Unlock()
+		}
 		return nil // nothing changed for this client
 	}
 	slices.Sort(resp.RemovedResources)
@@ -279,25 +275,29 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	if err := c.send(resp, w.TypeURL); err != nil {
 		return err
 	}
-	fresh := len(w.sent) == 0 && len(resp.Resources) > 0 // a route configuration the client did not have
-	c.mu.Lock()
-	if len(w.sent) == 0 {
-		// The initial state of a type: sized once rather than grown through every power of two.
-		w.sent = make(map[string]string, len(resp.Resources))
-	}
-	for i, r := range resp.Resources {
-		if !fresh && w.TypeURL == RouteType {
-			if _, had := w.sent[r.Name]; !had {
+	fresh := false // a route configuration the client did not have
+	if w.TypeURL == RouteType {
+		for _, r := range resp.Resources {
+			if _, had := w.sent.get(r.Name); !had {
 				fresh = true
+				break
 			}
 		}
-		w.sent[r.Name] = versions[i]
 	}
-	for _, n := range resp.RemovedResources {
-		delete(w.sent, n)
+	c.mu.Lock()
+	if nextFull == nil || !w.sent.whole(nextFull) {
+		if w.sent.len() == 0 && w.sent.list == nil {
+			// The initial state of a type: sized once rather than grown through every power of two.
+			w.sent = sentSet{m: make(map[string]string, len(resp.Resources))}
+		}
+		for i, r := range resp.Resources {
+			w.sent.set(r.Name, versions[i])
+		}
+		for _, n := range resp.RemovedResources {
+			w.sent.del(n)
+		}
 	}
 	w.VersionSent, w.NonceSent, w.LastSent = resp.SystemVersionInfo, resp.Nonce, time.Now()
-	w.lastFull = nextFull
 	c.mu.Unlock()
 	c.observeSent(w, resp.Nonce, push)
 	if w.TypeURL == RouteType {
@@ -317,7 +317,7 @@ func (c *Connection) routeConfigSent(name string) bool {
 	if rw == nil {
 		return false
 	}
-	_, ok := rw.sent[name]
+	_, ok := rw.sent.get(name)
 	return ok
 }
 
@@ -332,12 +332,15 @@ func (c *Connection) forgetVirtualHosts(routeConfigs []string) {
 	for _, n := range routeConfigs {
 		gone[n] = true
 	}
-	c.mu.Lock()
-	for n := range vw.sent {
+	var drop []string
+	vw.sent.names(func(n string) {
 		if gone[RouteConfigOfVirtualHost(n)] {
-			delete(vw.sent, n)
+			drop = append(drop, n)
 		}
+	})
+	c.mu.Lock()
+	for _, n := range drop {
+		vw.sent.del(n)
 	}
-	vw.lastFull = nil
 	c.mu.Unlock()
 }

@@ -1,0 +1,89 @@
+package xds
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// sentSet behaves as the map it stands for, through whole lists, changes on top and the switch to a map.
+func TestSentSetMatchesAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	name := func() string { return fmt.Sprintf("r%03d", rng.IntN(300)) }
+	for round := range 200 {
+		var s sentSet
+		model := map[string]string{}
+		for step := range 400 {
+			switch op := rng.IntN(10); {
+			case op == 0: // a new whole state, sorted (sometimes not: then it is refused)
+				n := rng.IntN(200)
+				seen := map[string]bool{}
+				var res Resources
+				for range n {
+					nm := name()
+					if !seen[nm] {
+						seen[nm] = true
+						res = append(res, &Resource{Name: nm, Version: fmt.Sprint(rng.IntN(5))})
+					}
+				}
+				sorted := rng.IntN(4) > 0
+				if sorted {
+					slices.SortFunc(res, func(a, b *Resource) int { return compareName(a, b.Name) })
+				}
+				if ok := s.whole(res); ok != (sorted || isSortedByName(res)) {
+					t.Fatalf("round %d step %d: whole = %v for sorted=%v", round, step, ok, sorted)
+				} else if ok {
+					model = map[string]string{}
+					for _, r := range res {
+						model[r.Name] = r.Version
+					}
+				}
+			case op < 6:
+				nm, v := name(), fmt.Sprint(rng.IntN(5))
+				s.set(nm, v)
+				model[nm] = v
+			default:
+				nm := name()
+				s.del(nm)
+				delete(model, nm)
+			}
+			if s.len() != len(model) {
+				t.Fatalf("round %d step %d: len %d, want %d", round, step, s.len(), len(model))
+			}
+			got := map[string]string{}
+			s.names(func(n string) {
+				if _, dup := got[n]; dup {
+					t.Fatalf("round %d step %d: %s named twice", round, step, n)
+				}
+				got[n], _ = s.get(n)
+			})
+			if !maps.Equal(got, model) {
+				t.Fatalf("round %d step %d: have %v, want %v", round, step, got, model)
+			}
+			if _, ok := s.get("absent"); ok {
+				t.Fatal("absent name found")
+			}
+			if l := s.wholeList(); l != nil {
+				for _, r := range l {
+					if v := model[r.Name]; v != r.Version {
+						t.Fatalf("round %d step %d: whole list holds %s@%s, client has %q", round, step, r.Name, r.Version, v)
+					}
+				}
+				if len(l) != len(model) {
+					t.Fatalf("whole list of %d, client has %d", len(l), len(model))
+				}
+			}
+		}
+	}
+}
+
+func isSortedByName(res Resources) bool {
+	for i := 1; i < len(res); i++ {
+		if res[i-1].Name >= res[i].Name {
+			return false
+		}
+	}
+	return true
+}
