@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unique"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
@@ -327,10 +328,14 @@ func subscribedNames(names []string) (map[string]struct{}, bool) {
 			star = true
 			continue
 		}
-		set[n] = struct{}{}
+		set[intern(n)] = struct{}{}
 	}
 	return set, star
 }
+
+// intern returns the canonical copy of a subscribed name: hundreds of proxies subscribe to the same 900
+// cluster names, each request decoding its own copies.
+func intern(name string) string { return unique.Make(name).Value() }
 
 func (c *Connection) status() ConnectionStatus {
 	st := ConnectionStatus{
