@@ -346,7 +346,7 @@ func (h *harness) coldStart() (*Result, error) {
 		h.ztunnels = append(h.ztunnels, newProxy(h, 100000+i, kindZtunnel, "istio-system", fmt.Sprintf("ztunnel-%d", i), ip, nil))
 	}
 	all := h.all()
-	st0 := h.srv.stats()
+	st0, fleet0 := h.srv.stats(), procCPUSeconds("self", h.srv.clkTck)
 	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -392,7 +392,7 @@ func (h *harness) coldStart() (*Result, error) {
 	st1 := h.srv.stats()
 	r := h.summarize("cold-start", []sample{{lats: lats, missed: missed, interest: len(all),
 		bytes: h.bytes.Load() - b0, responses: h.responses.Load() - r0, cpu: st1.CPUSeconds - st0.CPUSeconds,
-		byType: typeDiff(h.typeBytes(), t0)}})
+		fleetCPU: procCPUSeconds("self", h.srv.clkTck) - fleet0, byType: typeDiff(h.typeBytes(), t0)}})
 	r.Note = "all proxies connect at once; until each has CDS+EDS+LDS+RDS (+VHDS when used; ztunnel: Address+Authorization)"
 	return r, nil
 }
