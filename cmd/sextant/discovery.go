@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sextantmesh/sextant/pilot/discovery"
+	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 func discoveryCommand() *cobra.Command {
@@ -61,6 +62,7 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.IntVar(&args.PushConcurrency, "push-concurrency", 100, "connections pushed to at once")
 	f.DurationVar(&args.SendTimeout, "send-timeout", 5*time.Second, "a push taking longer closes the connection (the proxy is not reading)")
 	f.DurationVar(&args.MaxConnectionAge, "max-connection-age", 30*time.Minute, "proxies reconnect after this long (with jitter), spreading them over replicas; 0 disables")
+	f.Int64Var(&args.MaxBytesInFlight, "max-bytes-in-flight", xds.DefaultMaxBytesInFlight, "response bytes sent to all proxies and not yet acknowledged; sends beyond wait (bounds the memory of a reconnect storm); <0: no bound")
 	f.Float64Var(&args.NewStreamsPerSecond, "new-streams-per-second", 0, "limit on new xDS streams per second, smoothing reconnect storms; 0 means no limit")
 	f.StringVar(&args.VHDSMinEnvoy, "vhds-min-envoy", "1.38", "oldest Envoy (MAJOR.MINOR) whose delta stream gets sidecar virtual hosts over VHDS instead of inside the route configurations; off disables VHDS")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -43,6 +43,7 @@ type Args struct {
 	SendTimeout         time.Duration
 	MaxConnectionAge    time.Duration
 	NewStreamsPerSecond float64
+	MaxBytesInFlight    int64
 	// VHDSMinEnvoy is envoy.Options.VHDSMinEnvoy.
 	VHDSMinEnvoy string
 	Logger       *slog.Logger
@@ -105,6 +106,7 @@ func NewServer(args Args) (*Server, error) {
 		SendTimeout:         args.SendTimeout,
 		MaxConnectionAge:    args.MaxConnectionAge,
 		NewStreamsPerSecond: args.NewStreamsPerSecond,
+		MaxBytesInFlight:    args.MaxBytesInFlight,
 	})
 	s.grpcServer = grpc.NewServer(s.XDS.GRPCServerOptions()...)
 	s.XDS.Register(s.grpcServer)

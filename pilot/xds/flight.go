@@ -9,7 +9,7 @@ import (
 )
 
 // DefaultMaxBytesInFlight bounds the response bytes sent but not yet acknowledged, over all connections.
-const DefaultMaxBytesInFlight = 64 << 20
+const DefaultMaxBytesInFlight = 32 << 20
 
 // flight tracks one stream's responses that are sent but not yet ACKed or NACKed, each holding its size of
 // the server's in-flight budget. A marshaled response stays in memory until the proxy has read it, so when
