@@ -274,8 +274,11 @@ func (t *tracker) onStoreEvent(ev store.Event, current uint64) {
 	if ev.New != nil {
 		o.cfg, o.resourceVersion, o.generation = ev.New, ev.New.ResourceVersion, ev.New.Generation
 	} else {
-		o.cfg, o.deleted = ev.Old, true
+		o.deleted = true
 		o.resourceVersion, o.generation = ev.Old.ResourceVersion, ev.Old.Generation
+		if exportedKinds[key.Kind] {
+			o.cfg = ev.Old // its exportTo still says who was concerned
+		}
 	}
 	t.mu.Lock()
 	t.objects[key] = o
@@ -285,6 +288,12 @@ func (t *tracker) onStoreEvent(ev store.Event, current uint64) {
 	}
 	t.mu.Unlock()
 }
+
+// exportedKinds are the kinds whose deleted objects keep their config: dependsOn reads their exportTo.
+// A deleted pod or EndpointSlice keeps only its key and versions, or an hour of churn would hold every
+// deleted pod whole.
+var exportedKinds = map[config.Kind]bool{config.Service: true, config.ServiceEntry: true,
+	config.VirtualService: true, config.DestinationRule: true}
 
 // pruneDeleted forgets deletions older than an hour, so churn does not grow the map. Called with mu held.
 func (t *tracker) pruneDeleted(now time.Time) {

@@ -45,7 +45,7 @@ func printReport(out io.Writer, rep *Report) {
 			fmt.Fprintf(out, "  %s: %s\n", r.Scenario, r.Note)
 		}
 		if r.Scenario == "steady-churn" {
-			fmt.Fprintf(out, "  steady-churn memory: RSS %s → %s, heap in use %s → %s\n", mb(float64(r.RSSStart)),
+			fmt.Fprintf(out, "  steady-churn memory: RSS %s → %s, live heap after GC %s → %s\n", mb(float64(r.RSSStart)),
 				mb(float64(r.RSSEnd)), mb(float64(r.HeapStart)), mb(float64(r.HeapEnd)))
 		}
 	}

@@ -39,8 +39,8 @@ type Result struct {
 	// Churn only: memory at the start and the end of the run.
 	RSSStart  int64   `json:"rssStart,omitempty"`
 	RSSEnd    int64   `json:"rssEnd,omitempty"`
-	HeapStart int64   `json:"heapInuseStart,omitempty"`
-	HeapEnd   int64   `json:"heapInuseEnd,omitempty"`
+	HeapStart int64   `json:"liveHeapStart,omitempty"` // after a forced GC
+	HeapEnd   int64   `json:"liveHeapEnd,omitempty"`
 	Seconds   float64 `json:"seconds,omitempty"`
 	// Bytes per change by type (CDS, EDS, LDS, RDS, Address, Authorization).
 	BytesByType map[string]float64 `json:"bytesByType,omitempty"`
@@ -438,7 +438,7 @@ func (h *harness) churn() (*Result, error) {
 	}
 	h.quiet(h.cfg.Quiet, 5*time.Second)
 	st0 := h.srv.stats()
-	heap0 := h.srv.heapInuse()
+	heap0 := h.srv.liveHeap()
 	b0, r0 := h.bytes.Load(), h.responses.Load()
 	interval := time.Second / time.Duration(max(1, h.cfg.ChurnRate))
 	tick := time.NewTicker(interval)
@@ -510,7 +510,7 @@ func (h *harness) churn() (*Result, error) {
 	r.CPUPerChange = (st1.CPUSeconds - st0.CPUSeconds) / n
 	r.Seconds = elapsed.Seconds()
 	r.RSSStart, r.RSSEnd = st0.RSS, st1.RSS
-	r.HeapStart, r.HeapEnd = heap0, h.srv.heapInuse()
+	r.HeapStart, r.HeapEnd = heap0, h.srv.liveHeap()
 	r.Note = fmt.Sprintf("%d changes/s for %s; server CPU %.2f cores", h.cfg.ChurnRate, elapsed.Round(time.Second),
 		(st1.CPUSeconds-st0.CPUSeconds)/elapsed.Seconds())
 	cleanup := time.Now()

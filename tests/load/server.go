@@ -186,9 +186,10 @@ func procCPUSeconds(pid string, clkTck float64) float64 {
 	return (ut + stt) / clkTck
 }
 
-// heapInuse reads go_memstats_heap_inuse_bytes from /metrics (0 when not served).
-func (s *serverProc) heapInuse() int64 {
-	resp, err := http.Get("http://" + s.httpAddr + "/metrics")
+// liveHeap is the server's heap after a forced collection (HeapAlloc from /debug/pprof/heap?gc=1): what
+// it holds, without the garbage a heap-in-use figure counts. 0 when not served.
+func (s *serverProc) liveHeap() int64 {
+	resp, err := http.Get("http://" + s.httpAddr + "/debug/pprof/heap?gc=1&debug=1")
 	if err != nil {
 		return 0
 	}
@@ -196,9 +197,9 @@ func (s *serverProc) heapInuse() int64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int64(f)
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
 		}
 	}
 	return 0
