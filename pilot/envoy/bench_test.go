@@ -99,21 +99,7 @@ func BenchmarkGenerate(b *testing.B) {
 // update, then CDS, LDS and VHDS for one Envoy sidecar per namespace (the rest of a namespace's sidecars
 // share that output; what each costs on its own is the transport's diff, not here).
 func BenchmarkServiceAdd(b *testing.B) {
-	st := store.New()
-	docs, err := config.SplitDocuments([]byte(benchMeshYAML(300, benchThreePorts)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i, doc := range docs {
-		if config.IsEmptyDocument(doc) {
-			continue
-		}
-		c, err := config.Parse(doc, "mesh.yaml", i, "default")
-		if err != nil {
-			b.Fatal(err)
-		}
-		st.Upsert(store.LayerFile, c)
-	}
+	st := storeFromYAML(b, []byte(benchMeshYAML(300, benchThreePorts)))
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
 	gens := g.ByTypeURL()

@@ -40,3 +40,28 @@ func TestGenerationsBuildOnce(t *testing.T) {
 		t.Errorf("generation 2 = %d; generation 1 still held: %v", v, ok)
 	}
 }
+
+// Identities nobody asked for since the last sweep are dropped once the cache doubles.
+func TestGenerationsSweep(t *testing.T) {
+	c := newGenerations[int, int]()
+	for i := range minSweep {
+		c.put(i, 1, i)
+	}
+	for i := range 10 {
+		if _, ok := c.get(i, 1); !ok {
+			t.Fatalf("%d lost before any sweep could drop it", i)
+		}
+	}
+	for i := minSweep; i < 2*minSweep; i++ {
+		c.put(i, 1, i)
+	}
+	if _, ok := c.get(5, 1); !ok {
+		t.Error("an entry in use was dropped")
+	}
+	if _, ok := c.get(500, 1); ok {
+		t.Error("an entry unused since the last sweep was kept")
+	}
+	if _, ok := c.get(2*minSweep-1, 1); !ok {
+		t.Error("a new entry was dropped")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/protobuf/proto"
@@ -92,11 +93,15 @@ type generations[K comparable, V any] struct {
 	mu      sync.RWMutex
 	m       map[K]generation[V]
 	flights map[K]*flight[V]
+	// sweepAt is the size at which entries unused since the last sweep are dropped: identities that went
+	// away (a deleted service, listener or namespace) do not stay forever.
+	sweepAt int
 }
 
 type generation[V any] struct {
 	inputs any
 	v      V
+	used   *atomic.Bool // read since the last sweep
 }
 
 // flight is a build in progress: a push starts up to PushConcurrency proxies of a namespace at once, and
@@ -108,8 +113,10 @@ type flight[V any] struct {
 	err    error
 }
 
+const minSweep = 1024
+
 func newGenerations[K comparable, V any]() *generations[K, V] {
-	return &generations[K, V]{m: map[K]generation[V]{}, flights: map[K]*flight[V]{}}
+	return &generations[K, V]{m: map[K]generation[V]{}, flights: map[K]*flight[V]{}, sweepAt: minSweep}
 }
 
 // get returns the value stored for id if it was built from inputs.
@@ -121,13 +128,34 @@ func (c *generations[K, V]) get(id K, inputs any) (V, bool) {
 		var zero V
 		return zero, false
 	}
+	if !e.used.Load() {
+		e.used.Store(true)
+	}
 	return e.v, true
+}
+
+// store sets id's value; called with mu held.
+func (c *generations[K, V]) store(id K, inputs any, v V) {
+	used := &atomic.Bool{}
+	used.Store(true)
+	c.m[id] = generation[V]{inputs: inputs, v: v, used: used}
+	if len(c.m) < c.sweepAt {
+		return
+	}
+	for k, e := range c.m {
+		if !e.used.Load() {
+			delete(c.m, k)
+		} else {
+			e.used.Store(false)
+		}
+	}
+	c.sweepAt = max(minSweep, 2*len(c.m))
 }
 
 // replace stores v, built from inputs, whatever id held.
 func (c *generations[K, V]) replace(id K, inputs any, v V) {
 	c.mu.Lock()
-	c.m[id] = generation[V]{inputs: inputs, v: v}
+	c.store(id, inputs, v)
 	c.mu.Unlock()
 }
 
@@ -139,7 +167,7 @@ func (c *generations[K, V]) put(id K, inputs any, v V) V {
 	if e, ok := c.m[id]; ok && e.inputs == inputs {
 		return e.v
 	}
-	c.m[id] = generation[V]{inputs: inputs, v: v}
+	c.store(id, inputs, v)
 	return v
 }
 
@@ -166,7 +194,7 @@ func (c *generations[K, V]) getOrBuild(id K, inputs any, build func() (V, error)
 	f.v, f.err = build()
 	c.mu.Lock()
 	if f.err == nil {
-		c.m[id] = generation[V]{inputs: inputs, v: f.v}
+		c.store(id, inputs, f.v)
 	}
 	if c.flights[id] == f {
 		delete(c.flights, id)

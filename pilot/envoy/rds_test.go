@@ -28,6 +28,12 @@ func rdsPush(t testing.TB) *model.PushContext {
 
 func pushFromYAML(t testing.TB, data []byte) *model.PushContext {
 	t.Helper()
+	return model.Build(storeFromYAML(t, data), mesh.Default())
+}
+
+// storeFromYAML loads YAML documents into a store, as the file source would.
+func storeFromYAML(t testing.TB, data []byte) *store.Store {
+	t.Helper()
 	docs, err := config.SplitDocuments(data)
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +49,42 @@ func pushFromYAML(t testing.TB, data []byte) *model.PushContext {
 		}
 		st.Upsert(store.LayerFile, c)
 	}
-	return model.Build(st, mesh.Default())
+	return st
 }
+
+// sharedVIPMesh has services a and b on one VIP, a with a VirtualService (including routes Envoy rejects).
+const sharedVIPMesh = `
+apiVersion: v1
+kind: Service
+metadata: {name: a, namespace: ns}
+spec:
+  clusterIP: 10.1.0.1
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: b, namespace: ns}
+spec:
+  clusterIP: 10.1.0.1
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: a, namespace: ns}
+spec:
+  hosts: [a]
+  http:
+  - name: bad-regex
+    match: [{uri: {regex: "("}}]
+    route: [{destination: {host: a}}]
+  - name: bad-code
+    match: [{uri: {prefix: /x}}]
+    redirect: {uri: /y, redirectCode: 399}
+  - name: even
+    route:
+    - destination: {host: a}
+    - destination: {host: b}
+`
 
 // generateRoutes runs RDS and decodes the result, checking what every RouteConfiguration must satisfy:
 // ValidateAll, the name it was asked under, domains unique within it.
@@ -363,38 +403,7 @@ func TestRouteCacheSharing(t *testing.T) {
 
 // Input Envoy would reject is left out rather than sent: duplicate domains, bad regexes, unsupported codes.
 func TestRouteRejectsNothing(t *testing.T) {
-	push := pushFromYAML(t, []byte(`
-apiVersion: v1
-kind: Service
-metadata: {name: a, namespace: ns}
-spec:
-  clusterIP: 10.1.0.1
-  ports: [{name: http, port: 80}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: b, namespace: ns}
-spec:
-  clusterIP: 10.1.0.1
-  ports: [{name: http, port: 80}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: a, namespace: ns}
-spec:
-  hosts: [a]
-  http:
-  - name: bad-regex
-    match: [{uri: {regex: "("}}]
-    route: [{destination: {host: a}}]
-  - name: bad-code
-    match: [{uri: {prefix: /x}}]
-    redirect: {uri: /y, redirectCode: 399}
-  - name: even
-    route:
-    - destination: {host: a}
-    - destination: {host: b}
-`))
+	push := pushFromYAML(t, []byte(sharedVIPMesh))
 	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %v", routeNames(rcs))

@@ -56,36 +56,13 @@ func TestVHDSMatchesInlineRoutes(t *testing.T) {
 		checkVHDSMatchesInline(t, push, "bookinfo", labels)
 	}
 	checkVHDSMatchesInline(t, push, "other", nil)
-	shared := pushFromYAML(t, []byte(`
-apiVersion: v1
-kind: Service
-metadata: {name: a, namespace: ns}
-spec:
-  clusterIP: 10.1.0.1
-  ports: [{name: http, port: 80}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: b, namespace: ns}
-spec:
-  clusterIP: 10.1.0.1
-  ports: [{name: http, port: 80}]
----
+	shared := pushFromYAML(t, []byte(sharedVIPMesh+`---
 apiVersion: v1
 kind: Service
 metadata: {name: c, namespace: ns}
 spec:
   clusterIP: 10.1.0.1
   ports: [{name: http, port: 80}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: b, namespace: ns}
-spec:
-  hosts: [b]
-  http:
-  - route: [{destination: {host: b}}]
-    timeout: 2s
 `))
 	checkVHDSMatchesInline(t, shared, "ns", nil)
 	checkVHDSMatchesInline(t, shared, "other", nil)
@@ -139,21 +116,7 @@ func TestVHDSServiceAddBuildsOnlyItsVirtualHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := config.SplitDocuments(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New()
-	for i, doc := range docs {
-		if config.IsEmptyDocument(doc) {
-			continue
-		}
-		c, err := config.Parse(doc, "mesh.yaml", i, "default")
-		if err != nil {
-			t.Fatal(err)
-		}
-		st.Upsert(store.LayerFile, c)
-	}
+	st := storeFromYAML(t, data)
 	before := model.Build(st, mesh.Default())
 	added, err := config.Parse([]byte(`
 apiVersion: v1

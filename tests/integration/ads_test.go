@@ -116,17 +116,6 @@ func (c *adsClient) hasCluster(name string) bool {
 	return ok
 }
 
-func (c *adsClient) clusterNames() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for n := range c.clusters {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // endpointAddresses returns the addresses the client holds for cluster name.
 func (c *adsClient) endpointAddresses(name string) []string {
 	c.mu.Lock()
