@@ -196,3 +196,24 @@ func TestValidateMatchesServer(t *testing.T) {
 		t.Errorf("clean file: %v\n%s", err, out)
 	}
 }
+
+// A sidecar's VHDS state shows in its RDS column: the worse of the two.
+func TestProxyStatusFoldsVHDSIntoRDS(t *testing.T) {
+	var b strings.Builder
+	err := proxyStatusTable(&b, []debug.ProxySync{
+		{ID: "a.ns", Type: "sidecar", Types: []debug.TypeSync{{Type: "rds", Status: debug.Synced}, {Type: "vhds", Status: debug.Error, Error: "duplicate domain"}}},
+		{ID: "b.ns", Type: "sidecar", Types: []debug.TypeSync{{Type: "rds", Status: debug.Synced}, {Type: "vhds", Status: debug.Synced}}},
+		{ID: "c.ns", Type: "sidecar", Types: []debug.TypeSync{{Type: "rds", Status: debug.Stale}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	// The other columns are NOT SENT: what is left is the RDS cell.
+	for i, want := range []string{"ERROR (duplicate domain)", "SYNCED", "STALE"} {
+		rest := strings.ReplaceAll(lines[i+1], debug.NotSent, "")
+		if f := strings.Fields(rest); strings.Join(f[2:], " ") != want {
+			t.Errorf("%s: RDS %q, want %q", lines[i+1], strings.Join(f[2:], " "), want)
+		}
+	}
+}

@@ -55,7 +55,7 @@ in full, as protojson with @type, like Envoy's config_dump.`,
 		},
 	}
 	clientFlags(cmd, &c, &output)
-	cmd.Flags().StringSliceVar(&types, "type", nil, "only these types: cds, eds, lds, rds, wds, authorization or a type URL")
+	cmd.Flags().StringSliceVar(&types, "type", nil, "only these types: cds, eds, lds, rds, vhds, wds, authorization or a type URL")
 	return cmd
 }
 

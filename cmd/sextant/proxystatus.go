@@ -84,8 +84,11 @@ func writeRaw(out io.Writer, body []byte) error {
 	return err
 }
 
-// statusTypes are proxy-status's columns; WDS is ztunnel's istio.workload.Address.
+// statusTypes are proxy-status's columns; WDS is ztunnel's istio.workload.Address. RDS covers VHDS too.
 var statusTypes = []string{"cds", "lds", "eds", "rds", "wds"}
+
+// statusRank orders statuses from best to worst.
+var statusRank = map[string]int{debug.Synced: 0, debug.NotSent: 1, debug.Stale: 2, debug.Error: 3}
 
 func proxyStatusCommand() *cobra.Command {
 	var c client
@@ -95,7 +98,8 @@ func proxyStatusCommand() *cobra.Command {
 		Short: "Show whether each connected proxy has ACKed the latest config, per type",
 		Long: `For each connected proxy (or only PROXY_ID, POD.NAMESPACE), show per type whether the latest response
 is SYNCED (ACKed), STALE (sent, not ACKed yet), NOT SENT, or ERROR (NACKed; the reason follows).
-WDS is ztunnel's workload type (istio.workload.Address).`,
+WDS is ztunnel's workload type (istio.workload.Address). RDS includes the virtual hosts a sidecar gets over
+VHDS: the worse of the two is shown.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -143,6 +147,10 @@ func proxyStatusTable(out io.Writer, sync []debug.ProxySync) error {
 		cells := []string{p.ID, p.Type}
 		for _, typ := range statusTypes {
 			t, ok := byType[typ]
+			if v, vok := byType["vhds"]; typ == "rds" && vok && (!ok || statusRank[v.Status] > statusRank[t.Status]) {
+				// A sidecar's virtual hosts (VHDS) are part of its routes: the column shows the worse of both.
+				t, ok = v, true
+			}
 			switch {
 			case !ok:
 				cells = append(cells, debug.NotSent)

@@ -135,12 +135,13 @@ var shortTypes = map[string]string{
 	xds.EndpointType:      "eds",
 	xds.ListenerType:      "lds",
 	xds.RouteType:         "rds",
+	xds.VirtualHostType:   "vhds",
 	xds.SecretType:        "sds",
 	xds.AddressType:       "wds",
 	xds.AuthorizationType: "authorization",
 }
 
-// ShortType names a type URL as operators do: cds, eds, lds, rds, sds, wds (istio.workload.Address),
+// ShortType names a type URL as operators do: cds, eds, lds, rds, vhds, sds, wds (istio.workload.Address),
 // authorization; other types keep their URL.
 func ShortType(typeURL string) string {
 	if s, ok := shortTypes[typeURL]; ok {
