@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +45,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		if err != nil {
 			return nil, err
 		}
-		out = slices.Clone(list)
+		out = list // shared and never modified: the extras below are merged into a new list
 	} else {
 		list, err := c.outbound(scope, push, flavor, w)
 		if err != nil {
