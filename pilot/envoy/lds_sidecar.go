@@ -60,10 +60,9 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	if err != nil {
 		return nil, err
 	}
-	out := make(xds.Resources, 0, len(outbound)+2)
-	out = append(append(out, outbound...), capture, in)
-	slices.SortFunc(out, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	own := xds.Resources{capture, in}
+	sortByName(own)
+	return mergeByName(outbound, own), nil // the outbound list is sorted already
 }
 
 // outboundListeners returns the outbound listeners of key's scope, sorted by name, each marshaled on its
