@@ -262,8 +262,9 @@ func (g *Generators) usesVHDS(p *xds.Proxy) bool {
 		p.AtLeast(g.vhdsMin[0], g.vhdsMin[1])
 }
 
-// DefaultVHDSMinEnvoy is the first Envoy release that accepts VHDS with an ADS config source (Envoy checks
-// that the ADS stream is delta); earlier ones reject such a route configuration.
+// DefaultVHDSMinEnvoy is taken as the first Envoy release that accepts VHDS with an ADS config source
+// (Envoy PR #42812, early 2026, checks that the ADS stream is delta); earlier ones reject such a route
+// configuration with "vhds: only 'DELTA_GRPC' is supported as an api_type".
 var DefaultVHDSMinEnvoy = [2]uint32{1, 38}
 
 // ByTypeURL returns the generators to register with the xDS server.
