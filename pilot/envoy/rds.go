@@ -185,11 +185,14 @@ func isHTTPPort(p *model.Port) bool {
 	return p.Protocol.IsHTTP()
 }
 
-// sidecarRoutePorts returns the HTTP port numbers of the services in scope, sorted.
-func sidecarRoutePorts(scope *Scope) []uint32 {
+// sidecarRoutePorts returns the HTTP port numbers of the services in scope, sorted. Shared: not to be modified.
+func sidecarRoutePorts(scope *Scope) []uint32 { return scope.routePorts }
+
+// httpPorts returns the HTTP port numbers of services, sorted.
+func httpPorts(services []*model.Service) []uint32 {
 	seen := map[uint32]bool{}
 	var out []uint32
-	for _, svc := range scope.Services {
+	for _, svc := range services {
 		for _, p := range svc.Ports {
 			if isHTTPPort(p) && !seen[p.Port] {
 				seen[p.Port] = true

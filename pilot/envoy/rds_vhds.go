@@ -14,7 +14,6 @@ package envoy
 // shared domains included, so the table Envoy assembles is the one a proxy without VHDS receives.
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 
@@ -38,12 +37,7 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 	}
 	scope := g.scopeFor(proxy, push)
 	var out xds.Resources
-	ports := sidecarRoutePorts(scope)
-	// By name, "10000" before "9080": the output is sorted by resource name.
-	slices.SortFunc(ports, func(a, b uint32) int {
-		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
-	})
-	for _, port := range ports {
+	for _, port := range scope.routePortsByName { // the output is sorted by resource name
 		list, err := g.virtualHosts(proxy, push, scope, strconv.FormatUint(uint64(port), 10), port)
 		if err != nil {
 			return nil, err

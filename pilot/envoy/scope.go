@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -17,6 +19,9 @@ type Scope struct {
 	Sidecar   *config.Config // nil when none applies
 	Services  []*model.Service
 	byHost    map[string]*model.Service
+	// routePorts are the HTTP port numbers of Services, sorted; routePortsByName the same sorted as
+	// route configuration names ("10000" before "9080"). Every sidecar push reads them.
+	routePorts, routePortsByName []uint32
 }
 
 // Service returns the service the proxy sees for host, or nil.
@@ -65,6 +70,11 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Sco
 		s.byHost[chosen.Hostname] = chosen
 		s.Services = append(s.Services, chosen)
 	}
+	s.routePorts = httpPorts(s.Services)
+	s.routePortsByName = slices.Clone(s.routePorts)
+	slices.SortFunc(s.routePortsByName, func(a, b uint32) int {
+		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
+	})
 	return s
 }
 
