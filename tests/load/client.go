@@ -311,7 +311,12 @@ func (p *proxy) runDelta(stream grpc.BidiStreamingClient[discovery.DeltaDiscover
 			delete(m, n)
 		}
 		p.got[typ] = true
-		sub, unsub := p.follow(typ)
+		var sub, unsub map[string][]string
+		if typ == cdsType {
+			sub, unsub = p.followClusters(resp)
+		} else {
+			sub, unsub = p.follow(typ)
+		}
 		// The first route configuration with VHDS opens the VHDS subscription: no names, i.e. everything.
 		startVHDS := typ == rdsType && !p.vhdsOn && p.anyVHDS()
 		if startVHDS {
@@ -494,6 +499,39 @@ func protoName(b []byte) (string, error) {
 
 // follow updates EDS and RDS subscriptions after a CDS or LDS update, as Envoy does: EDS for every EDS
 // cluster, RDS for every route configuration a listener names. Called with p.mu held.
+// followClusters is follow for a delta CDS response: like Envoy, only the clusters it adds, changes or removes
+// touch the EDS subscriptions, so a response costs its own size rather than the mesh's. Called with p.mu held.
+func (p *proxy) followClusters(resp *discovery.DeltaDiscoveryResponse) (sub, unsub map[string][]string) {
+	have := p.subs[edsType]
+	var add, drop []string
+	for _, r := range resp.Resources {
+		c, ok := p.res[cdsType][r.Name]
+		switch {
+		case ok && c.eds && !have[r.Name]:
+			add = append(add, r.Name)
+			have[r.Name] = true
+		case (!ok || !c.eds) && have[r.Name]:
+			drop = append(drop, r.Name)
+		}
+	}
+	for _, n := range resp.RemovedResources {
+		if have[n] {
+			drop = append(drop, n)
+		}
+	}
+	for _, n := range drop {
+		delete(have, n)
+		delete(p.res[edsType], n)
+	}
+	if add != nil {
+		sub = map[string][]string{edsType: add}
+	}
+	if drop != nil {
+		unsub = map[string][]string{edsType: drop}
+	}
+	return sub, unsub
+}
+
 func (p *proxy) follow(typ string) (sub, unsub map[string][]string) {
 	var dep string
 	have := p.subs[edsType]
