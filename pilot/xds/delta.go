@@ -182,17 +182,27 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		prev = nil
 	}
 	j, known, filtered := 0, 0, false
+	// A full state is kept as sent only if sorted by name (sentSet.whole). Two resources that follow each
+	// other in prev, itself sorted, are in order: only the names around what changed are compared, not
+	// 2,700 names per sidecar per push.
+	inOrder, last, lastAt := true, (*Resource)(nil), -1
 	for _, r := range res {
 		if r == nil || r.Any == nil || !w.Subscribed(r.Name) {
 			filtered = true
 			continue
 		}
+		at := -1 // r's index in prev when it is the very resource the client has
 		if j < len(prev) && prev[j] == r {
-			j, known = j+1, known+1
-			continue
+			at, j = j, j+1
+		} else if j+1 < len(prev) && prev[j+1] == r { // the one before was removed
+			at, j = j+1, j+2
 		}
-		if j+1 < len(prev) && prev[j+1] == r { // the one before was removed
-			j, known = j+2, known+1
+		if inOrder && last != nil && (at < 0 || at != lastAt+1) && last.Name >= r.Name {
+			inOrder = false
+		}
+		last, lastAt = r, at
+		if at >= 0 {
+			known++
 			continue
 		}
 		if j < len(prev) && prev[j].Name == r.Name {
@@ -260,7 +270,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	}
 	// What the client will have is res itself only after a full, unfiltered state.
 	nextFull := res
-	if !full || !w.Wildcard || filtered {
+	if !full || !w.Wildcard || filtered || !inOrder {
 		nextFull = nil
 	}
 	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && !always {
@@ -287,7 +297,9 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		}
 	}
 	c.mu.Lock()
-	if nextFull == nil || !w.sent.whole(nextFull) {
+	if nextFull != nil {
+		w.sent.whole(nextFull)
+	} else {
 		if w.sent.len() == 0 && w.sent.list == nil {
 			// The initial state of a type: sized once rather than grown through every power of two.
 			w.sent = sentSet{m: make(map[string]string, len(resp.Resources))}

@@ -174,13 +174,25 @@ func TestDeltaNackIsNotRepushed(t *testing.T) {
 // One full push that changes, adds and removes resources at once, next to unchanged ones handed out again
 // as the same *Resource: exactly the changes go out.
 func TestDeltaFullStateMixedChanges(t *testing.T) {
-	t.Run("shared", func(t *testing.T) { testDeltaFullStateMixedChanges(t, false) })
-	t.Run("rebuilt", func(t *testing.T) { testDeltaFullStateMixedChanges(t, true) })
+	t.Run("shared", func(t *testing.T) { testDeltaFullStateMixedChanges(t, false, nil) })
+	t.Run("rebuilt", func(t *testing.T) { testDeltaFullStateMixedChanges(t, true, nil) })
+	// Full states out of name order are not kept as lists; the next diff must still be exact.
+	t.Run("reversed", func(t *testing.T) {
+		testDeltaFullStateMixedChanges(t, false, func(_ uint64, res Resources) { slices.Reverse(res) })
+	})
+	// Sorted first, so the client's state is a list; later states swap two resources the client has.
+	t.Run("swapped", func(t *testing.T) {
+		testDeltaFullStateMixedChanges(t, false, func(v uint64, res Resources) {
+			if v > 1 && len(res) > 2 {
+				res[0], res[2] = res[2], res[0]
+			}
+		})
+	})
 }
 
-func testDeltaFullStateMixedChanges(t *testing.T, rebuild bool) {
+func testDeltaFullStateMixedChanges(t *testing.T, rebuild bool, order func(uint64, Resources)) {
 	e := newEnv(t, snapshot{ClusterType: {"a": "a1", "b": "b1", "c": "c1", "d": "d1", "f": "f1"}})
-	e.rebuild = rebuild
+	e.rebuild, e.order = rebuild, order
 	c := e.delta(t)
 	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
 	r := c.recv()

@@ -87,6 +87,8 @@ type testEnv struct {
 	delay func(*Proxy) time.Duration
 	// rebuild makes generators return a new *Resource every time, even for unchanged content.
 	rebuild bool
+	// order, when set, reorders a generator's output (sorted by name otherwise) for the given push version.
+	order func(version uint64, res Resources)
 }
 
 type envOption func(*testEnv, *Options)
@@ -215,6 +217,9 @@ func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource
 		out = append(out, r.(*Resource))
 	}
 	slices.SortFunc(out, func(a, b *Resource) int { return strings.Compare(a.Name, b.Name) })
+	if g.env.order != nil {
+		g.env.order(push.Version, out)
+	}
 	return out, nil
 }
 

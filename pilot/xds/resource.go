@@ -254,18 +254,12 @@ func (s *sentSet) overlay(name, version string) {
 	}
 }
 
-// whole records that the client now has exactly res, if res is sorted by name; it reports whether it did.
-func (s *sentSet) whole(res Resources) bool {
-	for i := 1; i < len(res); i++ {
-		if res[i-1].Name >= res[i].Name {
-			return false
-		}
-	}
+// whole records that the client now has exactly res, which the caller found sorted by name, each name once.
+func (s *sentSet) whole(res Resources) {
 	if res == nil {
 		res = Resources{}
 	}
 	*s = sentSet{list: res, n: len(res)}
-	return true
 }
 
 // wholeList is the list the client has, each resource as is, when nothing changed on top of it; else nil.
