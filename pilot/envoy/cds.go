@@ -58,8 +58,8 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	}
 	var extra xds.Resources // merged in below, keeping the output sorted by name
 	if proxy.Type == xds.Sidecar {
-		workload, labels := proxyWorkload(proxy, push)
-		for _, ip := range sidecarInboundPorts(push, proxy.Namespace, workload, labels) {
+		_, _, ports := g.sidecarInboundPortsOf(proxy, push)
+		for _, ip := range ports {
 			name := InboundClusterName(ip.port)
 			if !wants(w, name) {
 				continue

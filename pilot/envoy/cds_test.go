@@ -3,6 +3,7 @@ package envoy
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -10,7 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -298,5 +301,73 @@ func TestEDSFullPushForAServiceSendsOnlyIt(t *testing.T) {
 		if got, incremental := names(req); incremental || len(got) != 3 {
 			t.Errorf("%v: want every watched assignment, got incremental=%v %v", req, incremental, got)
 		}
+	}
+}
+
+// A sidecar's inbound clusters and virtualInbound follow the services of its namespace from one snapshot to
+// the next on the same Generators (they are kept per proxy while those services stand).
+func TestSidecarInboundFollowsNamespaceServices(t *testing.T) {
+	data, err := os.ReadFile("testdata/rds/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := storeFromYAML(t, data)
+	push := model.Build(st, mesh.Default())
+	g := New(Options{})
+	proxy := sidecarIn("bookinfo", "10.1.0.7", map[string]string{"app": "ratings"})
+	inbound := func(push *model.PushContext) []string {
+		t.Helper()
+		var names []string
+		for _, c := range generate(t, g, xds.ClusterType, proxy, push, wildcard(xds.ClusterType), newCluster) {
+			if strings.HasPrefix(c.Name, "inbound|") {
+				names = append(names, c.Name)
+			}
+		}
+		return names
+	}
+	inboundPorts := func(push *model.PushContext) []uint32 {
+		t.Helper()
+		var ports []uint32
+		for _, l := range ldsGenerate(t, g, proxy, push, wildcard(xds.ListenerType)) {
+			if l.Name != VirtualInboundListener {
+				continue
+			}
+			for _, fc := range l.FilterChains {
+				if p := fc.GetFilterChainMatch().GetDestinationPort().GetValue(); p != 0 && !slices.Contains(ports, p) {
+					ports = append(ports, p)
+				}
+			}
+		}
+		slices.Sort(ports)
+		return ports
+	}
+	if got := inbound(push); !slices.Equal(got, []string{"inbound|9080||"}) {
+		t.Fatalf("before: %v", got)
+	}
+	if got := inboundPorts(push); !slices.Equal(got, []uint32{9080}) {
+		t.Fatalf("before: virtualInbound ports %v", got)
+	}
+	apply := func(doc string) {
+		t.Helper()
+		c, err := config.Parse([]byte(doc), "added.yaml", 0, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Upsert(store.LayerFile, c)
+		push, _ = model.Update(push, st, []model.Change{{Key: c.Key, New: c}})
+	}
+	// Another namespace's service selecting the same labels is not the sidecar's.
+	apply("apiVersion: v1\nkind: Service\nmetadata: {name: stats, namespace: other}\n" +
+		"spec: {clusterIP: 10.0.9.8, selector: {app: ratings}, ports: [{name: http, port: 7070}]}\n")
+	if got := inbound(push); !slices.Equal(got, []string{"inbound|9080||"}) {
+		t.Fatalf("after a service in another namespace: %v", got)
+	}
+	apply("apiVersion: v1\nkind: Service\nmetadata: {name: stats, namespace: bookinfo}\n" +
+		"spec: {clusterIP: 10.0.9.9, selector: {app: ratings}, ports: [{name: http, port: 7070}]}\n")
+	if got := inbound(push); !slices.Equal(got, []string{"inbound|7070||", "inbound|9080||"}) {
+		t.Fatalf("after a service selecting it: %v", got)
+	}
+	if got := inboundPorts(push); !slices.Equal(got, []uint32{7070, 9080}) {
+		t.Fatalf("after a service selecting it: virtualInbound ports %v", got)
 	}
 }

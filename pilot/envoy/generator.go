@@ -48,6 +48,8 @@ type Generators struct {
 	// outboundListenerRes keeps each sidecar outbound listener by name, namespace and Sidecar, keyed by a
 	// description of its chains.
 	outboundListenerRes *generations[listID, *xds.Resource]
+	// inboundPorts keeps each sidecar's inbound ports (CDS and LDS need them on every push).
+	inboundPorts *generations[*xds.Proxy, []inboundPort]
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
@@ -230,7 +232,8 @@ func New(opts Options) *Generators {
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
 	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots(), assignments: newSlots(),
 		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
-		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost]()}
+		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
+		inboundPorts: newGenerations[*xds.Proxy, []inboundPort]()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)

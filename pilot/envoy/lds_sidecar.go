@@ -498,6 +498,29 @@ func proxyWorkload(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, 
 // ldsReservedPorts are the sidecar's own ports; traffic to them is never application traffic.
 var ldsReservedPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true, 15053: true, 15090: true}
 
+// inboundPortsInputs is what a sidecar's inbound ports depend on besides the proxy itself (whose labels are
+// fixed): its namespace's services, a slice replaced whenever one of them changes, and its workload.
+type inboundPortsInputs struct {
+	services *(*model.Service)
+	n        int
+	workload *model.Workload
+}
+
+// sidecarInboundPortsOf is sidecarInboundPorts for proxy, kept while its inputs stand: CDS and LDS ask on
+// every push, and a service added in another namespace changes nothing here.
+func (g *Generators) sidecarInboundPortsOf(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, map[string]string, []inboundPort) {
+	w, labels := proxyWorkload(proxy, push)
+	svcs := push.ServicesInNamespace(proxy.Namespace)
+	in := inboundPortsInputs{n: len(svcs), workload: w}
+	if len(svcs) > 0 {
+		in.services = &svcs[0]
+	}
+	ports, _ := g.inboundPorts.getOrBuild(proxy, in, func() ([]inboundPort, error) {
+		return sidecarInboundPorts(push, proxy.Namespace, w, labels), nil
+	})
+	return w, labels, ports
+}
+
 // sidecarInboundPorts lists the workload ports of the services selecting the proxy (their target port,
 // a named one resolved through the workload's container ports), the first service naming a port deciding
 // its protocol. These are the ports CDS builds inbound|PORT|| clusters for.
@@ -560,9 +583,9 @@ func (in inboundInputs) describe(ns string) string {
 }
 
 func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushContext) (*xds.Resource, error) {
-	w, labels := proxyWorkload(proxy, push)
+	_, labels, ports := l.g.sidecarInboundPortsOf(proxy, push)
 	in := inboundInputs{
-		ports:    sidecarInboundPorts(push, proxy.Namespace, w, labels),
+		ports:    ports,
 		mtls:     push.PeerAuthentication(proxy.Namespace, labels),
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
 		td:       push.Mesh.TrustDomain,
