@@ -1,10 +1,16 @@
 package envoy
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Many proxies of a namespace asking at once build a list once; a newer generation replaces the older.
@@ -63,5 +69,27 @@ func TestGenerationsSweep(t *testing.T) {
 	}
 	if _, ok := c.get(2*minSweep-1, 1); !ok {
 		t.Error("a new entry was dropped")
+	}
+}
+
+// mergeByName equals sorting the two lists together, a's resource first on equal names.
+func TestMergeByName(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	list := func(n int, tag string) xds.Resources {
+		var out xds.Resources
+		for range n {
+			out = append(out, &xds.Resource{Name: fmt.Sprintf("r%02d", rng.IntN(40)), Version: tag})
+		}
+		slices.SortStableFunc(out, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+		return out
+	}
+	for range 500 {
+		a, b := list(rng.IntN(30), "a"), list(rng.IntN(5), "b")
+		want := slices.Concat(a, b)
+		slices.SortStableFunc(want, func(x, y *xds.Resource) int { return strings.Compare(x.Name, y.Name) })
+		got := mergeByName(a, b)
+		if !slices.Equal(got, want) {
+			t.Fatalf("merge of %d and %d resources differs", len(a), len(b))
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -332,21 +333,18 @@ func sortByName(res xds.Resources) {
 	slices.SortFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// mergeByName merges two lists sorted by name into a new one.
+// mergeByName merges two lists sorted by name into a new one, a's resource first on equal names. b is a
+// sidecar's few own resources and a the long shared list: b's places are found by binary search and a is
+// copied in runs, instead of comparing 300 listener names per sidecar per push.
 func mergeByName(a, b xds.Resources) xds.Resources {
 	if len(b) == 0 {
 		return a
 	}
 	out := make(xds.Resources, 0, len(a)+len(b))
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		if a[i].Name <= b[j].Name {
-			out = append(out, a[i])
-			i++
-		} else {
-			out = append(out, b[j])
-			j++
-		}
+	for _, r := range b {
+		i := sort.Search(len(a), func(i int) bool { return a[i].Name > r.Name })
+		out = append(append(out, a[:i]...), r)
+		a = a[i:]
 	}
-	return append(append(out, a[i:]...), b[j:]...)
+	return append(out, a...)
 }
