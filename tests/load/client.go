@@ -70,8 +70,10 @@ func (d *decoder) reset() {
 	d.mu.Unlock()
 }
 
-func (d *decoder) decode(typ, name string, a *anypb.Any) (*info, error) {
-	k := cacheKey{typ, name, maphash.Bytes(d.seed, a.GetValue())}
+// decode returns what the harness needs of resource name of type typ whose payload is value. value may be
+// part of a received frame: what is kept of it is copied.
+func (d *decoder) decode(typ, name string, value []byte) (*info, error) {
+	k := cacheKey{typ, name, maphash.Bytes(d.seed, value)}
 	d.mu.Lock()
 	in := d.m[k]
 	d.mu.Unlock()
@@ -82,13 +84,13 @@ func (d *decoder) decode(typ, name string, a *anypb.Any) (*info, error) {
 	switch typ {
 	case cdsType:
 		var c cluster.Cluster
-		if err := proto.Unmarshal(a.Value, &c); err != nil {
+		if err := proto.Unmarshal(value, &c); err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", name, err)
 		}
 		in.eds = c.GetType() == cluster.Cluster_EDS
 	case edsType:
 		var c endpoint.ClusterLoadAssignment
-		if err := proto.Unmarshal(a.Value, &c); err != nil {
+		if err := proto.Unmarshal(value, &c); err != nil {
 			return nil, fmt.Errorf("endpoints %s: %w", name, err)
 		}
 		in.addrs = map[string]struct{}{}
@@ -99,7 +101,7 @@ func (d *decoder) decode(typ, name string, a *anypb.Any) (*info, error) {
 		}
 	case ldsType:
 		var l listener.Listener
-		if err := proto.Unmarshal(a.Value, &l); err != nil {
+		if err := proto.Unmarshal(value, &l); err != nil {
 			return nil, fmt.Errorf("listener %s: %w", name, err)
 		}
 		chains := l.FilterChains
@@ -122,16 +124,16 @@ func (d *decoder) decode(typ, name string, a *anypb.Any) (*info, error) {
 				}
 			}
 		}
-		in.raw = a.Value
+		in.raw = slices.Clone(value)
 	case rdsType:
 		var rc route.RouteConfiguration
-		if err := proto.Unmarshal(a.Value, &rc); err != nil {
+		if err := proto.Unmarshal(value, &rc); err != nil {
 			return nil, fmt.Errorf("route configuration %s: %w", name, err)
 		}
 		in.vhds = rc.Vhds != nil
-		in.raw = a.Value
+		in.raw = slices.Clone(value)
 	default:
-		in.raw = a.Value
+		in.raw = slices.Clone(value)
 	}
 	d.mu.Lock()
 	d.m[k] = in
@@ -210,7 +212,7 @@ func (p *proxy) start(addr string) error {
 	p.started = time.Now()
 	p.mu.Unlock()
 	if p.delta {
-		stream, err := client.DeltaAggregatedResources(ctx)
+		stream, err := openDelta(ctx, cc)
 		if err != nil {
 			return err
 		}
@@ -279,14 +281,14 @@ func (p *proxy) count(typ string, size int) {
 	p.h.lastResponse.Store(time.Now().UnixNano())
 }
 
-func (p *proxy) runDelta(stream grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) {
+func (p *proxy) runDelta(stream *deltaStream) {
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			p.fail(fmt.Errorf("stream: %w", err))
 			return
 		}
-		p.count(resp.TypeUrl, proto.Size(resp))
+		p.count(resp.TypeUrl, resp.size)
 		typ := resp.TypeUrl
 		p.mu.Lock()
 		m := p.res[typ]
@@ -300,7 +302,7 @@ func (p *proxy) runDelta(stream grpc.BidiStreamingClient[discovery.DeltaDiscover
 			if typ == vhdsType && !p.takesVirtualHosts(r.Name) {
 				continue
 			}
-			in, err := p.h.dec.decode(typ, r.Name, r.Resource)
+			in, err := p.h.dec.decode(typ, r.Name, r.Value)
 			if err != nil {
 				derr = err
 				continue
@@ -398,7 +400,7 @@ func (p *proxy) runSotW(stream grpc.BidiStreamingClient[discovery.DiscoveryReque
 				derr = err
 				continue
 			}
-			in, err := p.h.dec.decode(typ, name, a)
+			in, err := p.h.dec.decode(typ, name, a.GetValue())
 			if err != nil {
 				derr = err
 				continue
@@ -501,7 +503,7 @@ func protoName(b []byte) (string, error) {
 // cluster, RDS for every route configuration a listener names. Called with p.mu held.
 // followClusters is follow for a delta CDS response: like Envoy, only the clusters it adds, changes or removes
 // touch the EDS subscriptions, so a response costs its own size rather than the mesh's. Called with p.mu held.
-func (p *proxy) followClusters(resp *discovery.DeltaDiscoveryResponse) (sub, unsub map[string][]string) {
+func (p *proxy) followClusters(resp *deltaResponse) (sub, unsub map[string][]string) {
 	have := p.subs[edsType]
 	var add, drop []string
 	for _, r := range resp.Resources {
