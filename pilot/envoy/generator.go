@@ -49,6 +49,9 @@ type Generators struct {
 	// outboundListenerRes keeps each sidecar outbound listener by name, namespace and Sidecar, keyed by a
 	// description of its chains.
 	outboundListenerRes *generations[listID, *xds.Resource]
+	// vhostLists keeps the VHDS virtual hosts of each route configuration of a scope, and how they were
+	// built, to derive the next snapshot's from.
+	vhostLists *generations[listID, *vhostList]
 	// inboundPorts keeps each sidecar's inbound ports (CDS and LDS need them on every push).
 	inboundPorts *generations[*xds.Proxy, []inboundPort]
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
@@ -135,6 +138,14 @@ func (c *generations[K, V]) get(id K, inputs any) (V, bool) {
 		e.used.Store(true)
 	}
 	return e.v, true
+}
+
+// latest returns the value stored for id, whatever inputs it was built from.
+func (c *generations[K, V]) latest(id K) (V, bool) {
+	c.mu.RLock()
+	e, ok := c.m[id]
+	c.mu.RUnlock()
+	return e.v, ok
 }
 
 // store sets id's value; called with mu held.
@@ -234,7 +245,7 @@ func New(opts Options) *Generators {
 	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots(), assignments: newSlots(),
 		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
-		inboundPorts: newGenerations[*xds.Proxy, []inboundPort]()}
+		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList]()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)

@@ -53,33 +53,59 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar}
 	inputs := [2]any{routingID(push), scope}
 	var mine xds.Resources // built for this proxy's labels along the way
-	list, err := g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
-		list, usedLabels, err := g.buildVirtualHosts(proxy, push, scope, name, port)
-		if err != nil || !usedLabels {
-			return list, err
+	built, err := g.vhostLists.getOrBuild(id, inputs, func() (*vhostList, error) {
+		prev, _ := g.vhostLists.latest(id)
+		if next, ok, err := g.deriveVirtualHosts(prev, proxy, push, scope, name, port); ok || err != nil {
+			return next, err
 		}
-		mine = list
-		return vhostsDependOnLabel, nil
+		next, err := g.buildVirtualHosts(proxy, push, scope, name, port)
+		if err != nil || !next.usedLabels {
+			return next, err
+		}
+		mine = next.list
+		return &vhostList{usedLabels: true}, nil
 	})
-	if err != nil || len(list) != 1 || list[0] != routeDependsOnLabel {
-		return list, err
+	if err != nil || !built.usedLabels {
+		return built.list, err
 	}
 	id.labels, id.labelled = labelsKey(proxy.Labels), true
 	if mine != nil {
 		return g.lists.put(id, inputs, mine), nil
 	}
 	return g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
-		list, _, err := g.buildVirtualHosts(proxy, push, scope, name, port)
-		return list, err
+		next, err := g.buildVirtualHosts(proxy, push, scope, name, port)
+		return next.list, err
 	})
 }
 
-// buildVirtualHosts builds the virtual hosts of route configuration name for proxy; usedLabels says they
-// depend on its labels.
-func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (list xds.Resources, usedLabels bool, err error) {
+// vhostList is a route configuration's VHDS virtual hosts for a scope and how they were built, so that the
+// next snapshot's list can be derived from it (deriveVirtualHosts).
+type vhostList struct {
+	list       xds.Resources
+	scope      *Scope
+	routing    any
+	entries    []vhostListEntry // in scope.Services order
+	claimed    domainSet        // every domain of the list, lower-cased; never changed once built
+	usedLabels bool             // the list depends on the proxy's labels (list is then unset)
+	// partial is set when a service lost some of its domains to an earlier one (a shared VIP): removing
+	// that one would give them back, which only a full build gets right.
+	partial bool
+}
+
+// vhostListEntry is one service's virtual host in a vhostList.
+type vhostListEntry struct {
+	svc     *model.Service
+	res     *xds.Resource
+	vs      *model.VirtualService // the VirtualService its routes come from, or nil
+	domains []string              // the domains it names
+	lower   []string              // the same, lower-cased
+}
+
+// buildVirtualHosts builds the virtual hosts of route configuration name for proxy.
+func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (*vhostList, error) {
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
 	rules := push.DestinationRulesID()
-	domains := newDomainSet(16 * len(scope.Services))
+	out := &vhostList{scope: scope, routing: routingID(push), claimed: newDomainSet(16 * len(scope.Services))}
 	for _, svc := range scope.Services {
 		sp := svc.PortByNumber(port)
 		if sp == nil || !isHTTPPort(sp) {
@@ -92,23 +118,27 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 			// and reused by every later snapshot that keeps the service, so adding a service builds one.
 			e, err := g.plainVirtualHost(b, svc, port, rules, name)
 			if err != nil {
-				return nil, false, err
+				return nil, err
 			}
-			if ds = domains.addLowered(e.domains, e.lower); len(ds) == len(e.domains) {
-				list = append(list, e.res)
+			if ds = out.claimed.addLowered(e.domains, e.lower); len(ds) == len(e.domains) {
+				out.add(vhostListEntry{svc: svc, res: e.res, domains: e.domains, lower: e.lower})
 				continue
 			}
 			// Another service claimed some of its names (a shared VIP): built with the rest.
+			out.partial = true
 		} else {
-			ds = domains.add(serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix))
+			all := serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix)
+			if ds = out.claimed.add(all); len(ds) < len(all) {
+				out.partial = true
+			}
 			if len(ds) == 0 {
 				continue
 			}
 			r, err := g.routedVirtualHost(b, svc, port, rules, vs, name, ds)
 			if err != nil {
-				return nil, false, err
+				return nil, err
 			}
-			list = append(list, r)
+			out.add(vhostListEntry{svc: svc, res: r, vs: vs, domains: ds, lower: lowerAll(ds)})
 			continue
 		}
 		if len(ds) == 0 {
@@ -116,11 +146,113 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 		}
 		r, err := marshal(name+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, name, ds))
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
-		list = append(list, r)
+		out.add(vhostListEntry{svc: svc, res: r, domains: ds, lower: lowerAll(ds)})
 	}
-	return list, b.usedLabels, nil
+	out.usedLabels = b.usedLabels
+	return out, nil
+}
+
+func (l *vhostList) add(e vhostListEntry) {
+	l.entries = append(l.entries, e)
+	l.list = append(l.list, e.res)
+}
+
+// deriveVirtualHosts builds the list for scope from prev, the list of an earlier scope of the same
+// namespace and route configuration, when the routing config is the same and only some services changed:
+// the virtual hosts of the services that stayed are kept (those with a VirtualService are checked against
+// the services their routes resolved), the removed ones dropped and the new ones built. A service add thus
+// costs its own virtual host rather than a walk over every service of the mesh for each namespace. ok is
+// false when a full build is needed: no usable prev, or a domain claimed by two services.
+func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string,
+	port uint32) (next *vhostList, ok bool, err error) {
+	routing := routingID(push)
+	if prev == nil || prev.usedLabels || prev.partial || prev.routing != routing {
+		return nil, false, nil
+	}
+	// Both service lists are sorted by hostname, one service per hostname: one walk finds the services
+	// added and removed (a changed service is both).
+	old, cur := prev.scope.Services, scope.Services
+	removed := map[*model.Service]bool{}
+	var added []*model.Service
+	for i, j := 0, 0; i < len(old) || j < len(cur); {
+		switch {
+		case i < len(old) && j < len(cur) && old[i] == cur[j]:
+			i, j = i+1, j+1
+		case j == len(cur) || i < len(old) && old[i].Hostname <= cur[j].Hostname:
+			removed[old[i]] = true
+			i++
+		default:
+			added = append(added, cur[j])
+			j++
+		}
+	}
+	if len(removed) == 0 && len(added) == 0 && prev.scope.Namespace == scope.Namespace {
+		next := *prev
+		next.scope = scope
+		return &next, true, nil
+	}
+	next = &vhostList{scope: scope, routing: routing, claimed: make(domainSet, len(prev.claimed)+8*len(added))}
+	var kept []vhostListEntry
+	for _, e := range prev.entries {
+		if !removed[e.svc] {
+			kept = append(kept, e)
+			for _, d := range e.lower {
+				next.claimed[d] = true
+			}
+		}
+	}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
+	rules := push.DestinationRulesID()
+	var fresh []vhostListEntry
+	for _, svc := range added {
+		sp := svc.PortByNumber(port)
+		if sp == nil || !isHTTPPort(sp) {
+			continue
+		}
+		e := vhostListEntry{svc: svc, vs: push.VirtualServiceForHost(proxy.Namespace, model.MeshGateway, svc.Hostname)}
+		if e.vs == nil {
+			plain, err := g.plainVirtualHost(b, svc, port, rules, name)
+			if err != nil {
+				return nil, false, err
+			}
+			e.res, e.domains, e.lower = plain.res, plain.domains, plain.lower
+		} else {
+			e.domains = serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix)
+			e.lower = lowerAll(e.domains)
+		}
+		for _, d := range e.lower {
+			if next.claimed[d] {
+				return nil, false, nil // a domain shared with another service: which one gets it is a full build's call
+			}
+			next.claimed[d] = true
+		}
+		fresh = append(fresh, e)
+	}
+	// Kept and fresh entries merged in hostname order, as a full build lists them.
+	next.entries = make([]vhostListEntry, 0, len(kept)+len(fresh))
+	for len(kept) > 0 || len(fresh) > 0 {
+		var e vhostListEntry
+		if len(fresh) == 0 || len(kept) > 0 && kept[0].svc.Hostname < fresh[0].svc.Hostname {
+			e, kept = kept[0], kept[1:]
+		} else {
+			e, fresh = fresh[0], fresh[1:]
+		}
+		if e.vs != nil {
+			// Routes resolve destination services by hostname: rebuilt when one of those changed.
+			r, err := g.routedVirtualHost(b, e.svc, port, rules, e.vs, name, e.domains)
+			if err != nil {
+				return nil, false, err
+			}
+			e.res = r
+		}
+		next.add(e)
+	}
+	if b.usedLabels {
+		return nil, false, nil
+	}
+	return next, true, nil
 }
 
 // vhostID identifies the virtual host of a service without a VirtualService, as seen from a namespace.

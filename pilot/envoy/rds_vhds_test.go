@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -278,6 +280,79 @@ func TestSidecarFullStatesSortedByName(t *testing.T) {
 		}
 		if len(res) < 3 || !slices.IsSortedFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) }) {
 			t.Errorf("%s: %d resources, not sorted by name", typ, len(res))
+		}
+	}
+}
+
+// Virtual host lists derived from the previous snapshot's (deriveVirtualHosts) equal what a fresh build
+// gives, through random service adds, changes and deletes: VIPs shared with existing services (whose claim
+// order only a full build settles), VirtualServices routing to services that come and go, ports that are
+// not HTTP.
+func TestVHDSDerivedListsEqualFullBuilds(t *testing.T) {
+	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
+	push := model.Build(st, mesh.Default())
+	g := New(Options{})
+	proxies := []*xds.Proxy{
+		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
+		envoyProxy("ns-4", nil, true, 1, 38),
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	live := map[string]bool{}
+	for step := range 150 {
+		name := fmt.Sprintf("extra-%d", rng.IntN(12))
+		ns := fmt.Sprintf("ns-%d", 3+rng.IntN(2))
+		key := config.Key{Kind: config.Service, Namespace: ns, Name: name}
+		var ch model.Change
+		if live[ns+"/"+name] && rng.IntN(3) == 0 {
+			ch = model.Change{Key: key, Old: st.Get(key)}
+			st.Delete(store.LayerFile, key)
+			delete(live, ns+"/"+name)
+		} else {
+			vip := fmt.Sprintf("10.250.0.%d", rng.IntN(8))
+			if rng.IntN(6) == 0 {
+				vip = "10.100.0.7" // svc-7's VIP
+			}
+			ports := []string{benchThreePorts, "[{name: http, port: 80}]", "[{name: tcp, port: 80}]", "[{name: http, port: 9080}]"}[rng.IntN(4)]
+			docs := []string{fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: %s\n  ports: %s\n",
+				name, ns, vip, ports)}
+			if rng.IntN(5) == 0 { // one routed by a VirtualService to another service
+				docs = append(docs, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: %s, namespace: %s}\n"+
+					"spec:\n  hosts: [%s]\n  http:\n  - route:\n    - destination: {host: %s}\n",
+					name, ns, name, []string{"svc-7.ns-7.svc.cluster.local", fmt.Sprintf("extra-%d.ns-%d.svc.cluster.local", rng.IntN(12), 3+rng.IntN(2))}[rng.IntN(2)]))
+			}
+			var changes []model.Change
+			for i, doc := range docs {
+				c, err := config.Parse([]byte(doc), "extra.yaml", i, "default")
+				if err != nil {
+					t.Fatal(err)
+				}
+				changes = append(changes, model.Change{Key: c.Key, Old: st.Get(c.Key), New: c})
+				st.Upsert(store.LayerFile, c)
+			}
+			live[ns+"/"+name] = true
+			push, _ = model.Update(push, st, changes)
+			ch = model.Change{}
+		}
+		if ch.Key.Name != "" {
+			push, _ = model.Update(push, st, []model.Change{ch})
+		}
+		for _, p := range proxies {
+			want, err := New(Options{}).ByTypeURL()[xds.VirtualHostType].Generate(p, push, wildcard(xds.VirtualHostType), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := g.ByTypeURL()[xds.VirtualHostType].Generate(p, push, wildcard(xds.VirtualHostType), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("step %d, %s: %d virtual hosts, a full build %d", step, p.Namespace, len(got), len(want))
+			}
+			for i := range want {
+				if got[i].Name != want[i].Name || !proto.Equal(got[i].Any, want[i].Any) {
+					t.Fatalf("step %d, %s: virtual host %d is %s, a full build's %s", step, p.Namespace, i, got[i].Name, want[i].Name)
+				}
+			}
 		}
 	}
 }
