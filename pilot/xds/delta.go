@@ -187,15 +187,18 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	// 2,700 names per sidecar per push.
 	inOrder, last, lastAt := true, (*Resource)(nil), -1
 	for _, r := range res {
-		if r == nil || r.Any == nil || !w.Subscribed(r.Name) {
-			filtered = true
-			continue
-		}
-		at := -1 // r's index in prev when it is the very resource the client has
+		// r's index in prev when it is the very resource the client has. Found by pointer, so the thousands
+		// of resources a push leaves as they are are not even read.
+		at := -1
 		if j < len(prev) && prev[j] == r {
 			at, j = j, j+1
 		} else if j+1 < len(prev) && prev[j+1] == r { // the one before was removed
 			at, j = j+1, j+2
+		}
+		// Resources in prev were sent, so they are set and (prev being kept for wildcards only) subscribed.
+		if at < 0 && (r == nil || r.Any == nil || !w.Subscribed(r.Name)) {
+			filtered = true
+			continue
 		}
 		if inOrder && last != nil && (at < 0 || at != lastAt+1) && last.Name >= r.Name {
 			inOrder = false
