@@ -14,6 +14,7 @@ package envoy
 // shared domains included, so the table Envoy assembles is the one a proxy without VHDS receives.
 
 import (
+	"maps"
 	"strconv"
 	"strings"
 
@@ -85,7 +86,7 @@ type vhostList struct {
 	scope      *Scope
 	routing    any
 	entries    []vhostListEntry // in scope.Services order
-	claimed    domainSet        // every domain of the list, lower-cased; never changed once built
+	claimed    claims           // every domain of the list, lower-cased
 	usedLabels bool             // the list depends on the proxy's labels (list is then unset)
 	// partial is set when a service lost some of its domains to an earlier one (a shared VIP): removing
 	// that one would give them back, which only a full build gets right.
@@ -105,7 +106,8 @@ type vhostListEntry struct {
 func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (*vhostList, error) {
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
 	rules := push.DestinationRulesID()
-	out := &vhostList{scope: scope, routing: routingID(push), claimed: newDomainSet(16 * len(scope.Services))}
+	domains := newDomainSet(16 * len(scope.Services))
+	out := &vhostList{scope: scope, routing: routingID(push), claimed: claims{base: domains}}
 	for _, svc := range scope.Services {
 		sp := svc.PortByNumber(port)
 		if sp == nil || !isHTTPPort(sp) {
@@ -120,7 +122,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 			if err != nil {
 				return nil, err
 			}
-			if ds = out.claimed.addLowered(e.domains, e.lower); len(ds) == len(e.domains) {
+			if ds = domains.addLowered(e.domains, e.lower); len(ds) == len(e.domains) {
 				out.add(vhostListEntry{svc: svc, res: e.res, domains: e.domains, lower: e.lower})
 				continue
 			}
@@ -128,7 +130,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 			out.partial = true
 		} else {
 			all := serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix)
-			if ds = out.claimed.add(all); len(ds) < len(all) {
+			if ds = domains.add(all); len(ds) < len(all) {
 				out.partial = true
 			}
 			if len(ds) == 0 {
@@ -193,14 +195,13 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 		next.scope = scope
 		return &next, true, nil
 	}
-	next = &vhostList{scope: scope, routing: routing, claimed: make(domainSet, len(prev.claimed)+8*len(added))}
+	next = &vhostList{scope: scope, routing: routing, claimed: prev.claimed.edit()}
 	var kept []vhostListEntry
 	for _, e := range prev.entries {
-		if !removed[e.svc] {
+		if removed[e.svc] {
+			next.claimed.release(e.lower)
+		} else {
 			kept = append(kept, e)
-			for _, d := range e.lower {
-				next.claimed[d] = true
-			}
 		}
 	}
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
@@ -223,10 +224,10 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 			e.lower = lowerAll(e.domains)
 		}
 		for _, d := range e.lower {
-			if next.claimed[d] {
+			if next.claimed.has(d) {
 				return nil, false, nil // a domain shared with another service: which one gets it is a full build's call
 			}
-			next.claimed[d] = true
+			next.claimed.claim(d)
 		}
 		fresh = append(fresh, e)
 	}
@@ -252,7 +253,64 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 	if b.usedLabels {
 		return nil, false, nil
 	}
+	next.claimed.settle(next.entries)
 	return next, true, nil
+}
+
+// claims is the set of domains a VHDS list's virtual hosts name: a set shared with the lists it was derived
+// from, and the changes since on top, so deriving a list for one new service does not copy 1,500 domains.
+// A claims value is not changed once its list is stored.
+type claims struct {
+	base            domainSet // shared, read only
+	added, released map[string]bool
+}
+
+func (c *claims) has(d string) bool { return c.added[d] || c.base[d] && !c.released[d] }
+
+// edit returns a copy whose changes do not show in c.
+func (c claims) edit() claims {
+	return claims{base: c.base, added: maps.Clone(c.added), released: maps.Clone(c.released)}
+}
+
+func (c *claims) claim(d string) {
+	if c.added == nil {
+		c.added = map[string]bool{}
+	}
+	if c.base[d] && c.released[d] {
+		delete(c.released, d)
+	} else {
+		c.added[d] = true
+	}
+}
+
+func (c *claims) release(domains []string) {
+	for _, d := range domains {
+		if c.added[d] {
+			delete(c.added, d)
+		} else if c.base[d] {
+			if c.released == nil {
+				c.released = map[string]bool{}
+			}
+			c.released[d] = true
+		}
+	}
+}
+
+// claimsSettleAt is how many changes claims carry on top of their shared set.
+var claimsSettleAt = 256
+
+// settle folds the changes into a new shared set once they are many, rebuilding it from the entries.
+func (c *claims) settle(entries []vhostListEntry) {
+	if len(c.added)+len(c.released) < claimsSettleAt {
+		return
+	}
+	base := newDomainSet(8 * len(entries))
+	for _, e := range entries {
+		for _, d := range e.lower {
+			base[d] = true
+		}
+	}
+	*c = claims{base: base}
 }
 
 // vhostID identifies the virtual host of a service without a VirtualService, as seen from a namespace.

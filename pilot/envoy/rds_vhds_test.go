@@ -289,6 +289,16 @@ func TestSidecarFullStatesSortedByName(t *testing.T) {
 // order only a full build settles), VirtualServices routing to services that come and go, ports that are
 // not HTTP.
 func TestVHDSDerivedListsEqualFullBuilds(t *testing.T) {
+	for _, settleAt := range []int{claimsSettleAt, 8} {
+		t.Run(fmt.Sprintf("settle at %d", settleAt), func(t *testing.T) {
+			defer func(n int) { claimsSettleAt = n }(claimsSettleAt)
+			claimsSettleAt = settleAt
+			testVHDSDerivedListsEqualFullBuilds(t)
+		})
+	}
+}
+
+func testVHDSDerivedListsEqualFullBuilds(t *testing.T) {
 	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
