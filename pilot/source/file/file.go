@@ -184,8 +184,23 @@ func (s *Source) readFile(path string) {
 	if splitErr != nil {
 		errs = append(errs, &config.Error{File: path, Index: len(docs), Message: "not valid YAML: " + splitErr.Error()})
 	}
+	// A document already served from this file, byte for byte, is not parsed again (replaceClaims keeps its
+	// object): rewriting a file to change one pod of twelve costs one parse, not twelve.
+	served := make(map[[32]byte]*claim, len(st.objects))
+	for _, c := range st.objects {
+		served[c.docHash] = c
+	}
 	for i, doc := range docs {
 		if config.IsEmptyDocument(doc) {
+			continue
+		}
+		docHash := sha256.Sum256(doc)
+		if c := served[docHash]; c != nil {
+			if prev, dup := fresh[c.cfg.Key]; dup {
+				errs = append(errs, duplicateError(path, i, c.cfg, prev.index))
+				continue
+			}
+			fresh[c.cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: c.cfg}
 			continue
 		}
 		cfg, err := config.Parse(doc, path, i, DefaultNamespace)
@@ -198,11 +213,10 @@ func (s *Source) readFile(path string) {
 			continue
 		}
 		if prev, dup := fresh[cfg.Key]; dup {
-			errs = append(errs, &config.Error{File: path, Index: i, Kind: string(cfg.Kind), Namespace: cfg.Namespace, Name: cfg.Name,
-				Field: "metadata.name", Message: fmt.Sprintf("duplicate of document %d in the same file; this one is ignored", prev.index)})
+			errs = append(errs, duplicateError(path, i, cfg, prev.index))
 			continue
 		}
-		fresh[cfg.Key] = &claim{path: path, index: i, docHash: sha256.Sum256(doc), cfg: cfg}
+		fresh[cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: cfg}
 	}
 	if len(errs) > 0 {
 		// Keep serving what the file held before for objects its valid documents no longer define:
@@ -218,6 +232,12 @@ func (s *Source) readFile(path string) {
 	}
 	st.errors = errs
 	s.replaceClaims(path, st, fresh)
+}
+
+// duplicateError reports document i of path defining the same object as document first.
+func duplicateError(path string, i int, cfg *config.Config, first int) *config.Error {
+	return &config.Error{File: path, Index: i, Kind: string(cfg.Kind), Namespace: cfg.Namespace, Name: cfg.Name,
+		Field: "metadata.name", Message: fmt.Sprintf("duplicate of document %d in the same file; this one is ignored", first)}
 }
 
 func (s *Source) stateFor(path string) *fileState {

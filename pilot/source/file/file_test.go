@@ -768,3 +768,33 @@ func TestWatchGeneration(t *testing.T) {
 		t.Errorf("generation %d, want 3", g)
 	}
 }
+
+// Rewriting a file with one document changed updates that object only; the others stay the objects already
+// served. A copy of an already served document is still a duplicate.
+func TestRewriteKeepsUnchangedDocuments(t *testing.T) {
+	f := newFixture(t)
+	write(t, f.dir, "a.yaml", join(svcDoc("shop", "cart", 80), svcDoc("shop", "pay", 90), vsDoc("shop", "cart", "cart")))
+	f.load(t)
+	cart, vs := f.get(svcKey("shop", "cart")), f.get(vsKey("shop", "cart"))
+	before := f.events.total()
+
+	write(t, f.dir, "a.yaml", join(svcDoc("shop", "cart", 80), svcDoc("shop", "pay", 91), vsDoc("shop", "cart", "cart")))
+	f.load(t)
+	if got := f.events.total() - before; got != 1 || port(t, f.get(svcKey("shop", "pay"))) != 91 {
+		t.Fatalf("%d events, pay on port %d; want one update to 91", got, port(t, f.get(svcKey("shop", "pay"))))
+	}
+	if f.get(svcKey("shop", "cart")) != cart || f.get(vsKey("shop", "cart")) != vs {
+		t.Error("unchanged documents were replaced")
+	}
+
+	write(t, f.dir, "a.yaml", join(svcDoc("shop", "cart", 80), svcDoc("shop", "cart", 80), vsDoc("shop", "cart", "cart")))
+	f.load(t)
+	errs := f.src.Errors()
+	if len(errs) != 1 || errs[0].Index != 1 || errs[0].Name != "cart" || !strings.Contains(errs[0].Message, "duplicate of document 0") {
+		t.Fatalf("Errors:%s\nwant document 1 a duplicate of document 0", errorsString(errs))
+	}
+	// A file with an error keeps serving what its documents no longer define.
+	if f.get(svcKey("shop", "cart")) != cart || port(t, f.get(svcKey("shop", "pay"))) != 91 {
+		t.Error("after the rewrite with a duplicate: cart replaced or pay gone")
+	}
+}
