@@ -26,9 +26,6 @@ import (
 
 type virtualHostGenerator struct{ g *Generators }
 
-// vhostsDependOnLabel marks virtual host lists that depend on the proxy's labels.
-var vhostsDependOnLabel = xds.Resources{routeDependsOnLabel}
-
 // Generate returns the virtual hosts of every route configuration of the proxy's scope; the transport holds
 // back those whose route configuration the proxy does not have yet. Proxies not using VHDS get none.
 func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, _ *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
@@ -66,8 +63,11 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 		mine = next.list
 		return &vhostList{usedLabels: true}, nil
 	})
-	if err != nil || !built.usedLabels {
-		return built.list, err
+	if err != nil {
+		return nil, err
+	}
+	if !built.usedLabels {
+		return built.list, nil
 	}
 	id.labels, id.labelled = labelsKey(proxy.Labels), true
 	if mine != nil {
@@ -75,7 +75,10 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 	}
 	return g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
 		next, err := g.buildVirtualHosts(proxy, push, scope, name, port)
-		return next.list, err
+		if err != nil {
+			return nil, err
+		}
+		return next.list, nil
 	})
 }
 
