@@ -82,6 +82,9 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		extra = append(extra, r)
 	}
 	sortByName(extra)
+	if w.Wildcard {
+		return g.sharedMerge(listID{kind: "cds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: strconv.Itoa(int(flavor))}, out, extra), nil
+	}
 	return mergeByName(out, extra), nil
 }
 

@@ -371,3 +371,52 @@ func TestSidecarInboundFollowsNamespaceServices(t *testing.T) {
 		t.Fatalf("after a service selecting it: virtualInbound ports %v", got)
 	}
 }
+
+// Sidecars of a namespace whose own clusters and listeners are the same share one merged list (the transport
+// keeps it as what each was sent), and sidecars with the same labels one VHDS list; one with other inbound
+// ports gets its own, with its own resources.
+func TestSidecarsShareMergedLists(t *testing.T) {
+	data, err := os.ReadFile("testdata/rds/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := pushFromYAML(t, data)
+	g := New(Options{})
+	ratings := envoyProxy("bookinfo", map[string]string{"app": "ratings"}, true, 1, 38)
+	ratings2 := envoyProxy("bookinfo", map[string]string{"app": "ratings"}, true, 1, 38)
+	details := envoyProxy("bookinfo", map[string]string{"app": "details"}, true, 1, 38)
+	web := envoyProxy("bookinfo", map[string]string{"app": "web"}, true, 1, 38)
+	for _, typ := range []string{xds.ClusterType, xds.ListenerType, xds.VirtualHostType} {
+		gen := g.ByTypeURL()[typ]
+		lists := map[string]xds.Resources{}
+		for name, p := range map[string]*xds.Proxy{"ratings": ratings, "ratings2": ratings2, "details": details, "web": web} {
+			res, err := gen.Generate(p, push, wildcard(typ), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := New(Options{}).ByTypeURL()[typ].Generate(p, push, wildcard(typ), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != len(want) {
+				t.Fatalf("%s %s: %d resources, a fresh build %d", typ, name, len(res), len(want))
+			}
+			for i := range want {
+				if res[i].Name != want[i].Name || !proto.Equal(res[i].Any, want[i].Any) {
+					t.Fatalf("%s %s: resource %d is %s, a fresh build's %s", typ, name, i, res[i].Name, want[i].Name)
+				}
+			}
+			lists[name] = res
+		}
+		if &lists["ratings"][0] != &lists["ratings2"][0] {
+			t.Errorf("%s: two ratings sidecars do not share their list", typ)
+		}
+		// details routes by sourceLabels, so its virtual hosts are its own.
+		if typ != xds.VirtualHostType && &lists["ratings"][0] != &lists["details"][0] {
+			t.Errorf("%s: ratings and details (same inbound port) do not share their list", typ)
+		}
+		if typ != xds.VirtualHostType && &lists["ratings"][0] == &lists["web"][0] {
+			t.Errorf("%s: web (other inbound ports) shares ratings' list", typ)
+		}
+	}
+}

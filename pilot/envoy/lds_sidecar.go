@@ -62,7 +62,8 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	}
 	own := xds.Resources{capture, in}
 	sortByName(own)
-	return mergeByName(outbound, own), nil // the outbound list is sorted already
+	// The outbound list is sorted already.
+	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: string(proxy.Type)}, outbound, own), nil
 }
 
 // outboundListeners returns the outbound listeners of key's scope, sorted by name, each marshaled on its

@@ -15,6 +15,7 @@ package envoy
 
 import (
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,15 +35,32 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 		return nil, nil
 	}
 	scope := g.scopeFor(proxy, push)
-	var out xds.Resources
+	lists := make([]xds.Resources, 0, len(scope.routePortsByName))
 	for _, port := range scope.routePortsByName { // the output is sorted by resource name
 		list, err := g.virtualHosts(proxy, push, scope, strconv.FormatUint(uint64(port), 10), port)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, list...)
+		lists = append(lists, list)
 	}
-	return out, nil
+	concat := func() (xds.Resources, error) { return slices.Concat(lists...), nil }
+	var key concatKey
+	if len(lists) > len(key.first) {
+		return concat()
+	}
+	for i, l := range lists {
+		if len(l) > 0 {
+			key.first[i], key.n[i] = &l[0], len(l)
+		}
+	}
+	// The proxies of a scope get the same lists: they share their concatenation too.
+	return g.lists.getOrBuild(listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar}, key, concat)
+}
+
+// concatKey identifies a concatenation of lists by their first elements' addresses and lengths.
+type concatKey struct {
+	first [4]*(*xds.Resource)
+	n     [4]int
 }
 
 // virtualHosts returns the marshaled VHDS virtual hosts of route configuration name, shared by the proxies
