@@ -227,7 +227,11 @@ func (t *tracker) learn(req *model.PushRequest, precise bool) {
 	if !precise && t.history[v] != nil {
 		return
 	}
-	t.history[v] = req
+	// Kept without its snapshot: 512 snapshots held only for this would be megabytes of superseded indexes.
+	// Push filters asked about it later go without (EDS then finds the changed services' clusters by name).
+	kept := *req
+	kept.Push = nil
+	t.history[v] = &kept
 	if t.histMin == 0 || v < t.histMin {
 		t.histMin = v
 	}
