@@ -12,7 +12,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/debug"
 	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // run executes the CLI with args and returns what it printed and its error (non-nil: exit status 1).
@@ -28,23 +27,8 @@ func run(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// live starts the scenario with proxy A (bookinfo) ACKing CDS and LDS and proxy B (shop) NACKing LDS.
-func live(t *testing.T) (*debugtest.Env, *debugtest.Proxy) {
-	env := debugtest.Start(t, debugtest.Scenario())
-	a := env.Connect(t, debugtest.SidecarNode("reviews-v1", "bookinfo"))
-	a.Subscribe(xds.ClusterType)
-	a.Subscribe(xds.ListenerType)
-	b := env.Connect(t, debugtest.SidecarNode("cart-v1", "shop"))
-	b.NACK(xds.ListenerType, "listener 0: bad filter chain")
-	b.Subscribe(xds.ClusterType)
-	b.Subscribe(xds.ListenerType)
-	env.WaitStatus(t, "reviews-v1.bookinfo", "lds", debug.Synced)
-	env.WaitStatus(t, "cart-v1.shop", "lds", debug.Error)
-	return env, a
-}
-
 func TestProxyStatus(t *testing.T) {
-	env, _ := live(t)
+	env, _, _ := debugtest.StartScenario(t)
 	out, err := run(t, "proxy-status", "--server", env.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +67,7 @@ func TestProxyStatus(t *testing.T) {
 }
 
 func TestWait(t *testing.T) {
-	env, a := live(t)
+	env, a, _ := debugtest.StartScenario(t)
 
 	// The VirtualService in bookinfo: only A depends on it, and A ACKed it.
 	out, err := run(t, "wait", "--server", env.URL, "--for", "distribution", "VirtualService", "reviews.bookinfo", "--timeout", "5s")
@@ -138,7 +122,7 @@ func TestWait(t *testing.T) {
 }
 
 func TestConfigDump(t *testing.T) {
-	env, _ := live(t)
+	env, _, _ := debugtest.StartScenario(t)
 	out, err := run(t, "config-dump", "reviews-v1.bookinfo", "--server", env.URL, "--type", "cds")
 	if err != nil {
 		t.Fatal(err)

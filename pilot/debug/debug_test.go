@@ -9,34 +9,15 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/debug"
 	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 const (
-	proxyA = "reviews-v1.bookinfo" // ACKs everything
-	proxyB = "cart-v1.shop"        // NACKs listeners
+	proxyA = debugtest.ReviewsProxy
+	proxyB = debugtest.CartProxy
 )
 
-// start runs the scenario with proxy A (bookinfo) synced on CDS and LDS and proxy B (shop) synced on CDS
-// and in error on LDS.
-func start(t *testing.T) (*debugtest.Env, *debugtest.Proxy, *debugtest.Proxy) {
-	env := debugtest.Start(t, debugtest.Scenario())
-	a := env.Connect(t, debugtest.SidecarNode("reviews-v1", "bookinfo"))
-	a.Subscribe(xds.ClusterType)
-	a.Subscribe(xds.ListenerType)
-	b := env.Connect(t, debugtest.SidecarNode("cart-v1", "shop"))
-	b.NACK(xds.ListenerType, "listener 0: bad filter chain")
-	b.Subscribe(xds.ClusterType)
-	b.Subscribe(xds.ListenerType)
-	env.WaitStatus(t, proxyA, "cds", debug.Synced)
-	env.WaitStatus(t, proxyA, "lds", debug.Synced)
-	env.WaitStatus(t, proxyB, "cds", debug.Synced)
-	env.WaitStatus(t, proxyB, "lds", debug.Error)
-	return env, a, b
-}
-
 func TestViews(t *testing.T) {
-	env, _, _ := start(t)
+	env, _, _ := debugtest.StartScenario(t)
 
 	t.Run("index", func(t *testing.T) {
 		var idx struct{ Endpoints []struct{ Path string } }
@@ -252,7 +233,7 @@ func metric(text, prefix string) float64 {
 }
 
 func TestMetricsAndDistribution(t *testing.T) {
-	env, a, _ := start(t)
+	env, a, _ := debugtest.StartScenario(t)
 	scrape := func() string { _, b := env.Get(t, "/metrics"); return string(b) }
 	before := scrape()
 	for _, want := range []string{

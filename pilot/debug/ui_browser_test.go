@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
 )
 
 // chromium returns the browser to drive, or skips the test saying why. scripts/install-test-deps.sh
@@ -49,7 +51,7 @@ func headless(t *testing.T, browser string, args ...string) []byte {
 // one that NACKed, and checks both are rendered with their states and the NACK reason.
 func TestDashboardInBrowser(t *testing.T) {
 	browser := chromium(t)
-	env, _, _ := start(t)
+	env, _, _ := debugtest.StartScenario(t)
 	url := env.URL + "/debug/ui"
 
 	dom := string(headless(t, browser, "--dump-dom", url))

@@ -219,8 +219,17 @@ func (s *serverProc) heapAfterGC() int64 {
 
 // profile fetches a CPU profile of the next d into path (needs /debug/pprof on the HTTP port).
 func (s *serverProc) profile(ctx context.Context, d time.Duration, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.httpAddr, max(1, int(d.Seconds()))), nil)
+	return s.download(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(1, int(d.Seconds()))), path)
+}
+
+// heapProfile saves the server's heap profile.
+func (s *serverProc) heapProfile(path string) error {
+	return s.download(context.Background(), "/debug/pprof/heap", path)
+}
+
+// download saves what the server's HTTP port answers at urlPath into path.
+func (s *serverProc) download(ctx context.Context, urlPath, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.httpAddr+urlPath, nil)
 	if err != nil {
 		return err
 	}
@@ -229,25 +238,9 @@ func (s *serverProc) profile(ctx context.Context, d time.Duration, path string) 
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("pprof: %s", resp.Status)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", urlPath, resp.Status)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
-}
-
-// heapProfile saves the server's heap profile.
-func (s *serverProc) heapProfile(path string) error {
-	resp, err := http.Get("http://" + s.httpAddr + "/debug/pprof/heap")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	f, err := os.Create(path)
 	if err != nil {
 		return err

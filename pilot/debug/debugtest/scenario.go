@@ -1,5 +1,12 @@
 package debugtest
 
+import (
+	"testing"
+
+	"github.com/sextantmesh/sextant/pilot/debug"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
 // Scenario is a small mesh: two namespaces, a service with one endpoint in each, a VirtualService, an
 // AuthorizationPolicy, and one broken document.
 func Scenario() map[string]string {
@@ -126,3 +133,27 @@ metadata:
 spec:
   ports: 7
 `
+
+// The two proxies StartScenario connects.
+const (
+	ReviewsProxy = "reviews-v1.bookinfo" // ACKs everything
+	CartProxy    = "cart-v1.shop"        // NACKs listeners
+)
+
+// StartScenario runs Scenario with ReviewsProxy synced on CDS and LDS and CartProxy synced on CDS and in
+// error on LDS.
+func StartScenario(t testing.TB) (*Env, *Proxy, *Proxy) {
+	env := Start(t, Scenario())
+	a := env.Connect(t, SidecarNode("reviews-v1", "bookinfo"))
+	a.Subscribe(xds.ClusterType)
+	a.Subscribe(xds.ListenerType)
+	b := env.Connect(t, SidecarNode("cart-v1", "shop"))
+	b.NACK(xds.ListenerType, "listener 0: bad filter chain")
+	b.Subscribe(xds.ClusterType)
+	b.Subscribe(xds.ListenerType)
+	env.WaitStatus(t, ReviewsProxy, "cds", debug.Synced)
+	env.WaitStatus(t, ReviewsProxy, "lds", debug.Synced)
+	env.WaitStatus(t, CartProxy, "cds", debug.Synced)
+	env.WaitStatus(t, CartProxy, "lds", debug.Error)
+	return env, a, b
+}
