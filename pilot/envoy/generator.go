@@ -314,9 +314,6 @@ func marshal(name string, m proto.Message) (*xds.Resource, error) {
 		return nil, fmt.Errorf("marshal %s: %w", name, err)
 	}
 	a := &anypb.Any{TypeUrl: "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName()), Value: value}
-	if err != nil {
-		return nil, fmt.Errorf("marshal %s: %w", name, err)
-	}
 	// The version is the content hash, computed once here rather than per proxy by the transport, so a
 	// rebuild with the same bytes is not re-sent over delta xDS.
 	sum := sha256.Sum256(a.Value)
@@ -344,11 +341,23 @@ func sortByName(res xds.Resources) {
 	slices.SortFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
 }
 
+// listRef identifies a list that is never modified: by the address of its first element and its length.
+type listRef struct {
+	first *(*xds.Resource)
+	n     int
+}
+
+func refOf(list xds.Resources) listRef {
+	if len(list) == 0 {
+		return listRef{}
+	}
+	return listRef{&list[0], len(list)}
+}
+
 // mergeKey identifies a merge of a shared list with a proxy's own resources (at most len(own) of them).
 type mergeKey struct {
-	first *(*xds.Resource) // the shared list, by the address of its first element, and its length
-	n     int
-	own   [8]*xds.Resource
+	list listRef
+	own  [8]*xds.Resource
 }
 
 // sharedMerge is mergeByName(list, own) for a proxy of id's scope, shared by every proxy whose own
@@ -359,11 +368,15 @@ func (g *Generators) sharedMerge(id listID, list, own xds.Resources) xds.Resourc
 	if len(own) == 0 || len(list) == 0 || len(own) > len(mergeKey{}.own) {
 		return mergeByName(list, own)
 	}
-	k := mergeKey{first: &list[0], n: len(list)}
+	k := mergeKey{list: refOf(list)}
 	copy(k.own[:], own)
+	// Keyed by the own resources' names and contents: sidecars with other inbound ports or policies get lists
+	// of their own rather than taking turns replacing one.
 	var names strings.Builder
 	for _, r := range own {
 		names.WriteString(r.Name)
+		names.WriteByte('@')
+		names.WriteString(r.Version)
 		names.WriteByte(',')
 	}
 	id.name = names.String()

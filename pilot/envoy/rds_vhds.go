@@ -36,36 +36,34 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 	}
 	scope := g.scopeFor(proxy, push)
 	lists := make([]xds.Resources, 0, len(scope.routePortsByName))
+	id := listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar}
 	for _, port := range scope.routePortsByName { // the output is sorted by resource name
-		list, err := g.virtualHosts(proxy, push, scope, strconv.FormatUint(uint64(port), 10), port)
+		list, labelled, err := g.virtualHosts(proxy, push, scope, strconv.FormatUint(uint64(port), 10), port)
 		if err != nil {
 			return nil, err
 		}
 		lists = append(lists, list)
+		if labelled {
+			id.labels, id.labelled = labelsKey(proxy.Labels), true
+		}
 	}
 	concat := func() (xds.Resources, error) { return slices.Concat(lists...), nil }
-	var key concatKey
-	if len(lists) > len(key.first) {
+	// The proxies of a scope (and label set, if a list depends on it) get the same lists: they share their
+	// concatenation too.
+	var key [4]listRef
+	if len(lists) > len(key) {
 		return concat()
 	}
 	for i, l := range lists {
-		if len(l) > 0 {
-			key.first[i], key.n[i] = &l[0], len(l)
-		}
+		key[i] = refOf(l)
 	}
-	// The proxies of a scope get the same lists: they share their concatenation too.
-	return g.lists.getOrBuild(listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar}, key, concat)
-}
-
-// concatKey identifies a concatenation of lists by their first elements' addresses and lengths.
-type concatKey struct {
-	first [4]*(*xds.Resource)
-	n     [4]int
+	return g.lists.getOrBuild(id, key, concat)
 }
 
 // virtualHosts returns the marshaled VHDS virtual hosts of route configuration name, shared by the proxies
-// of a scope (and of a label set, when a VirtualService's sourceLabels made them depend on it).
-func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (xds.Resources, error) {
+// of a scope (and of a label set, when a VirtualService's sourceLabels made them depend on it: labelled).
+func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (
+	list xds.Resources, labelled bool, err error) {
 	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar}
 	inputs := [2]any{routingID(push), scope}
 	var mine xds.Resources // built for this proxy's labels along the way
@@ -82,22 +80,23 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 		return &vhostList{usedLabels: true}, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !built.usedLabels {
-		return built.list, nil
+		return built.list, false, nil
 	}
 	id.labels, id.labelled = labelsKey(proxy.Labels), true
 	if mine != nil {
-		return g.lists.put(id, inputs, mine), nil
+		return g.lists.put(id, inputs, mine), true, nil
 	}
-	return g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
+	list, err = g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
 		next, err := g.buildVirtualHosts(proxy, push, scope, name, port)
 		if err != nil {
 			return nil, err
 		}
 		return next.list, nil
 	})
+	return list, true, err
 }
 
 // vhostList is a route configuration's VHDS virtual hosts for a scope and how they were built, so that the
@@ -211,7 +210,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 			j++
 		}
 	}
-	if len(removed) == 0 && len(added) == 0 && prev.scope.Namespace == scope.Namespace {
+	if len(removed) == 0 && len(added) == 0 {
 		next := *prev
 		next.scope = scope
 		return &next, true, nil
