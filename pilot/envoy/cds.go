@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -41,11 +43,17 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
 		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: strconv.Itoa(int(flavor))}
 		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
-		list, err := g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) { return c.outbound(scope, push, flavor, w) })
+		built, err := g.clusterLists.getOrBuild(id, inputs, func() (*clusterList, error) {
+			prev, _ := g.clusterLists.latest(id)
+			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor); ok || err != nil {
+				return next, err
+			}
+			return c.buildOutbound(scope, push, flavor)
+		})
 		if err != nil {
 			return nil, err
 		}
-		out = list // shared and never modified: the extras below are merged into a new list
+		out = built.list // shared and never modified: the extras below are merged into a new list
 	} else {
 		list, err := c.outbound(scope, push, flavor, w)
 		if err != nil {
@@ -101,39 +109,158 @@ type outboundListKey struct {
 	endpoints any
 }
 
-// outbound builds the outbound clusters for every service port in scope (and DestinationRule subset).
+// outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
+// w wants.
 func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, w *xds.WatchedResource) (xds.Resources, error) {
-	g := c.g
 	var out xds.Resources
 	for _, svc := range scope.Services {
-		dr := push.DestinationRule(scope.Namespace, svc)
-		for _, port := range svc.Ports {
-			if port.Protocol == model.ProtocolUDP {
-				continue
-			}
-			names := []string{""}
-			for _, ss := range dr.GetSubsets() {
-				names = append(names, ss.Name)
-			}
-			for _, subset := range names {
-				name := OutboundClusterName(port.Port, subset, svc.Hostname)
-				if !wants(w, name) {
-					continue
-				}
-				key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh}
-				if inlineEndpoints(svc) {
-					key.endpoints = push.Endpoints(svc.Key())
-				}
-				r, err := g.clusters.get(slotName(flavor, name), key, func() proto.Message { return buildOutboundCluster(push, key) })
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, r)
-			}
+		var err error
+		if out, err = c.serviceClusters(out, svc, scope, push, flavor, w); err != nil {
+			return nil, err
 		}
 	}
 	sortByName(out)
 	return out, nil
+}
+
+// serviceClusters appends svc's outbound clusters that w wants (nil: all) to out.
+func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service, scope *Scope, push *model.PushContext, flavor flavor,
+	w *xds.WatchedResource) (xds.Resources, error) {
+	dr := push.DestinationRule(scope.Namespace, svc)
+	for _, port := range svc.Ports {
+		if port.Protocol == model.ProtocolUDP {
+			continue
+		}
+		names := []string{""}
+		for _, ss := range dr.GetSubsets() {
+			names = append(names, ss.Name)
+		}
+		for _, subset := range names {
+			name := OutboundClusterName(port.Port, subset, svc.Hostname)
+			if !wants(w, name) {
+				continue
+			}
+			key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh}
+			if inlineEndpoints(svc) {
+				key.endpoints = push.Endpoints(svc.Key())
+			}
+			r, err := c.g.clusters.get(slotName(flavor, name), key, func() proto.Message { return buildOutboundCluster(push, key) })
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// clusterList is a scope's outbound clusters and what they were built from, so that the next snapshot's
+// list can be derived from it (deriveOutbound).
+type clusterList struct {
+	list      xds.Resources
+	owners    []*model.Service // the service of each cluster of list
+	scope     *Scope
+	rules     any
+	mesh      *mesh.Config
+	endpoints any              // the snapshot's endpoints the inline ones were built from
+	inline    []*model.Service // services whose clusters carry their endpoints
+	derived   bool             // from the previous list, not from a walk over every service
+}
+
+// buildOutbound builds the outbound clusters of every service in scope.
+func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor) (*clusterList, error) {
+	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID()}
+	for _, svc := range scope.Services {
+		n := len(l.list)
+		var err error
+		if l.list, err = c.serviceClusters(l.list, svc, scope, push, flavor, nil); err != nil {
+			return nil, err
+		}
+		for range len(l.list) - n {
+			l.owners = append(l.owners, svc)
+		}
+		if inlineEndpoints(svc) {
+			l.inline = append(l.inline, svc)
+		}
+	}
+	sort.Sort(byOwnedName{l.list, l.owners})
+	return l, nil
+}
+
+// deriveOutbound builds the outbound clusters of scope from prev, the list of an earlier scope of the same
+// namespace, when the DestinationRules and mesh config are the same: the clusters of services that stayed
+// are kept, those of removed ones dropped, and added ones built, so a service add costs its own clusters
+// rather than a walk over every service of the mesh for each namespace. Services whose clusters carry their
+// endpoints are rebuilt when the endpoints changed. ok is false when a full build is needed.
+func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor) (next *clusterList, ok bool, err error) {
+	if prev == nil || prev.rules != push.DestinationRulesID() || prev.mesh != push.Mesh {
+		return nil, false, nil
+	}
+	removed, added := scopeChanges(prev.scope.Services, scope.Services)
+	endpoints := push.EndpointsID()
+	if endpoints != prev.endpoints {
+		for _, svc := range prev.inline {
+			if !removed[svc] {
+				removed[svc] = true
+				added = append(added, svc)
+			}
+		}
+	}
+	if len(removed)+len(added) > len(scope.Services)/2 {
+		return nil, false, nil // a walk over all is as cheap
+	}
+	next = &clusterList{scope: scope, rules: prev.rules, mesh: prev.mesh, endpoints: endpoints, derived: true}
+	if len(removed) == 0 && len(added) == 0 {
+		next.list, next.owners, next.inline = prev.list, prev.owners, prev.inline
+		return next, true, nil
+	}
+	fresh := &clusterList{}
+	for _, svc := range added {
+		n := len(fresh.list)
+		if fresh.list, err = c.serviceClusters(fresh.list, svc, scope, push, flavor, nil); err != nil {
+			return nil, false, err
+		}
+		for range len(fresh.list) - n {
+			fresh.owners = append(fresh.owners, svc)
+		}
+	}
+	sort.Sort(byOwnedName{fresh.list, fresh.owners})
+	// Kept and fresh clusters merged by name, as a full build sorts them.
+	next.list = make(xds.Resources, 0, len(prev.list)+len(fresh.list))
+	next.owners = make([]*model.Service, 0, cap(next.list))
+	i, j := 0, 0
+	for i < len(prev.list) || j < len(fresh.list) {
+		if i < len(prev.list) && removed[prev.owners[i]] {
+			i++
+			continue
+		}
+		if j == len(fresh.list) || i < len(prev.list) && prev.list[i].Name < fresh.list[j].Name {
+			next.list, next.owners = append(next.list, prev.list[i]), append(next.owners, prev.owners[i])
+			i++
+		} else {
+			next.list, next.owners = append(next.list, fresh.list[j]), append(next.owners, fresh.owners[j])
+			j++
+		}
+	}
+	for _, svc := range scope.Services {
+		if inlineEndpoints(svc) {
+			next.inline = append(next.inline, svc)
+		}
+	}
+	return next, true, nil
+}
+
+// byOwnedName sorts a list by name together with its owners.
+type byOwnedName struct {
+	list   xds.Resources
+	owners []*model.Service
+}
+
+func (b byOwnedName) Len() int           { return len(b.list) }
+func (b byOwnedName) Less(i, j int) bool { return b.list[i].Name < b.list[j].Name }
+func (b byOwnedName) Swap(i, j int) {
+	b.list[i], b.list[j] = b.list[j], b.list[i]
+	b.owners[i], b.owners[j] = b.owners[j], b.owners[i]
 }
 
 // slotName keys a per-name cache slot by client flavor too: the same cluster is built differently for

@@ -1,12 +1,15 @@
 package envoy
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -418,5 +421,110 @@ func TestSidecarsShareMergedLists(t *testing.T) {
 		if typ != xds.VirtualHostType && &lists["ratings"][0] == &lists["web"][0] {
 			t.Errorf("%s: web (other inbound ports) shares ratings' list", typ)
 		}
+	}
+}
+
+// applyDocs upserts YAML documents into st and returns the snapshot updated for them.
+func applyDocs(t *testing.T, st *store.Store, push *model.PushContext, docs ...string) *model.PushContext {
+	t.Helper()
+	var changes []model.Change
+	for i, doc := range docs {
+		c, err := config.Parse([]byte(doc), "extra.yaml", i, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes = append(changes, model.Change{Key: c.Key, Old: st.Get(c.Key), New: c})
+		st.Upsert(store.LayerFile, c)
+	}
+	push, _ = model.Update(push, st, changes)
+	return push
+}
+
+// deleteConfig deletes key from st and returns the snapshot updated for it.
+func deleteConfig(st *store.Store, push *model.PushContext, key config.Key) *model.PushContext {
+	ch := model.Change{Key: key, Old: st.Get(key)}
+	st.Delete(store.LayerFile, key)
+	push, _ = model.Update(push, st, []model.Change{ch})
+	return push
+}
+
+// Outbound cluster lists derived from the previous snapshot's (deriveOutbound) equal what a fresh build
+// gives, through random service adds, changes and deletes, DNS ServiceEntries whose clusters carry their
+// endpoints, and DestinationRules with subsets coming and going.
+func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
+	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
+	push := model.Build(st, mesh.Default())
+	// Its endpoints are WorkloadEntries: they change while the ServiceEntry stays.
+	push = applyDocs(t, st, push, "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: selected, namespace: ns-3}\n"+
+		"spec:\n  hosts: [selected.example.com]\n  resolution: DNS\n  ports: [{name: tcp, number: 3306, protocol: TCP}]\n  workloadSelector: {labels: {app: db}}\n")
+	g := New(Options{})
+	proxies := []*xds.Proxy{
+		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
+		envoyProxy("ns-4", nil, true, 1, 38),
+		{Type: xds.GRPC, Namespace: "ns-3", Node: &core.Node{}},
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	live := map[config.Key]bool{}
+	derived := 0
+	for step := range 200 {
+		name := fmt.Sprintf("extra-%d", rng.IntN(12))
+		ns := fmt.Sprintf("ns-%d", 3+rng.IntN(2))
+		switch r := rng.IntN(11); {
+		case r < 2: // delete a Service or ServiceEntry added before
+			for _, kind := range []config.Kind{config.Service, config.ServiceEntry} {
+				if key := (config.Key{Kind: kind, Namespace: ns, Name: name}); live[key] {
+					push = deleteConfig(st, push, key)
+					delete(live, key)
+				}
+			}
+		case r < 3: // a DNS ServiceEntry: its clusters carry its endpoints
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
+				"spec:\n  hosts: [%s.example.com]\n  resolution: DNS\n  ports: [{name: http, number: 80, protocol: HTTP}]\n  endpoints: [{address: 10.9.0.%d}]\n",
+				name, ns, name, rng.IntN(4)))
+			live[config.Key{Kind: config.ServiceEntry, Namespace: ns, Name: name}] = true
+		case r < 4: // a WorkloadEntry of the DNS ServiceEntry selecting workloads comes or goes
+			key := config.Key{Kind: config.WorkloadEntry, Namespace: "ns-3", Name: name}
+			if live[key] {
+				push = deleteConfig(st, push, key)
+				delete(live, key)
+				break
+			}
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: %s, namespace: ns-3}\n"+
+				"spec:\n  address: 10.8.0.%d\n  labels: {app: db}\n", name, rng.IntN(200)))
+			live[key] = true
+		case r < 5: // a DestinationRule with subsets, or without
+			subsets := []string{"[]", "[{name: v1, labels: {version: v1}}]"}[rng.IntN(2)]
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr-%d, namespace: ns-7}\n"+
+				"spec:\n  host: svc-%d.ns-%d.svc.cluster.local\n  subsets: %s\n", rng.IntN(3), 7+10*rng.IntN(3), 7, subsets))
+		default:
+			ports := []string{benchThreePorts, "[{name: http, port: 80}]", "[{name: udp, port: 53, protocol: UDP}]", "[{name: http, port: 9080}]"}[rng.IntN(4)]
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: 10.250.0.%d\n  ports: %s\n",
+				name, ns, rng.IntN(8), ports))
+			live[config.Key{Kind: config.Service, Namespace: ns, Name: name}] = true
+		}
+		for _, p := range proxies {
+			want, err := New(Options{}).ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := g.ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("step %d, %s %s: %d clusters, a full build %d", step, p.Type, p.Namespace, len(got), len(want))
+			}
+			for i := range want {
+				if got[i].Name != want[i].Name || !proto.Equal(got[i].Any, want[i].Any) {
+					t.Fatalf("step %d, %s %s: cluster %d is %s, a full build's %s", step, p.Type, p.Namespace, i, got[i].Name, want[i].Name)
+				}
+			}
+		}
+		if l, ok := g.clusterLists.latest(listID{kind: "cds", namespace: "ns-3", variant: "0"}); ok && l.derived {
+			derived++
+		}
+	}
+	if derived < 100 {
+		t.Errorf("%d of 200 lists were derived from the previous one; want most", derived)
 	}
 }

@@ -36,9 +36,12 @@ type Generators struct {
 	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
 	resources *lru.Cache[any, *xds.Resource]
 	scopes    *generations[scopeID, *Scope]
-	// lists keeps whole lists of resources that many proxies share (a scope's outbound clusters, outbound
-	// listeners, VHDS virtual hosts), the latest generation of each only.
+	// lists keeps whole lists of resources that many proxies share (a scope's outbound listeners, merged
+	// lists, VHDS concatenations), the latest generation of each only.
 	lists *generations[listID, xds.Resources]
+	// clusterLists keeps the outbound clusters of each scope, and how they were built, to derive the next
+	// snapshot's from.
+	clusterLists *generations[listID, *clusterList]
 	// clusters and assignments keep the current build of each cluster and load assignment by name.
 	clusters, assignments *slots
 	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
@@ -245,7 +248,8 @@ func New(opts Options) *Generators {
 	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots(), assignments: newSlots(),
 		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
-		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList]()}
+		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
+		clusterLists: newGenerations[listID, *clusterList]()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)

@@ -193,23 +193,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 	if prev == nil || prev.usedLabels || prev.partial || prev.routing != routing {
 		return nil, false, nil
 	}
-	// Both service lists are sorted by hostname, one service per hostname: one walk finds the services
-	// added and removed (a changed service is both).
-	old, cur := prev.scope.Services, scope.Services
-	removed := map[*model.Service]bool{}
-	var added []*model.Service
-	for i, j := 0, 0; i < len(old) || j < len(cur); {
-		switch {
-		case i < len(old) && j < len(cur) && old[i] == cur[j]:
-			i, j = i+1, j+1
-		case j == len(cur) || i < len(old) && old[i].Hostname <= cur[j].Hostname:
-			removed[old[i]] = true
-			i++
-		default:
-			added = append(added, cur[j])
-			j++
-		}
-	}
+	removed, added := scopeChanges(prev.scope.Services, scope.Services)
 	if len(removed) == 0 && len(added) == 0 {
 		next := *prev
 		next.scope = scope

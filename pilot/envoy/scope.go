@@ -94,3 +94,23 @@ func egressAllows(egress []egressHost, svc *model.Service) bool {
 	}
 	return false
 }
+
+// scopeChanges compares two scopes' services: those of old that cur does not hold, and those of cur that old
+// does not hold (a changed service is in both). Both lists are sorted by hostname, one service per hostname,
+// so one walk finds them.
+func scopeChanges(old, cur []*model.Service) (removed map[*model.Service]bool, added []*model.Service) {
+	removed = map[*model.Service]bool{}
+	for i, j := 0, 0; i < len(old) || j < len(cur); {
+		switch {
+		case i < len(old) && j < len(cur) && old[i] == cur[j]:
+			i, j = i+1, j+1
+		case j == len(cur) || i < len(old) && old[i].Hostname <= cur[j].Hostname:
+			removed[old[i]] = true
+			i++
+		default:
+			added = append(added, cur[j])
+			j++
+		}
+	}
+	return removed, added
+}
