@@ -503,22 +503,7 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 			live[config.Key{Kind: config.Service, Namespace: ns, Name: name}] = true
 		}
 		for _, p := range proxies {
-			want, err := New(Options{}).ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := g.ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != len(want) {
-				t.Fatalf("step %d, %s %s: %d clusters, a full build %d", step, p.Type, p.Namespace, len(got), len(want))
-			}
-			for i := range want {
-				if got[i].Name != want[i].Name || !proto.Equal(got[i].Any, want[i].Any) {
-					t.Fatalf("step %d, %s %s: cluster %d is %s, a full build's %s", step, p.Type, p.Namespace, i, got[i].Name, want[i].Name)
-				}
-			}
+			checkSameAsFreshBuild(t, g, xds.ClusterType, p, push, step)
 		}
 		if l, ok := g.clusterLists.latest(listID{kind: "cds", namespace: "ns-3", variant: "0"}); ok && l.derived {
 			derived++
@@ -526,5 +511,27 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 	}
 	if derived < 100 {
 		t.Errorf("%d of 200 lists were derived from the previous one; want most", derived)
+	}
+}
+
+// checkSameAsFreshBuild checks that g, which has served earlier snapshots, generates for p what generators
+// that never saw one do.
+func checkSameAsFreshBuild(t *testing.T, g *Generators, typeURL string, p *xds.Proxy, push *model.PushContext, step int) {
+	t.Helper()
+	want, err := New(Options{}).ByTypeURL()[typeURL].Generate(p, push, wildcard(typeURL), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.ByTypeURL()[typeURL].Generate(p, push, wildcard(typeURL), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("step %d, %s %s: %d resources, a fresh build %d", step, p.Type, p.Namespace, len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Name != want[i].Name || !proto.Equal(got[i].Any, want[i].Any) {
+			t.Fatalf("step %d, %s %s: resource %d is %s, a fresh build's %s", step, p.Type, p.Namespace, i, got[i].Name, want[i].Name)
+		}
 	}
 }

@@ -42,6 +42,9 @@ type Generators struct {
 	// clusterLists keeps the outbound clusters of each scope, and how they were built, to derive the next
 	// snapshot's from.
 	clusterLists *generations[listID, *clusterList]
+	// listenerLists keeps the outbound listeners of each scope, and how they were built, to derive the next
+	// snapshot's from.
+	listenerLists *generations[listID, *listenerList]
 	// clusters and assignments keep the current build of each cluster and load assignment by name.
 	clusters, assignments *slots
 	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
@@ -249,7 +252,7 @@ func New(opts Options) *Generators {
 		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
 		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
-		clusterLists: newGenerations[listID, *clusterList]()}
+		clusterLists: newGenerations[listID, *clusterList](), listenerLists: newGenerations[listID, *listenerList]()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)

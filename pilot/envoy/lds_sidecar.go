@@ -20,6 +20,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -69,8 +70,19 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 // outboundListeners returns the outbound listeners of key's scope, sorted by name, each marshaled on its
 // own: a change to one destination changes that listener's bytes (and version) only.
 func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *model.PushContext) (xds.Resources, error) {
+	g := l.g
 	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ)}
-	return l.g.lists.getOrBuild(id, key, func() (xds.Resources, error) { return l.g.buildOutboundListeners(push, key.scope) })
+	built, err := g.listenerLists.getOrBuild(id, key, func() (*listenerList, error) {
+		prev, _ := g.listenerLists.latest(id)
+		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope); ok || err != nil {
+			return next, err
+		}
+		return g.buildOutboundListeners(push, key.scope)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return built.list, nil
 }
 
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.
@@ -117,8 +129,20 @@ type outboundListener struct {
 // Envoy looks for the exact IP:port first, then 0.0.0.0:port. The chains are planned as data first; a
 // listener whose plan is the one built before is not built again, so adding a service builds its own
 // listeners only.
-func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope) (xds.Resources, error) {
+func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope) (*listenerList, error) {
+	built := &listenerList{scope: scope, routing: routingID(push), mesh: push.Mesh, httpPorts: map[uint32]int{}, contested: map[string]bool{},
+		extras: map[string]bool{}}
 	byName := map[string]*outboundListener{}
+	// from is the service of each VIP listener's chains: a listener with chains of two services, or one whose
+	// match a service was refused, is contested.
+	from := map[string]*model.Service{}
+	addChain := func(ol *outboundListener, svc *model.Service, c chainPlan) {
+		if f, ok := from[ol.name]; ok && f != svc {
+			built.contested[ol.name] = true
+		}
+		from[ol.name] = svc
+		ol.chains = append(ol.chains, c)
+	}
 	listenerFor := func(ip string, port uint32) *outboundListener {
 		name := ip + "_" + ldsPortName(port)
 		ol := byName[name]
@@ -153,6 +177,9 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 	// HTTP ports first: they take the port-only match.
 	for _, svc := range scope.Services {
 		for _, p := range svc.Ports {
+			if p.Protocol.IsHTTP() {
+				built.httpPorts[p.Port]++
+			}
 			if p.Protocol.IsHTTP() && claim(nil, p.Port, "") {
 				ol := listenerFor("0.0.0.0", p.Port)
 				ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true})
@@ -174,6 +201,9 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			namePrefix = svc.Addresses[0]
 		}
 		vs := push.VirtualServiceForHost(scope.Namespace, model.MeshGateway, svc.Hostname)
+		if vs != nil && (len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0) {
+			built.l4Routed = true
+		}
 		for _, p := range svc.Ports {
 			if p.Protocol.IsHTTP() {
 				continue
@@ -185,6 +215,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				ol = listenerFor(vips[0].AddressPrefix, p.Port)
 				for _, v := range vips[1:] {
 					ol.extra = append(ol.extra, v.AddressPrefix)
+					built.extras[v.AddressPrefix+"_"+ldsPortName(p.Port)] = true
 				}
 			}
 			name := namePrefix + "_" + ldsPortName(p.Port)
@@ -195,7 +226,9 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			switch p.Protocol {
 			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
 				if claim(vips, p.Port, "http") {
-					ol.chains = append(ol.chains, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true})
+					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true})
+				} else {
+					built.contested[ol.name] = true
 				}
 			case model.ProtocolTLS, model.ProtocolHTTPS: // SNI: the VirtualService's tls routes, then the host
 				routes := sniRoutes(push, vs, scope.Namespace, model.MeshGateway, p.Port, nil)
@@ -209,14 +242,19 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 							sni = append(sni, n)
 						}
 					}
+					if len(sni) < len(r.sni) {
+						built.contested[ol.name] = true
+					}
 					if len(sni) == 0 {
 						continue
 					}
-					ol.chains = append(ol.chains, chainPlan{name: name + "/" + strings.Join(sni, ","), port: p.Port, vips: vips, sni: sni, dests: r.dests})
+					addChain(ol, svc, chainPlan{name: name + "/" + strings.Join(sni, ","), port: p.Port, vips: vips, sni: sni, dests: r.dests})
 				}
 			}
 			if claim(vips, p.Port, "") {
-				ol.chains = append(ol.chains, chainPlan{name: name, port: p.Port, vips: vips, dests: dests})
+				addChain(ol, svc, chainPlan{name: name, port: p.Port, vips: vips, dests: dests})
+			} else {
+				built.contested[ol.name] = true
 			}
 		}
 	}
@@ -245,16 +283,152 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				additional = append(additional, ip)
 			}
 		}
-		id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar}
-		r, err := g.outboundListenerRes.getOrBuild(id, ol.describe(additional), func() (*xds.Resource, error) {
-			return marshal(ol.name, ol.build(additional))
-		})
+		r, err := g.outboundListenerResource(scope, ol, additional)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	built.list = out
+	return built, nil
+}
+
+// outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
+func (g *Generators) outboundListenerResource(scope *Scope, ol *outboundListener, additional []string) (*xds.Resource, error) {
+	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar}
+	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional), func() (*xds.Resource, error) {
+		return marshal(ol.name, ol.build(additional))
+	})
+}
+
+// listenerList is a scope's outbound listeners and how they were built, so that the next snapshot's can be
+// derived from it (deriveOutboundListeners).
+type listenerList struct {
+	list      xds.Resources
+	scope     *Scope
+	routing   any
+	mesh      *mesh.Config
+	httpPorts map[uint32]int  // services with an HTTP port, by port: 0.0.0.0_PORT exists while one has it
+	contested map[string]bool // VIP listeners with chains of several services, or a match a service was refused
+	extras    map[string]bool // IP_PORT of every additional address a listener asked for
+	l4Routed  bool            // a VirtualService sends TCP or TLS somewhere: its chains depend on other services
+	derived   bool            // from the previous list, not from a walk over every service
+}
+
+// plainVIPService reports whether svc's outbound listeners are its own, whatever else is in scope: one VIP
+// (not a block), no TCP or TLS routes, and no port that is sniffed or matched by SNI. Its HTTP ports add
+// nothing but to 0.0.0.0_PORT, and every other port is listener VIP_PORT with one tcp_proxy chain to its
+// cluster.
+func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*core.CidrRange, bool) {
+	if len(svc.Addresses) != 1 {
+		return nil, false
+	}
+	vip := vipCIDR(svc.Addresses[0])
+	if vip == nil || vip.PrefixLen.GetValue() < ldsHostBits(vip.AddressPrefix) {
+		return nil, false
+	}
+	if vs := push.VirtualServiceForHost(ns, model.MeshGateway, svc.Hostname); vs != nil && (len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0) {
+		return nil, false
+	}
+	for _, p := range svc.Ports {
+		switch {
+		case p.Protocol.IsHTTP():
+		case p.Protocol == model.ProtocolUnset, p.Protocol == model.ProtocolTLS, p.Protocol == model.ProtocolHTTPS:
+			return nil, false
+		}
+	}
+	return vip, true
+}
+
+// deriveOutboundListeners builds the outbound listeners of scope from prev, the list of an earlier scope of
+// the same namespace, when the routing config is the same and every service added or removed is a
+// plainVIPService: the listeners of the others stay as they are, the removed ones' VIP listeners are
+// dropped and the added ones' built. A service add thus costs its own listeners rather than a walk over
+// every service of the mesh for each namespace. ok is false when a full build is needed: when one of them
+// shares a VIP listener or an additional address with another service, when an HTTP port appears or goes
+// away (0.0.0.0_PORT does), or when a VirtualService's TCP or TLS routes depend on other services.
+func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope) (next *listenerList, ok bool, err error) {
+	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed {
+		return nil, false, nil
+	}
+	removed, added := scopeChanges(prev.scope.Services, scope.Services)
+	if len(removed)+len(added) > len(scope.Services)/2 {
+		return nil, false, nil // a walk over all is as cheap
+	}
+	next = &listenerList{scope: scope, routing: prev.routing, mesh: prev.mesh, httpPorts: prev.httpPorts, contested: prev.contested,
+		extras: prev.extras, derived: true}
+	if len(removed) == 0 && len(added) == 0 {
+		next.list = prev.list
+		return next, true, nil
+	}
+	next.httpPorts = maps.Clone(prev.httpPorts)
+	drop := map[string]bool{}
+	for svc := range removed {
+		vip, plain := plainVIPService(push, scope.Namespace, svc)
+		if !plain {
+			return nil, false, nil
+		}
+		for _, p := range svc.Ports {
+			if p.Protocol.IsHTTP() {
+				next.httpPorts[p.Port]--
+				continue
+			}
+			name := vip.AddressPrefix + "_" + ldsPortName(p.Port)
+			if prev.contested[name] || prev.extras[name] {
+				return nil, false, nil
+			}
+			drop[name] = true
+		}
+	}
+	var fresh xds.Resources
+	freshNames := map[string]bool{}
+	for _, svc := range added {
+		vip, plain := plainVIPService(push, scope.Namespace, svc)
+		if !plain {
+			return nil, false, nil
+		}
+		for _, p := range svc.Ports {
+			if p.Protocol.IsHTTP() {
+				next.httpPorts[p.Port]++
+				continue
+			}
+			name := vip.AddressPrefix + "_" + ldsPortName(p.Port)
+			if prev.extras[name] || prev.contested[name] || freshNames[name] {
+				return nil, false, nil
+			}
+			freshNames[name] = true
+			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port, chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
+				vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
+			r, err := g.outboundListenerResource(scope, ol, nil)
+			if err != nil {
+				return nil, false, err
+			}
+			fresh = append(fresh, r)
+		}
+	}
+	for port, n := range next.httpPorts {
+		if (n > 0) != (prev.httpPorts[port] > 0) {
+			return nil, false, nil // 0.0.0.0_PORT comes or goes, and with it matches other services may take
+		}
+		if n == 0 {
+			delete(next.httpPorts, port)
+		}
+	}
+	sortByName(fresh)
+	next.list = make(xds.Resources, 0, len(prev.list)+len(fresh))
+	for _, r := range prev.list {
+		if drop[r.Name] && !freshNames[r.Name] {
+			continue
+		}
+		if freshNames[r.Name] && !drop[r.Name] {
+			return nil, false, nil // the name of a listener that stays
+		}
+		if !drop[r.Name] {
+			next.list = append(next.list, r)
+		}
+	}
+	next.list = mergeByName(next.list, fresh)
+	return next, true, nil
 }
 
 // chainPlan is an outbound filter chain as data.

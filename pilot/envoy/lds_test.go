@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -877,5 +878,76 @@ func TestListenerTrustDomain(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "spiffe://example.org/ns/shop/sa/reviews") || strings.Contains(string(b), "cluster.local/ns/shop/sa/reviews") {
 		t.Errorf("principal not rewritten to the mesh trust domain")
+	}
+}
+
+// Outbound listener lists derived from the previous snapshot's (deriveOutboundListeners) equal what a fresh
+// build gives, through random service adds, changes and deletes: VIPs shared with other services, services
+// without a VIP, several addresses, sniffed and TLS ports, HTTP ports that come and go, and TCP routes to
+// services that come and go.
+func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
+	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
+	push := model.Build(st, mesh.Default())
+	g := New(Options{})
+	proxies := []*xds.Proxy{
+		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
+		envoyProxy("ns-4", nil, true, 1, 38),
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	live := map[config.Key]bool{}
+	derived := 0
+	for step := range 250 {
+		name := fmt.Sprintf("extra-%d", rng.IntN(12))
+		ns := fmt.Sprintf("ns-%d", 3+rng.IntN(2))
+		switch r := rng.IntN(12); {
+		case r < 3: // delete what was added under that name
+			for _, kind := range []config.Kind{config.Service, config.ServiceEntry, config.VirtualService} {
+				if key := (config.Key{Kind: kind, Namespace: ns, Name: name}); live[key] {
+					push = deleteConfig(st, push, key)
+					delete(live, key)
+				}
+			}
+		case r < 4: // a ServiceEntry with two addresses: the second is an additional address
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
+				"spec:\n  hosts: [%s.example.com]\n  addresses: [10.250.0.%d, 10.250.0.%d]\n  resolution: STATIC\n"+
+				"  ports: [{name: tcp, number: 9090, protocol: TCP}]\n  endpoints: [{address: 10.9.0.1}]\n", name, ns, name, rng.IntN(8), rng.IntN(8)))
+			live[config.Key{Kind: config.ServiceEntry, Namespace: ns, Name: name}] = true
+		case r < 5 && step >= 100 && step < 150: // for a while, TCP routes to another service, which may come and go
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: %s, namespace: %s}\n"+
+				"spec:\n  hosts: [%s]\n  tcp:\n  - route:\n    - destination: {host: extra-%d.ns-%d.svc.cluster.local}\n",
+				name, ns, name, rng.IntN(12), 3+rng.IntN(2)))
+			live[config.Key{Kind: config.VirtualService, Namespace: ns, Name: name}] = true
+		default:
+			vip := fmt.Sprintf("10.250.0.%d", rng.IntN(8))
+			switch rng.IntN(6) {
+			case 0:
+				vip = "10.100.0.7" // svc-7's VIP
+			case 1:
+				vip = "None" // headless: its ports go on 0.0.0.0_PORT
+			}
+			ports := []string{benchThreePorts, "[{name: http, port: 80}]", "[{name: tcp, port: 9090}]", "[{name: http, port: 9080}]",
+				"[{name: other, port: 7000}]", "[{name: tls, port: 443}]", "[{name: tcp, port: 80}]"}[rng.IntN(7)]
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: %s\n  ports: %s\n",
+				name, ns, vip, ports))
+			live[config.Key{Kind: config.Service, Namespace: ns, Name: name}] = true
+		}
+		if step == 150 {
+			for key := range live {
+				if key.Kind == config.VirtualService {
+					push = deleteConfig(st, push, key)
+					delete(live, key)
+				}
+			}
+		}
+		for _, p := range proxies {
+			checkSameAsFreshBuild(t, g, xds.ListenerType, p, push, step)
+		}
+		if l, ok := g.listenerLists.latest(listID{kind: "lds", namespace: "ns-3", variant: string(xds.Sidecar)}); ok && l.derived {
+			derived++
+		}
+	}
+	t.Logf("derived %d", derived)
+	if derived < 60 {
+		t.Errorf("%d of 250 lists were derived from the previous one; want many", derived)
 	}
 }
