@@ -28,6 +28,8 @@ type Result struct {
 	// Per change: time until the last interested proxy has it.
 	AllP50Ms float64 `json:"allP50Ms"`
 	AllP99Ms float64 `json:"allP99Ms"`
+	// AllMs is that time for each change, in order.
+	AllMs []float64 `json:"allMs,omitempty"`
 	// Averages per change, measured at the clients (bytes are protobuf sizes of the responses).
 	BytesPerChange     float64 `json:"bytesPerChange"`
 	ResponsesPerChange float64 `json:"responsesPerChange"`
@@ -215,6 +217,9 @@ func (h *harness) summarize(name string, samples []sample) *Result {
 	}
 	r.P50Ms, r.P99Ms, r.MaxMs = pct(pooled, 50), pct(pooled, 99), pct(pooled, 100)
 	r.AllP50Ms, r.AllP99Ms = pct(last, 50), pct(last, 99)
+	for _, d := range last {
+		r.AllMs = append(r.AllMs, float64(d.Microseconds())/1000)
+	}
 	if n := float64(len(samples)); n > 0 {
 		r.BytesPerChange, r.ResponsesPerChange, r.CPUPerChange = float64(bytes)/n, float64(resps)/n, cpu/n
 		r.FleetCPUPerChange = fleet / n
