@@ -452,17 +452,11 @@ func deleteConfig(st *store.Store, push *model.PushContext, key config.Key) *mod
 // gives, through random service adds, changes and deletes, DNS ServiceEntries whose clusters carry their
 // endpoints, and DestinationRules with subsets coming and going.
 func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
-	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
-	push := model.Build(st, mesh.Default())
+	st, push, g, proxies := derivationFixture(t)
+	proxies = append(proxies, &xds.Proxy{Type: xds.GRPC, Namespace: "ns-3", Node: &core.Node{}})
 	// Its endpoints are WorkloadEntries: they change while the ServiceEntry stays.
 	push = applyDocs(t, st, push, "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: selected, namespace: ns-3}\n"+
 		"spec:\n  hosts: [selected.example.com]\n  resolution: DNS\n  ports: [{name: tcp, number: 3306, protocol: TCP}]\n  workloadSelector: {labels: {app: db}}\n")
-	g := New(Options{})
-	proxies := []*xds.Proxy{
-		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
-		envoyProxy("ns-4", nil, true, 1, 38),
-		{Type: xds.GRPC, Namespace: "ns-3", Node: &core.Node{}},
-	}
 	rng := rand.New(rand.NewPCG(7, 8))
 	live := map[config.Key]bool{}
 	derived := 0
@@ -511,6 +505,16 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 	}
 	if derived < 100 {
 		t.Errorf("%d of 200 lists were derived from the previous one; want most", derived)
+	}
+}
+
+// derivationFixture is the mesh the derived-list tests change at random (40 services × 3 ports over ten
+// namespaces), fresh generators, and two sidecars in the namespaces that change.
+func derivationFixture(t *testing.T) (*store.Store, *model.PushContext, *Generators, []*xds.Proxy) {
+	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
+	return st, model.Build(st, mesh.Default()), New(Options{}), []*xds.Proxy{
+		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
+		envoyProxy("ns-4", nil, true, 1, 38),
 	}
 }
 

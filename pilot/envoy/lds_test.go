@@ -886,13 +886,7 @@ func TestListenerTrustDomain(t *testing.T) {
 // without a VIP, several addresses, sniffed and TLS ports, HTTP ports that come and go, and TCP routes to
 // services that come and go.
 func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
-	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
-	push := model.Build(st, mesh.Default())
-	g := New(Options{})
-	proxies := []*xds.Proxy{
-		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
-		envoyProxy("ns-4", nil, true, 1, 38),
-	}
+	st, push, g, proxies := derivationFixture(t)
 	rng := rand.New(rand.NewPCG(9, 10))
 	live := map[config.Key]bool{}
 	derived := 0

@@ -299,23 +299,14 @@ func TestVHDSDerivedListsEqualFullBuilds(t *testing.T) {
 }
 
 func testVHDSDerivedListsEqualFullBuilds(t *testing.T) {
-	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
-	push := model.Build(st, mesh.Default())
-	g := New(Options{})
-	proxies := []*xds.Proxy{
-		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
-		envoyProxy("ns-4", nil, true, 1, 38),
-	}
+	st, push, g, proxies := derivationFixture(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	live := map[string]bool{}
 	for step := range 150 {
 		name := fmt.Sprintf("extra-%d", rng.IntN(12))
 		ns := fmt.Sprintf("ns-%d", 3+rng.IntN(2))
-		key := config.Key{Kind: config.Service, Namespace: ns, Name: name}
-		var ch model.Change
 		if live[ns+"/"+name] && rng.IntN(3) == 0 {
-			ch = model.Change{Key: key, Old: st.Get(key)}
-			st.Delete(store.LayerFile, key)
+			push = deleteConfig(st, push, config.Key{Kind: config.Service, Namespace: ns, Name: name})
 			delete(live, ns+"/"+name)
 		} else {
 			vip := fmt.Sprintf("10.250.0.%d", rng.IntN(8))
@@ -330,39 +321,11 @@ func testVHDSDerivedListsEqualFullBuilds(t *testing.T) {
 					"spec:\n  hosts: [%s]\n  http:\n  - route:\n    - destination: {host: %s}\n",
 					name, ns, name, []string{"svc-7.ns-7.svc.cluster.local", fmt.Sprintf("extra-%d.ns-%d.svc.cluster.local", rng.IntN(12), 3+rng.IntN(2))}[rng.IntN(2)]))
 			}
-			var changes []model.Change
-			for i, doc := range docs {
-				c, err := config.Parse([]byte(doc), "extra.yaml", i, "default")
-				if err != nil {
-					t.Fatal(err)
-				}
-				changes = append(changes, model.Change{Key: c.Key, Old: st.Get(c.Key), New: c})
-				st.Upsert(store.LayerFile, c)
-			}
+			push = applyDocs(t, st, push, docs...)
 			live[ns+"/"+name] = true
-			push, _ = model.Update(push, st, changes)
-			ch = model.Change{}
-		}
-		if ch.Key.Name != "" {
-			push, _ = model.Update(push, st, []model.Change{ch})
 		}
 		for _, p := range proxies {
-			want, err := New(Options{}).ByTypeURL()[xds.VirtualHostType].Generate(p, push, wildcard(xds.VirtualHostType), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := g.ByTypeURL()[xds.VirtualHostType].Generate(p, push, wildcard(xds.VirtualHostType), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != len(want) {
-				t.Fatalf("step %d, %s: %d virtual hosts, a full build %d", step, p.Namespace, len(got), len(want))
-			}
-			for i := range want {
-				if got[i].Name != want[i].Name || !proto.Equal(got[i].Any, want[i].Any) {
-					t.Fatalf("step %d, %s: virtual host %d is %s, a full build's %s", step, p.Namespace, i, got[i].Name, want[i].Name)
-				}
-			}
+			checkSameAsFreshBuild(t, g, xds.VirtualHostType, p, push, step)
 		}
 	}
 }
