@@ -242,7 +242,12 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 			j++
 		}
 	}
-	for _, svc := range scope.Services {
+	for _, svc := range prev.inline {
+		if !removed[svc] {
+			next.inline = append(next.inline, svc)
+		}
+	}
+	for _, svc := range added {
 		if inlineEndpoints(svc) {
 			next.inline = append(next.inline, svc)
 		}

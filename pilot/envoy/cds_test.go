@@ -539,3 +539,17 @@ func checkSameAsFreshBuild(t *testing.T, g *Generators, typeURL string, p *xds.P
 		}
 	}
 }
+
+// generateByName generates typeURL's full state for proxy and indexes it by resource name.
+func generateByName(t *testing.T, g *Generators, typeURL string, proxy *xds.Proxy, push *model.PushContext) map[string]*xds.Resource {
+	t.Helper()
+	res, err := g.ByTypeURL()[typeURL].Generate(proxy, push, wildcard(typeURL), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*xds.Resource{}
+	for _, r := range res {
+		out[r.Name] = r
+	}
+	return out
+}

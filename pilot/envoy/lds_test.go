@@ -586,18 +586,7 @@ func TestListenerOutboundShared(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
 	gen := g.ByTypeURL()[xds.ListenerType]
-	byName := func(proxy *xds.Proxy) map[string]*xds.Resource {
-		res, err := gen.Generate(proxy, push, wildcard(xds.ListenerType), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]*xds.Resource{}
-		for _, r := range res {
-			out[r.Name] = r
-		}
-		return out
-	}
-	a, b := byName(ldsReviews), byName(ldsMySQL)
+	a, b := generateByName(t, g, xds.ListenerType, ldsReviews, push), generateByName(t, g, xds.ListenerType, ldsMySQL, push)
 	for name, r := range a {
 		if name != VirtualInboundListener && b[name].Any != r.Any {
 			t.Errorf("%s not shared by two proxies of one namespace", name)
@@ -608,7 +597,7 @@ func TestListenerOutboundShared(t *testing.T) {
 	}
 	// A second replica of reviews shares the inbound listener.
 	replica := ldsSidecar("reviews-2", "10.1.0.8", ldsReviews.Labels)
-	if byName(replica)[VirtualInboundListener].Any != a[VirtualInboundListener].Any {
+	if generateByName(t, g, xds.ListenerType, replica, push)[VirtualInboundListener].Any != a[VirtualInboundListener].Any {
 		t.Error("virtualInbound not shared by replicas")
 	}
 	// Non-wildcard: only what is named.

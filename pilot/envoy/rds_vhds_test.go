@@ -120,35 +120,18 @@ func TestVHDSServiceAddBuildsOnlyItsVirtualHosts(t *testing.T) {
 	}
 	st := storeFromYAML(t, data)
 	before := model.Build(st, mesh.Default())
-	added, err := config.Parse([]byte(`
+	after := applyDocs(t, st, before, `
 apiVersion: v1
 kind: Service
 metadata: {name: ledger, namespace: bookinfo}
 spec:
   clusterIP: 10.0.9.9
   ports: [{name: http, port: 9080}, {name: http-web, port: 80}]
-`), "added.yaml", 0, "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Upsert(store.LayerFile, added)
-	after, _ := model.Update(before, st, []model.Change{{Key: added.Key, New: added}})
+`)
 
 	g := New(Options{})
-	gen := g.ByTypeURL()[xds.VirtualHostType]
 	proxy := envoyProxy("bookinfo", map[string]string{"app": "ratings"}, true, 1, 38)
-	byName := func(push *model.PushContext) map[string]*xds.Resource {
-		res, err := gen.Generate(proxy, push, wildcard(xds.VirtualHostType), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]*xds.Resource{}
-		for _, r := range res {
-			out[r.Name] = r
-		}
-		return out
-	}
-	old, cur := byName(before), byName(after)
+	old, cur := generateByName(t, g, xds.VirtualHostType, proxy, before), generateByName(t, g, xds.VirtualHostType, proxy, after)
 	var changed, rebuilt []string
 	for name, r := range cur {
 		if old[name] == nil || old[name].Version != r.Version {
