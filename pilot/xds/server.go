@@ -142,8 +142,15 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, s)
 }
 
+// requestWindow is the HTTP/2 flow-control window the server grants each proxy's stream and connection.
+// Requests are small (ACKs and subscriptions); a fixed window also turns off gRPC's bandwidth estimation,
+// which answers every burst of incoming data with a window update and a PING: with 300 proxies ACKing a
+// push, that was a second round trip per ACK, as many writes and reads again as the push itself.
+const requestWindow = 1 << 20
+
 // GRPCServerOptions returns the options the grpc.Server serving ADS should be created with: keepalive (so
-// dead proxies are noticed), connection age, and a shared write buffer (idle connections hold no buffer).
+// dead proxies are noticed), connection age, a fixed flow-control window, and a shared write buffer (idle
+// connections hold no buffer).
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -155,6 +162,8 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 		// Envoy pings every 30s or so by default; allow it without streams in flight.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		grpc.SharedWriteBuffer(true),
+		grpc.InitialWindowSize(requestWindow),
+		grpc.InitialConnWindowSize(requestWindow),
 	}
 }
 
