@@ -198,10 +198,16 @@ func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels
 	}
 }
 
+// envoyWindow is Envoy's default HTTP/2 initial stream and connection window.
+const envoyWindow = 256 << 20
+
 // start connects and subscribes like the real client; responses are handled on one goroutine.
 func (p *proxy) start(addr string) error {
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
+		// Envoy's HTTP/2 windows are fixed (256 MiB by default) and it sends no bandwidth-probing PINGs;
+		// gRPC-Go's client would, after every response.
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 	if err != nil {
 		return err
 	}
