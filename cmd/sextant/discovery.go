@@ -59,6 +59,8 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.DurationVar(&args.DebounceAfter, "debounce-after", 100*time.Millisecond, "quiet period after a change before a push")
 	f.DurationVar(&args.DebounceMax, "debounce-max", 10*time.Second, "longest a change waits while changes keep coming")
 	f.DurationVar(&args.DebounceEndpoints, "debounce-endpoints", 20*time.Millisecond, "quiet period for endpoint-only changes (held at most --debounce-after)")
+	f.DurationVar(&args.DebounceFirst, "debounce-first", 20*time.Millisecond,
+		"quiet period for the first config change after --debounce-after without changes; the rest of a burst waits --debounce-after (0: always --debounce-after)")
 	f.IntVar(&args.PushConcurrency, "push-concurrency", 100, "connections pushed to at once")
 	f.DurationVar(&args.SendTimeout, "send-timeout", 5*time.Second, "a push taking longer closes the connection (the proxy is not reading)")
 	f.DurationVar(&args.MaxConnectionAge, "max-connection-age", 30*time.Minute, "proxies reconnect after this long (with jitter), spreading them over replicas; 0 disables")

@@ -38,6 +38,8 @@ type Args struct {
 	DebounceMax    time.Duration
 	// DebounceEndpoints is the quiet period for endpoint-only changes.
 	DebounceEndpoints time.Duration
+	// DebounceFirst is the quiet period for the first config change after a quiet spell.
+	DebounceFirst time.Duration
 	// Transport settings, see xds.Options.
 	PushConcurrency     int
 	SendTimeout         time.Duration
@@ -90,7 +92,7 @@ func NewServer(args Args) (*Server, error) {
 	}
 	s := &Server{args: args, log: args.Logger, Mesh: m, Store: store.New()}
 	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax,
-		DebounceEndpoints: args.DebounceEndpoints, Logger: args.Logger})
+		DebounceEndpoints: args.DebounceEndpoints, DebounceFirst: args.DebounceFirst, Logger: args.Logger})
 	if args.ConfigDir != "" {
 		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger})
 	}

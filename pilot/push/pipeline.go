@@ -26,7 +26,13 @@ type Options struct {
 	// applied incrementally and pushed only to the proxies that watch the changed services, so batching
 	// them buys little and delays them much; they are still held at most DebounceAfter.
 	DebounceEndpoints time.Duration
-	Logger            *slog.Logger
+	// DebounceFirst is the quiet period for a config change that arrives after at least DebounceAfter
+	// without changes: the first change of a burst (0: DebounceAfter, no shorter period). Changes that
+	// follow it within DebounceFirst join its push; a burst with longer gaps gets one push for its start
+	// and the usual debounce for the rest. An isolated change, the common case, is pushed without waiting
+	// for a burst that is not coming.
+	DebounceFirst time.Duration
+	Logger        *slog.Logger
 }
 
 // Stats are counters for operators.
@@ -49,8 +55,11 @@ type Pipeline struct {
 	last    time.Time // latest pending change
 	// configPending is set while a pending change is more than endpoints (a full push).
 	configPending bool
-	wake          chan struct{}
-	handlers      []func(*model.PushRequest)
+	// leading is set while the pending changes began after a quiet spell (see Options.DebounceFirst).
+	leading   bool
+	lastEvent time.Time // the latest change, pending or not
+	wake      chan struct{}
+	handlers  []func(*model.PushRequest)
 
 	builds, full, incremental, merged atomic.Uint64
 	lastBuild                         atomic.Int64
@@ -111,8 +120,9 @@ func (p *Pipeline) onEvent(ev store.Event) {
 	}
 	if p.first.IsZero() {
 		p.first = now
+		p.leading = p.opts.DebounceFirst > 0 && now.Sub(p.lastEvent) >= p.opts.DebounceAfter
 	}
-	p.last = now
+	p.last, p.lastEvent = now, now
 	if !config.IsEndpointKind(key.Kind) {
 		p.configPending = true
 	}
@@ -128,7 +138,7 @@ func (p *Pipeline) Initialize() *model.PushContext {
 	p.mu.Lock()
 	// Changes seen so far are in the store and so in the full build.
 	p.pending = map[config.Key]*model.Change{}
-	p.first, p.last, p.configPending = time.Time{}, time.Time{}, false
+	p.first, p.last, p.configPending, p.leading = time.Time{}, time.Time{}, false, false
 	p.mu.Unlock()
 	ps := model.Build(p.opts.Store, p.opts.Mesh)
 	p.publish(ps)
@@ -177,8 +187,11 @@ func (p *Pipeline) Run(ctx context.Context) {
 		// Endpoint-only changes wait for a shorter quiet period and at most DebounceAfter from the first
 		// one, so steady endpoint churn (which never goes quiet) is still pushed every DebounceAfter.
 		quiet, maxHold := p.opts.DebounceAfter, p.opts.DebounceMax
-		if !p.configPending {
+		switch {
+		case !p.configPending:
 			quiet, maxHold = p.opts.DebounceEndpoints, min(maxHold, p.opts.DebounceAfter)
+		case p.leading:
+			quiet = p.opts.DebounceFirst
 		}
 		if quietFor < quiet && heldFor < maxHold {
 			wait := min(quiet-quietFor, maxHold-heldFor)
@@ -188,7 +201,7 @@ func (p *Pipeline) Run(ctx context.Context) {
 		}
 		pending, start := p.pending, p.first
 		p.pending = map[config.Key]*model.Change{}
-		p.first, p.last, p.configPending = time.Time{}, time.Time{}, false
+		p.first, p.last, p.configPending, p.leading = time.Time{}, time.Time{}, false, false
 		p.mu.Unlock()
 		p.apply(pending, start)
 	}
@@ -199,7 +212,7 @@ func (p *Pipeline) Flush() {
 	p.mu.Lock()
 	pending, start := p.pending, p.first
 	p.pending = map[config.Key]*model.Change{}
-	p.first, p.last, p.configPending = time.Time{}, time.Time{}, false
+	p.first, p.last, p.configPending, p.leading = time.Time{}, time.Time{}, false, false
 	p.mu.Unlock()
 	if len(pending) > 0 {
 		p.apply(pending, start)

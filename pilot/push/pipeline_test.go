@@ -203,3 +203,54 @@ func TestSingleEndpointChangeUsesTheShortQuietPeriod(t *testing.T) {
 		t.Errorf("config change pushed after %s, before its 500ms quiet period", took)
 	}
 }
+
+func policy(name string) *config.Config {
+	return &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: name}, Spec: &security.AuthorizationPolicy{}}
+}
+
+// The first config change after a quiet spell is pushed after DebounceFirst; changes close behind it join
+// it; a change soon after that push waits the whole DebounceAfter.
+func TestFirstChangeAfterQuietSpellUsesTheShortQuietPeriod(t *testing.T) {
+	st := store.New()
+	const after = 400 * time.Millisecond
+	p := push.New(push.Options{Store: st, DebounceAfter: after, DebounceFirst: 30 * time.Millisecond})
+	rec := newRecorder(p)
+	p.Initialize()
+	rec.next(t, time.Second)
+	go p.Run(t.Context())
+	time.Sleep(after) // quiet since the start
+
+	start := time.Now()
+	st.Upsert(store.LayerFile, service("a"))
+	st.Upsert(store.LayerFile, slice("a", "10.1.0.1")) // arrives with it, as a Service and its slice do
+	req := rec.next(t, 2*time.Second)
+	if took := time.Since(start); took >= after {
+		t.Errorf("an isolated change waited %s, the whole debounce; want about the 30ms first-change period", took)
+	}
+	if len(req.ConfigsUpdated) != 2 {
+		t.Errorf("push carries %d changes, want the Service and its slice together", len(req.ConfigsUpdated))
+	}
+
+	// Within DebounceAfter of the last change, a burst is under way: the usual quiet period applies.
+	start = time.Now()
+	st.Upsert(store.LayerFile, policy("p"))
+	rec.next(t, 2*time.Second)
+	if took := time.Since(start); took < after {
+		t.Errorf("a change right after a push was pushed after %s, before the %s quiet period", took, after)
+	}
+
+	// Without DebounceFirst, every config change waits DebounceAfter.
+	st2 := store.New()
+	p2 := push.New(push.Options{Store: st2, DebounceAfter: after})
+	rec2 := newRecorder(p2)
+	p2.Initialize()
+	rec2.next(t, time.Second)
+	go p2.Run(t.Context())
+	time.Sleep(after)
+	start = time.Now()
+	st2.Upsert(store.LayerFile, policy("q"))
+	rec2.next(t, 2*time.Second)
+	if took := time.Since(start); took < after {
+		t.Errorf("with no first-change period, a change was pushed after %s, before the %s quiet period", took, after)
+	}
+}
