@@ -28,7 +28,9 @@ const DefaultNamespace = "default"
 type Options struct {
 	Dir   string
 	Store *store.Store
-	// Settle is how long the watcher waits for a burst of file events to end before reading (default 50ms).
+	// Settle is how long the watcher waits for a burst of file events to end before reading (default 20ms).
+	// A file is written in well under a millisecond by editors and tools, and replaced at once by a rename
+	// or a ConfigMap swap; every millisecond of settle is added to every change's latency.
 	Settle time.Duration
 	Logger *slog.Logger
 }
@@ -61,7 +63,7 @@ type claim struct {
 // New returns a source for opts.Dir. Call Load, then Run to watch.
 func New(opts Options) *Source {
 	if opts.Settle == 0 {
-		opts.Settle = 50 * time.Millisecond
+		opts.Settle = 20 * time.Millisecond
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
