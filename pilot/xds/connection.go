@@ -50,6 +50,13 @@ type Connection struct {
 	unknownSeen map[string]bool    // types without a generator, logged once
 	genFailed   bool               // the last generation failed; stream goroutine only
 	pushing     *model.PushRequest // the push being sent, for the Observer; stream goroutine only
+	// checked is the last request the distributor found this connection concerned by, with the types it
+	// concerns (under mu): the push of that very request (not merged with another meanwhile) reuses them
+	// instead of asking every generator again. Under endpoint churn that second asking was 7% of the CPU.
+	checked struct {
+		req   *model.PushRequest
+		types []*WatchedResource
+	}
 
 	dequeued bool // guarded by the push queue's lock
 }
@@ -219,21 +226,29 @@ func (c *Connection) nextResponse(push *model.PushContext) (version, nonce strin
 	return strconv.FormatUint(push.Version, 10) + "." + seq, c.srv.instance + "-" + strconv.FormatUint(c.num, 10) + "-" + seq
 }
 
-// needsPush reports whether req concerns any type the connection watches. Called by the distributor.
+// needsPush reports whether req concerns any type the connection watches, and keeps the types for the
+// push. Called by the distributor.
 func (c *Connection) needsPush(req *model.PushRequest) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for _, w := range c.watched {
-		if c.srv.needsPush(c.proxy, w, req) {
-			return true
-		}
-	}
-	return false
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	types := c.typesOf(req)
+	c.checked.req, c.checked.types = req, types
+	return len(types) > 0
 }
 
 // pushTypes returns the watched types req concerns, in push order.
 func (c *Connection) pushTypes(req *model.PushRequest) []*WatchedResource {
-	types := make([]string, 0, len(c.watched))
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.checked.req == req {
+		return c.checked.types
+	}
+	return c.typesOf(req)
+}
+
+// typesOf asks each watched type's generator whether req concerns it. The caller holds mu.
+func (c *Connection) typesOf(req *model.PushRequest) []*WatchedResource {
+	var types []string
 	for t, w := range c.watched {
 		if c.srv.needsPush(c.proxy, w, req) {
 			types = append(types, t)
