@@ -112,7 +112,7 @@ func serve[Req interface {
 		return err
 	}
 
-	fl := newFlight(s.inflight, s.opts.MaxBytesInFlight, 2*s.opts.SendTimeout)
+	fl := newFlight(s.inflight, 2*s.opts.SendTimeout)
 	defer fl.close()
 	reqs := make(chan Req) // unbuffered: a receive error is seen only after every request before it
 	recvErr := make(chan error, 1)

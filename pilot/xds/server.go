@@ -12,7 +12,6 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -62,7 +61,7 @@ type Server struct {
 	queue    *pushQueue
 	limiter  *rate.Limiter
 	instance string // random per process, so nonces from a previous run never look current
-	inflight *semaphore.Weighted
+	inflight *budget
 
 	base   context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -118,7 +117,7 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxBytesInFlight > 0 {
 		s.opts.MaxBytesInFlight = opts.MaxBytesInFlight
-		s.inflight = semaphore.NewWeighted(opts.MaxBytesInFlight)
+		s.inflight = newBudget(opts.MaxBytesInFlight)
 	}
 	if opts.NewStreamsPerSecond > 0 {
 		burst := opts.NewStreamsBurst
