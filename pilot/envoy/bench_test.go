@@ -131,3 +131,50 @@ func BenchmarkServiceAdd(b *testing.B) {
 		generate()
 	}
 }
+
+// BenchmarkEndpointPush is one endpoint change reaching 300 sidecars (10 namespaces, 900 EDS clusters
+// watched each): the transport asks each whether the push concerns it, then generates its delta.
+func BenchmarkEndpointPush(b *testing.B) {
+	st := storeFromYAML(b, []byte(benchMeshYAML(300, benchThreePorts)))
+	push := model.Build(st, mesh.Default())
+	g := New(Options{})
+	var proxies []*xds.Proxy
+	var watches []*xds.WatchedResource
+	for i := range 300 {
+		p := envoyProxy(fmt.Sprintf("ns-%d", i%10), map[string]string{"app": "client"}, true, 1, 38)
+		w := named(xds.EndpointType)
+		res, err := g.ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res {
+			if strings.HasPrefix(r.Name, "outbound|") {
+				w.ResourceNames[r.Name] = struct{}{}
+			}
+		}
+		proxies, watches = append(proxies, p), append(watches, w)
+	}
+	slice := "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-3-x, namespace: ns-3, labels: {kubernetes.io/service-name: svc-3}}\n" +
+		"addressType: IPv4\nports: " + benchThreePorts + "\nendpoints:\n- addresses: [10.0.0.30]\n- addresses: [10.9.9.9]\n"
+	c, err := config.Parse([]byte(slice), "slice.yaml", 0, "default")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch := model.Change{Key: c.Key, Old: st.Get(c.Key), New: c}
+	st.Upsert(store.LayerFile, c)
+	next, res := model.Update(push, st, []model.Change{ch})
+	req := &model.PushRequest{ServicesUpdated: res.ServicesUpdated, Push: next}
+	eds := g.ByTypeURL()[xds.EndpointType].(xds.DeltaGenerator)
+	filter := g.ByTypeURL()[xds.EndpointType].(xds.PushFilter)
+	b.ReportAllocs()
+	for b.Loop() {
+		for i, p := range proxies {
+			if !filter.NeedsPush(p, watches[i], req) {
+				b.Fatal("a sidecar watching the changed service is not pushed to")
+			}
+			if out, _, _, err := eds.GenerateDeltas(p, next, watches[i], req); err != nil || len(out) != 3 {
+				b.Fatalf("%d assignments, err %v", len(out), err)
+			}
+		}
+	}
+}

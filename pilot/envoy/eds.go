@@ -116,13 +116,29 @@ func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushCont
 	return res, removed, true, nil
 }
 
-// watchedClustersOf returns the EDS clusters in w that belong to the services req changed. It builds the
-// candidate names from each changed service's ports and the subsets of the DestinationRule the proxy applies,
-// so its cost follows the change, not the number of clusters the proxy watches; only when a changed service
-// is gone from the snapshot (its names unknown) does it scan the watch.
+// watchedClustersOf returns the EDS clusters in w that belong to the services req changed.
 func watchedClustersOf(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushContext, req *model.PushRequest) []string {
+	names, _ := watchedClusters(proxy, w, push, req, false)
+	return names
+}
+
+// watchesChangedClusters reports whether w holds an EDS cluster of a service req changed.
+func watchesChangedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushContext, req *model.PushRequest) bool {
+	_, found := watchedClusters(proxy, w, push, req, true)
+	return found
+}
+
+// watchedClusters finds the EDS clusters in w that belong to the services req changed: all of them, or
+// with firstOnly just whether there is one. It builds the candidate names from each changed service's
+// ports and the subsets of the DestinationRule the proxy applies, so its cost follows the change, not the
+// number of clusters the proxy watches; only when a changed service is gone from the snapshot (its names
+// unknown) does it scan the watch. A candidate is built in a buffer on the stack and looked up without
+// becoming a string: each proxy is asked two or three times per push, and under endpoint churn the names
+// were an eighth of the server's allocations.
+func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushContext, req *model.PushRequest, firstOnly bool) ([]string, bool) {
 	var out []string
 	var scanHosts map[string]struct{}
+	var buf [256]byte
 	for key := range req.ServicesUpdated {
 		ns, host, _ := strings.Cut(key, "/")
 		var svc *model.Service
@@ -140,14 +156,22 @@ func watchedClustersOf(proxy *xds.Proxy, w *xds.WatchedResource, push *model.Pus
 			scanHosts[host] = struct{}{}
 			continue
 		}
-		subsets := []string{""}
-		for _, ss := range push.DestinationRule(proxy.Namespace, svc).GetSubsets() {
-			subsets = append(subsets, ss.Name)
+		if w.Wildcard {
+			continue
 		}
+		subsets := push.DestinationRule(proxy.Namespace, svc).GetSubsets()
 		for _, p := range svc.Ports {
-			for _, subset := range subsets {
-				if name := OutboundClusterName(p.Port, subset, host); w.Subscribed(name) && !w.Wildcard {
-					out = append(out, name)
+			for i := -1; i < len(subsets); i++ {
+				subset := ""
+				if i >= 0 {
+					subset = subsets[i].Name
+				}
+				name := appendOutboundClusterName(buf[:0], p.Port, subset, host)
+				if _, ok := w.ResourceNames[string(name)]; ok {
+					if firstOnly {
+						return nil, true
+					}
+					out = append(out, string(name))
 				}
 			}
 		}
@@ -155,11 +179,14 @@ func watchedClustersOf(proxy *xds.Proxy, w *xds.WatchedResource, push *model.Pus
 	if scanHosts != nil {
 		for name := range w.ResourceNames {
 			if _, hit := scanHosts[clusterHost(name)]; hit {
+				if firstOnly {
+					return nil, true
+				}
 				out = append(out, name)
 			}
 		}
 	}
-	return out
+	return out, len(out) > 0
 }
 
 // clusterHost returns the HOST of DIRECTION|PORT|SUBSET|HOST without allocating.
@@ -202,7 +229,7 @@ func (e endpointGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, r
 	if len(req.ServicesUpdated) == 0 {
 		return false
 	}
-	return len(watchedClustersOf(proxy, w, req.Push, req)) > 0
+	return watchesChangedClusters(proxy, w, req.Push, req)
 }
 
 // loadAssignment groups endpoints by locality, sorted, each group weighted by the sum of its endpoints'

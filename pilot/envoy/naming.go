@@ -23,6 +23,17 @@ func OutboundClusterName(port uint32, subset, host string) string {
 	return Outbound + "|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
 }
 
+// appendOutboundClusterName appends OutboundClusterName(port, subset, host) to b.
+func appendOutboundClusterName(b []byte, port uint32, subset, host string) []byte {
+	b = append(b, Outbound...)
+	b = append(b, '|')
+	b = strconv.AppendUint(b, uint64(port), 10)
+	b = append(b, '|')
+	b = append(b, subset...)
+	b = append(b, '|')
+	return append(b, host...)
+}
+
 // InboundClusterName is inbound|PORT|| for the workload port PORT.
 func InboundClusterName(port uint32) string {
 	return Inbound + "|" + strconv.FormatUint(uint64(port), 10) + "||"
@@ -38,13 +49,16 @@ type ClusterName struct {
 
 // ParseClusterName splits DIRECTION|PORT|SUBSET|HOST.
 func ParseClusterName(name string) (ClusterName, bool) {
-	parts := strings.Split(name, "|")
-	if len(parts) != 4 {
+	// Cut rather than Split: EDS parses every watched name on each push, and the slices were garbage.
+	direction, rest, ok1 := strings.Cut(name, "|")
+	portText, rest, ok2 := strings.Cut(rest, "|")
+	subset, host, ok3 := strings.Cut(rest, "|")
+	if !ok1 || !ok2 || !ok3 || strings.Contains(host, "|") {
 		return ClusterName{}, false
 	}
-	port, err := strconv.ParseUint(parts[1], 10, 32)
-	if err != nil || (parts[0] != Outbound && parts[0] != Inbound) {
+	port, err := strconv.ParseUint(portText, 10, 32)
+	if err != nil || (direction != Outbound && direction != Inbound) {
 		return ClusterName{}, false
 	}
-	return ClusterName{Direction: parts[0], Port: uint32(port), Subset: parts[2], Host: parts[3]}, true
+	return ClusterName{Direction: direction, Port: uint32(port), Subset: subset, Host: host}, true
 }
