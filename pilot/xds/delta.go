@@ -226,7 +226,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 				continue
 			}
 		}
-		resp.Resources = append(resp.Resources, &discovery.Resource{Name: r.Name, Version: v, Resource: r.Any})
+		resp.Resources = append(resp.Resources, r.deltaResource(v))
 		versions = append(versions, v)
 	}
 	// seen is built only when needed: a full state that covers every name the client has removes nothing

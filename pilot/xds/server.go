@@ -238,12 +238,15 @@ func (s *Server) distribute() {
 
 func (s *Server) worker() {
 	defer s.workers.Done()
+	// One timer per worker, reset for each delivery rather than one per proxy per push.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		c, req := s.queue.Dequeue()
 		if c == nil {
 			return
 		}
-		s.deliver(c, req)
+		s.deliver(c, req, timer)
 		s.queue.Done(c)
 	}
 }
@@ -251,9 +254,9 @@ func (s *Server) worker() {
 // deliver hands req to the connection's own goroutine, which generates and sends, and waits at most
 // SendTimeout for it. A proxy that does not read blocks only its own goroutine; the worker moves on and the
 // connection is closed.
-func (s *Server) deliver(c *Connection, req *model.PushRequest) {
+func (s *Server) deliver(c *Connection, req *model.PushRequest, timer *time.Timer) {
 	item := &pushItem{req: req, done: make(chan struct{})}
-	timer := time.NewTimer(s.opts.SendTimeout)
+	timer.Reset(s.opts.SendTimeout)
 	defer timer.Stop()
 	select {
 	case c.pushCh <- item:
