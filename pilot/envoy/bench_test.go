@@ -154,15 +154,7 @@ func BenchmarkEndpointPush(b *testing.B) {
 		}
 		proxies, watches = append(proxies, p), append(watches, w)
 	}
-	slice := "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-3-x, namespace: ns-3, labels: {kubernetes.io/service-name: svc-3}}\n" +
-		"addressType: IPv4\nports: " + benchThreePorts + "\nendpoints:\n- addresses: [10.0.0.30]\n- addresses: [10.9.9.9]\n"
-	c, err := config.Parse([]byte(slice), "slice.yaml", 0, "default")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ch := model.Change{Key: c.Key, Old: st.Get(c.Key), New: c}
-	st.Upsert(store.LayerFile, c)
-	next, res := model.Update(push, st, []model.Change{ch})
+	next, res := addEndpointToSvc3(b, st, push)
 	req := &model.PushRequest{ServicesUpdated: res.ServicesUpdated, Push: next}
 	eds := g.ByTypeURL()[xds.EndpointType].(xds.DeltaGenerator)
 	filter := g.ByTypeURL()[xds.EndpointType].(xds.PushFilter)

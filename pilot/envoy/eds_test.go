@@ -35,15 +35,7 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 	wOther := named(xds.EndpointType, OutboundClusterName(80, "", "svc-5.ns-5.svc.cluster.local"))
 
 	// A pod more behind svc-3.
-	slice := "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-3-x, namespace: ns-3, labels: {kubernetes.io/service-name: svc-3}}\n" +
-		"addressType: IPv4\nports: " + benchThreePorts + "\nendpoints:\n- addresses: [10.0.0.30]\n- addresses: [10.9.9.9]\n"
-	c, err := config.Parse([]byte(slice), "slice.yaml", 0, "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := model.Change{Key: c.Key, Old: st.Get(c.Key), New: c}
-	st.Upsert(store.LayerFile, c)
-	next, res := model.Update(push, st, []model.Change{ch})
+	next, res := addEndpointToSvc3(t, st, push)
 	if res.Full {
 		t.Fatal("an EndpointSlice change made a full push")
 	}
@@ -109,4 +101,19 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 	if !slices.Equal(removed, want3) {
 		t.Errorf("removed %v, want %v", removed, want3)
 	}
+}
+
+// addEndpointToSvc3 rewrites benchMeshYAML's EndpointSlice of svc-3 (ns-3) with an address more and
+// returns the updated snapshot and what the update changed.
+func addEndpointToSvc3(tb testing.TB, st *store.Store, push *model.PushContext) (*model.PushContext, model.UpdateResult) {
+	tb.Helper()
+	slice := "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-3-x, namespace: ns-3, labels: {kubernetes.io/service-name: svc-3}}\n" +
+		"addressType: IPv4\nports: " + benchThreePorts + "\nendpoints:\n- addresses: [10.0.0.30]\n- addresses: [10.9.9.9]\n"
+	c, err := config.Parse([]byte(slice), "slice.yaml", 0, "default")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ch := model.Change{Key: c.Key, Old: st.Get(c.Key), New: c}
+	st.Upsert(store.LayerFile, c)
+	return model.Update(push, st, []model.Change{ch})
 }
