@@ -34,6 +34,16 @@ func newRecorder(p *push.Pipeline) *recorder {
 	return r
 }
 
+// running starts a pipeline with opts, past its initial push, and returns what it pushes next.
+func running(t *testing.T, opts push.Options) *recorder {
+	p := push.New(opts)
+	rec := newRecorder(p)
+	p.Initialize()
+	rec.next(t, time.Second)
+	go p.Run(t.Context())
+	return rec
+}
+
 func (r *recorder) next(t *testing.T, within time.Duration) *model.PushRequest {
 	t.Helper()
 	select {
@@ -96,11 +106,7 @@ func TestDebounceMergesBurstIntoOneBuild(t *testing.T) {
 
 func TestDebounceMaxDelayBoundsAStorm(t *testing.T) {
 	st := store.New()
-	p := push.New(push.Options{Store: st, DebounceAfter: 100 * time.Millisecond, DebounceMax: 300 * time.Millisecond})
-	rec := newRecorder(p)
-	p.Initialize()
-	rec.next(t, time.Second)
-	go p.Run(t.Context())
+	rec := running(t, push.Options{Store: st, DebounceAfter: 100 * time.Millisecond, DebounceMax: 300 * time.Millisecond})
 	stop := time.After(1 * time.Second)
 	start := time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -154,11 +160,7 @@ func TestEndpointChangeYieldsIncrementalRequest(t *testing.T) {
 func TestEndpointChurnIsPushedEveryDebouncePeriod(t *testing.T) {
 	st := store.New()
 	st.Upsert(store.LayerFile, service("a"))
-	p := push.New(push.Options{Store: st, DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second})
-	rec := newRecorder(p)
-	p.Initialize()
-	rec.next(t, time.Second)
-	go p.Run(t.Context())
+	rec := running(t, push.Options{Store: st, DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second})
 	// An endpoint change every 20 ms never leaves a quiet period; pushes must still come about every 100 ms.
 	stop := make(chan struct{})
 	go func() {
@@ -182,11 +184,7 @@ func TestEndpointChurnIsPushedEveryDebouncePeriod(t *testing.T) {
 func TestSingleEndpointChangeUsesTheShortQuietPeriod(t *testing.T) {
 	st := store.New()
 	st.Upsert(store.LayerFile, service("a"))
-	p := push.New(push.Options{Store: st, DebounceAfter: 500 * time.Millisecond, DebounceEndpoints: 20 * time.Millisecond})
-	rec := newRecorder(p)
-	p.Initialize()
-	rec.next(t, time.Second)
-	go p.Run(t.Context())
+	rec := running(t, push.Options{Store: st, DebounceAfter: 500 * time.Millisecond, DebounceEndpoints: 20 * time.Millisecond})
 	start := time.Now()
 	st.Upsert(store.LayerFile, slice("a", "10.1.0.1"))
 	if req := rec.next(t, 2*time.Second); req.Full {
@@ -197,7 +195,7 @@ func TestSingleEndpointChangeUsesTheShortQuietPeriod(t *testing.T) {
 	}
 	// A config change still waits for the full quiet period.
 	start = time.Now()
-	st.Upsert(store.LayerFile, &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: "p"}, Spec: &security.AuthorizationPolicy{}})
+	st.Upsert(store.LayerFile, policy("p"))
 	rec.next(t, 2*time.Second)
 	if took := time.Since(start); took < 500*time.Millisecond {
 		t.Errorf("config change pushed after %s, before its 500ms quiet period", took)
@@ -213,11 +211,7 @@ func policy(name string) *config.Config {
 func TestFirstChangeAfterQuietSpellUsesTheShortQuietPeriod(t *testing.T) {
 	st := store.New()
 	const after = 400 * time.Millisecond
-	p := push.New(push.Options{Store: st, DebounceAfter: after, DebounceFirst: 30 * time.Millisecond})
-	rec := newRecorder(p)
-	p.Initialize()
-	rec.next(t, time.Second)
-	go p.Run(t.Context())
+	rec := running(t, push.Options{Store: st, DebounceAfter: after, DebounceFirst: 30 * time.Millisecond})
 	time.Sleep(after) // quiet since the start
 
 	start := time.Now()
@@ -241,11 +235,7 @@ func TestFirstChangeAfterQuietSpellUsesTheShortQuietPeriod(t *testing.T) {
 
 	// Without DebounceFirst, every config change waits DebounceAfter.
 	st2 := store.New()
-	p2 := push.New(push.Options{Store: st2, DebounceAfter: after})
-	rec2 := newRecorder(p2)
-	p2.Initialize()
-	rec2.next(t, time.Second)
-	go p2.Run(t.Context())
+	rec2 := running(t, push.Options{Store: st2, DebounceAfter: after})
 	time.Sleep(after)
 	start = time.Now()
 	st2.Upsert(store.LayerFile, policy("q"))
