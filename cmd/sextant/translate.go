@@ -83,10 +83,7 @@ func translate(out io.Writer, proxy *xds.Proxy, push *model.PushContext, types [
 	}
 	gens := envoy.New(envoy.Options{}).ByTypeURL()
 	gen := func(typeURL string, names []string) (xds.Resources, error) {
-		w := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: map[string]struct{}{}}
-		for _, n := range names {
-			w.ResourceNames[n] = struct{}{}
-		}
+		w := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: xds.NewNameSet(names...)}
 		return gens[typeURL].Generate(proxy, push, w, nil)
 	}
 	clusters, err := gen(xds.ClusterType, nil)

@@ -78,7 +78,7 @@ func (d *Debug) syncz() []ProxySync {
 			ps.Types = append(ps.Types, TypeSync{Type: ShortType(w.TypeURL), TypeURL: w.TypeURL, Status: typeStatus(w),
 				VersionSent: w.VersionSent, NonceSent: w.NonceSent, VersionAcked: w.VersionAcked, NonceAcked: w.NonceAcked,
 				LastSent: w.LastSent, LastAcked: w.LastAcked, Error: w.LastError, NACKs: w.NACKs,
-				Resources: len(w.ResourceNames), Wildcard: w.Wildcard, SnapshotAcked: tracked[w.TypeURL].acked})
+				Resources: w.ResourceNames.Len(), Wildcard: w.Wildcard, SnapshotAcked: tracked[w.TypeURL].acked})
 		}
 		slices.SortFunc(ps.Types, func(a, b TypeSync) int { return strings.Compare(a.Type, b.Type) })
 		out = append(out, ps)
@@ -121,11 +121,10 @@ func (d *Debug) handleAdsz(w http.ResponseWriter, _ *http.Request) {
 		ac := adsConnection{Connection: c.ID, ID: c.ProxyID, NodeID: c.NodeID, Type: string(c.Type), Namespace: c.Namespace,
 			Delta: c.Delta, Peer: c.Peer, ConnectedAt: c.ConnectedAt, Subscriptions: []adsSubscription{}}
 		for _, wr := range c.Watched {
-			names := make([]string, 0, len(wr.ResourceNames))
-			for n := range wr.ResourceNames {
-				names = append(names, n)
+			names := slices.Clone(wr.ResourceNames.Sorted())
+			if names == nil {
+				names = []string{}
 			}
-			slices.Sort(names)
 			ac.Subscriptions = append(ac.Subscriptions, adsSubscription{Type: ShortType(wr.TypeURL), TypeURL: wr.TypeURL,
 				Wildcard: wr.Wildcard, ResourceNames: names})
 		}

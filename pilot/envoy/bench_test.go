@@ -142,16 +142,17 @@ func BenchmarkEndpointPush(b *testing.B) {
 	var watches []*xds.WatchedResource
 	for i := range 300 {
 		p := envoyProxy(fmt.Sprintf("ns-%d", i%10), map[string]string{"app": "client"}, true, 1, 38)
-		w := named(xds.EndpointType)
 		res, err := g.ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		var names []string
 		for _, r := range res {
 			if strings.HasPrefix(r.Name, "outbound|") {
-				w.ResourceNames[r.Name] = struct{}{}
+				names = append(names, r.Name)
 			}
 		}
+		w := named(xds.EndpointType, names...)
 		proxies, watches = append(proxies, p), append(watches, w)
 	}
 	next, res := addEndpointToSvc3(b, st, push)

@@ -35,15 +35,11 @@ func sidecarIn(ns, ip string, labels map[string]string) *xds.Proxy {
 }
 
 func wildcard(typeURL string) *xds.WatchedResource {
-	return &xds.WatchedResource{TypeURL: typeURL, Wildcard: true, ResourceNames: map[string]struct{}{}}
+	return &xds.WatchedResource{TypeURL: typeURL, Wildcard: true}
 }
 
 func named(typeURL string, names ...string) *xds.WatchedResource {
-	w := &xds.WatchedResource{TypeURL: typeURL, ResourceNames: map[string]struct{}{}}
-	for _, n := range names {
-		w.ResourceNames[n] = struct{}{}
-	}
-	return w
+	return &xds.WatchedResource{TypeURL: typeURL, ResourceNames: xds.NewNameSet(names...)}
 }
 
 // generate runs one generator and decodes its output into fresh messages like proto, checking that

@@ -33,11 +33,7 @@ func (e endpointGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w
 	g := e.g
 	scope := g.scopeFor(proxy, push)
 	fl := flavorOf(proxy)
-	names := make([]string, 0, len(w.ResourceNames))
-	for name := range w.ResourceNames {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := w.ResourceNames.Sorted()
 	out := make(xds.Resources, 0, len(names))
 	for _, name := range names {
 		cn, ok := ParseClusterName(name)
@@ -90,11 +86,8 @@ func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushCont
 		}
 		req = &model.PushRequest{ServicesUpdated: services}
 	}
-	changed := &xds.WatchedResource{TypeURL: w.TypeURL, ResourceNames: map[string]struct{}{}}
-	for _, name := range watchedClustersOf(proxy, w, push, req) {
-		changed.ResourceNames[name] = struct{}{}
-	}
-	if len(changed.ResourceNames) == 0 {
+	changed := &xds.WatchedResource{TypeURL: w.TypeURL, ResourceNames: xds.NewNameSet(watchedClustersOf(proxy, w, push, req)...)}
+	if changed.ResourceNames.Len() == 0 {
 		return nil, nil, true, nil
 	}
 	res, err := e.Generate(proxy, push, changed, req)
@@ -107,7 +100,7 @@ func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushCont
 	for _, r := range res {
 		seen[r.Name] = struct{}{}
 	}
-	for name := range changed.ResourceNames {
+	for _, name := range changed.ResourceNames.Sorted() {
 		if _, ok := seen[name]; !ok {
 			removed = append(removed, name)
 		}
@@ -167,7 +160,7 @@ func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushC
 					subset = subsets[i].Name
 				}
 				name := appendOutboundClusterName(buf[:0], p.Port, subset, host)
-				if _, ok := w.ResourceNames[string(name)]; ok {
+				if w.ResourceNames.HasBytes(name) {
 					if firstOnly {
 						return nil, true
 					}
@@ -177,7 +170,7 @@ func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushC
 		}
 	}
 	if scanHosts != nil {
-		for name := range w.ResourceNames {
+		for _, name := range w.ResourceNames.Sorted() {
 			if _, hit := scanHosts[clusterHost(name)]; hit {
 				if firstOnly {
 					return nil, true

@@ -22,13 +22,13 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 		"spec:\n  host: svc-3.ns-3.svc.cluster.local\n  exportTo: [.]\n  subsets: [{name: local, labels: {app: svc-3}}]\n")
 	in3, in4 := proxies[0], proxies[1]
 	watchOf := func(p *xds.Proxy) *xds.WatchedResource {
-		w := named(xds.EndpointType)
+		var names []string
 		for name := range generateByName(t, g, xds.ClusterType, p, push) {
 			if strings.HasPrefix(name, "outbound|") {
-				w.ResourceNames[name] = struct{}{}
+				names = append(names, name)
 			}
 		}
-		return w
+		return named(xds.EndpointType, names...)
 	}
 	w3, w4 := watchOf(in3), watchOf(in4)
 	other := envoyProxy("ns-5", nil, true, 1, 38)

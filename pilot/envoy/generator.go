@@ -332,8 +332,7 @@ func wants(w *xds.WatchedResource, name string) bool {
 	if w == nil || w.Wildcard {
 		return true
 	}
-	_, ok := w.ResourceNames[name]
-	return ok
+	return w.ResourceNames.Has(name)
 }
 
 // routingID identifies the routing config of a snapshot: output built from VirtualServices,

@@ -33,8 +33,8 @@ func (l listenerGenerator) grpcListeners(proxy *xds.Proxy, push *model.PushConte
 		}
 	}
 	if w != nil {
-		requested := make([]string, 0, len(w.ResourceNames))
-		for name := range w.ResourceNames {
+		requested := make([]string, 0, w.ResourceNames.Len())
+		for _, name := range w.ResourceNames.Sorted() {
 			if !seen[name] && grpcTarget(push, proxy.Namespace, name) != nil {
 				requested = append(requested, name)
 			}

@@ -84,12 +84,7 @@ func requestedNames(w *xds.WatchedResource) []string {
 	if w == nil {
 		return nil
 	}
-	names := make([]string, 0, len(w.ResourceNames))
-	for n := range w.ResourceNames {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Clone(w.ResourceNames.Sorted()) // the caller adds to it
 }
 
 // routeKey identifies a built RouteConfiguration. scope stands for the snapshot, the proxy's namespace and

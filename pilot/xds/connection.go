@@ -340,20 +340,6 @@ func (c *Connection) nack(w *WatchedResource, nonce, msg string) {
 		"version", w.VersionSent, "nonce", nonce, "error", msg)
 }
 
-// subscribedNames turns a name list into a set without "*" and says whether "*" was in it.
-func subscribedNames(names []string) (map[string]struct{}, bool) {
-	set := make(map[string]struct{}, len(names))
-	star := false
-	for _, n := range names {
-		if n == "*" {
-			star = true
-			continue
-		}
-		set[intern(n)] = struct{}{}
-	}
-	return set, star
-}
-
 // intern returns the canonical copy of a subscribed name: hundreds of proxies subscribe to the same 900
 // cluster names, each request decoding its own copies.
 func intern(name string) string { return unique.Make(name).Value() }

@@ -27,7 +27,7 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	w := c.watched[typeURL]
 	if w == nil {
 		sub := req.GetResourceNamesSubscribe()
-		names, star := subscribedNames(sub)
+		names, star := canonicalNames(sub)
 		w = &WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star,
 			// What the client already has (after a reconnect): unchanged resources are not sent again.
 			sent: sentSet{m: maps.Clone(req.GetInitialResourceVersions())}}
@@ -51,12 +51,7 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	if len(sub) == 0 && len(unsub) == 0 {
 		return nil
 	}
-	// Changed in place under the lock (debug views read under it; generators run on this goroutine): a
-	// sidecar subscribing to three new clusters next to 900 must not cost a copy of all 900 names.
 	c.mu.Lock()
-	if w.ResourceNames == nil {
-		w.ResourceNames = map[string]struct{}{}
-	}
 	names := w.ResourceNames
 	wasWildcard := w.Wildcard
 	wildcard := wasWildcard
@@ -66,19 +61,26 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		if n == "*" {
 			wildcardAdded = wildcardAdded || !wildcard
 			wildcard = true
-		} else if _, ok := names[n]; !ok {
-			n = intern(n)
-			names[n] = struct{}{}
-			added[n] = struct{}{}
+		} else if !names.Has(n) {
+			added[intern(n)] = struct{}{}
 		}
 	}
+	var removedNames []string
 	for _, n := range unsub {
 		if n == "*" {
 			wildcard = false
-		} else {
-			delete(names, n)
+		} else if _, ok := added[n]; ok {
 			delete(added, n)
+		} else if names.Has(n) {
+			removedNames = append(removedNames, n)
 		}
+	}
+	slices.Sort(removedNames)
+	removedNames = slices.Compact(removedNames)
+	addedNames := NewNameSet(slices.Collect(maps.Keys(added))...)
+	if addedNames.Len() > 0 || len(removedNames) > 0 {
+		// The canonical set for the new names: sidecars making the same change end up sharing it.
+		w.ResourceNames = names.with(addedNames.Sorted(), removedNames)
 	}
 	w.Wildcard = wildcard
 	if !wildcard {
@@ -102,11 +104,12 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 			w.sent.del(n)
 		}
 	}
+	w.sent.follow(w.ResourceNames)
 	c.mu.Unlock()
 	if typeURL == RouteType {
 		c.forgetVirtualHosts(gone)
 	}
-	if len(added) == 0 && !wildcardAdded {
+	if addedNames.Len() == 0 && !wildcardAdded {
 		return nil // only unsubscriptions: nothing to send
 	}
 	if !wildcard {
@@ -114,15 +117,15 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		// With 900 clusters watched, regenerating all of them for each proxy on every new cluster was most
 		// of the server's CPU in a service add.
 		view := *w
-		view.ResourceNames = added
+		view.ResourceNames = addedNames
 		push := c.srv.snapshot(nil)
 		res, ok := c.generate(gen, &view, push, nil)
 		if !ok {
 			return nil
 		}
-		return c.sendDelta(w, push, res, nil, added, false, false)
+		return c.sendDelta(w, push, res, nil, addedNames, false, false)
 	}
-	return c.respondDelta(gen, w, c.srv.snapshot(nil), nil, added, false)
+	return c.respondDelta(gen, w, c.srv.snapshot(nil), nil, addedNames, false)
 }
 
 // pushDelta sends what changed for every type req concerns, in make-before-break order.
@@ -158,7 +161,7 @@ func (c *Connection) pushDelta(req *model.PushRequest) error {
 // respondDelta generates the full state of w's type and sends the difference from what the client has.
 // added holds names just subscribed: those that do not exist are reported removed, as the protocol asks.
 func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest,
-	added map[string]struct{}, always bool) error {
+	added *NameSet, always bool) error {
 	res, ok := c.generate(gen, w, push, req)
 	if !ok {
 		return nil
@@ -169,7 +172,7 @@ func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model
 // sendDelta sends the resources whose version differs from what the client has. With full, res is the
 // whole state and anything the client has that is not in it is removed; otherwise removed lists removals.
 func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res Resources, removed []string,
-	added map[string]struct{}, full, always bool) error {
+	added *NameSet, full, always bool) error {
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.TypeURL}
 	var versions []string
 	// A full state mostly repeats the last one sent, resource for resource: generators hand out the same
@@ -232,7 +235,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	// seen is built only when needed: a full state that covers every name the client has removes nothing
 	// (generators never repeat a name).
 	var seen map[string]struct{}
-	if len(added) > 0 || (full && known < w.sent.len()) {
+	if added.Len() > 0 || (full && known < w.sent.len()) {
 		seen = make(map[string]struct{}, len(res))
 		for _, r := range res {
 			if r != nil && r.Any != nil && w.Subscribed(r.Name) &&
@@ -249,7 +252,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 				}
 			})
 		}
-		for n := range added {
+		for _, n := range added.Sorted() {
 			if _, ok := seen[n]; !ok {
 				if _, had := w.sent.get(n); !had {
 					resp.RemovedResources = append(resp.RemovedResources, n)
@@ -263,7 +266,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			}
 		}
 		// Names just subscribed that do not exist are reported removed, as the protocol asks.
-		for n := range added {
+		for _, n := range added.Sorted() {
 			if _, ok := seen[n]; !ok {
 				if _, had := w.sent.get(n); !had {
 					resp.RemovedResources = append(resp.RemovedResources, n)
@@ -304,8 +307,12 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		w.sent.whole(nextFull)
 	} else {
 		if w.sent.len() == 0 && w.sent.list == nil {
-			// The initial state of a type: sized once rather than grown through every power of two.
-			w.sent = sentSet{m: make(map[string]string, len(resp.Resources))}
+			if !w.Wildcard && w.ResourceNames.Len() > 0 {
+				w.sent = byPosition(w.ResourceNames)
+			} else {
+				// The initial state of a type: sized once rather than grown through every power of two.
+				w.sent = sentSet{m: make(map[string]string, len(resp.Resources))}
+			}
 		}
 		for i, r := range resp.Resources {
 			w.sent.set(r.Name, versions[i])

@@ -107,7 +107,7 @@ func TestDeltaOnDemandOnWildcard(t *testing.T) {
 		!slices.Equal(r.RemovedResources, []string{"net/10.9.9.9"}) {
 		t.Fatalf("on demand: %v removed %v (a name that does not exist is reported removed)", got, r.RemovedResources)
 	}
-	if w := watched(t, e.srv, AddressType); !w.Wildcard || len(w.ResourceNames) != 2 {
+	if w := watched(t, e.srv, AddressType); !w.Wildcard || w.ResourceNames.Len() != 2 {
 		t.Fatalf("watch %+v", w)
 	}
 	deltaAsk(c, nil, AddressType, nil, nil, r)

@@ -195,7 +195,7 @@ func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource
 	}
 	var out Resources
 	for name, payload := range g.env.snap(push.Version)[g.typeURL] {
-		if _, explicit := w.ResourceNames[name]; strings.HasPrefix(name, "net/") && !explicit {
+		if explicit := w.ResourceNames.Has(name); strings.HasPrefix(name, "net/") && !explicit {
 			continue
 		}
 		if !w.Subscribed(name) {

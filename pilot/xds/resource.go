@@ -3,7 +3,6 @@ package xds
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -126,7 +125,8 @@ type PushFilter interface {
 type WatchedResource struct {
 	TypeURL string
 	// ResourceNames are the names subscribed explicitly; with Wildcard they are added to "everything".
-	ResourceNames map[string]struct{}
+	// The set is shared with other connections subscribed to the same names: never modified, replaced.
+	ResourceNames *NameSet
 	Wildcard      bool
 
 	NonceSent, NonceAcked     string
@@ -149,14 +149,12 @@ func (w *WatchedResource) Subscribed(name string) bool {
 	if w.Wildcard {
 		return true
 	}
-	_, ok := w.ResourceNames[name]
-	return ok
+	return w.ResourceNames.Has(name)
 }
 
 // clone returns a copy safe to hand to debug views.
 func (w *WatchedResource) clone() WatchedResource {
 	c := *w
-	c.ResourceNames = maps.Clone(w.ResourceNames)
 	c.sent = sentSet{}
 	return c
 }
@@ -173,20 +171,36 @@ func resourceVersion(r *Resource) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// sentSet is what a delta client has, name → version: a map, or, after a full state sent whole and sorted
-// by name, that list itself with the changes since on top. The list is shared with the generators' caches
-// and costs a pointer per resource where a map costs an entry: with 300 sidecars the maps were 40% of the
-// heap. Incremental changes (a pod to 200 ztunnels) go on top rather than copying the list into a map; once
-// they are many, it becomes a map.
+// sentSet is what a delta client has, name → version, in one of three forms:
+//   - after a full state sent whole and sorted by name, that list itself with the changes since on top. The
+//     list is shared with the generators' caches and costs a pointer per resource where a map costs an
+//     entry: with 300 sidecars the maps were 40% of the heap. Incremental changes (a pod to 200 ztunnels)
+//     go on top rather than copying the list into a map; once they are many, it becomes a map;
+//   - for a subscription to named resources (EDS), a version per position in the subscription's shared,
+//     sorted names: a slice per client rather than a map, looked up through the shared set's index;
+//   - otherwise a map.
 type sentSet struct {
-	m    map[string]string // when list is nil
+	m    map[string]string // when list and keys are nil
 	list Resources         // sorted by name
 	over map[string]string // changes on top of list: the version, "" for removed
-	n    int               // the size, while list is used
+	n    int               // the size, while list or keys is used
+	keys *NameSet          // the names vers follows
+	vers []string          // vers[i] is the version of keys.Sorted()[i], "" if the client does not have it
+}
+
+// byPosition starts an empty set that follows the names of a subscription.
+func byPosition(keys *NameSet) sentSet {
+	return sentSet{keys: keys, vers: make([]string, keys.Len())}
 }
 
 func (s *sentSet) get(name string) (string, bool) {
-	if s.list == nil {
+	switch {
+	case s.keys != nil:
+		if i, ok := s.keys.position(name); ok && s.vers[i] != "" {
+			return s.vers[i], true
+		}
+		return "", false
+	case s.list == nil:
 		v, ok := s.m[name]
 		return v, ok
 	}
@@ -207,7 +221,7 @@ func (s *sentSet) inList(name string) bool {
 func compareName(r *Resource, name string) int { return strings.Compare(r.Name, name) }
 
 func (s *sentSet) len() int {
-	if s.list == nil {
+	if s.list == nil && s.keys == nil {
 		return len(s.m)
 	}
 	return s.n
@@ -215,7 +229,15 @@ func (s *sentSet) len() int {
 
 // names calls yield for every name.
 func (s *sentSet) names(yield func(string)) {
-	if s.list == nil {
+	switch {
+	case s.keys != nil:
+		for i, n := range s.keys.Sorted() {
+			if s.vers[i] != "" {
+				yield(n)
+			}
+		}
+		return
+	case s.list == nil:
 		for n := range s.m {
 			yield(n)
 		}
@@ -234,6 +256,16 @@ func (s *sentSet) names(yield func(string)) {
 }
 
 func (s *sentSet) set(name, version string) {
+	if s.keys != nil {
+		if i, ok := s.keys.position(name); ok && version != "" {
+			if s.vers[i] == "" {
+				s.n++
+			}
+			s.vers[i] = version
+			return
+		}
+		s.toMap() // a name outside the subscription (it became a wildcard)
+	}
 	if s.list == nil {
 		if s.m == nil {
 			s.m = map[string]string{}
@@ -248,7 +280,14 @@ func (s *sentSet) set(name, version string) {
 }
 
 func (s *sentSet) del(name string) {
-	if s.list == nil {
+	switch {
+	case s.keys != nil:
+		if i, ok := s.keys.position(name); ok && s.vers[i] != "" {
+			s.vers[i] = ""
+			s.n--
+		}
+		return
+	case s.list == nil:
 		delete(s.m, name)
 		return
 	}
@@ -258,15 +297,33 @@ func (s *sentSet) del(name string) {
 	}
 }
 
+// follow moves a set kept by position to the subscription's new names. A name outside them (still sent
+// while no longer subscribed) turns it into a map.
+func (s *sentSet) follow(keys *NameSet) {
+	if s.keys == nil || s.keys == keys {
+		return
+	}
+	next := byPosition(keys)
+	s.names(func(n string) {
+		v, _ := s.get(n)
+		next.set(n, v)
+	})
+	*s = next
+}
+
+func (s *sentSet) toMap() {
+	m := make(map[string]string, s.len())
+	s.names(func(n string) { m[n], _ = s.get(n) })
+	*s = sentSet{m: m}
+}
+
 func (s *sentSet) overlay(name, version string) {
 	if s.over == nil {
 		s.over = map[string]string{}
 	}
 	s.over[name] = version
 	if len(s.over) > 16+len(s.list)/4 {
-		m := make(map[string]string, s.n)
-		s.names(func(n string) { m[n], _ = s.get(n) })
-		*s = sentSet{m: m}
+		s.toMap()
 	}
 }
 

@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// sentSet behaves as the map it stands for, through whole lists, changes on top and the switch to a map.
+// sentSet behaves as the map it stands for, through whole lists, changes on top, subscriptions' names
+// and the switch to a map.
 func TestSentSetMatchesAMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	name := func() string { return fmt.Sprintf("r%03d", rng.IntN(300)) }
@@ -33,6 +34,17 @@ func TestSentSetMatchesAMap(t *testing.T) {
 				model = map[string]string{}
 				for _, r := range res {
 					model[r.Name] = r.Version
+				}
+			case op == 1: // a subscription's names: start following them, or move to new ones
+				var keys []string
+				for range rng.IntN(250) {
+					keys = append(keys, name())
+				}
+				if rng.IntN(2) == 0 {
+					s = byPosition(NewNameSet(keys...))
+					model = map[string]string{}
+				} else {
+					s.follow(NewNameSet(keys...))
 				}
 			case op < 6:
 				nm, v := name(), fmt.Sprint(rng.IntN(5))

@@ -1,8 +1,6 @@
 package xds
 
 import (
-	"maps"
-
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -24,7 +22,7 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest) error {
 	if gen == nil {
 		return err
 	}
-	names, star := subscribedNames(req.GetResourceNames())
+	names, star := canonicalNames(req.GetResourceNames())
 	w := c.watched[typeURL]
 	if w == nil {
 		// Also a reconnect: whatever nonce or version the client had from another server, it gets full state.
@@ -57,7 +55,7 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest) error {
 	if len(req.GetResourceNames()) == 0 && w.legacy {
 		wildcard, legacy = true, true // an empty list keeps a legacy wildcard
 	}
-	if wildcard == w.Wildcard && maps.Equal(names, w.ResourceNames) {
+	if wildcard == w.Wildcard && names == w.ResourceNames {
 		return nil // a plain ACK
 	}
 	c.mu.Lock()

@@ -106,7 +106,7 @@ func TestSotWStaleNonceIgnored(t *testing.T) {
 	c.none(300 * time.Millisecond)
 	nack(c, EndpointType, []string{"a"}, r1, r1, "old") // a NACK of a stale response is ignored too
 	c.none(200 * time.Millisecond)
-	if w := watched(t, e.srv, EndpointType); w.LastError != "" || len(w.ResourceNames) != 1 {
+	if w := watched(t, e.srv, EndpointType); w.LastError != "" || w.ResourceNames.Len() != 1 {
 		t.Fatalf("stale request changed state: %+v", w)
 	}
 

@@ -142,12 +142,12 @@ func (a *AddressGenerator) Generate(_ *xds.Proxy, push *model.PushContext, w *xd
 	var out xds.Resources
 	if w.Wildcard {
 		st.fullOnce.Do(st.buildFull)
-		if len(w.ResourceNames) == 0 {
+		if w.ResourceNames.Len() == 0 {
 			return st.full, nil
 		}
 		out = slices.Clone(st.full)
 	}
-	for _, name := range sortedNames(w.ResourceNames) {
+	for _, name := range w.ResourceNames.Sorted() {
 		if w.Wildcard && st.byName[name] != nil {
 			continue
 		}
@@ -172,7 +172,7 @@ func (a *AddressGenerator) GenerateDeltas(p *xds.Proxy, push *model.PushContext,
 	res, removed := d.resources, d.removed
 	// On-demand names: resend those whose target changed, remove those that no longer resolve.
 	first := true
-	for name := range w.ResourceNames {
+	for _, name := range w.ResourceNames.Sorted() {
 		if !isAddressName(name) {
 			continue
 		}
@@ -227,7 +227,7 @@ func (z *AuthorizationGenerator) Generate(_ *xds.Proxy, push *model.PushContext,
 	}
 	var out xds.Resources
 	for _, r := range st.authz {
-		if _, ok := w.ResourceNames[r.Name]; ok {
+		if w.ResourceNames.Has(r.Name) {
 			out = append(out, r)
 		}
 	}

@@ -370,8 +370,8 @@ func TestOnDemand(t *testing.T) {
 	f := scenario(t)
 	ps := f.build()
 	g := ztunnel.New()
-	w := &xds.WatchedResource{TypeURL: xds.AddressType, ResourceNames: map[string]struct{}{
-		"/10.1.0.5": {}, "/10.96.0.10": {}, "/10.9.9.9": {}, "other/10.1.0.5": {}, vm1: {}, webSvc: {}}}
+	w := &xds.WatchedResource{TypeURL: xds.AddressType, ResourceNames: xds.NewNameSet(
+		"/10.1.0.5", "/10.96.0.10", "/10.9.9.9", "other/10.1.0.5", vm1, webSvc)}
 	res, err := g.Address().Generate(ztunnelProxy(), ps, w, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,113 @@
+package xds
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Two sidecars subscribing to the same endpoints, in different orders and steps, share one set.
+func TestSameSubscriptionsShareOneNameSet(t *testing.T) {
+	e := newEnv(t, snapshot{EndpointType: {"a": "1", "b": "1", "c": "1", "d": "1"}})
+	c1, c2 := e.delta(t), e.delta(t)
+	deltaAsk(c1, sidecar("one", "ns1"), EndpointType, []string{"a", "b", "c"}, nil, nil)
+	r1 := c1.recv()
+	deltaAsk(c2, sidecar("two", "ns1"), EndpointType, []string{"c", "a", "b", "a"}, nil, nil)
+	r2 := c2.recv()
+	sets := func() []*NameSet {
+		var out []*NameSet
+		for _, c := range e.srv.Connections() {
+			for _, w := range c.Watched {
+				out = append(out, w.ResourceNames)
+			}
+		}
+		return out
+	}
+	if s := sets(); len(s) != 2 || s[0] != s[1] || !slices.Equal(s[0].Sorted(), []string{"a", "b", "c"}) {
+		t.Fatalf("initial subscriptions: %v", s)
+	}
+
+	// The same change, in one request and in two.
+	deltaAsk(c1, nil, EndpointType, []string{"d"}, []string{"a"}, r1)
+	if got := deltaResources(t, c1.recv()); !maps.Equal(got, map[string]string{"d": "1"}) {
+		t.Fatalf("subscribed to d: %v", got)
+	}
+	deltaAsk(c2, nil, EndpointType, nil, []string{"a"}, r2)
+	deltaAsk(c2, nil, EndpointType, []string{"d"}, nil, nil)
+	if got := deltaResources(t, c2.recv()); !maps.Equal(got, map[string]string{"d": "1"}) {
+		t.Fatalf("subscribed to d: %v", got)
+	}
+	if s := sets(); len(s) != 2 || s[0] != s[1] || !slices.Equal(s[0].Sorted(), []string{"b", "c", "d"}) {
+		t.Fatalf("after the change: %v", s)
+	}
+
+	// Only the subscriber hears of a change to a name.
+	e.set(EndpointType, "a", "2")
+	c1.none(200 * time.Millisecond)
+	e.set(EndpointType, "b", "2")
+	if got := deltaResources(t, c1.recv()); !maps.Equal(got, map[string]string{"b": "2"}) {
+		t.Fatalf("update: %v", got)
+	}
+}
+
+// with behaves as a map of names, and a set reached by different paths is the same set.
+func TestNameSetFollowsAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100 {
+		model := map[string]bool{}
+		var s *NameSet
+		for range 50 {
+			var add, remove []string
+			for range rng.IntN(5) {
+				n := fmt.Sprintf("n%02d", rng.IntN(40))
+				if !model[n] && !slices.Contains(add, n) {
+					add = append(add, n)
+				}
+			}
+			for n := range model {
+				if rng.IntN(8) == 0 {
+					remove = append(remove, n)
+				}
+			}
+			s = s.with(add, remove)
+			for _, n := range add {
+				model[n] = true
+			}
+			for _, n := range remove {
+				delete(model, n)
+			}
+			want := slices.Sorted(maps.Keys(model))
+			if !slices.Equal(s.Sorted(), want) || s.Len() != len(want) {
+				t.Fatalf("set %v, want %v", s.Sorted(), want)
+			}
+			for i := range 40 {
+				n := fmt.Sprintf("n%02d", i)
+				if s.Has(n) != model[n] || s.HasBytes([]byte(n)) != model[n] {
+					t.Fatalf("Has(%s) = %v, want %v", n, s.Has(n), model[n])
+				}
+			}
+			if fresh, _ := canonicalNames(append(want, "*")); fresh != s {
+				t.Fatalf("the set of %v built afresh is another set", want)
+			}
+		}
+	}
+}
+
+// A set no subscription holds any more leaves the table.
+func TestUnusedNameSetsAreForgotten(t *testing.T) {
+	s, _ := canonicalNames([]string{"only-here-1", "only-here-2"})
+	sum := s.sum
+	s = nil
+	eventually(t, "the set's entry is pruned", func() bool {
+		runtime.GC()
+		nameSets.mu.Lock()
+		defer nameSets.mu.Unlock()
+		_, ok := nameSets.bySum[sum]
+		return !ok
+	})
+	_ = s
+}
