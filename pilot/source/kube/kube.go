@@ -15,6 +15,7 @@ import (
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -137,7 +138,13 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 
 // NewFromConfig builds the Kubernetes and Istio clientsets from restConfig and returns a Source on them.
 func NewFromConfig(restConfig *rest.Config, st *store.Store, logger *slog.Logger) (*Source, error) {
-	kc, err := kubernetes.NewForConfig(restConfig)
+	// Built-in kinds come as protobuf: decoding Pods and EndpointSlices is most of a watch's cost, and
+	// protobuf decodes several times faster than JSON (and costs the API server less to encode). Istio's
+	// custom resources are served as JSON only.
+	kubeConfig := rest.CopyConfig(restConfig)
+	kubeConfig.ContentType = runtime.ContentTypeProtobuf
+	kubeConfig.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	kc, err := kubernetes.NewForConfig(kubeConfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
