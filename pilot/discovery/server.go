@@ -36,7 +36,7 @@ type Args struct {
 	HTTPAddr       string
 	DebounceAfter  time.Duration
 	DebounceMax    time.Duration
-	// DebounceEndpoints is the quiet period for endpoint-only changes.
+	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for the first config change after a quiet spell.
 	DebounceFirst time.Duration

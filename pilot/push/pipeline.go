@@ -22,9 +22,11 @@ type Options struct {
 	DebounceAfter time.Duration
 	// DebounceMax bounds how long changes can be held back while changes keep coming (default 10s).
 	DebounceMax time.Duration
-	// DebounceEndpoints is the quiet period for batches of endpoint-only changes (default 20ms). They are
-	// applied incrementally and pushed only to the proxies that watch the changed services, so batching
-	// them buys little and delays them much; they are still held at most DebounceAfter.
+	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch (default
+	// 20ms, at most DebounceAfter): a window, not a quiet period. They are applied incrementally and pushed
+	// only to the proxies that watch the changed services, so batching them buys little and delays them
+	// much. A quiet period never came under steady churn from a cluster (a Pod, its status and its
+	// EndpointSlice are three events, milliseconds apart), and each change then waited DebounceAfter.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for a config change that arrives after at least DebounceAfter
 	// without changes: the first change of a burst (0: DebounceAfter, no shorter period). Changes that
@@ -75,8 +77,9 @@ func New(opts Options) *Pipeline {
 		opts.DebounceMax = 10 * time.Second
 	}
 	if opts.DebounceEndpoints == 0 {
-		opts.DebounceEndpoints = min(20*time.Millisecond, opts.DebounceAfter)
+		opts.DebounceEndpoints = 20 * time.Millisecond
 	}
+	opts.DebounceEndpoints = min(opts.DebounceEndpoints, opts.DebounceAfter)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -184,12 +187,11 @@ func (p *Pipeline) Run(ctx context.Context) {
 		quietFor := now.Sub(p.last)
 		heldFor := now.Sub(p.first)
 		// Config changes wait for a quiet period (bounded by DebounceMax): a burst becomes one full push.
-		// Endpoint-only changes wait for a shorter quiet period and at most DebounceAfter from the first
-		// one, so steady endpoint churn (which never goes quiet) is still pushed every DebounceAfter.
+		// Endpoint-only changes are held DebounceEndpoints from the first one, however many follow.
 		quiet, maxHold := p.opts.DebounceAfter, p.opts.DebounceMax
 		switch {
 		case !p.configPending:
-			quiet, maxHold = p.opts.DebounceEndpoints, min(maxHold, p.opts.DebounceAfter)
+			quiet, maxHold = p.opts.DebounceEndpoints, p.opts.DebounceEndpoints
 		case p.leading:
 			quiet = p.opts.DebounceFirst
 		}

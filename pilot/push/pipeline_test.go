@@ -157,11 +157,13 @@ func TestEndpointChangeYieldsIncrementalRequest(t *testing.T) {
 	}
 }
 
-func TestEndpointChurnIsPushedEveryDebouncePeriod(t *testing.T) {
+func TestEndpointChurnIsPushedEveryEndpointWindow(t *testing.T) {
 	st := store.New()
 	st.Upsert(store.LayerFile, service("a"))
-	rec := running(t, push.Options{Store: st, DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second})
-	// An endpoint change every 20 ms never leaves a quiet period; pushes must still come about every 100 ms.
+	rec := running(t, push.Options{Store: st, DebounceAfter: 2 * time.Second, DebounceMax: 10 * time.Second,
+		DebounceEndpoints: 50 * time.Millisecond})
+	// An endpoint change every 20 ms never leaves a 50 ms quiet period; pushes must still come about every
+	// 50 ms, not after DebounceAfter.
 	stop := make(chan struct{})
 	go func() {
 		for i := 0; ; i++ {
@@ -174,10 +176,12 @@ func TestEndpointChurnIsPushedEveryDebouncePeriod(t *testing.T) {
 		}
 	}()
 	defer close(stop)
-	start := time.Now()
-	req := rec.next(t, 2*time.Second)
-	if req.Full || time.Since(start) > time.Second {
-		t.Errorf("first endpoint push after %s (full %v); want about one debounce period", time.Since(start), req.Full)
+	for i := range 3 {
+		start := time.Now()
+		req := rec.next(t, 3*time.Second)
+		if req.Full || time.Since(start) > time.Second {
+			t.Errorf("endpoint push %d after %s (full %v); want about 50ms, not the 2s debounce", i, time.Since(start), req.Full)
+		}
 	}
 }
 
