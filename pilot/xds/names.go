@@ -16,7 +16,22 @@ type NameSet struct {
 	index  map[string]int32 // name → its position in sorted
 	sorted []string
 	sum    uint64 // the sum of the names' hashes: changes with each name added or removed, in any order
+
+	// moves are the latest changes made from this set, so the sidecars making the same change after the
+	// first find the result, and carry what they were sent over to it, without a lookup per name.
+	mu    sync.Mutex
+	moves []move
 }
+
+// move is a change from one set to another: the names added and removed, both sorted.
+type move struct {
+	add, remove []string
+	to          weak.Pointer[NameSet]
+	// remap is, for each name of the set moved from, its position in to (-1 when removed).
+	remap []int32
+}
+
+const keptMoves = 8
 
 // NewNameSet returns a set of names (duplicates are dropped). It is not shared; subscriptions use
 // canonical sets.
@@ -108,9 +123,53 @@ func canonicalNames(names []string) (*NameSet, bool) {
 }
 
 // with returns the canonical set of s's names plus add minus remove. add holds names not in s, each once;
-// remove holds names in s, each once. Finding an existing set costs lookups, not a copy: after a service
+// remove holds names in s, each once; both sorted. Finding an existing set costs lookups, not a copy: after a service
 // is added, every sidecar subscribes to the same new clusters, and only the first builds the new set.
 func (s *NameSet) with(add, remove []string) *NameSet {
+	if s == nil {
+		return canonical(s, add, remove)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.moves {
+		if slices.Equal(m.add, add) && slices.Equal(m.remove, remove) {
+			if to := m.to.Value(); to != nil {
+				return to
+			}
+		}
+	}
+	to := canonical(s, add, remove)
+	remap := make([]int32, len(s.sorted))
+	for i, name := range s.sorted {
+		remap[i] = -1
+		if j, ok := to.index[name]; ok {
+			remap[i] = j
+		}
+	}
+	if len(s.moves) == keptMoves {
+		s.moves = slices.Delete(s.moves, 0, 1)
+	}
+	s.moves = append(s.moves, move{add: slices.Clone(add), remove: slices.Clone(remove), to: weak.Make(to), remap: remap})
+	return to
+}
+
+// remapTo returns, for each name of s, its position in to (-1 when not there), if s recently moved to it.
+func (s *NameSet) remapTo(to *NameSet) []int32 {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.moves {
+		if m.to.Value() == to {
+			return m.remap
+		}
+	}
+	return nil
+}
+
+// canonical finds or makes the set s+add-remove (see with).
+func canonical(s *NameSet, add, remove []string) *NameSet {
 	sum, n := uint64(0), s.Len()+len(add)-len(remove)
 	if s != nil {
 		sum = s.sum

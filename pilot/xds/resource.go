@@ -304,11 +304,31 @@ func (s *sentSet) follow(keys *NameSet) {
 		return
 	}
 	next := byPosition(keys)
+	if remap := s.keys.remapTo(keys); remap != nil && s.allKept(remap) {
+		for i, v := range s.vers {
+			if v != "" {
+				next.vers[remap[i]] = v
+			}
+		}
+		next.n = s.n
+		*s = next
+		return
+	}
 	s.names(func(n string) {
 		v, _ := s.get(n)
 		next.set(n, v)
 	})
 	*s = next
+}
+
+// allKept reports whether every name the client has is in the set remap leads to.
+func (s *sentSet) allKept(remap []int32) bool {
+	for i, v := range s.vers {
+		if v != "" && remap[i] < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *sentSet) toMap() {

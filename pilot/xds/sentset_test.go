@@ -40,10 +40,25 @@ func TestSentSetMatchesAMap(t *testing.T) {
 				for range rng.IntN(250) {
 					keys = append(keys, name())
 				}
-				if rng.IntN(2) == 0 {
+				switch {
+				case rng.IntN(3) == 0:
 					s = byPosition(NewNameSet(keys...))
 					model = map[string]string{}
-				} else {
+				case s.keys != nil && rng.IntN(2) == 0: // a change from the current names (recorded as a move)
+					var add, remove []string
+					for _, k := range keys {
+						if !s.keys.Has(k) {
+							add = append(add, k)
+						}
+					}
+					for _, k := range s.keys.Sorted() {
+						if rng.IntN(10) == 0 {
+							remove = append(remove, k)
+						}
+					}
+					slices.Sort(add)
+					s.follow(s.keys.with(slices.Compact(add), remove))
+				default:
 					s.follow(NewNameSet(keys...))
 				}
 			case op < 6:
