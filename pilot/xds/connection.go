@@ -190,15 +190,32 @@ func (s *Server) doneErr(ctx context.Context) error {
 // send writes msg with the send timeout. The write runs in its own goroutine because a gRPC send blocked
 // by flow control cannot be interrupted: returning from the handler is what ends it.
 func (c *Connection) send(msg proto.Message, typeURL string) error {
-	size := proto.Size(msg)
+	wire, encoded, err := prepareResponse(msg)
+	if err != nil {
+		return status.Errorf(codes.Internal, "encoding the %s response: %v", typeURL, err)
+	}
+	var size int
+	if encoded {
+		size = wire.size
+	} else {
+		size = proto.Size(msg)
+	}
 	if n, ok := msg.(interface{ GetNonce() string }); ok && c.flight != nil {
 		// Waiting for budget is not the proxy's fault: the send timeout starts after.
 		if err := c.flight.acquire(c.ctx, typeURL, n.GetNonce(), size); err != nil {
 			return status.FromContextError(err).Err()
 		}
 	}
+	var out any = msg
+	if encoded {
+		enc, err := wire.encode()
+		if err != nil {
+			return status.Errorf(codes.Internal, "encoding the %s response: %v", typeURL, err)
+		}
+		out = enc
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- c.stream.SendMsg(msg) }()
+	go func() { errc <- c.stream.SendMsg(out) }()
 	if c.sendTimer == nil {
 		c.sendTimer = time.NewTimer(c.srv.opts.SendTimeout)
 	} else {

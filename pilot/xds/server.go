@@ -136,7 +136,7 @@ func NewServer(opts Options) *Server {
 	return s
 }
 
-// Register adds the ADS service to g.
+// Register adds the ADS service to g, which must have been created with GRPCServerOptions.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, s)
 }
@@ -147,9 +147,9 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // push, that was a second round trip per ACK, as many writes and reads again as the push itself.
 const requestWindow = 1 << 20
 
-// GRPCServerOptions returns the options the grpc.Server serving ADS should be created with: keepalive (so
-// dead proxies are noticed), connection age, a fixed flow-control window, and a shared write buffer (idle
-// connections hold no buffer).
+// GRPCServerOptions returns the options the grpc.Server serving ADS must be created with: keepalive (so
+// dead proxies are noticed), connection age, a fixed flow-control window, a shared write buffer (idle
+// connections hold no buffer) and the codec that sends responses as the connection encoded them.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -163,6 +163,8 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 		grpc.SharedWriteBuffer(true),
 		grpc.InitialWindowSize(requestWindow),
 		grpc.InitialConnWindowSize(requestWindow),
+		// Responses are encoded by the connection (see encodeResponse).
+		grpc.ForceServerCodecV2(newWireCodec()),
 	}
 }
 
