@@ -30,10 +30,15 @@ type edsKey struct {
 
 // Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.
 func (e endpointGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+	return e.assignments(proxy, push, w.ResourceNames.Sorted())
+}
+
+// assignments returns the ClusterLoadAssignments of the named clusters, in the order of names, leaving out
+// those the proxy cannot see.
+func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext, names []string) (xds.Resources, error) {
 	g := e.g
 	scope := g.scopeFor(proxy, push)
 	fl := flavorOf(proxy)
-	names := w.ResourceNames.Sorted()
 	out := make(xds.Resources, 0, len(names))
 	for _, name := range names {
 		cn, ok := ParseClusterName(name)
@@ -86,26 +91,27 @@ func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushCont
 		}
 		req = &model.PushRequest{ServicesUpdated: services}
 	}
-	changed := &xds.WatchedResource{TypeURL: w.TypeURL, ResourceNames: xds.NewNameSet(watchedClustersOf(proxy, w, push, req)...)}
-	if changed.ResourceNames.Len() == 0 {
+	changed := watchedClustersOf(proxy, w, push, req)
+	if len(changed) == 0 {
 		return nil, nil, true, nil
 	}
-	res, err := e.Generate(proxy, push, changed, req)
+	slices.Sort(changed)
+	changed = slices.Compact(changed)
+	res, err := e.assignments(proxy, push, changed)
 	if err != nil {
 		return nil, nil, true, err
 	}
-	// A changed cluster the proxy can no longer see was removed (its service went away).
+	// A changed cluster the proxy can no longer see was removed (its service went away). res follows the
+	// order of changed, leaving those out.
 	var removed []string
-	seen := make(map[string]struct{}, len(res))
-	for _, r := range res {
-		seen[r.Name] = struct{}{}
-	}
-	for _, name := range changed.ResourceNames.Sorted() {
-		if _, ok := seen[name]; !ok {
-			removed = append(removed, name)
+	j := 0
+	for _, name := range changed {
+		if j < len(res) && res[j].Name == name {
+			j++
+			continue
 		}
+		removed = append(removed, name)
 	}
-	slices.Sort(removed)
 	return res, removed, true, nil
 }
 
