@@ -32,6 +32,7 @@ type tracker struct {
 	// objects: config key → where its current (or deleting) generation is in the snapshot sequence.
 	objects map[config.Key]*objectState
 	pending map[config.Key]*objectState // objects whose snapshot version is not known yet
+	pruned  time.Time                   // the last pruneDeleted: it walks every object, so at most once a minute
 }
 
 type connState struct {
@@ -287,7 +288,8 @@ func (t *tracker) onStoreEvent(ev store.Event, current uint64) {
 	t.mu.Lock()
 	t.objects[key] = o
 	t.pending[key] = o
-	if ev.New == nil {
+	if ev.New == nil && o.changedAt.Sub(t.pruned) > time.Minute {
+		t.pruned = o.changedAt
 		t.pruneDeleted(o.changedAt)
 	}
 	t.mu.Unlock()
