@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ type Config struct {
 	Reps           int           `json:"repetitions"`
 	ChurnRate      int           `json:"churnRate"`
 	ChurnDuration  time.Duration `json:"churnDuration"`
+	ChurnTrace     string        `json:"-"`
 	Debounce       time.Duration `json:"debounceAfter"` // 0: the server's default
 	Timeout        time.Duration `json:"-"`
 	Scenarios      []string      `json:"scenarios"`
@@ -118,6 +120,8 @@ func main() {
 	flag.IntVar(&cfg.Reps, "reps", 20, "repetitions of each single change")
 	flag.IntVar(&cfg.ChurnRate, "churn-rate", 20, "steady churn: endpoint changes per second")
 	flag.DurationVar(&cfg.ChurnDuration, "churn", 60*time.Second, "steady churn: how long (0 skips it)")
+	flag.StringVar(&cfg.ChurnTrace, "churn-trace", "", "write each churn change as CSV here: when its first write began (Unix ms), "+
+		"its last proxy's latency and how long its writes took (ms), to line slow changes up with a server's gctrace")
 	flag.DurationVar(&cfg.Debounce, "debounce-after", 0, "pass --debounce-after to the server (0: its default, 100ms)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "how long a change may take to reach every proxy")
 	flag.StringVar(&scenarios, "scenario", "all", "comma-separated: "+strings.Join(allScenarios, ", ")+"; or all")
@@ -144,6 +148,12 @@ func main() {
 		cfg.Scenarios = allScenarios
 	} else {
 		cfg.Scenarios = strings.Split(scenarios, ",")
+	}
+	if os.Getenv("GOGC") == "" {
+		// The simulated proxies stand in for processes on other machines but share these cores with the
+		// server: their collector's cycles (a tenth of the harness's CPU at the default) only add noise to
+		// the server's figures. The harness's own memory is not measured.
+		debug.SetGCPercent(400)
 	}
 	if selfProfile != "" {
 		f, err := os.Create(selfProfile)

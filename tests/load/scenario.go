@@ -55,6 +55,7 @@ type Result struct {
 type change struct {
 	start   time.Time
 	began   time.Time // set by begin, on the harness's goroutine
+	written time.Time // when the applier returned (churn only)
 	mu      sync.Mutex
 	lats    []time.Duration
 	pending atomic.Int64
@@ -492,6 +493,7 @@ func (h *harness) churn() (*Result, error) {
 		if err := h.mesh.writeService(s, c.begin); err != nil {
 			return nil, err
 		}
+		c.written = time.Now()
 		changes = append(changes, c)
 		targets = append(targets, ps)
 		if time.Since(lastSample) >= time.Second {
@@ -501,10 +503,26 @@ func (h *harness) churn() (*Result, error) {
 	}
 	elapsed := time.Since(start)
 	var samples []sample
+	var trace *os.File
+	if h.cfg.ChurnTrace != "" {
+		var err error
+		if trace, err = os.Create(h.cfg.ChurnTrace); err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(trace, "began_unix_ms,last_proxy_ms,write_ms")
+	}
 	deadline := time.Now().Add(h.cfg.Timeout)
 	for i, c := range changes {
 		lats, missed := c.wait(deadline, targets[i])
 		samples = append(samples, sample{lats: lats, missed: missed, interest: len(targets[i])})
+		if trace != nil && len(lats) > 0 {
+			fmt.Fprintf(trace, "%d,%d,%d\n", c.began.UnixMilli(), slices.Max(lats).Milliseconds(), c.written.Sub(c.began).Milliseconds())
+		}
+	}
+	if trace != nil {
+		if err := trace.Close(); err != nil {
+			return nil, err
+		}
 	}
 	h.quiet(2*h.cfg.Quiet, 10*time.Second)
 	st1 := h.srv.stats()
