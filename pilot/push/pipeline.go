@@ -18,7 +18,7 @@ import (
 type Options struct {
 	Store *store.Store
 	Mesh  *mesh.Config
-	// DebounceAfter is the quiet period after the last change before a build (default 100ms).
+	// DebounceAfter is the quiet period after the last config change before a build (default 100ms).
 	DebounceAfter time.Duration
 	// DebounceMax bounds how long changes can be held back while changes keep coming (default 10s).
 	DebounceMax time.Duration
@@ -29,7 +29,7 @@ type Options struct {
 	// EndpointSlice are three events, milliseconds apart), and each change then waited DebounceAfter.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for a config change that arrives after at least DebounceAfter
-	// without changes: the first change of a burst (0: DebounceAfter, no shorter period). Changes that
+	// without config changes (endpoint changes do not count): the first change of a burst (0: DebounceAfter, no shorter period). Changes that
 	// follow it within DebounceFirst join its push; a burst with longer gaps gets one push for its start
 	// and the usual debounce for the rest. An isolated change, the common case, is pushed without waiting
 	// for a burst that is not coming.
@@ -54,12 +54,14 @@ type Pipeline struct {
 	mu      sync.Mutex
 	pending map[config.Key]*model.Change
 	first   time.Time // first pending change
-	last    time.Time // latest pending change
 	// configPending is set while a pending change is more than endpoints (a full push).
 	configPending bool
-	// leading is set while the pending changes began after a quiet spell (see Options.DebounceFirst).
-	leading   bool
-	lastEvent time.Time // the latest change, pending or not
+	// leading is set while the pending config changes began after a quiet spell (see Options.DebounceFirst).
+	leading bool
+	// lastConfig is the latest config change, pending or not. Config changes debounce on each other only:
+	// under endpoint churn, a quiet period counted from any change never came, and a config change (with
+	// the endpoint changes batched with it) waited DebounceMax.
+	lastConfig time.Time
 	wake      chan struct{}
 	handlers  []func(*model.PushRequest)
 
@@ -123,11 +125,13 @@ func (p *Pipeline) onEvent(ev store.Event) {
 	}
 	if p.first.IsZero() {
 		p.first = now
-		p.leading = p.opts.DebounceFirst > 0 && now.Sub(p.lastEvent) >= p.opts.DebounceAfter
 	}
-	p.last, p.lastEvent = now, now
 	if !config.IsEndpointKind(key.Kind) {
+		if !p.configPending {
+			p.leading = p.opts.DebounceFirst > 0 && now.Sub(p.lastConfig) >= p.opts.DebounceAfter
+		}
 		p.configPending = true
+		p.lastConfig = now
 	}
 	p.mu.Unlock()
 	select {
@@ -141,7 +145,7 @@ func (p *Pipeline) Initialize() *model.PushContext {
 	p.mu.Lock()
 	// Changes seen so far are in the store and so in the full build.
 	p.pending = map[config.Key]*model.Change{}
-	p.first, p.last, p.configPending, p.leading = time.Time{}, time.Time{}, false, false
+	p.first, p.configPending, p.leading = time.Time{}, false, false
 	p.mu.Unlock()
 	ps := model.Build(p.opts.Store, p.opts.Mesh)
 	p.publish(ps)
@@ -184,14 +188,15 @@ func (p *Pipeline) Run(ctx context.Context) {
 			continue
 		}
 		now := time.Now()
-		quietFor := now.Sub(p.last)
+		quietFor := now.Sub(p.lastConfig)
 		heldFor := now.Sub(p.first)
-		// Config changes wait for a quiet period (bounded by DebounceMax): a burst becomes one full push.
-		// Endpoint-only changes are held DebounceEndpoints from the first one, however many follow.
+		// Config changes wait for a quiet period between config changes (bounded by DebounceMax): a burst
+		// becomes one full push. Endpoint-only changes are held DebounceEndpoints from the first one,
+		// however many follow.
 		quiet, maxHold := p.opts.DebounceAfter, p.opts.DebounceMax
 		switch {
 		case !p.configPending:
-			quiet, maxHold = p.opts.DebounceEndpoints, p.opts.DebounceEndpoints
+			quiet, maxHold, quietFor = p.opts.DebounceEndpoints, p.opts.DebounceEndpoints, heldFor
 		case p.leading:
 			quiet = p.opts.DebounceFirst
 		}
@@ -203,7 +208,7 @@ func (p *Pipeline) Run(ctx context.Context) {
 		}
 		pending, start := p.pending, p.first
 		p.pending = map[config.Key]*model.Change{}
-		p.first, p.last, p.configPending, p.leading = time.Time{}, time.Time{}, false, false
+		p.first, p.configPending, p.leading = time.Time{}, false, false
 		p.mu.Unlock()
 		p.apply(pending, start)
 	}
@@ -214,7 +219,7 @@ func (p *Pipeline) Flush() {
 	p.mu.Lock()
 	pending, start := p.pending, p.first
 	p.pending = map[config.Key]*model.Change{}
-	p.first, p.last, p.configPending, p.leading = time.Time{}, time.Time{}, false, false
+	p.first, p.configPending, p.leading = time.Time{}, false, false
 	p.mu.Unlock()
 	if len(pending) > 0 {
 		p.apply(pending, start)

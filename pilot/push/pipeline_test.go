@@ -206,6 +206,46 @@ func TestSingleEndpointChangeUsesTheShortQuietPeriod(t *testing.T) {
 	}
 }
 
+// Endpoint churn neither delays a config change nor is delayed by one: config changes debounce on each
+// other only.
+func TestConfigChangeDuringEndpointChurn(t *testing.T) {
+	st := store.New()
+	st.Upsert(store.LayerFile, service("a"))
+	rec := running(t, push.Options{Store: st, DebounceAfter: 300 * time.Millisecond, DebounceFirst: 30 * time.Millisecond,
+		DebounceMax: 10 * time.Second})
+	stop := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				st.Upsert(store.LayerFile, slice("a", fmt.Sprintf("10.1.0.%d", i%250)))
+			}
+		}
+	}()
+	defer close(stop)
+	full := func() time.Duration {
+		start := time.Now()
+		for time.Since(start) < 5*time.Second {
+			if req := rec.next(t, 5*time.Second); req.Full {
+				return time.Since(start)
+			}
+		}
+		t.Fatal("no full push in 5s")
+		return 0
+	}
+	time.Sleep(400 * time.Millisecond) // endpoint churn only: no config change for longer than DebounceAfter
+	st.Upsert(store.LayerFile, policy("p1"))
+	if took := full(); took > 250*time.Millisecond {
+		t.Errorf("the first config change in a while was pushed after %s; want about DebounceFirst (30ms)", took)
+	}
+	st.Upsert(store.LayerFile, policy("p2")) // right after another: the usual debounce, not DebounceMax
+	if took := full(); took > 2*time.Second {
+		t.Errorf("a config change during endpoint churn was pushed after %s; want about DebounceAfter (300ms)", took)
+	}
+}
+
 func policy(name string) *config.Config {
 	return &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: name}, Spec: &security.AuthorizationPolicy{}}
 }
