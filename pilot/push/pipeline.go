@@ -62,8 +62,8 @@ type Pipeline struct {
 	// under endpoint churn, a quiet period counted from any change never came, and a config change (with
 	// the endpoint changes batched with it) waited DebounceMax.
 	lastConfig time.Time
-	wake      chan struct{}
-	handlers  []func(*model.PushRequest)
+	wake       chan struct{}
+	handlers   []func(*model.PushRequest)
 
 	builds, full, incremental, merged atomic.Uint64
 	lastBuild                         atomic.Int64
