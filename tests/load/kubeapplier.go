@@ -36,7 +36,14 @@ type kubeApplier struct {
 	res map[schema.GroupVersionKind]kubeenv.Resource
 
 	units map[string]map[objKey]*kubeObject // only the harness's goroutine uses it
+	// docs holds the objects decoded from each YAML document seen, by its text: a unit written again
+	// (a service with one pod more) decodes only the documents that changed, and the unchanged ones are
+	// the very objects the unit holds, so no deep comparison either. Only the harness's goroutine uses it.
+	docs map[string]*unstructured.Unstructured
 }
+
+// maxDocs bounds the document cache; past it, it starts over.
+const maxDocs = 50000
 
 type objKey struct {
 	gvk      schema.GroupVersionKind
@@ -72,11 +79,42 @@ func newKubeApplier(ctx context.Context, admin *rest.Config) (*kubeApplier, erro
 		return nil, err
 	}
 	return &kubeApplier{ctx: ctx, dyn: dyn, disc: disc, res: map[schema.GroupVersionKind]kubeenv.Resource{},
-		units: map[string]map[objKey]*kubeObject{}}, nil
+		units: map[string]map[objKey]*kubeObject{}, docs: map[string]*unstructured.Unstructured{}}, nil
+}
+
+// decode returns the objects of a multi-document YAML unit. The objects are shared: never modify them.
+func (k *kubeApplier) decode(content string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for doc := range strings.SplitSeq(content, "\n---\n") {
+		if o, ok := k.docs[doc]; ok {
+			if o != nil {
+				out = append(out, o)
+			}
+			continue
+		}
+		objs, err := kubeenv.Decode(strings.NewReader(doc))
+		if err != nil {
+			return nil, err
+		}
+		if len(objs) > 1 {
+			out = append(out, objs...) // a document the split did not separate: not cached
+			continue
+		}
+		var o *unstructured.Unstructured
+		if len(objs) == 1 {
+			o = objs[0]
+			out = append(out, o)
+		}
+		if len(k.docs) >= maxDocs {
+			clear(k.docs)
+		}
+		k.docs[doc] = o
+	}
+	return out, nil
 }
 
 func (k *kubeApplier) apply(name, content string, begin func()) error {
-	objs, err := kubeenv.Decode(strings.NewReader(content))
+	objs, err := k.decode(content)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -142,7 +180,7 @@ func (k *kubeApplier) plan(name string, objs []*unstructured.Unstructured) ([]*w
 		}
 		seen[key] = true
 		h := have[key]
-		if h != nil && reflect.DeepEqual(h.want.Object, o.Object) {
+		if h != nil && (h.want == o || reflect.DeepEqual(h.want.Object, o.Object)) {
 			continue
 		}
 		ws = append(ws, &write{key: key, want: o, have: h})
