@@ -509,14 +509,15 @@ func (h *harness) churn() (*Result, error) {
 		if trace, err = os.Create(h.cfg.ChurnTrace); err != nil {
 			return nil, err
 		}
-		fmt.Fprintln(trace, "began_unix_ms,last_proxy_ms,write_ms")
+		fmt.Fprintln(trace, "began_unix_ms,first_proxy_ms,last_proxy_ms,write_ms")
 	}
 	deadline := time.Now().Add(h.cfg.Timeout)
 	for i, c := range changes {
 		lats, missed := c.wait(deadline, targets[i])
 		samples = append(samples, sample{lats: lats, missed: missed, interest: len(targets[i])})
 		if trace != nil && len(lats) > 0 {
-			fmt.Fprintf(trace, "%d,%d,%d\n", c.began.UnixMilli(), slices.Max(lats).Milliseconds(), c.written.Sub(c.began).Milliseconds())
+			fmt.Fprintf(trace, "%d,%d,%d,%d\n", c.began.UnixMilli(), slices.Min(lats).Milliseconds(), slices.Max(lats).Milliseconds(),
+				c.written.Sub(c.began).Milliseconds())
 		}
 	}
 	if trace != nil {
