@@ -164,18 +164,7 @@ func TestEndpointChurnIsPushedEveryEndpointWindow(t *testing.T) {
 		DebounceEndpoints: 50 * time.Millisecond})
 	// An endpoint change every 20 ms never leaves a 50 ms quiet period; pushes must still come about every
 	// 50 ms, not after DebounceAfter.
-	stop := make(chan struct{})
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				st.Upsert(store.LayerFile, slice("a", fmt.Sprintf("10.1.0.%d", i%250)))
-			}
-		}
-	}()
-	defer close(stop)
+	churnEndpoints(t, st, "a", 20*time.Millisecond)
 	for i := range 3 {
 		start := time.Now()
 		req := rec.next(t, 3*time.Second)
@@ -213,18 +202,7 @@ func TestConfigChangeDuringEndpointChurn(t *testing.T) {
 	st.Upsert(store.LayerFile, service("a"))
 	rec := running(t, push.Options{Store: st, DebounceAfter: 300 * time.Millisecond, DebounceFirst: 30 * time.Millisecond,
 		DebounceMax: 10 * time.Second})
-	stop := make(chan struct{})
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-				st.Upsert(store.LayerFile, slice("a", fmt.Sprintf("10.1.0.%d", i%250)))
-			}
-		}
-	}()
-	defer close(stop)
+	churnEndpoints(t, st, "a", 10*time.Millisecond)
 	full := func() time.Duration {
 		start := time.Now()
 		for time.Since(start) < 5*time.Second {
@@ -244,6 +222,27 @@ func TestConfigChangeDuringEndpointChurn(t *testing.T) {
 	if took := full(); took > 2*time.Second {
 		t.Errorf("a config change during endpoint churn was pushed after %s; want about DebounceAfter (300ms)", took)
 	}
+}
+
+// churnEndpoints changes service svc's EndpointSlice every period until the test ends.
+func churnEndpoints(t *testing.T, st *store.Store, svc string, period time.Duration) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(period):
+				st.Upsert(store.LayerFile, slice(svc, fmt.Sprintf("10.1.0.%d", i%250)))
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+	})
 }
 
 func policy(name string) *config.Config {

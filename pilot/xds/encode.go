@@ -48,28 +48,33 @@ func prepareResponse(msg proto.Message) (*wireResponse, bool, error) {
 	var err error
 	switch m := msg.(type) {
 	case *discovery.DeltaDiscoveryResponse:
-		w.delta, m.Resources = m.Resources, nil
-		w.envelope, err = proto.Marshal(m)
-		m.Resources = w.delta
-		w.size = len(w.envelope)
+		if w.envelope, w.delta, err = withoutResources(m, &m.Resources); err != nil {
+			return nil, true, err
+		}
 		for _, r := range w.delta {
 			w.size += sizeField(deltaResourceSize(r))
 		}
 	case *discovery.DiscoveryResponse:
-		w.sotw, m.Resources = m.Resources, nil
-		w.envelope, err = proto.Marshal(m)
-		m.Resources = w.sotw
-		w.size = len(w.envelope)
+		if w.envelope, w.sotw, err = withoutResources(m, &m.Resources); err != nil {
+			return nil, true, err
+		}
 		for _, a := range w.sotw {
 			w.size += sizeField(anySize(a))
 		}
 	default:
 		return nil, false, nil
 	}
-	if err != nil {
-		return nil, true, err
-	}
+	w.size += len(w.envelope)
 	return w, true, nil
+}
+
+// withoutResources marshals m with its resources left out for the time, and returns them.
+func withoutResources[R any](m proto.Message, resources *[]R) ([]byte, []R, error) {
+	res := *resources
+	*resources = nil
+	b, err := proto.Marshal(m)
+	*resources = res
+	return b, res, err
 }
 
 // encode writes the response into a buffer from gRPC's pool.
