@@ -6,6 +6,8 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,20 +20,23 @@ import (
 func TestKubeSource(t *testing.T) {
 	kubeenv.SkipIfMissing(t)
 	cfg := Config{
-		Source:       "kube",
-		Shape:        meshShape{Services: 6, PodsPerService: 3, Namespaces: 2, Ambient: true, Policies: true, RoutingEvery: 3},
-		Sidecars:     6,
-		Ztunnels:     1,
-		Delta:        true,
-		EnvoyVersion: [2]uint32{1, 38},
-		Reps:         3,
-		Debounce:     20 * time.Millisecond,
-		Timeout:      20 * time.Second,
-		SendTimeout:  30 * time.Second,
-		Quiet:        80 * time.Millisecond,
-		Scenarios:    []string{"cold", "endpoint", "service-add"},
-		WorkDir:      t.TempDir(),
+		Source:        "kube",
+		Shape:         meshShape{Services: 6, PodsPerService: 3, Namespaces: 2, Ambient: true, Policies: true, RoutingEvery: 3},
+		Sidecars:      6,
+		Ztunnels:      1,
+		Delta:         true,
+		EnvoyVersion:  [2]uint32{1, 38},
+		Reps:          3,
+		Debounce:      20 * time.Millisecond,
+		Timeout:       20 * time.Second,
+		SendTimeout:   30 * time.Second,
+		Quiet:         80 * time.Millisecond,
+		Scenarios:     []string{"cold", "endpoint", "service-add", "churn"},
+		WorkDir:       t.TempDir(),
+		ChurnRate:     10,
+		ChurnDuration: 2 * time.Second,
 	}
+	cfg.ChurnTrace = filepath.Join(cfg.WorkDir, "churn.csv")
 	var out io.Writer = io.Discard
 	if testing.Verbose() {
 		out = os.Stdout
@@ -65,6 +70,21 @@ func TestKubeSource(t *testing.T) {
 	}
 	if c := got["cold-start"]; c != nil && c.Proxies != 7 {
 		t.Errorf("cold start measured %d proxies, want 7", c.Proxies)
+	}
+	// The churn trace: a row per change, each with when the harness's own watch saw its EndpointSlice.
+	trace, err := os.ReadFile(cfg.ChurnTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSpace(string(trace)), "\n")
+	if len(rows) < 2 || rows[0] != "began_unix_ms,service,first_proxy_ms,last_proxy_ms,write_ms,slice_seen_ms" {
+		t.Fatalf("churn trace:\n%s", trace)
+	}
+	for _, row := range rows[1:] {
+		f := strings.Split(row, ",")
+		if len(f) != 6 || strings.HasPrefix(f[5], "-") || f[1] == "" {
+			t.Errorf("churn trace row %q: want 6 fields and the EndpointSlice seen", row)
+		}
 	}
 	// 6 services × 3 ports, and the API server's own "kubernetes" service.
 	if rep.Mesh.Endpoints < 19 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,13 @@ type kubeApplier struct {
 	// (a service with one pod more) decodes only the documents that changed, and the unchanged ones are
 	// the very objects the unit holds, so no deep comparison either. Only the harness's goroutine uses it.
 	docs map[string]*unstructured.Unstructured
+	// lastSliceRV is the resource version the latest apply gave an EndpointSlice ("" if it wrote none).
+	lastSliceRV string
+
+	// sliceSeen holds when the harness's own watch saw each EndpointSlice resource version (see
+	// watchSlices): the API server's part of a change's latency, on the path Sextant's informer takes.
+	seenMu    sync.Mutex
+	sliceSeen map[string]time.Time
 }
 
 // maxDocs bounds the document cache; past it, it starts over.
@@ -127,7 +135,48 @@ func (k *kubeApplier) apply(name, content string, begin func()) error {
 	}
 	err = k.run(ws, loadWorkers)
 	k.record(name, ws)
+	k.lastSliceRV = ""
+	for _, w := range ws {
+		if w.key.gvk.Kind == "EndpointSlice" && w.done != nil {
+			k.lastSliceRV = w.done.rv
+		}
+	}
 	return err
+}
+
+// watchSlices watches every EndpointSlice from now until ctx is done, noting when each resource version
+// arrives.
+func (k *kubeApplier) watchSlices(ctx context.Context) error {
+	gvr := schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+	list, err := k.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return err
+	}
+	w, err := k.dyn.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+	if err != nil {
+		return err
+	}
+	k.sliceSeen = map[string]time.Time{}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if o, ok := ev.Object.(*unstructured.Unstructured); ok {
+				now := time.Now()
+				k.seenMu.Lock()
+				k.sliceSeen[o.GetResourceVersion()] = now
+				k.seenMu.Unlock()
+			}
+		}
+	}()
+	return nil
+}
+
+// sliceSeenAt is when the watch saw EndpointSlice resource version rv.
+func (k *kubeApplier) sliceSeenAt(rv string) (time.Time, bool) {
+	k.seenMu.Lock()
+	defer k.seenMu.Unlock()
+	t, ok := k.sliceSeen[rv]
+	return t, ok
 }
 
 func (k *kubeApplier) remove(name string) error {

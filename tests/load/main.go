@@ -120,8 +120,9 @@ func main() {
 	flag.IntVar(&cfg.Reps, "reps", 20, "repetitions of each single change")
 	flag.IntVar(&cfg.ChurnRate, "churn-rate", 20, "steady churn: endpoint changes per second")
 	flag.DurationVar(&cfg.ChurnDuration, "churn", 60*time.Second, "steady churn: how long (0 skips it)")
-	flag.StringVar(&cfg.ChurnTrace, "churn-trace", "", "write each churn change as CSV here: when its first write began (Unix ms), "+
-		"its first and last proxy's latency and how long its writes took (ms), to line slow changes up with a server's gctrace")
+	flag.StringVar(&cfg.ChurnTrace, "churn-trace", "", "write each churn change as CSV here: when its first write began (Unix ms), its service, "+
+		"its first and last proxy's latency, how long its writes took and, on the Kubernetes source, when the harness's own "+
+		"watch saw the EndpointSlice change (ms from the first write)")
 	flag.DurationVar(&cfg.Debounce, "debounce-after", 0, "pass --debounce-after to the server (0: its default, 100ms)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "how long a change may take to reach every proxy")
 	flag.StringVar(&scenarios, "scenario", "all", "comma-separated: "+strings.Join(allScenarios, ", ")+"; or all")

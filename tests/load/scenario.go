@@ -56,6 +56,7 @@ type change struct {
 	start   time.Time
 	began   time.Time // set by begin, on the harness's goroutine
 	written time.Time // when the applier returned (churn only)
+	sliceRV string    // the EndpointSlice's new resource version (churn on the Kubernetes source only)
 	mu      sync.Mutex
 	lats    []time.Duration
 	pending atomic.Int64
@@ -442,6 +443,17 @@ func (h *harness) churn() (*Result, error) {
 	if len(h.sidecars)+len(h.ztunnels) == 0 || h.cfg.ChurnDuration <= 0 {
 		return nil, nil
 	}
+	// With a trace on the Kubernetes source, the harness watches EndpointSlices too, to tell the API
+	// server's part of each change's latency from Sextant's (one watcher more for the API server).
+	var ka *kubeApplier
+	if k, ok := h.mesh.out.(*kubeApplier); ok && h.cfg.ChurnTrace != "" {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := k.watchSlices(ctx); err != nil {
+			return nil, err
+		}
+		ka = k
+	}
 	h.quiet(h.cfg.Quiet, 5*time.Second)
 	st0 := h.srv.stats()
 	heap0 := h.srv.liveHeap()
@@ -456,6 +468,7 @@ func (h *harness) churn() (*Result, error) {
 	var live []added
 	var changes []*change
 	var targets [][]*proxy
+	var svcs []*service
 	start := time.Now()
 	var rssSamples []int64
 	lastSample := start
@@ -494,8 +507,12 @@ func (h *harness) churn() (*Result, error) {
 			return nil, err
 		}
 		c.written = time.Now()
+		if ka != nil {
+			c.sliceRV = ka.lastSliceRV
+		}
 		changes = append(changes, c)
 		targets = append(targets, ps)
+		svcs = append(svcs, s)
 		if time.Since(lastSample) >= time.Second {
 			rssSamples = append(rssSamples, h.srv.stats().RSS)
 			lastSample = time.Now()
@@ -509,15 +526,21 @@ func (h *harness) churn() (*Result, error) {
 		if trace, err = os.Create(h.cfg.ChurnTrace); err != nil {
 			return nil, err
 		}
-		fmt.Fprintln(trace, "began_unix_ms,first_proxy_ms,last_proxy_ms,write_ms")
+		fmt.Fprintln(trace, "began_unix_ms,service,first_proxy_ms,last_proxy_ms,write_ms,slice_seen_ms")
 	}
 	deadline := time.Now().Add(h.cfg.Timeout)
 	for i, c := range changes {
 		lats, missed := c.wait(deadline, targets[i])
 		samples = append(samples, sample{lats: lats, missed: missed, interest: len(targets[i])})
 		if trace != nil && len(lats) > 0 {
-			fmt.Fprintf(trace, "%d,%d,%d,%d\n", c.began.UnixMilli(), slices.Min(lats).Milliseconds(), slices.Max(lats).Milliseconds(),
-				c.written.Sub(c.began).Milliseconds())
+			seen := int64(-1) // not on the Kubernetes source, or not seen
+			if ka != nil {
+				if at, ok := ka.sliceSeenAt(c.sliceRV); ok {
+					seen = at.Sub(c.began).Milliseconds()
+				}
+			}
+			fmt.Fprintf(trace, "%d,%s/%s,%d,%d,%d,%d\n", c.began.UnixMilli(), svcs[i].ns, svcs[i].name, slices.Min(lats).Milliseconds(),
+				slices.Max(lats).Milliseconds(), c.written.Sub(c.began).Milliseconds(), seen)
 		}
 	}
 	if trace != nil {
