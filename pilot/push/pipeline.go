@@ -29,10 +29,10 @@ type Options struct {
 	// EndpointSlice are three events, milliseconds apart), and each change then waited DebounceAfter.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for a config change that arrives after at least DebounceAfter
-	// without config changes (endpoint changes do not count): the first change of a burst (0: DebounceAfter, no shorter period). Changes that
-	// follow it within DebounceFirst join its push; a burst with longer gaps gets one push for its start
-	// and the usual debounce for the rest. An isolated change, the common case, is pushed without waiting
-	// for a burst that is not coming.
+	// without config changes (endpoint changes do not count): the first change of a burst (0: DebounceAfter,
+	// no shorter period). Changes that follow it within DebounceFirst join its push; a burst with longer
+	// gaps gets one push for its start and the usual debounce for the rest. An isolated change, the common
+	// case, is pushed without waiting for a burst that is not coming.
 	DebounceFirst time.Duration
 	Logger        *slog.Logger
 }
