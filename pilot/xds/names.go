@@ -123,8 +123,9 @@ func canonicalNames(names []string) (*NameSet, bool) {
 }
 
 // with returns the canonical set of s's names plus add minus remove. add holds names not in s, each once;
-// remove holds names in s, each once; both sorted. Finding an existing set costs lookups, not a copy: after a service
-// is added, every sidecar subscribes to the same new clusters, and only the first builds the new set.
+// remove holds names in s, each once; both sorted. Finding an existing set costs lookups, not a copy:
+// after a service is added, every sidecar subscribes to the same new clusters, and only the first builds
+// the new set.
 func (s *NameSet) with(add, remove []string) *NameSet {
 	if s == nil {
 		return canonical(s, add, remove)
