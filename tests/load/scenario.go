@@ -539,8 +539,8 @@ func (h *harness) churn() (*Result, error) {
 					seen = at.Sub(c.began).Milliseconds()
 				}
 			}
-			fmt.Fprintf(trace, "%d,%s/%s,%d,%d,%d,%d\n", c.began.UnixMilli(), svcs[i].ns, svcs[i].name, slices.Min(lats).Milliseconds(),
-				slices.Max(lats).Milliseconds(), c.written.Sub(c.began).Milliseconds(), seen)
+			fmt.Fprintf(trace, "%d,%s/%s,%d,%d,%d,%d\n", c.began.UnixMilli(), svcs[i].ns, svcs[i].name,
+				slices.Min(lats).Milliseconds(), slices.Max(lats).Milliseconds(), c.written.Sub(c.began).Milliseconds(), seen)
 		}
 	}
 	if trace != nil {
