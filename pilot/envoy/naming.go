@@ -20,7 +20,8 @@ const (
 
 // OutboundClusterName is outbound|PORT|SUBSET|HOST.
 func OutboundClusterName(port uint32, subset, host string) string {
-	return Outbound + "|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
+	var buf [256]byte
+	return string(appendOutboundClusterName(buf[:0], port, subset, host))
 }
 
 // appendOutboundClusterName appends OutboundClusterName(port, subset, host) to b.
