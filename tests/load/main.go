@@ -42,6 +42,7 @@ type Config struct {
 	WorkDir        string        `json:"-"`
 	ProfileDir     string        `json:"-"`
 	ProfileSeconds time.Duration `json:"-"`
+	ProfileTrace   bool          `json:"-"`
 	KeepDir        bool          `json:"-"`
 	ServerArgs     []string      `json:"serverArgs,omitempty"`
 	SendTimeout    time.Duration `json:"sendTimeout"`
@@ -131,6 +132,8 @@ func main() {
 	flag.StringVar(&cfg.WorkDir, "dir", "", "work directory (default: a new temporary one)")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "save the server's CPU profile per scenario (and heap at the end) in this directory")
 	flag.DurationVar(&cfg.ProfileSeconds, "profile-seconds", 10*time.Second, "length of each CPU profile")
+	flag.BoolVar(&cfg.ProfileTrace, "profile-trace", false, "with -profile, also save an execution trace of the same length "+
+		"per scenario (go tool trace)")
 	flag.DurationVar(&cfg.SendTimeout, "send-timeout", 30*time.Second, "pass --send-timeout to the server: the simulated "+
 		"proxies share its CPUs, so they read slower than a real fleet and the default 5s can cut them off in a cold start (0: server default)")
 	flag.DurationVar(&cfg.Quiet, "quiet", 250*time.Millisecond, "quiet period around each change")

@@ -243,7 +243,8 @@ func pct(d []time.Duration, p float64) float64 {
 	return float64(s[i].Microseconds()) / 1000
 }
 
-// profileDuring saves a CPU profile of the server while f runs (when -profile is set).
+// profileDuring saves a CPU profile of the server while f runs (when -profile is set), and with
+// -profile-trace an execution trace of the same length: it shows what goroutines wait for.
 func (h *harness) profileDuring(name string, f func()) {
 	if h.cfg.ProfileDir == "" {
 		f()
@@ -251,13 +252,22 @@ func (h *harness) profileDuring(name string, f func()) {
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
-	done := make(chan error, 1)
-	path := filepath.Join(h.cfg.ProfileDir, name+".pprof")
-	go func() { done <- h.srv.profile(ctx, h.cfg.ProfileSeconds, path) }()
+	seconds := max(1, int(h.cfg.ProfileSeconds.Seconds()))
+	downloads := map[string]string{name + ".pprof": fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds)}
+	if h.cfg.ProfileTrace {
+		downloads[name+".trace"] = fmt.Sprintf("/debug/pprof/trace?seconds=%d", seconds)
+	}
+	done := make(chan error, len(downloads))
+	for file, urlPath := range downloads {
+		path := filepath.Join(h.cfg.ProfileDir, file)
+		go func() { done <- h.srv.download(ctx, urlPath, path) }()
+	}
 	time.Sleep(100 * time.Millisecond) // let the profile start
 	f()
-	if err := <-done; err != nil {
-		fmt.Fprintf(os.Stderr, "profile %s: %v\n", name, err)
+	for range downloads {
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "profile %s: %v\n", name, err)
+		}
 	}
 }
 

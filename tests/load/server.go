@@ -217,11 +217,6 @@ func (s *serverProc) heapAfterGC() int64 {
 	return 0
 }
 
-// profile fetches a CPU profile of the next d into path (needs /debug/pprof on the HTTP port).
-func (s *serverProc) profile(ctx context.Context, d time.Duration, path string) error {
-	return s.download(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(1, int(d.Seconds()))), path)
-}
-
 // heapProfile saves the server's heap profile.
 func (s *serverProc) heapProfile(path string) error {
 	return s.download(context.Background(), "/debug/pprof/heap", path)
