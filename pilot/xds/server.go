@@ -240,39 +240,13 @@ func (s *Server) distribute() {
 
 func (s *Server) worker() {
 	defer s.workers.Done()
-	// One timer per worker, reset for each delivery rather than one per proxy per push.
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
 	for {
 		c, req := s.queue.Dequeue()
 		if c == nil {
 			return
 		}
-		s.deliver(c, req, timer)
+		c.deliverPush(req)
 		s.queue.Done(c)
-	}
-}
-
-// deliver hands req to the connection's own goroutine, which generates and sends, and waits at most
-// SendTimeout for it. A proxy that does not read blocks only its own goroutine; the worker moves on and the
-// connection is closed.
-func (s *Server) deliver(c *Connection, req *model.PushRequest, timer *time.Timer) {
-	item := &pushItem{req: req, done: make(chan struct{})}
-	timer.Reset(s.opts.SendTimeout)
-	defer timer.Stop()
-	select {
-	case c.pushCh <- item:
-	case <-c.closed:
-		return
-	case <-timer.C:
-		c.kill("push not accepted within the send timeout")
-		return
-	}
-	select {
-	case <-item.done:
-	case <-c.closed:
-	case <-timer.C:
-		c.kill("push not sent within the send timeout")
 	}
 }
 
@@ -338,7 +312,6 @@ func (s *Server) remove(c *Connection, err error) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.queue.Remove(c)
-	close(c.closed)
 	if s.opts.Observer != nil {
 		s.opts.Observer.Closed(c.id)
 	}
