@@ -23,11 +23,12 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
-// Connection is one ADS stream. Its state is changed only while holding turn: requests are handled on the
-// stream's reader goroutine, pushes on the push worker that dequeued the connection. mu guards the state
-// against the readers elsewhere (the push distributor and debug views).
+// Connection is one ADS stream. Its state is changed only while holding turn: by the stream's reader
+// goroutine (ACKs and NACKs), by the handler's goroutine (requests that need a response) and by the push
+// worker that dequeued the connection (pushes). mu guards the state against the readers elsewhere (the push
+// distributor and debug views).
 //
-// Handing requests and pushes to one goroutine of the connection's own instead cost two more goroutine
+// Handing every request and push to one goroutine of the connection's own instead cost two more goroutine
 // wake-ups per push and per ACK, and a third for a goroutine per send: under steady churn to 300 proxies
 // that was 17,000 wake-ups a second, and events from Kubernetes queued behind them.
 type Connection struct {
@@ -46,7 +47,7 @@ type Connection struct {
 
 	turn     sync.Mutex  // held while handling a request or a push
 	ended    atomic.Bool // the stream's handler has returned: nothing more is handled or sent
-	failed   chan error  // the first error of a request or a push; it ends the stream
+	failed   chan error  // the first error of a push or of a request handled by the reader; it ends the stream
 	killed   chan struct{}
 	killOnce sync.Once
 	killMsg  string
@@ -95,15 +96,18 @@ func (c *Connection) kill(reason string) {
 	})
 }
 
-// serve runs a stream. The first request (it carries the node) is read before the connection exists;
-// later ones are read and handled by a reader goroutine, pushes by the push workers, one at a time (turn).
-// The handler's own goroutine only waits for the end: an error, a kill, or the stream's context.
+// serve runs a stream. The first request (it carries the node) is read before the connection exists.
+// Later ones are read by a reader goroutine, which handles an ACK or NACK itself and hands a request that
+// needs a response to the handler's own goroutine: the reader must keep reading while that response waits
+// for the in-flight budget, because the ACKs behind it are what free the budget. Pushes are handled by the
+// push workers. One at a time: whoever handles holds the connection's turn.
 func serve[Req interface {
 	GetNode() *core.Node
 	GetTypeUrl() string
 	GetResponseNonce() string
 }](s *Server, stream grpc.ServerStream, delta bool,
-	recv func() (Req, error), handle func(*Connection, Req) error, push func(*Connection, *model.PushRequest) error,
+	recv func() (Req, error), handle func(c *Connection, req Req, noSend bool) (needsSend bool, err error),
+	push func(*Connection, *model.PushRequest) error,
 ) (err error) {
 	if !s.startStream() {
 		return status.Error(codes.Unavailable, "server is shutting down")
@@ -119,22 +123,66 @@ func serve[Req interface {
 
 	fl := newFlight(s.inflight, 2*s.opts.SendTimeout)
 	defer fl.close()
-	// Read on its own goroutine: a stream.Recv cannot be interrupted, and shutdown must not wait for a
-	// client that never sends.
-	firstReq := make(chan Req, 1)
-	firstErr := make(chan error, 1)
+	// Requests are read on their own goroutine: a stream.Recv cannot be interrupted, and shutdown must not
+	// wait for a client that never sends.
+	reqs := make(chan Req) // requests that may need a response, for this goroutine
+	var handing atomic.Int32
+	recvErr := make(chan error, 1)
+	var c *Connection
+	connected := make(chan struct{})
 	go func() {
-		req, err := recv()
+		first, err := recv()
 		if err != nil {
-			firstErr <- err
+			recvErr <- err
 			return
 		}
-		firstReq <- req
+		select {
+		case reqs <- first:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-connected:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			req, err := recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			// An ACK or NACK frees its response's budget at once, even while a push holds the turn.
+			fl.answered(req.GetTypeUrl(), req.GetResponseNonce())
+			// Handled here unless a request before it is still with the handler's goroutine (order
+			// matters) or it needs a response. Saves two goroutine wake-ups per ACK.
+			needsSend := true
+			if handing.Load() == 0 {
+				c.turn.Lock()
+				if !c.ended.Load() {
+					needsSend, err = handle(c, req, true)
+				}
+				c.turn.Unlock()
+				if err != nil {
+					c.fail(err)
+					return
+				}
+			}
+			if !needsSend {
+				continue
+			}
+			handing.Add(1)
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
 	}()
 	var first Req
 	select {
-	case first = <-firstReq:
-	case err := <-firstErr:
+	case first = <-reqs:
+	case err := <-recvErr:
 		return err
 	case <-ctx.Done():
 		return s.doneErr(ctx)
@@ -146,49 +194,36 @@ func serve[Req interface {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	proxy.Delta = delta
-	c := s.newConnection(ctx, proxy, delta, stream)
+	c = s.newConnection(ctx, proxy, delta, stream)
 	c.flight, c.pushFn = fl, push
 	c.turn.Lock() // pushes wait until the first request is handled
 	s.add(c)
 	defer func() { s.remove(c, err) }()
-	err = handle(c, first)
+	defer c.end()
+	close(connected)
+	_, err = handle(c, first, false)
 	c.turn.Unlock()
-	if err != nil {
-		c.end()
-		return err
-	}
-	go func() {
-		for {
-			req, err := recv()
-			if err != nil {
-				c.fail(err)
-				return
-			}
-			// An ACK or NACK frees its response's budget at once, even while a push holds the turn.
-			fl.answered(req.GetTypeUrl(), req.GetResponseNonce())
+	for err == nil {
+		select {
+		case req := <-reqs:
 			c.turn.Lock()
 			if !c.ended.Load() {
-				err = handle(c, req)
+				_, err = handle(c, req, false)
 			}
 			c.turn.Unlock()
-			if err != nil {
-				c.fail(err)
-				return
+			handing.Add(-1)
+		case err = <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
 			}
+		case err = <-c.failed:
+		case <-c.killed:
+			return status.Error(codes.DeadlineExceeded, c.killMsg)
+		case <-ctx.Done():
+			return s.doneErr(ctx)
 		}
-	}()
-	defer c.end()
-	select {
-	case err = <-c.failed:
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		return err
-	case <-c.killed:
-		return status.Error(codes.DeadlineExceeded, c.killMsg)
-	case <-ctx.Done():
-		return s.doneErr(ctx)
 	}
+	return err
 }
 
 // fail ends the stream with err, unless it is ending already.

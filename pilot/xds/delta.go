@@ -16,9 +16,21 @@ func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discov
 	return serve(s, stream, true, stream.Recv, (*Connection).handleDelta, (*Connection).pushDelta)
 }
 
-// handleDelta handles a delta request. Unlike state-of-the-world, the nonce only serves ACK/NACK:
+// handleDelta handles a delta request. With noSend, a request that changes what is subscribed (and may need
+// a response) is left untouched and reported (needsSend); an ACK or NACK is handled.
+func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest, noSend bool) (needsSend bool, err error) {
+	if noSend {
+		w := c.watched[req.GetTypeUrl()]
+		if w == nil || len(req.GetResourceNamesSubscribe()) > 0 || len(req.GetResourceNamesUnsubscribe()) > 0 {
+			return true, nil
+		}
+	}
+	return false, c.handleDeltaRequest(req)
+}
+
+// handleDeltaRequest handles a delta request. Unlike state-of-the-world, the nonce only serves ACK/NACK:
 // subscription changes are incremental and always applied.
-func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
+func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
 	gen, err := c.requestGenerator(typeURL)
 	if gen == nil {

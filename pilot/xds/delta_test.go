@@ -221,3 +221,23 @@ func testDeltaFullStateMixedChanges(t *testing.T, rebuild bool, order func(uint6
 	e.publish(true, nil, func(snapshot) {})
 	c.none(200 * time.Millisecond)
 }
+
+// Envoy subscribes to the endpoints of new clusters before it ACKs the clusters. With room in flight for one
+// response, the endpoints wait for the clusters' budget, which only that ACK frees: the ACK must be read
+// while the subscription waits, not after it (the flight timeout would free it only seconds later).
+func TestAckBehindAWaitingSubscriptionIsRead(t *testing.T) {
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	cds := c.recv()
+	start := time.Now()
+	deltaAsk(c, nil, EndpointType, []string{"a", "b"}, nil, nil)
+	deltaAsk(c, nil, ClusterType, nil, nil, cds)
+	eds := c.recv()
+	if got := deltaResources(t, eds); !maps.Equal(got, map[string]string{"a": "ea1", "b": "eb1"}) {
+		t.Fatalf("endpoints %v", got)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("endpoints came %v after the subscription: the ACK behind it was not read", d)
+	}
+}

@@ -15,27 +15,39 @@ func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[disco
 
 // handleSotW handles a request: a new subscription is answered at once; a request whose nonce is not the
 // latest sent is stale (the client has not seen our newest response yet and will ask again) and ignored;
-// otherwise it ACKs or NACKs the latest response and may change the subscribed names.
-func (c *Connection) handleSotW(req *discovery.DiscoveryRequest) error {
+// otherwise it ACKs or NACKs the latest response and may change the subscribed names. With noSend, a
+// request that needs a response is left untouched and reported (needsSend).
+func (c *Connection) handleSotW(req *discovery.DiscoveryRequest, noSend bool) (needsSend bool, err error) {
 	typeURL := req.GetTypeUrl()
 	gen, err := c.requestGenerator(typeURL)
 	if gen == nil {
-		return err
+		return false, err
 	}
 	names, star := canonicalNames(req.GetResourceNames())
 	w := c.watched[typeURL]
 	if w == nil {
+		if noSend {
+			return true, nil
+		}
 		// Also a reconnect: whatever nonce or version the client had from another server, it gets full state.
 		w = &WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star}
 		if len(req.GetResourceNames()) == 0 && legacyWildcard[typeURL] {
 			w.Wildcard, w.legacy = true, true
 		}
 		c.watch(w)
-		return c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
+		return false, c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
 	}
 	if req.GetResponseNonce() != w.NonceSent {
 		c.srv.log.Debug("stale request ignored", "conn", c.id, "type", typeURL, "nonce", req.GetResponseNonce(), "latest", w.NonceSent)
-		return nil
+		return false, nil
+	}
+	wildcard, legacy := star, false
+	if len(req.GetResourceNames()) == 0 && w.legacy {
+		wildcard, legacy = true, true // an empty list keeps a legacy wildcard
+	}
+	changed := wildcard != w.Wildcard || names != w.ResourceNames
+	if changed && noSend {
+		return true, nil
 	}
 	if req.GetErrorDetail() != nil {
 		c.nack(w, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
@@ -50,18 +62,13 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest) error {
 	} else {
 		c.ack(w, req.GetVersionInfo(), req.GetResponseNonce())
 	}
-
-	wildcard, legacy := star, false
-	if len(req.GetResourceNames()) == 0 && w.legacy {
-		wildcard, legacy = true, true // an empty list keeps a legacy wildcard
-	}
-	if wildcard == w.Wildcard && names == w.ResourceNames {
-		return nil // a plain ACK
+	if !changed {
+		return false, nil // a plain ACK
 	}
 	c.mu.Lock()
 	w.ResourceNames, w.Wildcard, w.legacy = names, wildcard, legacy
 	c.mu.Unlock()
-	return c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
+	return false, c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
 }
 
 // pushSotW sends every type req concerns, in make-before-break order.
