@@ -279,7 +279,7 @@ func (c *Connection) send(msg proto.Message, typeURL string) error {
 	}
 	var out any = msg
 	if encoded {
-		enc, err := wire.encode(c.srv.buffers)
+		enc, err := wire.encode()
 		if err != nil {
 			return status.Errorf(codes.Internal, "encoding the %s response: %v", typeURL, err)
 		}

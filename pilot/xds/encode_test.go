@@ -33,19 +33,12 @@ func TestEncodedResponsesDecodeToTheMessage(t *testing.T) {
 			Resources: []*anypb.Any{any1, big, {}}, ControlPlane: &core.ControlPlane{Identifier: "sextant"}},
 		&discovery.DiscoveryResponse{TypeUrl: ListenerType, Nonce: "empty"},
 	}
-	pool := &bufferTiers{}
 	for _, msg := range cases {
 		wire, ok, err := prepareResponse(msg)
 		if err != nil || !ok {
 			t.Fatalf("%T: prepared %v, %v", msg, ok, err)
 		}
-		// The pool does not clear what it hands out: offer it a dirty buffer of the size.
-		dirty := pool.Get(wire.size)
-		for i := range *dirty {
-			(*dirty)[i] = 0xaa
-		}
-		pool.Put(dirty)
-		enc, err := wire.encode(pool)
+		enc, err := wire.encode()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,13 +82,12 @@ func BenchmarkEncodeResponse(b *testing.B) {
 	})
 	b.Run("connection", func(b *testing.B) {
 		b.ReportAllocs()
-		pool := &bufferTiers{}
 		for b.Loop() {
 			w, _, err := prepareResponse(resp)
 			if err != nil {
 				b.Fatal(err)
 			}
-			enc, err := w.encode(pool)
+			enc, err := w.encode()
 			if err != nil {
 				b.Fatal(err)
 			}

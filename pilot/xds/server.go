@@ -61,7 +61,6 @@ type Server struct {
 	queue    *pushQueue
 	limiter  *rate.Limiter
 	instance string // random per process, so nonces from a previous run never look current
-	buffers  *bufferTiers
 	inflight *budget
 
 	base   context.Context // cancelled by Shutdown
@@ -106,7 +105,6 @@ func NewServer(opts Options) *Server {
 		log:      opts.Logger,
 		queue:    newPushQueue(),
 		instance: hex.EncodeToString(id[:]),
-		buffers:  &bufferTiers{},
 		conns:    map[*Connection]struct{}{},
 		wake:     make(chan struct{}, 1),
 		byType:   map[string]*typeCounters{},
