@@ -24,7 +24,6 @@ func discoveryCommand() *cobra.Command {
 		Long: `Run the control plane. Config comes from a directory of YAML/JSON files (--config-dir),
 from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or both (files win).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			collector := tuneGC()
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
@@ -41,7 +40,6 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 			defer stop()
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "sextant %s\n", version)
-			fmt.Fprintln(out, collector)
 			fmt.Fprintf(out, "HTTP (ready, healthz, debug) listening on %s\n", srv.HTTPAddr())
 			if err := srv.Start(ctx); err != nil {
 				return err
