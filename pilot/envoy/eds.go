@@ -165,12 +165,11 @@ func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushC
 				if i >= 0 {
 					subset = subsets[i].Name
 				}
-				name := appendOutboundClusterName(buf[:0], p.Port, subset, host)
-				if w.ResourceNames.HasBytes(name) {
+				if name, ok := w.ResourceNames.Lookup(appendOutboundClusterName(buf[:0], p.Port, subset, host)); ok {
 					if firstOnly {
 						return nil, true
 					}
-					out = append(out, string(name))
+					out = append(out, name)
 				}
 			}
 		}

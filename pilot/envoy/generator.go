@@ -46,7 +46,8 @@ type Generators struct {
 	// snapshot's from.
 	listenerLists *generations[listID, *listenerList]
 	// clusters and assignments keep the current build of each cluster and load assignment by name.
-	clusters, assignments *slots
+	clusters    *slots[outboundClusterKey]
+	assignments *slots[edsKey]
 	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
 	// proxy namespace.
 	vhosts *generations[vhostID, vhostEntry]
@@ -68,20 +69,21 @@ type Generators struct {
 // slots keeps one marshaled resource per name together with the key it was built from. A changed key
 // replaces the entry, so a superseded build is dropped at once rather than aging out of an LRU: under
 // endpoint churn the cache stays the size of the config instead of filling with old assignments.
-type slots struct {
+// Keyed by a concrete type: a key boxed in an interface cost an allocation per lookup, per proxy.
+type slots[K comparable] struct {
 	mu sync.RWMutex
-	m  map[string]slot
+	m  map[string]slot[K]
 }
 
-type slot struct {
-	key any
+type slot[K comparable] struct {
+	key K
 	res *xds.Resource
 }
 
-func newSlots() *slots { return &slots{m: map[string]slot{}} }
+func newSlots[K comparable]() *slots[K] { return &slots[K]{m: map[string]slot[K]{}} }
 
 // get returns the resource for name built from key, building it when the slot holds another key.
-func (s *slots) get(name string, key any, build func() proto.Message) (*xds.Resource, error) {
+func (s *slots[K]) get(name string, key K, build func() proto.Message) (*xds.Resource, error) {
 	s.mu.RLock()
 	sl, ok := s.m[name]
 	s.mu.RUnlock()
@@ -93,7 +95,7 @@ func (s *slots) get(name string, key any, build func() proto.Message) (*xds.Reso
 		return nil, err
 	}
 	s.mu.Lock()
-	s.m[name] = slot{key: key, res: r}
+	s.m[name] = slot[K]{key: key, res: r}
 	s.mu.Unlock()
 	return r, nil
 }
@@ -248,7 +250,7 @@ func New(opts Options) *Generators {
 		opts.CacheSize = 20_000
 	}
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
-	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots(), assignments: newSlots(),
+	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots[outboundClusterKey](), assignments: newSlots[edsKey](),
 		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
 		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),

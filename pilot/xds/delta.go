@@ -185,8 +185,9 @@ func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model
 // whole state and anything the client has that is not in it is removed; otherwise removed lists removals.
 func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res Resources, removed []string,
 	added *NameSet, full, always bool) error {
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.TypeURL}
-	var versions []string
+	resp, versions := c.deltaScratch()
+	defer c.putDeltaScratch(resp, versions)
+	resp.TypeUrl = w.TypeURL
 	// A full state mostly repeats the last one sent, resource for resource: generators hand out the same
 	// cached *Resource while its content stands, or rebuild it with the same version. Walking the previous
 	// list alongside skips the per-name lookups for those (at 300 sidecars × 2,700 resources they were a
@@ -242,7 +243,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			}
 		}
 		resp.Resources = append(resp.Resources, r.deltaResource(v))
-		versions = append(versions, v)
+		*versions = append(*versions, v)
 	}
 	// seen is built only when needed: a full state that covers every name the client has removes nothing
 	// (generators never repeat a name).
@@ -327,7 +328,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			}
 		}
 		for i, r := range resp.Resources {
-			w.sent.set(r.Name, versions[i])
+			w.sent.set(r.Name, (*versions)[i])
 		}
 		for _, n := range resp.RemovedResources {
 			w.sent.del(n)
@@ -379,4 +380,29 @@ func (c *Connection) forgetVirtualHosts(routeConfigs []string) {
 		vw.sent.del(n)
 	}
 	c.mu.Unlock()
+}
+
+// deltaScratch returns a response to fill and a list for its versions, reused from the connection's last
+// send unless in use (a route configuration's send makes its virtual hosts' send within it). A response
+// is done with once sent: gRPC has its bytes. Allocating one per push was an eighth of what endpoint churn
+// allocated. Called under the turn.
+func (c *Connection) deltaScratch() (*discovery.DeltaDiscoveryResponse, *[]string) {
+	resp, versions := c.scratch.resp, c.scratch.versions
+	if resp == nil {
+		return &discovery.DeltaDiscoveryResponse{}, new([]string)
+	}
+	c.scratch.resp, c.scratch.versions = nil, nil
+	return resp, versions
+}
+
+// putDeltaScratch empties resp and versions and keeps them for the connection's next send.
+func (c *Connection) putDeltaScratch(resp *discovery.DeltaDiscoveryResponse, versions *[]string) {
+	res, removed := resp.Resources, resp.RemovedResources
+	clear(res) // shared resources of an old snapshot are not kept alive by a scratch list
+	clear(removed)
+	resp.Reset()
+	resp.Resources, resp.RemovedResources = res[:0], removed[:0]
+	clear(*versions)
+	*versions = (*versions)[:0]
+	c.scratch.resp, c.scratch.versions = resp, versions
 }

@@ -73,19 +73,22 @@ type flight struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
-	pending map[string][]*flightEntry // type URL → in send order
+	pending map[string][]flightEntry // type URL → in send order, so oldest first
 	done    bool
+	// expiry releases what a proxy never answers. One timer per stream, armed while anything is pending: a
+	// timer per response was an allocation and a timer-heap insertion and removal per push.
+	expiry *time.Timer
+	armed  bool
 }
 
 type flightEntry struct {
 	nonce    string
 	weight   int64
-	released bool
-	timer    *time.Timer
+	deadline time.Time
 }
 
 func newFlight(b *budget, timeout time.Duration) *flight {
-	return &flight{budget: b, timeout: timeout, pending: map[string][]*flightEntry{}}
+	return &flight{budget: b, timeout: timeout, pending: map[string][]flightEntry{}}
 }
 
 // acquire waits for size bytes of budget (capped at the whole budget) and records them against nonce.
@@ -97,27 +100,50 @@ func (f *flight) acquire(ctx context.Context, typeURL, nonce string, size int) e
 	if err := f.budget.acquire(ctx, w); err != nil {
 		return err
 	}
-	e := &flightEntry{nonce: nonce, weight: w}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.done {
-		f.mu.Unlock()
 		f.budget.release(w)
 		return nil
 	}
-	f.pending[typeURL] = append(f.pending[typeURL], e)
 	// A proxy that never answers must not hold the budget for ever.
-	e.timer = time.AfterFunc(f.timeout, func() { f.releaseEntry(e) })
-	f.mu.Unlock()
+	f.pending[typeURL] = append(f.pending[typeURL], flightEntry{nonce: nonce, weight: w, deadline: time.Now().Add(f.timeout)})
+	if !f.armed {
+		f.armed = true
+		if f.expiry == nil {
+			f.expiry = time.AfterFunc(f.timeout, f.expire)
+		} else {
+			f.expiry.Reset(f.timeout)
+		}
+	}
 	return nil
 }
 
-func (f *flight) releaseEntry(e *flightEntry) {
+// expire releases the responses past their deadline and arms the timer for the next one.
+func (f *flight) expire() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !e.released {
-		e.released = true
-		f.budget.release(e.weight)
+	if f.done {
+		return
 	}
+	now := time.Now()
+	var next time.Time
+	for typeURL, list := range f.pending {
+		i := 0
+		for ; i < len(list) && !list[i].deadline.After(now); i++ {
+			f.budget.release(list[i].weight)
+		}
+		list = list[i:]
+		f.pending[typeURL] = list
+		if len(list) > 0 && (next.IsZero() || list[0].deadline.Before(next)) {
+			next = list[0].deadline
+		}
+	}
+	if next.IsZero() {
+		f.armed = false
+		return
+	}
+	f.expiry.Reset(next.Sub(now))
 }
 
 // answered releases the response with this nonce and every earlier one of the type: the stream is ordered,
@@ -134,13 +160,13 @@ func (f *flight) answered(typeURL, nonce string) {
 			continue
 		}
 		for _, old := range list[:i+1] {
-			if !old.released {
-				old.released = true
-				old.timer.Stop()
-				f.budget.release(old.weight)
-			}
+			f.budget.release(old.weight)
 		}
-		f.pending[typeURL] = append(list[:0:0], list[i+1:]...)
+		if rest := list[i+1:]; len(rest) > 0 {
+			f.pending[typeURL] = rest
+		} else {
+			f.pending[typeURL] = list[:0] // the array serves the next responses
+		}
 		return
 	}
 }
@@ -153,13 +179,12 @@ func (f *flight) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.done = true
+	if f.expiry != nil {
+		f.expiry.Stop()
+	}
 	for _, list := range f.pending {
 		for _, e := range list {
-			if !e.released {
-				e.released = true
-				e.timer.Stop()
-				f.budget.release(e.weight)
-			}
+			f.budget.release(e.weight)
 		}
 	}
 	clear(f.pending)

@@ -45,3 +45,32 @@ func TestBudgetReleasesMemoryAfterABurst(t *testing.T) {
 		t.Errorf("%d bytes counted in flight after every release", b.used.Load())
 	}
 }
+
+// A response the proxy never answers gives its budget back after the flight timeout; an answer gives it
+// back at once, with every earlier response of the type.
+func TestFlightReleasesUnansweredResponsesAfterTimeout(t *testing.T) {
+	b := newBudget(100)
+	b.releaseAfterBurst = func() {}
+	f := newFlight(b, 100*time.Millisecond)
+	ctx := context.Background()
+	must(t, f.acquire(ctx, ClusterType, "c1", 30))
+	must(t, f.acquire(ctx, ClusterType, "c2", 30))
+	must(t, f.acquire(ctx, EndpointType, "e1", 40)) // never answered
+	f.answered(ClusterType, "c2")
+	if used := b.used.Load(); used != 40 {
+		t.Fatalf("%d bytes in flight after c2's answer, want 40 (e1 only)", used)
+	}
+	start := time.Now()
+	waited, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	must(t, f.acquire(waited, ClusterType, "c3", 100)) // waits for e1 to expire
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Fatalf("the whole budget was granted after %v, before e1 expired", d)
+	}
+	eventually(t, "c3 expired too", func() bool { return b.used.Load() == 0 })
+	must(t, f.acquire(ctx, ListenerType, "l1", 10))
+	f.close()
+	if used := b.used.Load(); used != 0 {
+		t.Fatalf("%d bytes in flight after close", used)
+	}
+}

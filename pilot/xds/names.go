@@ -60,13 +60,17 @@ func (s *NameSet) Has(name string) bool {
 	return ok
 }
 
-// HasBytes is Has for a name in a buffer, looked up without making it a string.
-func (s *NameSet) HasBytes(name []byte) bool {
+// Lookup returns the set's own copy of a name in a buffer, if the set has it: looked up without making the
+// name a string, and a caller keeping it shares the set's string instead of allocating one.
+func (s *NameSet) Lookup(name []byte) (string, bool) {
 	if s == nil {
-		return false
+		return "", false
 	}
-	_, ok := s.index[string(name)]
-	return ok
+	i, ok := s.index[string(name)]
+	if !ok {
+		return "", false
+	}
+	return s.sorted[i], true
 }
 
 // Len is the number of names.
