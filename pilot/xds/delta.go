@@ -395,14 +395,24 @@ func (c *Connection) deltaScratch() (*discovery.DeltaDiscoveryResponse, *[]strin
 	return resp, versions
 }
 
-// putDeltaScratch empties resp and versions and keeps them for the connection's next send.
+// putDeltaScratch empties resp and versions and keeps them for the connection's next send. Lists grown by a
+// full state (thousands of resources at a cold start) are dropped: 300 connections would keep them for good.
 func (c *Connection) putDeltaScratch(resp *discovery.DeltaDiscoveryResponse, versions *[]string) {
-	res, removed := resp.Resources, resp.RemovedResources
-	clear(res) // shared resources of an old snapshot are not kept alive by a scratch list
-	clear(removed)
+	res, removed := keptScratch(resp.Resources), keptScratch(resp.RemovedResources)
 	resp.Reset()
-	resp.Resources, resp.RemovedResources = res[:0], removed[:0]
-	clear(*versions)
-	*versions = (*versions)[:0]
+	resp.Resources, resp.RemovedResources = res, removed
+	*versions = keptScratch(*versions)
 	c.scratch.resp, c.scratch.versions = resp, versions
+}
+
+// maxScratch is the longest list a connection keeps between sends: a push's response is a few resources.
+const maxScratch = 64
+
+// keptScratch returns list emptied for reuse (cleared, so it keeps nothing alive), or nil if it is long.
+func keptScratch[T any](list []T) []T {
+	if cap(list) > maxScratch {
+		return nil
+	}
+	clear(list)
+	return list[:0]
 }
