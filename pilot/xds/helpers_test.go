@@ -127,6 +127,13 @@ func newEnv(t testing.TB, initial snapshot, opts ...envOption) *testEnv {
 				s[k] = v
 			}
 		})
+		// The initial push is for nobody: let the distributor take it before a client connects, or a
+		// client that subscribed meanwhile gets the same snapshot a second time.
+		eventually(t, "initial snapshot distributed", func() bool {
+			e.srv.incomingMu.Lock()
+			defer e.srv.incomingMu.Unlock()
+			return e.srv.incoming == nil
+		})
 	}
 	return e
 }
