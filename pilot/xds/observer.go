@@ -14,8 +14,9 @@ const (
 )
 
 // Observer is told what the transport does, for metrics and for tracking which proxies run which snapshot.
-// Methods are called on connection goroutines, concurrently for different connections but in order for one;
-// they must be quick and must not block. connID is ConnectionStatus.ID.
+// Methods are called concurrently for different connections but one at a time and in order for one
+// (under the connection's turn), Closed last; they must be quick and must not block. connID is
+// ConnectionStatus.ID.
 type Observer interface {
 	// Sent: a response for typeURL built from snapshot version went out. req is the push it belongs to, nil
 	// when it answers the proxy's own request (a new or changed subscription).
@@ -29,8 +30,8 @@ type Observer interface {
 	Closed(connID string)
 }
 
-// observePush runs one type's push and reports it. Stream goroutine only (it reads w's sent nonce unlocked,
-// which only this goroutine writes).
+// observePush runs one type's push and reports it. Under the turn (it reads w's sent nonce unlocked, which
+// only the turn's holder writes).
 func (c *Connection) observePush(w *WatchedResource, push *model.PushContext, req *model.PushRequest, run func() error) error {
 	obs := c.srv.opts.Observer
 	if obs == nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 func TestParseProxy(t *testing.T) {
@@ -166,5 +170,73 @@ func TestNewStreamRateLimit(t *testing.T) {
 	}
 	if d := time.Since(start); d < 250*time.Millisecond {
 		t.Fatalf("4 streams at 10/s with burst 1 took %v, want ≥ 300ms", d)
+	}
+}
+
+// recordingObserver keeps, per connection, whether it was closed and whether anything came after.
+type recordingObserver struct {
+	mu     sync.Mutex
+	closed map[string]bool
+	after  []string
+}
+
+func (o *recordingObserver) saw(connID, what string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed[connID] {
+		o.after = append(o.after, what)
+	}
+}
+
+func (o *recordingObserver) Sent(connID string, _ *Proxy, _, _ string, _ uint64, _ *model.PushRequest) {
+	o.saw(connID, "sent")
+}
+func (o *recordingObserver) Pushed(connID, _ string, _ uint64, _ *model.PushRequest, _ string, _ time.Duration) {
+	o.saw(connID, "pushed")
+}
+func (o *recordingObserver) Acked(connID, _, _ string, _ bool, _ string) { o.saw(connID, "acked") }
+func (o *recordingObserver) Closed(connID string) {
+	o.saw(connID, "closed")
+	o.mu.Lock()
+	o.closed[connID] = true
+	o.mu.Unlock()
+}
+
+// Pushes keep coming while proxies disconnect: for each connection the Observer hears Closed once, last.
+func TestObserverHearsClosedLast(t *testing.T) {
+	obs := &recordingObserver{closed: map[string]bool{}}
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.Observer = obs })
+	stop := make(chan struct{})
+	var pushes sync.WaitGroup
+	pushes.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.set(ClusterType, "a", "a"+strconv.Itoa(i))
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for i := range 20 {
+		c := e.delta(t)
+		deltaAsk(c, sidecar("p"+strconv.Itoa(i), "ns1"), ClusterType, nil, nil, nil)
+		deltaAsk(c, nil, ClusterType, nil, nil, c.recv())
+		time.Sleep(5 * time.Millisecond)
+		c.cancel() // the proxy goes away mid-churn
+	}
+	close(stop)
+	pushes.Wait()
+	eventually(t, "every connection closed", func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return len(obs.closed) == 20
+	})
+	time.Sleep(100 * time.Millisecond)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.after) > 0 {
+		t.Fatalf("after Closed the Observer heard %v", obs.after)
 	}
 }

@@ -312,8 +312,15 @@ func (s *Server) remove(c *Connection, err error) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.queue.Remove(c)
-	if s.opts.Observer != nil {
-		s.opts.Observer.Closed(c.id)
+	if obs := s.opts.Observer; obs != nil {
+		// After the last push or request that holds the turn: a push still sending when the stream ended
+		// reports first, so the Observer hears nothing of the connection after Closed. Not waited for here:
+		// a send blocked by flow control ends only once this handler has returned.
+		go func() {
+			c.turn.Lock()
+			defer c.turn.Unlock()
+			obs.Closed(c.id)
+		}()
 	}
 	s.disconnects.Add(1)
 	attrs := []any{"conn", c.id, "proxy", c.proxy.NodeID, "connected", time.Since(c.connectedAt).Round(time.Millisecond)}
