@@ -64,7 +64,7 @@ type Connection struct {
 	// scratch is a delta response and its versions, reused from send to send (deltaScratch); under turn.
 	scratch struct {
 		resp     *discovery.DeltaDiscoveryResponse
-		versions *[]string
+		versions []string
 	}
 	// checked is the last request the distributor found this connection concerned by, with the types it
 	// concerns (under mu): the push of that very request (not merged with another meanwhile) reuses them

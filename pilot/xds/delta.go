@@ -186,7 +186,7 @@ func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model
 func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res Resources, removed []string,
 	added *NameSet, full, always bool) error {
 	resp, versions := c.deltaScratch()
-	defer c.putDeltaScratch(resp, versions)
+	defer func() { c.putDeltaScratch(resp, versions) }()
 	resp.TypeUrl = w.TypeURL
 	// A full state mostly repeats the last one sent, resource for resource: generators hand out the same
 	// cached *Resource while its content stands, or rebuild it with the same version. Walking the previous
@@ -243,7 +243,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			}
 		}
 		resp.Resources = append(resp.Resources, r.deltaResource(v))
-		*versions = append(*versions, v)
+		versions = append(versions, v)
 	}
 	// seen is built only when needed: a full state that covers every name the client has removes nothing
 	// (generators never repeat a name).
@@ -328,7 +328,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			}
 		}
 		for i, r := range resp.Resources {
-			w.sent.set(r.Name, (*versions)[i])
+			w.sent.set(r.Name, versions[i])
 		}
 		for _, n := range resp.RemovedResources {
 			w.sent.del(n)
@@ -386,10 +386,10 @@ func (c *Connection) forgetVirtualHosts(routeConfigs []string) {
 // send unless in use (a route configuration's send makes its virtual hosts' send within it). A response
 // is done with once sent: gRPC has its bytes. Allocating one per push was an eighth of what endpoint churn
 // allocated. Called under the turn.
-func (c *Connection) deltaScratch() (*discovery.DeltaDiscoveryResponse, *[]string) {
+func (c *Connection) deltaScratch() (*discovery.DeltaDiscoveryResponse, []string) {
 	resp, versions := c.scratch.resp, c.scratch.versions
 	if resp == nil {
-		return &discovery.DeltaDiscoveryResponse{}, new([]string)
+		return &discovery.DeltaDiscoveryResponse{}, nil
 	}
 	c.scratch.resp, c.scratch.versions = nil, nil
 	return resp, versions
@@ -397,12 +397,11 @@ func (c *Connection) deltaScratch() (*discovery.DeltaDiscoveryResponse, *[]strin
 
 // putDeltaScratch empties resp and versions and keeps them for the connection's next send. Lists grown by a
 // full state (thousands of resources at a cold start) are dropped: 300 connections would keep them for good.
-func (c *Connection) putDeltaScratch(resp *discovery.DeltaDiscoveryResponse, versions *[]string) {
+func (c *Connection) putDeltaScratch(resp *discovery.DeltaDiscoveryResponse, versions []string) {
 	res, removed := keptScratch(resp.Resources), keptScratch(resp.RemovedResources)
 	resp.Reset()
 	resp.Resources, resp.RemovedResources = res, removed
-	*versions = keptScratch(*versions)
-	c.scratch.resp, c.scratch.versions = resp, versions
+	c.scratch.resp, c.scratch.versions = resp, keptScratch(versions)
 }
 
 // maxScratch is the longest list a connection keeps between sends: a push's response is a few resources.
