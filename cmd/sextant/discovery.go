@@ -10,16 +10,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sextantmesh/sextant/pilot/discovery"
 	"github.com/sextantmesh/sextant/pilot/xds"
-	"github.com/sextantmesh/sextant/pkg/heapgoal"
 )
 
 func discoveryCommand() *cobra.Command {
 	var args discovery.Args
-	var logLevel, gcHeadroom string
+	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "discovery",
 		Short: "Run the control plane: watch config, serve xDS",
@@ -31,10 +29,6 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			args.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			headroom, err := resource.ParseQuantity(gcHeadroom)
-			if err != nil || headroom.Sign() < 0 {
-				return fmt.Errorf("--gc-headroom %q: want a size such as 192Mi (0 disables)", gcHeadroom)
-			}
 			if args.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 				args.InCluster = true
 			}
@@ -44,12 +38,6 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			switch {
-			case os.Getenv("GOGC") != "":
-				args.Logger.Info("GOGC is set in the environment; --gc-headroom is not applied", "GOGC", os.Getenv("GOGC"))
-			case headroom.Value() > 0:
-				defer heapgoal.Keep(ctx, uint64(headroom.Value()))()
-			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "sextant %s\n", version)
 			fmt.Fprintf(out, "HTTP (ready, healthz, debug) listening on %s\n", srv.HTTPAddr())
@@ -79,8 +67,6 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.Int64Var(&args.MaxBytesInFlight, "max-bytes-in-flight", xds.DefaultMaxBytesInFlight, "response bytes sent to all proxies and not yet acknowledged; sends beyond wait (bounds the memory of a reconnect storm); <0: no bound")
 	f.Float64Var(&args.NewStreamsPerSecond, "new-streams-per-second", 0, "limit on new xDS streams per second, smoothing reconnect storms; 0 means no limit")
 	f.StringVar(&args.VHDSMinEnvoy, "vhds-min-envoy", "1.38", "oldest Envoy (MAJOR.MINOR) whose delta stream gets sidecar virtual hosts over VHDS instead of inside the route configurations; off disables VHDS")
-	f.StringVar(&gcHeadroom, "gc-headroom", "192Mi", "least heap growth between garbage collections (GOGC rises above 100 while the live heap is "+
-		"smaller than this; ignored when GOGC is set); 0 leaves Go's default")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
