@@ -39,6 +39,9 @@ func CompareKeys(a, b Key) int {
 	return cmp.Compare(a.Name, b.Name)
 }
 
+// KubeSource is the Source of objects read from a Kubernetes cluster.
+const KubeSource = "kube"
+
 // Config is one config object. It is immutable once handed to the store: a change is a new *Config.
 //
 // Spec holds the upstream Go type: for Kubernetes kinds the whole object (*corev1.Service, *corev1.Pod,
@@ -52,7 +55,7 @@ type Config struct {
 	Generation        int64
 	CreationTimestamp time.Time
 	UID               string
-	// Source says where the object came from: "file:PATH#INDEX" or "kube".
+	// Source says where the object came from: "file:PATH#INDEX" or KubeSource.
 	Source string
 	Spec   any
 }

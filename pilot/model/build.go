@@ -685,6 +685,11 @@ func (u *updater) finish() {
 		for key, s := range u.affected {
 			eps := computeEndpoints(s, u.r)
 			if old, ok := u.endpoints.Get(key); ok && endpointsEqual(old, eps) {
+				if !slices.Equal(old.podRefs, eps.podRefs) {
+					// Only the pods it waits for changed (a cluster's slice named a pod not yet known):
+					// recorded, so the pod's arrival refreshes the service; nothing to push now.
+					u.setEndpoints(key, s.Namespace, eps)
+				}
 				continue
 			}
 			u.setEndpoints(key, s.Namespace, eps)
@@ -705,8 +710,9 @@ func (u *updater) finish() {
 	}
 }
 
+// endpointsEqual reports whether a and b serve the same endpoints (the pods they refer to aside).
 func endpointsEqual(a, b *ServiceEndpoints) bool {
-	if len(a.ByPort) != len(b.ByPort) || !slices.Equal(a.podRefs, b.podRefs) {
+	if len(a.ByPort) != len(b.ByPort) {
 		return false
 	}
 	for port, ea := range a.ByPort {

@@ -193,6 +193,7 @@ func addSliceEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
 		if slice.AddressType == discoveryv1.AddressTypeFQDN {
 			continue
 		}
+		fromCluster := sc.Source == config.KubeSource
 		for _, sp := range svc.Ports {
 			epPort, ok := slicePort(slice, sp)
 			if !ok {
@@ -219,7 +220,16 @@ func addSliceEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
 				if ref := e.TargetRef; ref != nil && ref.Kind == "Pod" {
 					out.podRefs = append(out.podRefs, ref.Name)
 					// The pod's workload carries what the slice lacks: labels for subsets, identity, network.
-					if w := r.workload(config.Key{Kind: config.Pod, Namespace: svc.Namespace, Name: ref.Name}); w != nil {
+					w := r.workload(config.Key{Kind: config.Pod, Namespace: svc.Namespace, Name: ref.Name})
+					if w == nil && fromCluster {
+						// A cluster lists a pod in a slice only once it has an IP, so the pod's own event is
+						// on its way (watches of different kinds are not ordered). Sent now, the endpoint
+						// would lack its tlsMode (auto mTLS would send it plaintext), labels (subsets would
+						// miss it) and identity, and go out a second time when the pod arrives; podRefs
+						// brings it in then.
+						continue
+					}
+					if w != nil {
 						ep.Labels = w.Labels
 						ep.ServiceAccount = w.ServiceAccount
 						ep.WorkloadName = w.Name

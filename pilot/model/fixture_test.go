@@ -22,15 +22,17 @@ type meshFixture struct {
 	t     testing.TB
 	store *store.Store
 	clock time.Time
+	// source is the Source of the objects put from now on ("test" unless a test says otherwise).
+	source string
 }
 
 func newMesh(t testing.TB) *meshFixture {
-	return &meshFixture{t: t, store: store.New(), clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return &meshFixture{t: t, store: store.New(), clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), source: "test"}
 }
 
 func (m *meshFixture) put(kind config.Kind, ns, name string, labels map[string]string, spec any) *config.Config {
 	m.clock = m.clock.Add(time.Second)
-	c := &config.Config{Key: config.Key{Kind: kind, Namespace: ns, Name: name}, Labels: labels, CreationTimestamp: m.clock, Source: "test", Spec: spec}
+	c := &config.Config{Key: config.Key{Kind: kind, Namespace: ns, Name: name}, Labels: labels, CreationTimestamp: m.clock, Source: m.source, Spec: spec}
 	if err := config.Validate(c); err != nil {
 		m.t.Fatalf("fixture %s invalid: %v", c.Key, err)
 	}
@@ -55,7 +57,7 @@ func (m *meshFixture) service(ns, name, clusterIP string, selector map[string]st
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
 		Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Selector: selector, Ports: ports}}
 	m.clock = m.clock.Add(time.Second)
-	c := &config.Config{Key: config.Key{Kind: config.Service, Namespace: ns, Name: name}, Annotations: annotations, CreationTimestamp: m.clock, Source: "test", Spec: svc}
+	c := &config.Config{Key: config.Key{Kind: config.Service, Namespace: ns, Name: name}, Annotations: annotations, CreationTimestamp: m.clock, Source: m.source, Spec: svc}
 	m.store.Upsert(store.LayerKube, c)
 }
 

@@ -286,8 +286,17 @@ func TestUpdateEndpointOnlyIsIncremental(t *testing.T) {
 // TestIncrementalMatchesFullBuild applies random changes one batch at a time and checks, after each batch, that
 // the incrementally updated snapshot equals a snapshot built from scratch.
 func TestIncrementalMatchesFullBuild(t *testing.T) {
+	// From a cluster, a slice's endpoint waits for its pod; from files it does not. Slices here name pods
+	// that come and go.
+	for _, source := range []string{"file:mesh.yaml", config.KubeSource} {
+		t.Run(source, func(t *testing.T) { testIncrementalMatchesFullBuild(t, source) })
+	}
+}
+
+func testIncrementalMatchesFullBuild(t *testing.T, source string) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	m := newMesh(t)
+	m.source = source
 	for i := range 3 {
 		m.node(fmt.Sprintf("n%d", i), "r", fmt.Sprintf("z%d", i))
 	}
@@ -415,5 +424,65 @@ func TestVirtualServiceForHostPrecedence(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("from %s, %s: got %q, want %q", tc.ns, tc.host, got, tc.want)
 		}
+	}
+}
+
+// TestClusterEndpointWaitsForItsPod: a cluster's EndpointSlice can arrive before the status that gives its
+// pod an IP. The endpoint is held back until then, so it never goes out without the pod's tlsMode and
+// labels, and the service is not pushed twice. A slice from files is taken as it is.
+func TestClusterEndpointWaitsForItsPod(t *testing.T) {
+	const host = "api.ns.svc.cluster.local"
+	labels := map[string]string{"app": "api", "security.istio.io/tlsMode": "istio"}
+	m := newMesh(t)
+	m.source = config.KubeSource
+	m.node("n1", "r", "z")
+	m.service("ns", "api", "10.0.0.1", map[string]string{"app": "api"}, nil, httpPort(80))
+	m.pod("ns", "api-1", "10.1.0.1", "n1", true, labels)
+	m.slice("ns", "api-x", "api", "http", 80, sliceEndpoint{ip: "10.1.0.1", pod: "api-1", node: "n1", ready: true})
+	ps := model.Build(m.store, mesh.Default())
+	var changes []model.Change
+	m.store.AddHandler(func(ev store.Event) { changes = append(changes, model.Change{Key: ev.Key(), Old: ev.Old, New: ev.New}) })
+	apply := func() model.UpdateResult {
+		t.Helper()
+		next, res := model.Update(ps, m.store, changes)
+		ps, changes = next, nil
+		return res
+	}
+	addresses := func() []string {
+		var out []string
+		for _, ep := range ps.EndpointsForPort(ps.ServiceForHostname("ns", host), 80, nil) {
+			out = append(out, ep.Address+"/"+ep.TLSMode)
+		}
+		return out
+	}
+
+	// The pod exists without an IP, and the slice already lists it.
+	m.put(config.Pod, "ns", "api-2", labels, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api-2", Namespace: "ns", Labels: labels}})
+	m.slice("ns", "api-x", "api", "http", 80, sliceEndpoint{ip: "10.1.0.1", pod: "api-1", node: "n1", ready: true},
+		sliceEndpoint{ip: "10.1.0.2", pod: "api-2", node: "n1", ready: true})
+	if req := apply(); len(req.ServicesUpdated) != 0 {
+		t.Errorf("slice naming a pod without IP: services updated %v, want none (nothing servable changed)", req.ServicesUpdated)
+	}
+	if got := addresses(); !slices.Equal(got, []string{"10.1.0.1/istio"}) {
+		t.Errorf("before the pod's IP: endpoints %v, want only 10.1.0.1/istio", got)
+	}
+
+	// The pod's status arrives.
+	m.pod("ns", "api-2", "10.1.0.2", "n1", true, labels)
+	if req := apply(); len(req.ServicesUpdated) != 1 {
+		t.Errorf("pod got its IP: services updated %v, want %s", req.ServicesUpdated, host)
+	}
+	if got := addresses(); !slices.Equal(got, []string{"10.1.0.1/istio", "10.1.0.2/istio"}) {
+		t.Errorf("after the pod's IP: endpoints %v, want both with tlsMode istio", got)
+	}
+
+	// From files, a slice may name pods that are not in the directory: its endpoints stand as written.
+	f := newMesh(t)
+	f.source = "file:mesh.yaml"
+	f.service("ns", "api", "10.0.0.1", map[string]string{"app": "api"}, nil, httpPort(80))
+	f.slice("ns", "api-x", "api", "http", 80, sliceEndpoint{ip: "10.1.0.9", pod: "api-9", node: "n1", ready: true})
+	fps := model.Build(f.store, mesh.Default())
+	if eps := fps.EndpointsForPort(fps.ServiceForHostname("ns", host), 80, nil); len(eps) != 1 || eps[0].TLSMode != "disabled" {
+		t.Errorf("file slice naming an absent pod: endpoints %+v, want 10.1.0.9 with tlsMode disabled", eps)
 	}
 }

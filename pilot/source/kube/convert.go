@@ -14,7 +14,7 @@ import (
 )
 
 // SourceName is the value of config.Config.Source for objects from the cluster.
-const SourceName = "kube"
+const SourceName = config.KubeSource
 
 // lastApplied is kubectl's copy of the whole object: large, and never read.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
