@@ -7,8 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/debug"
 	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
+	"github.com/sextantmesh/sextant/pilot/store"
 )
 
 const (
@@ -327,4 +333,59 @@ func TestMetricsAndDistribution(t *testing.T) {
 		pz.Pushes[0].Convergence <= 0 || pz.Convergence.Count == 0 {
 		t.Errorf("pushz = %+v", pz)
 	}
+}
+
+// TestEndpointsWaitingForPods: an endpoint a cluster's EndpointSlice lists for a pod not yet known with an
+// IP is named in /debug/endpointz and counted in /debug/push_status until the pod arrives.
+func TestEndpointsWaitingForPods(t *testing.T) {
+	env := debugtest.Start(t, map[string]string{"svc.yaml": `apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec:
+  clusterIP: 10.96.0.40
+  selector: {app: api}
+  ports: [{name: http, port: 8080}]
+`})
+	const service = "shop/api.shop.svc.cluster.local"
+	ready, port, portName := true, int32(8080), "http"
+	env.Server.Store.Upsert(store.LayerKube, &config.Config{Key: config.Key{Kind: config.EndpointSlice, Namespace: "shop", Name: "api-x"},
+		Source: config.KubeSource, Spec: &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "api-x", Namespace: "shop", Labels: map[string]string{discoveryv1.LabelServiceName: "api"}},
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.40"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "api-1"}}}}})
+	type view struct {
+		Service string
+		Ports   []struct {
+			Endpoints []struct{ Address, TLSMode string }
+		}
+		WaitingForPods []string
+	}
+	get := func() (view, debug.PushStatus) {
+		var eps []view
+		var ps debug.PushStatus
+		env.GetJSON(t, "/debug/endpointz?service="+service, &eps)
+		env.GetJSON(t, "/debug/push_status", &ps)
+		if len(eps) != 1 {
+			t.Fatalf("endpointz = %+v", eps)
+		}
+		return eps[0], ps
+	}
+	debugtest.Eventually(t, "the endpoint waiting for its pod", func() bool {
+		v, ps := get()
+		return strings.Join(v.WaitingForPods, ",") == "shop/api-1" && ps.EndpointsWaitingForPods == 1
+	})
+	if v, _ := get(); len(v.Ports) != 0 {
+		t.Errorf("endpoint served before its pod: %+v", v)
+	}
+
+	labels := map[string]string{"app": "api", "security.istio.io/tlsMode": "istio"}
+	env.Server.Store.Upsert(store.LayerKube, &config.Config{Key: config.Key{Kind: config.Pod, Namespace: "shop", Name: "api-1"}, Labels: labels,
+		Source: config.KubeSource, Spec: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api-1", Namespace: "shop", Labels: labels},
+			Status: corev1.PodStatus{PodIP: "10.1.0.40", Phase: corev1.PodRunning}}})
+	debugtest.Eventually(t, "the endpoint served once its pod has an IP", func() bool {
+		v, ps := get()
+		return len(v.WaitingForPods) == 0 && ps.EndpointsWaitingForPods == 0 && len(v.Ports) == 1 &&
+			len(v.Ports[0].Endpoints) == 1 && v.Ports[0].Endpoints[0].TLSMode == "istio"
+	})
 }

@@ -239,6 +239,9 @@ type portEndpoints struct {
 type serviceEndpoints struct {
 	Service string          `json:"service"`
 	Ports   []portEndpoints `json:"ports"`
+	// WaitingForPods are pods (namespace/name) a cluster's EndpointSlice lists whose endpoints are held back
+	// until the pod is known with an IP.
+	WaitingForPods []string `json:"waitingForPods,omitempty"`
 }
 
 func (d *Debug) handleEndpointz(w http.ResponseWriter, r *http.Request) {
@@ -272,6 +275,9 @@ func (d *Debug) handleEndpointz(w http.ResponseWriter, r *http.Request) {
 				}
 				se.Ports = append(se.Ports, pe)
 			}
+			for _, pod := range eps.WaitingForPods {
+				se.WaitingForPods = append(se.WaitingForPods, s.Namespace+"/"+pod)
+			}
 		}
 		out = append(out, se)
 	}
@@ -291,6 +297,9 @@ type PushStatus struct {
 	Pipeline      map[string]any  `json:"pipeline"`
 	Connected     int             `json:"connectedProxies"`
 	Rejected      []*config.Error `json:"rejected"`
+	// EndpointsWaitingForPods counts pods whose endpoints are held back until the pod has an IP
+	// (/debug/endpointz names them).
+	EndpointsWaitingForPods int `json:"endpointsWaitingForPods"`
 }
 
 func (d *Debug) handlePushStatus(w http.ResponseWriter, _ *http.Request) {
@@ -301,7 +310,7 @@ func (d *Debug) handlePushStatus(w http.ResponseWriter, _ *http.Request) {
 	st := d.src.Pipeline.Stats()
 	out := PushStatus{Version: ps.Version, BuiltAt: ps.BuiltAt, BuildSeconds: ps.BuildDuration.Seconds(),
 		Rebuilt: append([]string{}, ps.Rebuilt...), Services: ps.ServiceCount(), Endpoints: ps.EndpointCount(),
-		Workloads: ps.WorkloadCount(), ConfigObjects: map[string]int{},
+		EndpointsWaitingForPods: ps.EndpointsWaitingForPods(), Workloads: ps.WorkloadCount(), ConfigObjects: map[string]int{},
 		Pipeline: map[string]any{"builds": st.Builds, "fullPushes": st.FullPushes, "incrementalPushes": st.Incremental,
 			"mergedEvents": st.MergedEvents, "lastBuildSeconds": st.LastBuild.Seconds()},
 		Connected: d.src.XDS.Counters().Connected, Rejected: d.rejected()}

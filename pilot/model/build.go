@@ -685,7 +685,7 @@ func (u *updater) finish() {
 		for key, s := range u.affected {
 			eps := computeEndpoints(s, u.r)
 			if old, ok := u.endpoints.Get(key); ok && endpointsEqual(old, eps) {
-				if !slices.Equal(old.podRefs, eps.podRefs) {
+				if !slices.Equal(old.podRefs, eps.podRefs) || !slices.Equal(old.WaitingForPods, eps.WaitingForPods) {
 					// Only the pods it waits for changed (a cluster's slice named a pod not yet known):
 					// recorded, so the pod's arrival refreshes the service; nothing to push now.
 					u.setEndpoints(key, s.Namespace, eps)

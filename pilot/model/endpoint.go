@@ -59,6 +59,9 @@ type ServiceEndpoints struct {
 	Service string
 	// ByPort holds, per service port number, the endpoints sorted by address.
 	ByPort map[uint32][]*Endpoint
+	// WaitingForPods names the pods (in the service's namespace, sorted) whose endpoints a cluster's
+	// EndpointSlice lists but that are not known with an IP yet: their endpoints are held back until they are.
+	WaitingForPods []string
 	// podRefs are the pods (in the service's namespace) its EndpointSlices point at, sorted, whether or not
 	// they exist yet: a change to one of them must refresh these endpoints.
 	podRefs []string
@@ -175,6 +178,8 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 	}
 	slices.Sort(out.podRefs)
 	out.podRefs = slices.Compact(out.podRefs)
+	slices.Sort(out.WaitingForPods)
+	out.WaitingForPods = slices.Compact(out.WaitingForPods)
 	for port, eps := range out.ByPort {
 		slices.SortFunc(eps, func(a, b *Endpoint) int {
 			if c := strings.Compare(a.Address, b.Address); c != 0 {
@@ -227,6 +232,7 @@ func addSliceEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
 						// would lack its tlsMode (auto mTLS would send it plaintext), labels (subsets would
 						// miss it) and identity, and go out a second time when the pod arrives; podRefs
 						// brings it in then.
+						out.WaitingForPods = append(out.WaitingForPods, ref.Name)
 						continue
 					}
 					if w != nil {

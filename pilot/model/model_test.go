@@ -359,6 +359,9 @@ func dump(ps *model.PushContext) string {
 	for _, s := range ps.AllServices() {
 		fmt.Fprintf(&b, "svc %s %v %v\n", s.Key(), s.Addresses, s.Resolution)
 		se := ps.Endpoints(s.Key())
+		if len(se.WaitingForPods) > 0 {
+			fmt.Fprintf(&b, "  waiting for %v\n", se.WaitingForPods)
+		}
 		for _, p := range s.Ports {
 			for _, ep := range se.ByPort[p.Port] {
 				fmt.Fprintf(&b, "  ep %d %s:%d %s %s %v %s\n", p.Port, ep.Address, ep.Port, ep.Health, ep.Locality, ep.Labels, ep.ServiceAccount)
@@ -466,6 +469,9 @@ func TestClusterEndpointWaitsForItsPod(t *testing.T) {
 	if got := addresses(); !slices.Equal(got, []string{"10.1.0.1/istio"}) {
 		t.Errorf("before the pod's IP: endpoints %v, want only 10.1.0.1/istio", got)
 	}
+	if w := ps.Endpoints("ns/" + host).WaitingForPods; !slices.Equal(w, []string{"api-2"}) || ps.EndpointsWaitingForPods() != 1 {
+		t.Errorf("before the pod's IP: waiting for %v (%d in all), want [api-2]", w, ps.EndpointsWaitingForPods())
+	}
 
 	// The pod's status arrives.
 	m.pod("ns", "api-2", "10.1.0.2", "n1", true, labels)
@@ -474,6 +480,9 @@ func TestClusterEndpointWaitsForItsPod(t *testing.T) {
 	}
 	if got := addresses(); !slices.Equal(got, []string{"10.1.0.1/istio", "10.1.0.2/istio"}) {
 		t.Errorf("after the pod's IP: endpoints %v, want both with tlsMode istio", got)
+	}
+	if n := ps.EndpointsWaitingForPods(); n != 0 {
+		t.Errorf("after the pod's IP: %d pods waited for, want 0", n)
 	}
 
 	// From files, a slice may name pods that are not in the directory: its endpoints stand as written.

@@ -85,6 +85,16 @@ func (ps *PushContext) EndpointCount() int {
 	return n
 }
 
+// EndpointsWaitingForPods returns how many pods, summed over services, have endpoints held back until the
+// pod is known with an IP (ServiceEndpoints.WaitingForPods).
+func (ps *PushContext) EndpointsWaitingForPods() int {
+	n := 0
+	for _, se := range ps.endpoints.All() {
+		n += len(se.WaitingForPods)
+	}
+	return n
+}
+
 // WorkloadCount returns the number of workloads (pods with an IP and WorkloadEntries).
 func (ps *PushContext) WorkloadCount() int { return ps.workloads.byUID.Len() }
 
