@@ -393,6 +393,7 @@ func (c *Connection) generateFailed(w *WatchedResource, err error) {
 }
 
 func (c *Connection) watch(w *WatchedResource) {
+	w.gen, w.counters = c.srv.opts.Generators[w.TypeURL], c.srv.byType[w.TypeURL]
 	c.mu.Lock()
 	c.watched[w.TypeURL] = w
 	c.mu.Unlock()

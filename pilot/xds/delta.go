@@ -144,11 +144,11 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 func (c *Connection) pushDelta(req *model.PushRequest) error {
 	push := c.srv.snapshot(req)
 	for _, w := range c.pushTypes(req) {
-		if tc := c.srv.byType[w.TypeURL]; tc != nil {
+		if tc := w.counters; tc != nil {
 			tc.pushes.Add(1)
 		}
 		err := c.observePush(w, push, req, func() error {
-			gen := c.srv.opts.Generators[w.TypeURL]
+			gen := c.srv.generatorOf(w)
 			dg, ok := gen.(DeltaGenerator)
 			if !ok {
 				return c.respondDelta(gen, w, push, req, nil, false)

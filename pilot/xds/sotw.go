@@ -75,11 +75,11 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest, noSend bool) (n
 func (c *Connection) pushSotW(req *model.PushRequest) error {
 	push := c.srv.snapshot(req)
 	for _, w := range c.pushTypes(req) {
-		if tc := c.srv.byType[w.TypeURL]; tc != nil {
+		if tc := w.counters; tc != nil {
 			tc.pushes.Add(1)
 		}
 		if err := c.observePush(w, push, req, func() error {
-			gen := c.srv.opts.Generators[w.TypeURL]
+			gen := c.srv.generatorOf(w)
 			if dg, ok := gen.(DeltaGenerator); ok && req != nil && !req.Full && !legacyWildcard[w.TypeURL] {
 				// EDS and RDS responses need not repeat unchanged resources: send only what the push changed.
 				return c.respondSotWPartial(dg, w, push, req)
