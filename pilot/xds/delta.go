@@ -148,7 +148,7 @@ func (c *Connection) pushDelta(req *model.PushRequest) error {
 			tc.pushes.Add(1)
 		}
 		err := c.observePush(w, push, req, func() error {
-			gen := c.srv.generatorOf(w)
+			gen := w.gen
 			dg, ok := gen.(DeltaGenerator)
 			if !ok {
 				return c.respondDelta(gen, w, push, req, nil, false)

@@ -142,9 +142,10 @@ type WatchedResource struct {
 	sent sentSet
 	// nacked is the nonce last NACKed, so a repeated NACK of the same response is logged and counted once.
 	nacked string
-	// gen and counters are the type's generator and counters, resolved once when a connection starts
-	// watching: every snapshot asks every watch of every connection whether it concerns it, and looking
-	// them up by type URL each time was about 3 % of the server's CPU under endpoint churn from a cluster.
+	// gen and counters are the type's generator and counters, set by Connection.watch (a type is watched
+	// only when a generator serves it): every snapshot asks every watch of every connection whether it
+	// concerns it, and looking them up by type URL each time made distributing a snapshot 5.5 % of the
+	// server's CPU under endpoint churn from a cluster, 3.6 % without (docs/benchmarks.md).
 	gen      Generator
 	counters *typeCounters
 }

@@ -259,7 +259,7 @@ func (s *Server) snapshot(req *model.PushRequest) *model.PushContext {
 }
 
 func (s *Server) needsPush(p *Proxy, w *WatchedResource, req *model.PushRequest) bool {
-	gen := s.generatorOf(w)
+	gen := w.gen
 	if gen == nil {
 		return false
 	}
@@ -267,15 +267,6 @@ func (s *Server) needsPush(p *Proxy, w *WatchedResource, req *model.PushRequest)
 		return f.NeedsPush(p, w, req)
 	}
 	return req.Full
-}
-
-// generatorOf returns w's generator: the one resolved when the connection started watching, or for a
-// WatchedResource made elsewhere, the one serving its type.
-func (s *Server) generatorOf(w *WatchedResource) Generator {
-	if w.gen != nil {
-		return w.gen
-	}
-	return s.opts.Generators[w.TypeURL]
 }
 
 // admit refuses streams while shutting down or before the first snapshot, and paces new streams.

@@ -79,7 +79,7 @@ func (c *Connection) pushSotW(req *model.PushRequest) error {
 			tc.pushes.Add(1)
 		}
 		if err := c.observePush(w, push, req, func() error {
-			gen := c.srv.generatorOf(w)
+			gen := w.gen
 			if dg, ok := gen.(DeltaGenerator); ok && req != nil && !req.Full && !legacyWildcard[w.TypeURL] {
 				// EDS and RDS responses need not repeat unchanged resources: send only what the push changed.
 				return c.respondSotWPartial(dg, w, push, req)
