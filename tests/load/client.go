@@ -201,24 +201,14 @@ func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels
 // envoyWindow is Envoy's default HTTP/2 initial stream and connection window.
 const envoyWindow = 256 << 20
 
-// start connects and subscribes like the real client; responses are handled on one goroutine.
+// start connects and subscribes like the real client; responses are handled on one goroutine. Delta
+// proxies speak HTTP/2 themselves (h2Stream); SotW ones use gRPC-Go's client.
 func (p *proxy) start(addr string) error {
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
-		// Envoy's HTTP/2 windows are fixed (256 MiB by default) and it sends no bandwidth-probing PINGs;
-		// gRPC-Go's client would, after every response.
-		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
-	if err != nil {
-		return err
-	}
-	// Proxies live until the harness process exits; nothing closes them earlier.
-	ctx := context.Background()
-	client := discovery.NewAggregatedDiscoveryServiceClient(cc)
 	p.mu.Lock()
 	p.started = time.Now()
 	p.mu.Unlock()
 	if p.delta {
-		stream, err := openDelta(ctx, cc)
+		stream, err := dialDelta(addr)
 		if err != nil {
 			return err
 		}
@@ -238,7 +228,16 @@ func (p *proxy) start(addr string) error {
 		go p.runDelta(stream)
 		return nil
 	}
-	stream, err := client.StreamAggregatedResources(ctx)
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
+		// Envoy's HTTP/2 windows are fixed (256 MiB by default) and it sends no bandwidth-probing PINGs;
+		// gRPC-Go's client would, after every response.
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
+	if err != nil {
+		return err
+	}
+	// Proxies live until the harness process exits; nothing closes them earlier.
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(context.Background())
 	if err != nil {
 		return err
 	}
@@ -287,7 +286,7 @@ func (p *proxy) count(typ string, size int) {
 	p.h.lastResponse.Store(time.Now().UnixNano())
 }
 
-func (p *proxy) runDelta(stream *deltaStream) {
+func (p *proxy) runDelta(stream *h2Stream) {
 	for {
 		resp, err := stream.Recv()
 		if err != nil {

@@ -1,77 +1,18 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"fmt"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
-// The simulated sidecars read delta responses off the wire themselves: a response is scanned for its names
-// and payload bytes, and each distinct payload is decoded once for the whole fleet (decoder). Decoding
-// every response into messages, as the generated client does, cost the harness as much CPU as the server
-// at cold start (805 MB of payload), and the harness shares the server's cores.
+// The simulated sidecars read delta responses off the wire themselves (h2Stream): a response is scanned
+// for its names and payload bytes, and each distinct payload is decoded once for the whole fleet (decoder).
+// Decoding every response into messages, as the generated client does, cost the harness as much CPU as
+// the server at cold start (805 MB of payload), and the harness shares the server's cores.
 
-// deltaMethod is the delta ADS method, opened as a plain stream so responses arrive as raw frames.
+// deltaMethod is the delta ADS method.
 const deltaMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
-
-var deltaStreamDesc = &grpc.StreamDesc{StreamName: "DeltaAggregatedResources", ServerStreams: true, ClientStreams: true}
-
-// frame is one received message, undecoded.
-type frame struct{ b []byte }
-
-// frameCodec marshals requests as protobuf and hands responses over as frames. It keeps the name "proto",
-// so the stream's content type is the ordinary application/grpc.
-type frameCodec struct{}
-
-func (frameCodec) Name() string { return "proto" }
-
-func (frameCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("frame codec: cannot marshal %T", v)
-	}
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-}
-
-func (frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	f, ok := v.(*frame)
-	if !ok {
-		return fmt.Errorf("frame codec: cannot unmarshal into %T", v)
-	}
-	f.b = data.Materialize() // a copy the harness owns: the payloads below are slices of it
-	return nil
-}
-
-// deltaStream is a delta ADS stream whose responses are read as deltaResponse.
-type deltaStream struct{ grpc.ClientStream }
-
-func openDelta(ctx context.Context, cc *grpc.ClientConn) (*deltaStream, error) {
-	s, err := cc.NewStream(ctx, deltaStreamDesc, deltaMethod, grpc.ForceCodecV2(frameCodec{}))
-	if err != nil {
-		return nil, err
-	}
-	return &deltaStream{s}, nil
-}
-
-func (s *deltaStream) Send(req *discovery.DeltaDiscoveryRequest) error { return s.SendMsg(req) }
-
-func (s *deltaStream) Recv() (*deltaResponse, error) {
-	var f frame
-	if err := s.RecvMsg(&f); err != nil {
-		return nil, err
-	}
-	return parseDeltaResponse(f.b)
-}
 
 // deltaResponse is what the harness uses of a DeltaDiscoveryResponse; strings and payloads point into the frame.
 type deltaResponse struct {
