@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/sextantmesh/sextant/tests/kubeenv"
@@ -30,6 +31,7 @@ const loadWorkers = 16
 type kubeApplier struct {
 	ctx   context.Context
 	dyn   dynamic.Interface
+	meta  metadata.Interface // the trace's watch: resource versions only, as protobuf
 	disc  discovery.DiscoveryInterface
 	calls atomic.Int64 // API requests sent
 
@@ -86,7 +88,11 @@ func newKubeApplier(ctx context.Context, admin *rest.Config) (*kubeApplier, erro
 	if err != nil {
 		return nil, err
 	}
-	return &kubeApplier{ctx: ctx, dyn: dyn, disc: disc, res: map[schema.GroupVersionKind]kubeenv.Resource{},
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &kubeApplier{ctx: ctx, dyn: dyn, meta: meta, disc: disc, res: map[schema.GroupVersionKind]kubeenv.Resource{},
 		units: map[string]map[objKey]*kubeObject{}, docs: map[string]*unstructured.Unstructured{}}, nil
 }
 
@@ -145,14 +151,15 @@ func (k *kubeApplier) apply(name, content string, begin func()) error {
 }
 
 // watchSlices watches every EndpointSlice from now until ctx is done, noting when each resource version
-// arrives.
+// arrives. Metadata only: the watch is the harness's, and full objects as JSON cost the API server and the
+// harness CPU the server under test would otherwise have.
 func (k *kubeApplier) watchSlices(ctx context.Context) error {
 	gvr := schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
-	list, err := k.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+	list, err := k.meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return err
 	}
-	w, err := k.dyn.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+	w, err := k.meta.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
 	if err != nil {
 		return err
 	}
@@ -160,7 +167,7 @@ func (k *kubeApplier) watchSlices(ctx context.Context) error {
 	go func() {
 		defer w.Stop()
 		for ev := range w.ResultChan() {
-			if o, ok := ev.Object.(*unstructured.Unstructured); ok {
+			if o, ok := ev.Object.(*metav1.PartialObjectMetadata); ok {
 				now := time.Now()
 				k.seenMu.Lock()
 				k.sliceSeen[o.GetResourceVersion()] = now
