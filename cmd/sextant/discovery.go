@@ -58,7 +58,7 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.StringVar(&args.HTTPAddr, "http-addr", ":15014", "HTTP listen address (/ready, /healthz, /metrics, /debug)")
 	f.DurationVar(&args.DebounceAfter, "debounce-after", 100*time.Millisecond, "quiet period after a config change before a push (endpoint changes do not extend it)")
 	f.DurationVar(&args.DebounceMax, "debounce-max", 10*time.Second, "longest a change waits while changes keep coming")
-	f.DurationVar(&args.DebounceEndpoints, "debounce-endpoints", 20*time.Millisecond, "how long endpoint-only changes are held from the first of a batch (at most --debounce-after)")
+	f.DurationVar(&args.DebounceEndpoints, "debounce-endpoints", time.Millisecond, "how long endpoint-only changes are held from the first of a batch (at most --debounce-after)")
 	f.DurationVar(&args.DebounceFirst, "debounce-first", 20*time.Millisecond,
 		"quiet period for the first config change after --debounce-after without config changes; the rest of a burst waits --debounce-after (0: always --debounce-after)")
 	f.IntVar(&args.PushConcurrency, "push-concurrency", 100, "connections pushed to at once")

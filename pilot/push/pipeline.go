@@ -23,10 +23,13 @@ type Options struct {
 	// DebounceMax bounds how long changes can be held back while changes keep coming (default 10s).
 	DebounceMax time.Duration
 	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch (default
-	// 20ms, at most DebounceAfter): a window, not a quiet period. They are applied incrementally and pushed
-	// only to the proxies that watch the changed services, so batching them buys little and delays them
-	// much. A quiet period never came under steady churn from a cluster (a Pod, its status and its
-	// EndpointSlice are three events, milliseconds apart), and each change then waited DebounceAfter.
+	// 1ms, at most DebounceAfter): a window, not a quiet period, long enough to take the objects one file
+	// or one event brings together. They are applied incrementally and pushed only to the proxies that
+	// watch the changed services, so batching them buys little and delays them much. From a cluster, a
+	// Pod, its status and its EndpointSlice are three events milliseconds apart, and a longer window did
+	// not hold them together: once the writes slowed under load, the status often came after the window
+	// and waited a second one. They need no window to arrive together anyway, since an endpoint waits for
+	// its pod (model). Under load, pushes still merge per connection while one waits in the push queue.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for a config change that arrives after at least DebounceAfter
 	// without config changes (endpoint changes do not count): the first change of a burst (0: DebounceAfter,
@@ -79,7 +82,7 @@ func New(opts Options) *Pipeline {
 		opts.DebounceMax = 10 * time.Second
 	}
 	if opts.DebounceEndpoints == 0 {
-		opts.DebounceEndpoints = 20 * time.Millisecond
+		opts.DebounceEndpoints = time.Millisecond
 	}
 	opts.DebounceEndpoints = min(opts.DebounceEndpoints, opts.DebounceAfter)
 	if opts.Logger == nil {
