@@ -34,14 +34,19 @@ type h2Stream struct {
 	sendConn, sendStream, peerInitial int64
 	maxFrame                          int
 
-	// Receiving: the gRPC message being assembled, complete messages not yet returned, and the bytes
-	// received since this side last opened its windows again.
+	// Receiving: the gRPC message being assembled (need bytes long), complete messages not yet returned,
+	// and the bytes received since this side last opened its windows again.
 	head     [5]byte
 	headLen  int
 	msg      []byte
+	need     int
 	ready    [][]byte
 	received int64
 	err      error // the stream is over: every later call returns it
+	// The buffer of the response Recv returned last is taken again for a later message: a churn's
+	// thousands of small responses then allocate next to nothing, and the harness's collector, whose mark
+	// phases stalled the simulated proxies every 15 s or so, seldom runs.
+	lent, spare []byte
 
 	scratch []byte
 }
@@ -128,8 +133,17 @@ func (s *h2Stream) Send(req *discovery.DeltaDiscoveryRequest) error {
 	return nil
 }
 
-// Recv sends what Send buffered, then returns the next response.
+// maxSpare bounds the buffer kept for reuse: churn's responses fit, a cold start's megabytes are not kept.
+const maxSpare = 64 << 10
+
+// Recv sends what Send buffered, then returns the next response. Its payloads are valid until the next Recv.
 func (s *h2Stream) Recv() (*deltaResponse, error) {
+	if s.lent != nil {
+		if cap(s.lent) <= maxSpare && cap(s.lent) > cap(s.spare) {
+			s.spare = s.lent
+		}
+		s.lent = nil
+	}
 	if s.bw.Buffered() > 0 {
 		if err := s.bw.Flush(); err != nil {
 			return nil, s.fail(err)
@@ -146,6 +160,7 @@ func (s *h2Stream) Recv() (*deltaResponse, error) {
 	b := s.ready[0]
 	s.ready[0] = nil
 	s.ready = s.ready[1:]
+	s.lent = b
 	return parseDeltaResponse(b)
 }
 
@@ -253,17 +268,22 @@ func (s *h2Stream) take(b []byte) error {
 				return errors.New("grpc: compressed message (none was asked for)")
 			}
 			s.headLen = 0
-			s.msg = make([]byte, 0, binary.BigEndian.Uint32(s.head[1:])) // owned by the response: it points into it
-			if cap(s.msg) == 0 {
+			s.need = int(binary.BigEndian.Uint32(s.head[1:]))
+			if cap(s.spare) >= s.need {
+				s.msg, s.spare = s.spare[:0], nil
+			} else {
+				s.msg = make([]byte, 0, s.need)
+			}
+			if s.need == 0 {
 				s.ready = append(s.ready, s.msg)
 				s.msg = nil
 				continue
 			}
 		}
-		n := min(len(b), cap(s.msg)-len(s.msg))
+		n := min(len(b), s.need-len(s.msg))
 		s.msg = append(s.msg, b[:n]...)
 		b = b[n:]
-		if len(s.msg) == cap(s.msg) {
+		if len(s.msg) == s.need {
 			s.ready = append(s.ready, s.msg)
 			s.msg = nil
 		}
