@@ -28,7 +28,7 @@ type Options struct {
 	// watch the changed services, so batching them buys little and delays them much. From a cluster, a
 	// Pod, its status and its EndpointSlice are three events milliseconds apart, and a longer window did
 	// not hold them together: once the writes slowed under load, the status often came after the window
-	// and waited a second one. They need no window to arrive together anyway, since an endpoint waits for
+	// and waited a second one. Nor do they need one to be pushed together: a cluster's endpoint waits for
 	// its pod (model). Under load, pushes still merge per connection while one waits in the push queue.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for a config change that arrives after at least DebounceAfter
