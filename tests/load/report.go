@@ -19,6 +19,15 @@ func mb(b float64) string {
 	return fmt.Sprintf("%.0f B", b)
 }
 
+// byTypeText lists byte counts by type, in type order: "CDS 1.2 MB, EDS 3.4 MB".
+func byTypeText[N int64 | float64](byType map[string]N) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(byType)) {
+		parts = append(parts, k+" "+mb(float64(byType[k])))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func printReport(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "\n%s — %s — load %s — source %s\n", rep.Date, rep.Machine, rep.Load, rep.Config.Source)
 	m := rep.Mesh
@@ -34,12 +43,7 @@ func printReport(out io.Writer, rep *Report) {
 	tw.Flush()
 	for _, r := range rep.Results {
 		if len(r.BytesByType) > 0 {
-			keys := slices.Sorted(maps.Keys(r.BytesByType))
-			var parts []string
-			for _, k := range keys {
-				parts = append(parts, k+" "+mb(r.BytesByType[k]))
-			}
-			fmt.Fprintf(out, "  %s bytes/change by type: %s\n", r.Scenario, strings.Join(parts, ", "))
+			fmt.Fprintf(out, "  %s bytes/change by type: %s\n", r.Scenario, byTypeText(r.BytesByType))
 		}
 		if r.Note != "" {
 			fmt.Fprintf(out, "  %s: %s\n", r.Scenario, r.Note)

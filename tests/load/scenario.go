@@ -303,14 +303,38 @@ func (h *harness) serviceAdd() (*Result, error) {
 		samples = append(samples, smp)
 	}
 	r := h.summarize("service-add", samples)
-	cleanup := time.Now()
-	// Put the mesh back as it was.
+	// Put the mesh back as it was, and wait until every sidecar has dropped the added services. Waiting for
+	// a quiet spell instead let the last removals arrive during the next scenario's first change, which
+	// then counted their CDS, LDS and VHDS pushes as its own.
+	cleanup := newChange()
+	for _, p := range h.sidecars {
+		cleanup.watch(p, func(p *proxy) bool {
+			for _, s := range added {
+				for _, sp := range servicePorts {
+					if hasCluster(outbound(sp.port, s.host()))(p) {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
+	cleanup.seal()
+	b0, t0 := h.bytes.Load(), h.typeBytes()
 	for _, s := range added {
 		if err := h.mesh.removeService(s); err != nil {
 			return nil, err
 		}
 	}
-	h.settle(cleanup, 2*h.cfg.Quiet, 10*time.Second)
+	removed := time.Since(cleanup.start)
+	lats, missed := cleanup.wait(time.Now().Add(h.cfg.Timeout), h.all())
+	if missed > 0 {
+		return nil, fmt.Errorf("service-add clean-up: %d sidecars still have the added services after %s", missed, h.cfg.Timeout)
+	}
+	h.quiet(2*h.cfg.Quiet, 10*time.Second)
+	r.Note = fmt.Sprintf("clean-up: %d services deleted in %d ms; every sidecar had dropped them %d ms after the first delete; %s sent (%s)",
+		len(added), removed.Milliseconds(), slices.Max(append(lats, 0)).Milliseconds(), mb(float64(h.bytes.Load()-b0)),
+		byTypeText(typeDiff(h.typeBytes(), t0)))
 	return r, nil
 }
 
