@@ -1,6 +1,11 @@
 package debug
 
 import (
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -14,6 +19,60 @@ type metrics struct {
 	pushTime    *prometheus.HistogramVec
 	convergence *prometheus.HistogramVec
 	buildTime   prometheus.Histogram
+
+	// byType holds each type's children of the vectors above, copied on write: every response and ACK
+	// updates them, and a label lookup hashes the labels and takes the vector's lock each time.
+	byType   atomic.Pointer[map[string]*typeMetrics]
+	byTypeMu sync.Mutex
+}
+
+// typeMetrics are one type URL's instruments.
+type typeMetrics struct {
+	sent, unchanged, failed prometheus.Counter
+	pushTime, convergence   prometheus.Observer
+}
+
+// forType returns the instruments of typeURL.
+func (m *metrics) forType(typeURL string) *typeMetrics {
+	if all := m.byType.Load(); all != nil {
+		if tm := (*all)[typeURL]; tm != nil {
+			return tm
+		}
+	}
+	m.byTypeMu.Lock()
+	defer m.byTypeMu.Unlock()
+	old := map[string]*typeMetrics{}
+	if all := m.byType.Load(); all != nil {
+		old = *all
+	}
+	if tm := old[typeURL]; tm != nil {
+		return tm
+	}
+	short := ShortType(typeURL)
+	tm := &typeMetrics{
+		sent:        m.pushes.WithLabelValues(short, xds.PushSent),
+		unchanged:   m.pushes.WithLabelValues(short, xds.PushUnchanged),
+		failed:      m.pushes.WithLabelValues(short, xds.PushError),
+		pushTime:    m.pushTime.WithLabelValues(short),
+		convergence: m.convergence.WithLabelValues(short),
+	}
+	all := maps.Clone(old)
+	all[typeURL] = tm
+	m.byType.Store(&all)
+	return tm
+}
+
+// pushed counts one push of the type with its result.
+func (tm *typeMetrics) pushed(result string, took time.Duration) {
+	switch result {
+	case xds.PushSent:
+		tm.sent.Inc()
+	case xds.PushUnchanged:
+		tm.unchanged.Inc()
+	default:
+		tm.failed.Inc()
+	}
+	tm.pushTime.Observe(took.Seconds())
 }
 
 var timeBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}

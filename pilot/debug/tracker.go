@@ -183,9 +183,7 @@ func (t *tracker) Sent(connID string, proxy *xds.Proxy, typeURL, nonce string, v
 
 // Pushed implements xds.Observer.
 func (t *tracker) Pushed(connID, typeURL string, version uint64, req *model.PushRequest, result string, took time.Duration) {
-	short := ShortType(typeURL)
-	t.m.pushes.WithLabelValues(short, result).Inc()
-	t.m.pushTime.WithLabelValues(short).Observe(took.Seconds())
+	t.m.forType(typeURL).pushed(result, took)
 	t.learnSent(req)
 	if result == xds.PushSent {
 		if e := t.record(version); e != nil {
@@ -243,7 +241,7 @@ func (t *tracker) Acked(connID, typeURL, nonce string, nack bool, reason string)
 	}
 	if !sentStart.IsZero() {
 		d := now.Sub(sentStart)
-		t.m.convergence.WithLabelValues(ShortType(typeURL)).Observe(d.Seconds())
+		t.m.forType(typeURL).convergence.Observe(d.Seconds())
 		if e != nil {
 			e.acks.Add(1)
 			storeMax(&e.convNanos, int64(d))

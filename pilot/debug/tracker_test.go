@@ -1,11 +1,14 @@
 package debug
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
+	"time"
 	"weak"
 
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // The push history (kept to tell which pushes concerned a proxy) does not hold the snapshots themselves:
@@ -26,5 +29,37 @@ func TestPushHistoryDoesNotKeepSnapshots(t *testing.T) {
 	}
 	if reqs, complete := tr.requestsBetween(0, 3); !complete || len(reqs) != 3 {
 		t.Errorf("history: %d requests, complete %v; want the 3", len(reqs), complete)
+	}
+}
+
+// What the tracker does for each response of an endpoint push to 300 sidecars: the push, the response
+// and its ACK.
+func BenchmarkTrackerResponse(b *testing.B) {
+	tr := newTracker(newMetrics())
+	const conns = 300
+	ids, nonces := make([]string, conns), make([]string, conns)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("sidecar~10.0.%d.%d~app-%d.ns~ns.svc.cluster.local-%d", i/250, i%250, i, i)
+		nonces[i] = fmt.Sprintf("%d-1", i)
+	}
+	push := func(v uint64) *model.PushRequest {
+		req := &model.PushRequest{Push: &model.PushContext{Version: v}, Start: time.Now()}
+		tr.onPush(req)
+		return req
+	}
+	version := uint64(1)
+	req := push(version)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i == conns {
+			i = 0
+			version++
+			req = push(version)
+		}
+		tr.Sent(ids[i], nil, xds.EndpointType, nonces[i], version, req)
+		tr.Pushed(ids[i], xds.EndpointType, version, req, xds.PushSent, time.Millisecond)
+		tr.Acked(ids[i], xds.EndpointType, nonces[i], false, "")
+		i++
 	}
 }
