@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,8 +73,10 @@ type flight struct {
 	budget  *budget
 	timeout time.Duration
 
-	mu      sync.Mutex
-	pending map[string][]flightEntry // type URL → in send order, so oldest first
+	mu sync.Mutex
+	// pending holds the responses of every type in send order, so oldest first, and by deadline. A
+	// connection has a few at most; a map by type URL cost a hash of the URL per response and per ACK.
+	pending []flightEntry
 	done    bool
 	// expiry releases what a proxy never answers. One timer per stream, armed while anything is pending: a
 	// timer per response was an allocation and a timer-heap insertion and removal per push.
@@ -82,13 +85,14 @@ type flight struct {
 }
 
 type flightEntry struct {
+	typeURL  string
 	nonce    string
 	weight   int64
 	deadline time.Time
 }
 
 func newFlight(b *budget, timeout time.Duration) *flight {
-	return &flight{budget: b, timeout: timeout, pending: map[string][]flightEntry{}}
+	return &flight{budget: b, timeout: timeout}
 }
 
 // acquire waits for size bytes of budget (capped at the whole budget) and records them against nonce.
@@ -107,7 +111,7 @@ func (f *flight) acquire(ctx context.Context, typeURL, nonce string, size int) e
 		return nil
 	}
 	// A proxy that never answers must not hold the budget for ever.
-	f.pending[typeURL] = append(f.pending[typeURL], flightEntry{nonce: nonce, weight: w, deadline: time.Now().Add(f.timeout)})
+	f.pending = append(f.pending, flightEntry{typeURL: typeURL, nonce: nonce, weight: w, deadline: time.Now().Add(f.timeout)})
 	if !f.armed {
 		f.armed = true
 		if f.expiry == nil {
@@ -127,23 +131,16 @@ func (f *flight) expire() {
 		return
 	}
 	now := time.Now()
-	var next time.Time
-	for typeURL, list := range f.pending {
-		i := 0
-		for ; i < len(list) && !list[i].deadline.After(now); i++ {
-			f.budget.release(list[i].weight)
-		}
-		list = list[i:]
-		f.pending[typeURL] = list
-		if len(list) > 0 && (next.IsZero() || list[0].deadline.Before(next)) {
-			next = list[0].deadline
-		}
+	i := 0
+	for ; i < len(f.pending) && !f.pending[i].deadline.After(now); i++ {
+		f.budget.release(f.pending[i].weight)
 	}
-	if next.IsZero() {
+	f.pending = slices.Delete(f.pending, 0, i)
+	if len(f.pending) == 0 {
 		f.armed = false
 		return
 	}
-	f.expiry.Reset(next.Sub(now))
+	f.expiry.Reset(f.pending[0].deadline.Sub(now))
 }
 
 // answered releases the response with this nonce and every earlier one of the type: the stream is ordered,
@@ -154,21 +151,25 @@ func (f *flight) answered(typeURL, nonce string) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	list := f.pending[typeURL]
-	for i, e := range list {
-		if e.nonce != nonce {
-			continue
+	i := 0
+	for ; i < len(f.pending); i++ {
+		if e := &f.pending[i]; e.nonce == nonce && e.typeURL == typeURL {
+			break
 		}
-		for _, old := range list[:i+1] {
-			f.budget.release(old.weight)
-		}
-		if rest := list[i+1:]; len(rest) > 0 {
-			f.pending[typeURL] = rest
-		} else {
-			f.pending[typeURL] = list[:0] // the array serves the next responses
-		}
+	}
+	if i == len(f.pending) {
 		return
 	}
+	kept := f.pending[:0]
+	for j, e := range f.pending {
+		if j <= i && e.typeURL == typeURL {
+			f.budget.release(e.weight)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(f.pending[len(kept):]) // the array serves the next responses; drop its strings
+	f.pending = kept
 }
 
 // close releases everything the stream holds.
@@ -182,10 +183,8 @@ func (f *flight) close() {
 	if f.expiry != nil {
 		f.expiry.Stop()
 	}
-	for _, list := range f.pending {
-		for _, e := range list {
-			f.budget.release(e.weight)
-		}
+	for _, e := range f.pending {
+		f.budget.release(e.weight)
 	}
-	clear(f.pending)
+	f.pending = nil
 }

@@ -74,3 +74,30 @@ func TestFlightReleasesUnansweredResponsesAfterTimeout(t *testing.T) {
 		t.Fatalf("%d bytes in flight after close", used)
 	}
 }
+
+// An answer releases the earlier responses of its own type only, wherever the other types' responses sit
+// between them; a nonce under another type releases nothing.
+func TestFlightAnswerReleasesItsTypeOnly(t *testing.T) {
+	b := newBudget(1000)
+	b.releaseAfterBurst = func() {}
+	f := newFlight(b, time.Minute)
+	defer f.close()
+	ctx := context.Background()
+	must(t, f.acquire(ctx, ClusterType, "1", 1))
+	must(t, f.acquire(ctx, EndpointType, "2", 10))
+	must(t, f.acquire(ctx, ClusterType, "3", 100))
+	must(t, f.acquire(ctx, ClusterType, "4", 200))
+	f.answered(EndpointType, "3")
+	if used := b.used.Load(); used != 311 {
+		t.Fatalf("%d bytes in flight after an answer naming another type's nonce, want 311", used)
+	}
+	f.answered(ClusterType, "3")
+	if used := b.used.Load(); used != 210 {
+		t.Fatalf("%d bytes in flight after the answer to CDS nonce 3, want 210 (EDS 2 and CDS 4)", used)
+	}
+	f.answered(EndpointType, "2")
+	f.answered(ClusterType, "4")
+	if used := b.used.Load(); used != 0 {
+		t.Fatalf("%d bytes in flight after every answer", used)
+	}
+}
