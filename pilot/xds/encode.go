@@ -89,6 +89,8 @@ var responseBuffers = &bufferPool{}
 // powers of two, so a buffer is less than twice its response.
 type bufferPool struct{ classes [maxPooledShift + 1]sync.Pool }
 
+var _ mem.BufferPool = (*bufferPool)(nil)
+
 const (
 	minPooledShift = 8  // 256 B
 	maxPooledShift = 24 // 16 MiB; a larger response gets a buffer of its own, left to the collector
