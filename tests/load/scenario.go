@@ -306,14 +306,20 @@ func (h *harness) serviceAdd() (*Result, error) {
 	// Put the mesh back as it was, and wait until every sidecar has dropped the added services. Waiting for
 	// a quiet spell instead let the last removals arrive during the next scenario's first change, which
 	// then counted their CDS, LDS and VHDS pushes as its own.
+	// Dropped means gone from CDS: a cluster whose pods were deleted first has no endpoints but is still
+	// there, so hasCluster would call it gone early.
+	var clusters []string
+	for _, s := range added {
+		for _, sp := range servicePorts {
+			clusters = append(clusters, outbound(sp.port, s.host()))
+		}
+	}
 	cleanup := newChange()
 	for _, p := range h.sidecars {
 		cleanup.watch(p, func(p *proxy) bool {
-			for _, s := range added {
-				for _, sp := range servicePorts {
-					if hasCluster(outbound(sp.port, s.host()))(p) {
-						return false
-					}
+			for _, name := range clusters {
+				if _, ok := p.res[cdsType][name]; ok {
+					return false
 				}
 			}
 			return true
