@@ -304,9 +304,6 @@ func (t *tracker) learn(req *model.PushRequest, precise bool) {
 		delete(t.history, t.histMin)
 		t.histMin++
 	}
-	if v > t.learned.Load() {
-		t.learned.Store(v)
-	}
 	e := t.record(v)
 	if e == nil {
 		e = &pushEntry{version: v, rec: pushRecord{Version: v}}
@@ -320,6 +317,11 @@ func (t *tracker) learn(req *model.PushRequest, precise bool) {
 			list = list[len(list)-recentSize:]
 		}
 		t.recent.Store(&list)
+	}
+	// Published only once the record is in recent: learnSent skips a version it sees here, and a response
+	// counted between the two would find no record and be lost.
+	if v > t.learned.Load() {
+		t.learned.Store(v)
 	}
 	rec := &e.rec
 	rec.Time, rec.Full, rec.Reason = req.Push.BuiltAt, req.Full, req.Reason

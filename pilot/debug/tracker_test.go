@@ -63,3 +63,22 @@ func BenchmarkTrackerResponse(b *testing.B) {
 		i++
 	}
 }
+
+// A response sent while the pipeline's copy of its push is being recorded is still counted for that push:
+// the transport may learn of the push first or second, but never between the two halves of recording it.
+func TestResponseCountedWhilePushIsRecorded(t *testing.T) {
+	tr := newTracker(newMetrics())
+	for v := uint64(1); v <= 10000; v++ {
+		req := &model.PushRequest{Full: true, Push: &model.PushContext{Version: v}, Start: time.Now()}
+		done := make(chan struct{})
+		go func() {
+			tr.onPush(req)
+			close(done)
+		}()
+		tr.Sent("sidecar~10.0.0.1~a.ns~ns.svc.cluster.local", nil, xds.ClusterType, fmt.Sprint(v), v, req)
+		<-done
+		if e := tr.record(v); e == nil || e.responses.Load() != 1 {
+			t.Fatalf("push %d: its response was not counted", v)
+		}
+	}
+}
