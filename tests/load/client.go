@@ -682,6 +682,18 @@ func (p *proxy) dropWaiters(owner any) {
 
 // Predicates, called with p.mu held.
 
+// lacksClusters holds once none of names is in the proxy's CDS, whatever their endpoints.
+func lacksClusters(names []string) func(*proxy) bool {
+	return func(p *proxy) bool {
+		for _, name := range names {
+			if _, ok := p.res[cdsType][name]; ok {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func hasCluster(name string) func(*proxy) bool {
 	return func(p *proxy) bool {
 		c, ok := p.res[cdsType][name]

@@ -316,14 +316,7 @@ func (h *harness) serviceAdd() (*Result, error) {
 	}
 	cleanup := newChange()
 	for _, p := range h.sidecars {
-		cleanup.watch(p, func(p *proxy) bool {
-			for _, name := range clusters {
-				if _, ok := p.res[cdsType][name]; ok {
-					return false
-				}
-			}
-			return true
-		})
+		cleanup.watch(p, lacksClusters(clusters))
 	}
 	cleanup.seal()
 	b0, t0 := h.bytes.Load(), h.typeBytes()
