@@ -29,91 +29,128 @@ func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest, noSend bo
 }
 
 // handleDeltaRequest handles a delta request. Unlike state-of-the-world, the nonce only serves ACK/NACK:
-// subscription changes are incremental and always applied.
+// subscription changes are incremental and always applied, and every name a request asks about is answered
+// (the resource, or the name in removed_resources), as the protocol requires: a client may subscribe again
+// to a name it dropped, and Envoy forgets a name it unsubscribes while "*" still covers it until the server
+// says again whether it exists.
 func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
 	gen, err := c.requestGenerator(typeURL)
 	if gen == nil {
 		return err
 	}
+	sub, unsub := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
 	w := c.watched[typeURL]
-	if w == nil {
-		sub := req.GetResourceNamesSubscribe()
-		names, star := canonicalNames(sub)
-		w = &WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star,
-			// What the client already has (after a reconnect): unchanged resources are not sent again.
-			sent: sentSet{m: maps.Clone(req.GetInitialResourceVersions())}}
-		if len(sub) == 0 && legacyWildcard[typeURL] {
+	first := w == nil
+	if first {
+		// What the client already has (after a reconnect): unchanged resources are not sent again.
+		w = &WatchedResource{TypeURL: typeURL, sent: sentSet{m: maps.Clone(req.GetInitialResourceVersions())}}
+		// Only a first request naming nothing at all is the legacy wildcard: "*" subscribed and unsubscribed
+		// at once (on-demand ztunnel's first request) subscribes to nothing.
+		if len(sub) == 0 && len(unsub) == 0 && legacyWildcard[typeURL] {
 			w.Wildcard, w.legacy = true, true
 		}
+		if len(req.GetInitialResourceVersions()) > 0 {
+			c.resumed = true
+		}
+		if typeURL == EndpointType {
+			c.forgetOwedAssignments(w)
+		}
 		c.watch(w)
-		// Always answered, even with nothing, so the client knows its initial fetch is complete.
-		return c.respondDelta(gen, w, c.srv.snapshot(nil), nil, names, true)
-	}
-
-	if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.NonceSent {
-		if req.GetErrorDetail() != nil {
-			c.nack(w, nonce, req.GetErrorDetail().GetMessage())
-		} else {
-			c.ack(w, w.VersionSent, nonce)
+	} else {
+		if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.NonceSent {
+			if req.GetErrorDetail() != nil {
+				c.nack(w, nonce, req.GetErrorDetail().GetMessage())
+			} else {
+				c.ack(w, w.VersionSent, nonce)
+			}
+		}
+		if len(sub) == 0 && len(unsub) == 0 {
+			return nil
 		}
 	}
 
-	sub, unsub := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
-	if len(sub) == 0 && len(unsub) == 0 {
-		return nil
-	}
 	c.mu.Lock()
 	names := w.ResourceNames
 	wasWildcard := w.Wildcard
 	wildcard := wasWildcard
-	added := map[string]struct{}{}
-	wildcardAdded := false
+	added := map[string]struct{}{} // new to the subscription
+	asked := map[string]struct{}{} // to answer now
 	for _, n := range sub {
 		if n == "*" {
-			wildcardAdded = wildcardAdded || !wildcard
 			wildcard = true
-		} else if !names.Has(n) {
-			added[intern(n)] = struct{}{}
+			continue
+		}
+		n = intern(n)
+		asked[n] = struct{}{}
+		if !names.Has(n) {
+			added[n] = struct{}{}
 		}
 	}
-	var removedNames []string
+	var removedNames, unsubscribed []string
 	for _, n := range unsub {
 		if n == "*" {
 			wildcard = false
-		} else if _, ok := added[n]; ok {
+			continue
+		}
+		delete(asked, n)
+		if _, ok := added[n]; ok {
 			delete(added, n)
 		} else if names.Has(n) {
 			removedNames = append(removedNames, n)
 		}
+		unsubscribed = append(unsubscribed, n)
+	}
+	wildcardAdded := wildcard && !wasWildcard
+	// Unsubscribed while "*" stays: Envoy holds such a name as ambiguous and waits for the server to say
+	// whether the wildcard covers it.
+	var ambiguous []string
+	if wildcard {
+		for _, n := range unsubscribed {
+			if _, again := asked[n]; !again {
+				ambiguous = append(ambiguous, n)
+			}
+		}
 	}
 	slices.Sort(removedNames)
 	removedNames = slices.Compact(removedNames)
-	addedNames := NewNameSet(slices.Collect(maps.Keys(added))...)
-	if addedNames.Len() > 0 || len(removedNames) > 0 {
+	addedNames := slices.Sorted(maps.Keys(added))
+	if len(addedNames) > 0 || len(removedNames) > 0 {
 		// The canonical set for the new names: sidecars making the same change end up sharing it.
-		w.ResourceNames = names.with(addedNames.Sorted(), removedNames)
+		w.ResourceNames = names.with(addedNames, removedNames)
 	}
 	w.Wildcard = wildcard
 	if !wildcard {
 		w.legacy = false
 	}
-	// The client forgets what it unsubscribes from (if a wildcard still covers it, the next push re-sends it).
+	// The client forgets what it unsubscribes from, and may have forgotten what it subscribes to again.
 	var gone []string
-	for _, n := range unsub {
+	forget := func(n string) {
 		if _, had := w.sent.get(n); had {
 			gone = append(gone, n)
 			w.sent.del(n)
 		}
 	}
+	if !first {
+		for _, n := range unsubscribed {
+			forget(n)
+		}
+		for n := range asked {
+			forget(n)
+		}
+		for _, n := range ambiguous {
+			forget(n)
+		}
+	}
 	if wasWildcard && !wildcard { // what only the wildcard covered is gone too
+		var only []string
 		w.sent.names(func(n string) {
 			if !w.Subscribed(n) {
-				gone = append(gone, n)
+				only = append(only, n)
 			}
 		})
-		for _, n := range gone {
-			w.sent.del(n)
+		for _, n := range only {
+			forget(n)
 		}
 	}
 	w.sent.follow(w.ResourceNames)
@@ -121,52 +158,134 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	if typeURL == RouteType {
 		c.forgetVirtualHosts(gone)
 	}
-	if addedNames.Len() == 0 && !wildcardAdded {
+	askedNames := NewNameSet(slices.Collect(maps.Keys(asked))...)
+	push := c.srv.snapshot(nil)
+	if first || wildcardAdded {
+		// Always answered on a first request, even with nothing, so the client knows its initial fetch is
+		// complete.
+		return c.respondDelta(gen, w, push, nil, askedNames, first)
+	}
+	if len(ambiguous) > 0 {
+		if err := c.answerWildcard(gen, w, push, NewNameSet(ambiguous...)); err != nil {
+			return err
+		}
+	}
+	if askedNames.Len() == 0 {
 		return nil // only unsubscriptions: nothing to send
 	}
-	if !wildcard {
-		// Only names were added (e.g. EDS for new clusters): generate just those, not everything watched.
-		// With 900 clusters watched, regenerating all of them for each proxy on every new cluster was most
-		// of the server's CPU in a service add.
-		view := *w
-		view.ResourceNames = addedNames
-		push := c.srv.snapshot(nil)
-		res, ok := c.generate(gen, &view, push, nil)
-		if !ok {
-			return nil
-		}
-		return c.sendDelta(w, push, res, nil, addedNames, false, false)
-	}
-	return c.respondDelta(gen, w, c.srv.snapshot(nil), nil, addedNames, false)
+	// Generate just the names asked about (e.g. EDS for new clusters), not everything watched. With 900
+	// clusters watched, regenerating all of them for each proxy on every new cluster was most of the
+	// server's CPU in a service add.
+	return c.answerNames(gen, w, push, askedNames)
 }
 
-// pushDelta sends what changed for every type req concerns, in make-before-break order.
+// answerWildcard tells the client, for each of names, whether its wildcard subscription covers it: the
+// resource, or the name as removed.
+func (c *Connection) answerWildcard(gen Generator, w *WatchedResource, push *model.PushContext, names *NameSet) error {
+	all, ok := c.generate(gen, w, push, nil)
+	if !ok {
+		return nil
+	}
+	var res Resources
+	for _, r := range all {
+		if r != nil && names.Has(r.Name) {
+			res = append(res, r)
+		}
+	}
+	_, err := c.sendDelta(w, push, res, nil, names, false, false, false)
+	return err
+}
+
+// answerNames sends the current state of the given names of w: each resource, or its name as removed.
+func (c *Connection) answerNames(gen Generator, w *WatchedResource, push *model.PushContext, names *NameSet) error {
+	view := *w
+	view.ResourceNames, view.Wildcard = names, false
+	res, ok := c.generate(gen, &view, push, nil)
+	if !ok {
+		return nil
+	}
+	_, err := c.sendDelta(w, push, res, nil, names, false, false, false)
+	return err
+}
+
+// pushDelta sends what changed for every type req concerns, in make-before-break order: clusters and load
+// assignments that the push removes go last, after the listeners and routes that stopped using them, so a
+// rename never leaves a route pointing at a cluster the proxy has already dropped.
 func (c *Connection) pushDelta(req *model.PushRequest) error {
 	push := c.srv.snapshot(req)
+	var later []pendingRemoval
 	for _, w := range c.pushTypes(req) {
 		if tc := w.counters; tc != nil {
 			tc.pushes.Add(1)
 		}
 		err := c.observePush(w, push, req, func() error {
-			gen := w.gen
-			dg, ok := gen.(DeltaGenerator)
-			if !ok {
-				return c.respondDelta(gen, w, push, req, nil, false)
-			}
-			res, removed, incremental, err := dg.GenerateDeltas(c.proxy, push, w, req)
-			if err != nil {
-				c.generateFailed(w, err)
+			var res Resources
+			var removed []string
+			incremental := false
+			if dg, ok := w.gen.(DeltaGenerator); ok {
+				var err error
+				if res, removed, incremental, err = dg.GenerateDeltas(c.proxy, push, w, req); err != nil {
+					c.generateFailed(w, err)
+					return nil
+				}
+			} else if res, ok = c.generate(w.gen, w, push, req); !ok {
 				return nil
 			}
 			if !incremental {
-				return c.sendDelta(w, push, res, nil, nil, true, false)
+				removed = nil
 			}
-			return c.sendDelta(w, push, res, removed, nil, false, false)
+			p, err := c.sendDelta(w, push, res, removed, nil, !incremental, false, removedLast[w.TypeURL])
+			if p.names != nil {
+				later = append(later, p)
+			}
+			return err
 		})
 		if err != nil {
 			return err
 		}
 	}
+	for _, p := range later {
+		if err := c.sendRemovals(p, push); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removedLast lists the types whose removals a push sends after every other type's changes: what listeners
+// and routes name.
+var removedLast = map[string]bool{ClusterType: true, EndpointType: true}
+
+// pendingRemoval is what a push removes from w, held back by sendDelta until the push's other types are
+// sent. next is the client's whole state once the removals are sent, when sendDelta could keep it whole.
+type pendingRemoval struct {
+	w     *WatchedResource
+	names []string
+	next  Resources
+}
+
+// sendRemovals sends a response that only removes p's names.
+func (c *Connection) sendRemovals(p pendingRemoval, push *model.PushContext) error {
+	resp, versions := c.deltaScratch()
+	defer func() { c.putDeltaScratch(resp, versions) }()
+	w := p.w
+	resp.TypeUrl = w.TypeURL
+	resp.RemovedResources = append(resp.RemovedResources, p.names...)
+	resp.SystemVersionInfo, resp.Nonce = c.nextResponse(push)
+	if err := c.send(resp, w.TypeURL); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if p.next != nil {
+		w.sent.whole(p.next)
+	} else {
+		for _, n := range p.names {
+			w.sent.del(n)
+		}
+	}
+	w.VersionSent, w.NonceSent, w.LastSent = resp.SystemVersionInfo, resp.Nonce, time.Now()
+	c.mu.Unlock()
+	c.observeSent(w, resp.Nonce, push)
 	return nil
 }
 
@@ -178,13 +297,15 @@ func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model
 	if !ok {
 		return nil
 	}
-	return c.sendDelta(w, push, res, nil, added, true, always)
+	_, err := c.sendDelta(w, push, res, nil, added, true, always, false)
+	return err
 }
 
 // sendDelta sends the resources whose version differs from what the client has. With full, res is the
 // whole state and anything the client has that is not in it is removed; otherwise removed lists removals.
+// With holdRemovals, removals of names the client has are not sent but returned, for sendRemovals.
 func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res Resources, removed []string,
-	added *NameSet, full, always bool) error {
+	added *NameSet, full, always, holdRemovals bool) (held pendingRemoval, err error) {
 	resp, versions := c.deltaScratch()
 	defer func() { c.putDeltaScratch(resp, versions) }()
 	resp.TypeUrl = w.TypeURL
@@ -292,6 +413,11 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	if !full || !w.Wildcard || filtered || !inOrder {
 		nextFull = nil
 	}
+	if holdRemovals && len(resp.RemovedResources) > 0 {
+		held = pendingRemoval{w: w, names: slices.Clone(resp.RemovedResources), next: nextFull}
+		slices.Sort(held.names)
+		resp.RemovedResources, nextFull = resp.RemovedResources[:0], nil
+	}
 	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && !always {
 		if nextFull != nil {
 			// The same state, but the new list: the old one would keep a superseded generation alive.
@@ -299,19 +425,29 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 			w.sent.whole(nextFull)
 			c.mu.Unlock()
 		}
-		return nil // nothing changed for this client
+		return held, nil // nothing changed for this client, or only removals, sent later
 	}
 	slices.Sort(resp.RemovedResources)
 	resp.SystemVersionInfo, resp.Nonce = c.nextResponse(push)
 	if err := c.send(resp, w.TypeURL); err != nil {
-		return err
+		return held, err
 	}
 	fresh := false // a route configuration the client did not have
-	if w.TypeURL == RouteType {
+	var updatedClusters []string
+	switch w.TypeURL {
+	case RouteType:
 		for _, r := range resp.Resources {
 			if _, had := w.sent.get(r.Name); !had {
 				fresh = true
 				break
+			}
+		}
+	case ClusterType:
+		updatedClusters = c.clustersToWarm(w, resp.Resources)
+	case EndpointType:
+		if c.owed != nil {
+			for _, r := range resp.Resources {
+				delete(c.owed, r.Name)
 			}
 		}
 	}
@@ -342,10 +478,65 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 		if vw := c.watched[VirtualHostType]; fresh && vw != nil {
 			// Envoy files a virtual host only under a route configuration it holds, and does not ask again
 			// when a new one arrives: its virtual hosts follow it on the stream, after it.
-			return c.respondDelta(c.srv.opts.Generators[VirtualHostType], vw, push, nil, nil, false)
+			return held, c.respondDelta(c.srv.opts.Generators[VirtualHostType], vw, push, nil, nil, false)
 		}
 	}
-	return nil
+	if len(updatedClusters) > 0 {
+		return held, c.resendAssignments(updatedClusters, push)
+	}
+	return held, nil
+}
+
+// clustersToWarm returns the clusters of a CDS response (sent, not yet recorded as sent) whose load
+// assignment is already subscribed: Envoy warms every cluster it adds or updates until a load assignment
+// for it arrives, and on delta does not ask again for a name it subscribes to already, so the server must
+// send it. Sextant's clusters name their assignment after themselves (eds_cluster_config.service_name).
+// Before the EDS subscription exists on a resumed stream, the names are kept (owed): the client's first
+// EDS request may claim assignments it holds for the old clusters, and those must be sent all the same.
+func (c *Connection) clustersToWarm(w *WatchedResource, sent []*discovery.Resource) []string {
+	ew := c.watched[EndpointType]
+	var out []string
+	for _, r := range sent {
+		if ew == nil {
+			if c.resumed {
+				if c.owed == nil {
+					c.owed = map[string]struct{}{}
+				}
+				c.owed[r.Name] = struct{}{}
+			}
+			continue
+		}
+		if ew.Subscribed(r.Name) {
+			if _, had := ew.sent.get(r.Name); had {
+				out = append(out, r.Name)
+			}
+		}
+	}
+	return out
+}
+
+// resendAssignments sends the load assignments of clusters just updated, whatever the client has of them.
+func (c *Connection) resendAssignments(clusters []string, push *model.PushContext) error {
+	ew := c.watched[EndpointType]
+	gen := c.srv.opts.Generators[EndpointType]
+	if ew == nil || gen == nil {
+		return nil
+	}
+	c.mu.Lock()
+	for _, n := range clusters {
+		ew.sent.del(n)
+	}
+	c.mu.Unlock()
+	return c.answerNames(gen, ew, push, NewNameSet(clusters...))
+}
+
+// forgetOwedAssignments drops, from what a resumed client's first EDS request says it has, the assignments
+// of clusters updated on this stream before that request: they must be sent for those clusters to warm.
+func (c *Connection) forgetOwedAssignments(w *WatchedResource) {
+	for n := range c.owed {
+		w.sent.del(n)
+	}
+	c.owed = nil
 }
 
 // routeConfigSent reports whether the route configuration name was sent on this connection (delta).
