@@ -56,15 +56,15 @@ type Connection struct {
 	mu      sync.RWMutex
 	watched map[string]*WatchedResource
 
-	seq         uint64             // responses sent; under turn
-	unknownSeen map[string]bool    // types without a generator, logged once; under turn
-	genFailed   bool               // the last generation failed; under turn
+	seq         uint64          // responses sent; under turn
+	unknownSeen map[string]bool // types without a generator, logged once; under turn
+	genFailed   bool            // the last generation failed; under turn
 	// resumed is set once a request carried initial_resource_versions (a reconnect); owed holds the clusters
 	// sent while no EDS subscription existed yet on such a stream (see clustersToWarm). Under turn.
-	resumed bool
-	owed    map[string]struct{}
-	pushing     *model.PushRequest // the push being sent, for the Observer; under turn
-	sendTimer   *time.Timer        // kills the connection when a send outlasts SendTimeout; under turn
+	resumed   bool
+	owed      map[string]struct{}
+	pushing   *model.PushRequest // the push being sent, for the Observer; under turn
+	sendTimer *time.Timer        // kills the connection when a send outlasts SendTimeout; under turn
 	// scratch is a delta response and its versions, reused from send to send (deltaScratch); under turn.
 	scratch struct {
 		resp     *discovery.DeltaDiscoveryResponse
