@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -47,12 +48,21 @@ type info struct {
 	routes []string            // RDS names a listener references
 	vhds   bool                // a route configuration whose virtual hosts come over VHDS
 	raw    []byte              // listeners, routes, authorizations: searched for markers
+	// content hashes the payload: Envoy warms a cluster again only when its content changed (it skips an
+	// update whose hash equals the cluster it holds).
+	content uint64
+	version string // the delta version it came with, sent back in initial_resource_versions on a new stream
+	// Clusters: edsName is the name their load assignment comes under (eds_cluster_config.service_name,
+	// else the cluster's); maxConns is the first circuit-breaker threshold's max_connections.
+	edsName  string
+	maxConns uint32
 }
 
 type cacheKey struct {
 	typ  string
 	name string
 	sum  uint64
+	ver  uint64
 }
 
 type decoder struct {
@@ -70,17 +80,20 @@ func (d *decoder) reset() {
 	d.mu.Unlock()
 }
 
-// decode returns what the harness needs of resource name of type typ whose payload is value. value may be
-// part of a received frame: what is kept of it is copied.
-func (d *decoder) decode(typ, name string, value []byte) (*info, error) {
-	k := cacheKey{typ, name, maphash.Bytes(d.seed, value)}
+// decode returns what the harness needs of resource name of type typ whose payload is value, received with
+// version (nil on SotW). value and version may be part of a received frame: what is kept of them is copied.
+func (d *decoder) decode(typ, name string, version, value []byte) (*info, error) {
+	k := cacheKey{typ, name, maphash.Bytes(d.seed, value), 0}
+	if len(version) > 0 {
+		k.ver = maphash.Bytes(d.seed, version)
+	}
 	d.mu.Lock()
 	in := d.m[k]
 	d.mu.Unlock()
 	if in != nil {
 		return in, nil
 	}
-	in = &info{}
+	in = &info{content: k.sum, version: string(version)}
 	switch typ {
 	case cdsType:
 		var c cluster.Cluster
@@ -88,6 +101,15 @@ func (d *decoder) decode(typ, name string, value []byte) (*info, error) {
 			return nil, fmt.Errorf("cluster %s: %w", name, err)
 		}
 		in.eds = c.GetType() == cluster.Cluster_EDS
+		if in.eds {
+			in.edsName = c.GetEdsClusterConfig().GetServiceName()
+			if in.edsName == "" {
+				in.edsName = c.Name
+			}
+		}
+		if th := c.GetCircuitBreakers().GetThresholds(); len(th) > 0 {
+			in.maxConns = th[0].GetMaxConnections().GetValue()
+		}
 	case edsType:
 		var c endpoint.ClusterLoadAssignment
 		if err := proto.Unmarshal(value, &c); err != nil {
@@ -171,6 +193,17 @@ type proxy struct {
 	started time.Time
 	err     error
 	rng     *rand.Rand
+	// initialBytes is what the first stream had received when the proxy was first in sync.
+	initialBytes int64
+
+	warm warmState // Envoy's cluster warming (warming.go)
+
+	// The current stream, for stop; closed: stopped on purpose, so the stream's end is no error.
+	conn    io.Closer
+	closed  bool
+	resumed resumeState // streams after the first (resume.go)
+	// goawayAt is when the current stream's connection got the server's GOAWAY (Unix ns; 0: none).
+	goawayAt atomic.Int64
 }
 
 func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels map[string]string) *proxy {
@@ -194,7 +227,8 @@ func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels
 				Version: &typev3.SemanticVersion{MajorNumber: h.cfg.EnvoyVersion[0], MinorNumber: h.cfg.EnvoyVersion[1]}}}},
 		res: map[string]map[string]*info{}, subs: map[string]map[string]bool{edsType: {}, rdsType: {}},
 		got: map[string]bool{}, last: map[string]*discovery.DiscoveryResponse{},
-		rng: rand.New(rand.NewPCG(uint64(id), 7)),
+		rng:  rand.New(rand.NewPCG(uint64(id), 7)),
+		warm: newWarmState(h.cfg.InitialFetchTimeout),
 	}
 }
 
@@ -212,6 +246,11 @@ func (p *proxy) start(addr string) error {
 		if err != nil {
 			return err
 		}
+		stream.onGoAway = p.noteGoAway
+		p.mu.Lock()
+		p.conn = stream.conn
+		p.resumed.streamStart = p.started
+		p.mu.Unlock()
 		types := []string{cdsType, ldsType}
 		if p.kind == kindZtunnel {
 			types = []string{addrType, authzType}
@@ -236,7 +275,10 @@ func (p *proxy) start(addr string) error {
 	if err != nil {
 		return err
 	}
-	// Proxies live until the harness process exits; nothing closes them earlier.
+	p.mu.Lock()
+	p.conn = cc
+	p.mu.Unlock()
+	// Proxies live until the harness process exits or stop closes them.
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(context.Background())
 	if err != nil {
 		return err
@@ -256,7 +298,7 @@ func (p *proxy) start(addr string) error {
 
 func (p *proxy) fail(err error) {
 	p.mu.Lock()
-	if p.err == nil && p.h.ctx.Err() == nil {
+	if p.err == nil && p.h.ctx.Err() == nil && !p.closed {
 		p.err = err
 	}
 	p.mu.Unlock()
@@ -290,12 +332,25 @@ func (p *proxy) runDelta(stream *h2Stream) {
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
+			// A stream whose connection the server sent GOAWAY on has been asked to move: like Envoy, open a
+			// new one (on a new connection) and resume. Any other end is an error.
+			if p.goawayAt.Load() != 0 {
+				next, rerr := p.resume(err)
+				if rerr == nil {
+					stream = next
+					continue
+				}
+				err = fmt.Errorf("%w; reconnecting: %w", err, rerr)
+			}
 			p.fail(fmt.Errorf("stream: %w", err))
 			return
 		}
 		p.count(resp.TypeUrl, resp.size)
 		typ := resp.TypeUrl
+		now := time.Now()
 		p.mu.Lock()
+		// Timeouts first: a warming past it is over, whatever this response brings.
+		p.warm.sweep(now)
 		m := p.res[typ]
 		if m == nil {
 			m = map[string]*info{}
@@ -307,14 +362,27 @@ func (p *proxy) runDelta(stream *h2Stream) {
 			if typ == vhdsType && !p.takesVirtualHosts(r.Name) {
 				continue
 			}
-			in, err := p.h.dec.decode(typ, r.Name, r.Value)
+			in, err := p.h.dec.decode(typ, r.Name, r.Version, r.Value)
 			if err != nil {
 				derr = err
 				continue
 			}
+			switch typ {
+			case cdsType:
+				p.warm.cluster(r.Name, m[r.Name], in, now)
+			case edsType:
+				p.warm.assignment(r.Name, now)
+			}
 			m[r.Name] = in
 		}
 		for _, n := range resp.RemovedResources {
+			switch typ {
+			case cdsType:
+				p.warm.clusterGone(n)
+			case edsType:
+				// Envoy's EDS cluster takes a removal as an empty assignment: its warming ends.
+				p.warm.assignment(n, now)
+			}
 			delete(m, n)
 		}
 		p.got[typ] = true
@@ -392,8 +460,11 @@ func (p *proxy) runSotW(stream grpc.BidiStreamingClient[discovery.DiscoveryReque
 		}
 		p.count(resp.TypeUrl, proto.Size(resp))
 		typ := resp.TypeUrl
+		now := time.Now()
 		p.mu.Lock()
+		p.warm.sweep(now)
 		m := p.res[typ]
+		old := m
 		if m == nil || typ == cdsType || typ == ldsType {
 			m = map[string]*info{} // the full state of a wildcard type
 			p.res[typ] = m
@@ -405,12 +476,25 @@ func (p *proxy) runSotW(stream grpc.BidiStreamingClient[discovery.DiscoveryReque
 				derr = err
 				continue
 			}
-			in, err := p.h.dec.decode(typ, name, a.GetValue())
+			in, err := p.h.dec.decode(typ, name, nil, a.GetValue())
 			if err != nil {
 				derr = err
 				continue
 			}
+			switch typ {
+			case cdsType:
+				p.warm.cluster(name, old[name], in, now)
+			case edsType:
+				p.warm.assignment(name, now)
+			}
 			m[name] = in
+		}
+		if typ == cdsType {
+			for name := range old {
+				if _, ok := m[name]; !ok {
+					p.warm.clusterGone(name)
+				}
+			}
 		}
 		p.got[typ] = true
 		p.last[typ] = resp
@@ -653,8 +737,10 @@ func (p *proxy) check() {
 	p.mu.Lock()
 	if p.synced.IsZero() && p.isSynced() {
 		p.synced = now
+		p.initialBytes = p.bytes.Load()
 		p.h.syncedCount.Add(1)
 	}
+	p.warm.sweep(now)
 	kept := p.waiters[:0]
 	var fired []*waiter
 	for _, w := range p.waiters {

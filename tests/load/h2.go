@@ -33,6 +33,7 @@ type h2Stream struct {
 	// The server's flow-control windows for what this side sends, and its initial stream window.
 	sendConn, sendStream, peerInitial int64
 	maxFrame                          int
+	window                            int64 // this side's, opened again once half of it is used
 
 	// Receiving: the gRPC message being assembled (need bytes long), complete messages not yet returned,
 	// and the bytes received since this side last opened its windows again.
@@ -49,6 +50,10 @@ type h2Stream struct {
 	lent, spare []byte
 
 	scratch []byte
+	// onGoAway, when set, is called on the server's first GOAWAY: the connection is closing and the stream
+	// should move (it may still run until the server's grace ends).
+	onGoAway func()
+	goaway   bool
 }
 
 // h2StreamID is the only stream on the connection.
@@ -56,7 +61,11 @@ const h2StreamID = 1
 
 // dialDelta connects to addr and opens the delta ADS stream. Windows are Envoy's defaults (envoyWindow) and,
 // as in Envoy, fixed: no bandwidth-probing PINGs.
-func dialDelta(addr string) (*h2Stream, error) {
+func dialDelta(addr string) (*h2Stream, error) { return dialDeltaWindow(addr, envoyWindow) }
+
+// dialDeltaWindow is dialDelta with HTTP/2 stream and connection windows of window bytes (at least 65,535,
+// the protocol's default).
+func dialDeltaWindow(addr string, window uint32) (*h2Stream, error) {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -64,7 +73,8 @@ func dialDelta(addr string) (*h2Stream, error) {
 	bw := bufio.NewWriterSize(conn, 32<<10)
 	fr := http2.NewFramer(bw, bufio.NewReaderSize(conn, 64<<10))
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	s := &h2Stream{conn: conn, bw: bw, fr: fr, sendConn: 65535, sendStream: 65535, peerInitial: 65535, maxFrame: 16384}
+	s := &h2Stream{conn: conn, bw: bw, fr: fr, sendConn: 65535, sendStream: 65535, peerInitial: 65535, maxFrame: 16384,
+		window: int64(window)}
 
 	var hdr bytes.Buffer
 	enc := hpack.NewEncoder(&hdr)
@@ -80,11 +90,11 @@ func dialDelta(addr string) (*h2Stream, error) {
 	}
 	_, err = bw.WriteString(http2.ClientPreface)
 	if err == nil {
-		err = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: envoyWindow},
+		err = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window},
 			http2.Setting{ID: http2.SettingEnablePush, Val: 0})
 	}
-	if err == nil {
-		err = fr.WriteWindowUpdate(0, envoyWindow-65535)
+	if err == nil && window > 65535 {
+		err = fr.WriteWindowUpdate(0, window-65535)
 	}
 	if err == nil {
 		err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: h2StreamID, BlockFragment: hdr.Bytes(), EndHeaders: true})
@@ -129,6 +139,14 @@ func (s *h2Stream) Send(req *discovery.DeltaDiscoveryRequest) error {
 		s.sendConn -= int64(n)
 		s.sendStream -= int64(n)
 		b = b[n:]
+	}
+	return nil
+}
+
+// flush sends what Send buffered without waiting for a response.
+func (s *h2Stream) flush() error {
+	if err := s.bw.Flush(); err != nil {
+		return s.fail(err)
 	}
 	return nil
 }
@@ -192,7 +210,7 @@ func (s *h2Stream) readFrame() error {
 		// Flow control counts the whole payload, padding included. Opened again in large steps, as
 		// Envoy does once half the window is used.
 		s.received += int64(f.Length)
-		if s.received >= envoyWindow/2 {
+		if s.received >= s.window/2 {
 			if err := s.writeControl(func() error {
 				if err := s.fr.WriteWindowUpdate(0, uint32(s.received)); err != nil {
 					return err
@@ -238,7 +256,14 @@ func (s *h2Stream) readFrame() error {
 	case *http2.RSTStreamFrame:
 		return s.fail(fmt.Errorf("http2: stream reset (%v)", f.ErrCode))
 	case *http2.GoAwayFrame:
-		// The server finishes the stream or closes the connection; either ends it here.
+		// The server finishes the stream or closes the connection (gRPC-Go: after its max-connection-age
+		// grace); the stream runs until then.
+		if !s.goaway {
+			s.goaway = true
+			if s.onGoAway != nil {
+				s.onGoAway()
+			}
+		}
 	}
 	return nil
 }

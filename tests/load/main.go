@@ -49,9 +49,26 @@ type Config struct {
 	// Quiet is how long nothing must arrive before a change starts and after it is seen everywhere (the
 	// bytes, responses and CPU of a change are counted over that window).
 	Quiet time.Duration `json:"quiet"`
+	// InitialFetchTimeout is Envoy's: how long a warming cluster waits for its load assignment.
+	InitialFetchTimeout time.Duration `json:"initialFetchTimeout"`
+	// MaxConnectionAge is passed to the server as --max-connection-age when connection-age runs.
+	MaxConnectionAge time.Duration `json:"maxConnectionAge,omitempty"`
+	// SlowReps: how many fetches slow-clients measures alone, and as many with stuck clients.
+	SlowReps int `json:"slowReps,omitempty"`
+	// ztunnel-on-demand: lookups in all, over how many addresses outside the mesh, sent how fast, each
+	// waited for how long.
+	OnDemandLookups int           `json:"onDemandLookups,omitempty"`
+	OnDemandNames   int           `json:"onDemandNames,omitempty"`
+	OnDemandRate    int           `json:"onDemandRate,omitempty"`
+	OnDemandTimeout time.Duration `json:"onDemandTimeout,omitempty"`
 }
 
-var allScenarios = []string{"cold", "service-add", "endpoint", "virtualservice", "authorization", "ztunnel-pod", "churn"}
+var allScenarios = []string{"cold", "service-add", "endpoint", "virtualservice", "authorization", "ztunnel-pod",
+	"destination-rule", "ztunnel-on-demand", "churn"}
+
+// extraScenarios run only when named: connection-age watches for 2.5 × its age (and gives the server that
+// flag for the whole run), slow-clients waits out the server's send timeout twice per repetition.
+var extraScenarios = []string{"connection-age", "slow-clients"}
 
 // Report is the JSON output.
 type Report struct {
@@ -98,6 +115,9 @@ type harness struct {
 	lastResponse     atomic.Int64
 	syncedCount      atomic.Int64
 	marker           atomic.Int64
+	// extraSeq numbers the clients scenarios add beside the fleet (slow-clients, ztunnel-on-demand), so
+	// each has an identity of its own. Only the harness's goroutine uses it.
+	extraSeq int
 }
 
 func (h *harness) nextMarker() int64 { return h.marker.Add(1) }
@@ -126,7 +146,19 @@ func main() {
 		"watch saw the EndpointSlice change (ms from the first write)")
 	flag.DurationVar(&cfg.Debounce, "debounce-after", 0, "pass --debounce-after to the server (0: its default, 100ms)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "how long a change may take to reach every proxy")
-	flag.StringVar(&scenarios, "scenario", "all", "comma-separated: "+strings.Join(allScenarios, ", ")+"; or all")
+	flag.StringVar(&scenarios, "scenario", "all", "comma-separated: "+strings.Join(allScenarios, ", ")+"; or all (which leaves out "+
+		strings.Join(extraScenarios, ", ")+": name them)")
+	flag.DurationVar(&cfg.InitialFetchTimeout, "initial-fetch-timeout", defaultInitialFetchTimeout, "Envoy's initial_fetch_timeout: "+
+		"a cluster warming longer is counted as a warming timeout")
+	flag.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", 30*time.Second, "connection-age: pass --max-connection-age to the "+
+		"server (for the whole run) and watch the delta proxies for 2.5 times it")
+	flag.IntVar(&cfg.SlowReps, "slow-reps", 3, "slow-clients: fetches measured alone, and as many with 4 clients that do not read")
+	flag.IntVar(&cfg.OnDemandLookups, "ondemand-lookups", 1000, "ztunnel-on-demand: lookups of addresses outside the mesh")
+	flag.IntVar(&cfg.OnDemandNames, "ondemand-names", 250, "ztunnel-on-demand: distinct addresses they cycle over (each looked up again "+
+		"after its previous answer, as ztunnel does)")
+	flag.IntVar(&cfg.OnDemandRate, "ondemand-rate", 200, "ztunnel-on-demand: lookups sent per second")
+	flag.DurationVar(&cfg.OnDemandTimeout, "ondemand-timeout", 2*time.Second, "ztunnel-on-demand: how long the last lookup of a pass "+
+		"is waited for")
 	flag.StringVar(&jsonOut, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&cfg.ServerBin, "server-bin", "", "sextant binary to run (default: build ./cmd/sextant)")
 	flag.StringVar(&cfg.WorkDir, "dir", "", "work directory (default: a new temporary one)")
@@ -201,9 +233,21 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		return nil, fmt.Errorf("unknown -source %q (have file, kube)", cfg.Source)
 	}
 	for _, s := range cfg.Scenarios {
-		if !slices.Contains(allScenarios, s) {
-			return nil, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
+		if !slices.Contains(allScenarios, s) && !slices.Contains(extraScenarios, s) {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(append(slices.Clone(allScenarios), extraScenarios...), ", "))
 		}
+	}
+	if cfg.OnDemandRate <= 0 {
+		cfg.OnDemandRate = 200
+	}
+	if cfg.OnDemandTimeout <= 0 {
+		cfg.OnDemandTimeout = 2 * time.Second
+	}
+	if slices.Contains(cfg.Scenarios, "connection-age") && cfg.MaxConnectionAge > 0 && !slices.ContainsFunc(cfg.ServerArgs, func(a string) bool {
+		return a == "--max-connection-age" || strings.HasPrefix(a, "--max-connection-age=")
+	}) {
+		// For the whole run: the server's streams of every scenario age alike.
+		cfg.ServerArgs = append(slices.Clone(cfg.ServerArgs), "--max-connection-age", cfg.MaxConnectionAge.String())
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -281,6 +325,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	cold.addWarming(h.takeWarming())
 	rep.Mesh = h.meshStats()
 	if want("cold") {
 		rep.Results = append(rep.Results, cold)
@@ -302,6 +347,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		{"virtualservice", one(h.virtualServiceChange)},
 		{"authorization", one(h.authorizationChange)},
 		{"ztunnel-pod", two(func() (*Result, *Result, error) { return h.endpointAddRemove(false) })},
+		{"destination-rule", one(h.destinationRuleChange)},
+		{"ztunnel-on-demand", one(h.ztunnelOnDemand)},
+		{"connection-age", one(h.connectionAge)},
+		{"slow-clients", h.slowClients},
 		{"churn", one(h.churn)},
 	}
 	for _, st := range steps {
@@ -310,12 +359,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		}
 		var rs []*Result
 		var err error
+		h.takeWarming() // what the previous clean-up warmed is not this scenario's
 		h.profileDuring(st.name, func() { rs, err = st.run() })
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", st.name, err)
 		}
+		// Warming over the whole step: a step with two results (endpoint, ztunnel-pod) shows it on both.
+		w := h.takeWarming()
 		for _, r := range rs {
 			if r != nil {
+				if !r.warmingSet {
+					r.addWarming(w)
+				}
 				rep.Results = append(rep.Results, r)
 			}
 		}

@@ -205,6 +205,23 @@ spec:
 `, name, s.ns, s.host(), marker)
 }
 
+// destinationRule limits the connections to the service's hosts: a change of maxConnections changes its
+// clusters (their circuit breakers) and nothing about their endpoints.
+func destinationRule(s *service, name string, maxConnections int) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  host: %s
+  trafficPolicy:
+    connectionPool:
+      tcp:
+        maxConnections: %d
+`, name, s.ns, s.host(), maxConnections)
+}
+
 func must(err error) {
 	if err != nil {
 		panic(err)

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -28,6 +30,14 @@ func byTypeText[N int64 | float64](byType map[string]N) string {
 	return strings.Join(parts, ", ")
 }
 
+// figure prints a whole number as one, anything else with three decimals.
+func figure(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'f', 3, 64)
+}
+
 func printReport(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "\n%s — %s — load %s — source %s\n", rep.Date, rep.Machine, rep.Load, rep.Config.Source)
 	m := rep.Mesh
@@ -45,8 +55,19 @@ func printReport(out io.Writer, rep *Report) {
 		if len(r.BytesByType) > 0 {
 			fmt.Fprintf(out, "  %s bytes/change by type: %s\n", r.Scenario, byTypeText(r.BytesByType))
 		}
+		if r.Warmings > 0 || r.WarmingTimeouts > 0 || r.WarmingPending > 0 {
+			fmt.Fprintf(out, "  %s warming: %d clusters warmed, p50 %.0f ms, p99 %.0f ms; %d warming timeouts; %d still warming\n",
+				r.Scenario, r.Warmings, r.WarmingP50Ms, r.WarmingP99Ms, r.WarmingTimeouts, r.WarmingPending)
+		}
 		if r.Note != "" {
 			fmt.Fprintf(out, "  %s: %s\n", r.Scenario, r.Note)
+		}
+		if len(r.Figures) > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(r.Figures)) {
+				parts = append(parts, k+" "+figure(r.Figures[k]))
+			}
+			fmt.Fprintf(out, "  %s figures: %s\n", r.Scenario, strings.Join(parts, ", "))
 		}
 		if r.Scenario == "steady-churn" {
 			fmt.Fprintf(out, "  steady-churn memory: RSS %s → %s, live heap after GC %s → %s\n", mb(float64(r.RSSStart)),

@@ -46,7 +46,19 @@ type Result struct {
 	Seconds   float64 `json:"seconds,omitempty"`
 	// Bytes per change by type (CDS, EDS, LDS, RDS, Address, Authorization).
 	BytesByType map[string]float64 `json:"bytesByType,omitempty"`
-	Note        string             `json:"note,omitempty"`
+	// Envoy's cluster warming in the sidecars over the scenario (warming.go): warmings ended by a load
+	// assignment and how long they took, those that reached initial_fetch_timeout, and those still warming
+	// at its end.
+	Warmings        int     `json:"warmings,omitempty"`
+	WarmingP50Ms    float64 `json:"warmingP50Ms,omitempty"`
+	WarmingP99Ms    float64 `json:"warmingP99Ms,omitempty"`
+	WarmingTimeouts int     `json:"warmingTimeouts"`
+	WarmingPending  int     `json:"warmingPending,omitempty"`
+	// Figures are a scenario's own measurements, named in its note and in docs/benchmarks.md.
+	Figures map[string]float64 `json:"figures,omitempty"`
+	Note    string             `json:"note,omitempty"`
+	// warmingSet: the scenario filled in its warming figures itself.
+	warmingSet bool
 }
 
 // change collects the latencies of one change over its interested proxies. The proxies time from start
@@ -156,6 +168,11 @@ type sample struct {
 }
 
 func (h *harness) measure(register func(c *change) int, apply func(begin func()) error) (sample, error) {
+	return h.measureFor(h.cfg.Timeout, register, apply)
+}
+
+// measureFor is measure with a timeout of its own.
+func (h *harness) measureFor(timeout time.Duration, register func(c *change) int, apply func(begin func()) error) (sample, error) {
 	h.quiet(h.cfg.Quiet, 5*time.Second)
 	st0, fleet0 := h.srv.stats(), procCPUSeconds("self", h.srv.clkTck)
 	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
@@ -165,7 +182,7 @@ func (h *harness) measure(register func(c *change) int, apply func(begin func())
 	if err := apply(c.begin); err != nil {
 		return sample{}, err
 	}
-	lats, missed := c.wait(time.Now().Add(h.cfg.Timeout), h.all())
+	lats, missed := c.wait(time.Now().Add(timeout), h.all())
 	h.quiet(h.cfg.Quiet, 5*time.Second)
 	st1 := h.srv.stats()
 	return sample{lats: lats, missed: missed, interest: n, bytes: h.bytes.Load() - b0, responses: h.responses.Load() - r0,

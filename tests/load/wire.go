@@ -22,10 +22,12 @@ type deltaResponse struct {
 	RemovedResources []string
 }
 
-// wireResource is a discovery.Resource: its name and the value of its Any.
+// wireResource is a discovery.Resource: its name, version and the value of its Any. Version points into the
+// frame like Value: a proxy keeps the version through the shared info (see decoder.decode), not a copy each.
 type wireResource struct {
-	Name  string
-	Value []byte
+	Name    string
+	Version []byte
+	Value   []byte
 }
 
 var errTruncated = errors.New("delta response: truncated field")
@@ -54,14 +56,16 @@ func parseDeltaResponse(b []byte) (*deltaResponse, error) {
 	return r, err
 }
 
-// parseResource reads envoy.service.discovery.v3.Resource: name 3 and resource 2 (a google.protobuf.Any,
-// whose value is field 2).
+// parseResource reads envoy.service.discovery.v3.Resource: name 3, version 1 and resource 2 (a
+// google.protobuf.Any, whose value is field 2).
 func parseResource(b []byte) (wireResource, error) {
 	var res wireResource
 	err := eachField(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 3:
 			res.Name = string(v)
+		case 1:
+			res.Version = v
 		case 2:
 			return eachField(v, func(num protowire.Number, v []byte) error {
 				if num == 2 {

@@ -47,7 +47,8 @@ func TestParseDeltaResponse(t *testing.T) {
 		t.Fatalf("parsed %+v", got)
 	}
 	for i, r := range resp.Resources {
-		if got.Resources[i].Name != r.Name || !bytes.Equal(got.Resources[i].Value, r.Resource.Value) {
+		if got.Resources[i].Name != r.Name || string(got.Resources[i].Version) != r.Version ||
+			!bytes.Equal(got.Resources[i].Value, r.Resource.Value) {
 			t.Errorf("resource %d: %q %x, want %q %x", i, got.Resources[i].Name, got.Resources[i].Value, r.Name, r.Resource.Value)
 		}
 	}
