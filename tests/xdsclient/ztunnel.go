@@ -52,11 +52,12 @@ type Ztunnel struct {
 	gen    int
 	stream grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
 
-	known     map[string]map[string]string   // type → name → version ("" for a lookup not answered)
-	held      map[string]map[string]Resource // type → name → resource: the proxy state
-	pending   map[string]*lookup
-	onStream  map[string]bool      // names looked up on the current stream
-	firstSent map[string]time.Time // types whose initial request has no response yet
+	known      map[string]map[string]string   // type → name → version ("" for a lookup not answered)
+	held       map[string]map[string]Resource // type → name → resource: the proxy state
+	pending    map[string]*lookup
+	onStream   map[string]bool // names looked up on the current stream
+	everLooked map[string]bool
+	firstSent  map[string]time.Time // types whose initial request has no response yet
 
 	nacks     int
 	bytes     int64
@@ -81,7 +82,7 @@ func NewZtunnel(opts ZtunnelOptions) *Ztunnel {
 		Metadata: md}
 	return &Ztunnel{opts: opts, node: node, known: map[string]map[string]string{}, rejected: rejections{},
 		held: map[string]map[string]Resource{AddressType: {}, AuthorizationType: {}}, pending: map[string]*lookup{},
-		onStream: map[string]bool{}, firstSent: map[string]time.Time{}}
+		onStream: map[string]bool{}, everLooked: map[string]bool{}, firstSent: map[string]time.Time{}}
 }
 
 // NodeID returns the node id.
@@ -167,6 +168,7 @@ func (z *Ztunnel) Lookup(name string) (<-chan struct{}, error) {
 		z.known[AddressType][name] = ""
 	}
 	z.onStream[name] = true
+	z.everLooked[name] = true
 	return l.done, z.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: AddressType, ResourceNamesSubscribe: []string{name}})
 }
 
@@ -316,4 +318,11 @@ func (z *Ztunnel) Stats() (responses int, bytes int64, last time.Time) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return z.responses, z.bytes, z.lastRecv
+}
+
+// lookedUpBefore reports whether name was looked up on an earlier stream.
+func (z *Ztunnel) lookedUpBefore(name string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.everLooked[name] && !z.onStream[name]
 }
