@@ -55,9 +55,7 @@ func checkEnvoy(s *server, e *Envoy) []string {
 	for _, u := range e.Unanswered(quiet) {
 		out = append(out, "unanswered: "+u)
 	}
-	for _, r := range e.ResentAfterNACK() {
-		out = append(out, "NACK loop: "+r)
-	}
+	out = append(out, s.nackLoops(e.ResentAfterNACK())...)
 	out = append(out, e.Errors()...)
 	gen, err := s.generated(e.NodeID())
 	if err != nil {
@@ -95,9 +93,7 @@ func checkZtunnel(s *server, z *Ztunnel) []string {
 	for _, u := range z.Unanswered(quiet) {
 		out = append(out, "unanswered: "+u)
 	}
-	for _, r := range z.ResentAfterNACK() {
-		out = append(out, "NACK loop: "+r)
-	}
+	out = append(out, s.nackLoops(z.ResentAfterNACK())...)
 	gen, err := s.generated(z.NodeID())
 	if err != nil {
 		return append(out, err.Error())
@@ -141,6 +137,19 @@ func checkZtunnel(s *server, z *Ztunnel) []string {
 			}
 		}
 		out = append(out, diffContents(short(t), held, want)...)
+	}
+	return out
+}
+
+// nackLoops reports the re-sends after a NACK that no new snapshot explains: the server answered the NACK
+// by sending the same thing again.
+func (s *server) nackLoops(resends []Resend) []string {
+	var out []string
+	for _, r := range resends {
+		if !s.pushedBetween(r.Rejected, r.Resent) {
+			out = append(out, fmt.Sprintf("NACK loop: %s %s sent again unchanged %v after it was rejected, with no push in between",
+				short(r.TypeURL), r.Name, r.Resent.Sub(r.Rejected).Round(time.Millisecond)))
+		}
 	}
 	return out
 }

@@ -108,9 +108,14 @@ type Envoy struct {
 	responses int
 	lastRecv  time.Time
 	rejected  rejections
-	lastNACK  map[string]*discovery.DiscoveryResponse // state-of-the-world: the last NACKed response per type
-	resent    []string
+	lastNACK  map[string]nackedResponse // state-of-the-world: the last NACKed response per type
+	resent    []Resend
 	errs      []string
+}
+
+type nackedResponse struct {
+	resp *discovery.DiscoveryResponse
+	at   time.Time
 }
 
 type ack struct {
@@ -178,7 +183,7 @@ func NewEnvoy(opts EnvoyOptions) *Envoy {
 		explicit: map[string]map[string]bool{}, interest: map[string]map[string]bool{ClusterType: {}, EndpointType: {}, RouteType: {}, VirtualHostType: {}},
 		clusters: map[string]*cluster{}, warmingClusters: map[string]*cluster{}, endpoints: map[string]Resource{},
 		listeners: map[string]*listener{}, warmingListeners: map[string]*listener{}, routes: map[string]*routeProvider{},
-		vhosts: map[string]map[string]Resource{}, rejected: rejections{}, lastNACK: map[string]*discovery.DiscoveryResponse{}}
+		vhosts: map[string]map[string]Resource{}, rejected: rejections{}, lastNACK: map[string]nackedResponse{}}
 }
 
 // Connect opens an ADS stream. The first time it starts with CDS; after Disconnect it restates every
@@ -481,8 +486,8 @@ func (e *Envoy) handleDelta(resp *discovery.DeltaDiscoveryResponse) {
 			continue
 		}
 		seen[r.GetName()] = true
-		if e.rejected.seen(t, r.GetName(), r.GetResource()) {
-			e.resent = append(e.resent, fmt.Sprintf("%s %s re-sent unchanged after it was rejected", t, r.GetName()))
+		if at, ok := e.rejected.seen(t, r.GetName(), r.GetResource()); ok {
+			e.resent = append(e.resent, Resend{TypeURL: t, Name: r.GetName(), Rejected: at, Resent: time.Now()})
 		}
 		if r.GetResource().GetTypeUrl() != t {
 			problems = append(problems, fmt.Sprintf("%s: type %s does not match %s", r.GetName(), r.GetResource().GetTypeUrl(), t))
@@ -527,8 +532,8 @@ func (e *Envoy) handleSotW(resp *discovery.DiscoveryResponse) {
 		return
 	}
 	st.awaiting = time.Time{}
-	if last := e.lastNACK[t]; last != nil && sameResponse(last, resp) {
-		e.resent = append(e.resent, fmt.Sprintf("%s response re-sent unchanged after it was rejected", t))
+	if last, ok := e.lastNACK[t]; ok && sameResponse(last.resp, resp) {
+		e.resent = append(e.resent, Resend{TypeURL: t, Name: "(the whole response)", Rejected: last.at, Resent: time.Now()})
 	}
 	var problems []string
 	var ups []update
@@ -552,7 +557,11 @@ func (e *Envoy) handleSotW(resp *discovery.DiscoveryResponse) {
 	if len(problems) > 0 {
 		e.nacks++
 		st.nack = &rpcstatus.Status{Code: 13, Message: strings.Join(problems, "; ")}
-		e.lastNACK[t] = resp
+		if last, ok := e.lastNACK[t]; !ok || !sameResponse(last.resp, resp) {
+			e.lastNACK[t] = nackedResponse{resp, time.Now()}
+		} else {
+			e.lastNACK[t] = nackedResponse{resp, last.at}
+		}
 	} else {
 		st.version = resp.GetVersionInfo()
 		delete(e.lastNACK, t)
@@ -1119,8 +1128,8 @@ func (e *Envoy) Rejected() []Rejection {
 	return e.rejected.list()
 }
 
-// ResentAfterNACK lists responses that repeated exactly what had just been rejected.
-func (e *Envoy) ResentAfterNACK() []string {
+// ResentAfterNACK lists what the server sent again unchanged after it was rejected.
+func (e *Envoy) ResentAfterNACK() []Resend {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.resent)

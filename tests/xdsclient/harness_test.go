@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,17 +21,39 @@ import (
 	securitypb "github.com/sextantmesh/sextant/api/security"
 	workloadpb "github.com/sextantmesh/sextant/api/workload"
 	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // server is a discovery server on loopback serving a config dir the test rewrites.
 type server struct {
 	*debugtest.Env
 	stage string // where files are written before they are renamed into the config dir
+
+	mu     sync.Mutex
+	pushes []time.Time // when each push started
 }
 
 func startServer(t testing.TB, files map[string]string) *server {
 	t.Helper()
-	return &server{Env: debugtest.Start(t, files), stage: t.TempDir()}
+	s := &server{Env: debugtest.Start(t, files), stage: t.TempDir()}
+	s.Server.Pipeline.Subscribe(func(*model.PushRequest) {
+		s.mu.Lock()
+		s.pushes = append(s.pushes, time.Now())
+		s.mu.Unlock()
+	})
+	return s
+}
+
+// pushedBetween reports whether a push started between from and to.
+func (s *server) pushedBetween(from, to time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.pushes {
+		if p.After(from) && p.Before(to) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *server) addr() string { return s.Server.GRPCAddr() }

@@ -66,35 +66,47 @@ type Rejection struct {
 	Any           *anypb.Any
 }
 
+// Resend is a resource (or, in state-of-the-world, a whole response) the server sent again unchanged after
+// the client had rejected it. It is a NACK loop when nothing changed on the server in between.
+type Resend struct {
+	TypeURL, Name    string
+	Rejected, Resent time.Time
+}
+
 // rejections remembers what was rejected, per type and name, so a re-send of the very same thing is seen.
-type rejections map[string]map[string]*anypb.Any
+type rejections map[string]map[string]rejection
+
+type rejection struct {
+	any *anypb.Any
+	at  time.Time
+}
 
 func (r rejections) add(typeURL, name string, a *anypb.Any) {
 	if r[typeURL] == nil {
-		r[typeURL] = map[string]*anypb.Any{}
+		r[typeURL] = map[string]rejection{}
 	}
-	r[typeURL][name] = a
+	r[typeURL][name] = rejection{a, time.Now()}
 }
 
-// seen reports whether a is exactly what was rejected under name, and forgets a rejection that a different
-// version has replaced.
-func (r rejections) seen(typeURL, name string, a *anypb.Any) bool {
+// seen reports whether a is exactly what was rejected under name (and when it was), and forgets a rejection
+// that a different version has replaced.
+func (r rejections) seen(typeURL, name string, a *anypb.Any) (time.Time, bool) {
 	old, ok := r[typeURL][name]
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
-	if Same(old, a) {
-		return true
+	if Same(old.any, a) {
+		return old.at, true
 	}
 	delete(r[typeURL], name)
-	return false
+	return time.Time{}, false
 }
 
 func (r rejections) list() []Rejection {
 	var out []Rejection
 	for _, t := range slices.Sorted(maps.Keys(r)) {
 		for _, n := range slices.Sorted(maps.Keys(r[t])) {
-			out = append(out, Rejection{TypeURL: t, Name: n, Any: r[t][n]})
+			out = append(out, Rejection{TypeURL: t, Name: n, Any: r[t][n].any})
 		}
 	}
 	return out

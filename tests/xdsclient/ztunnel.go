@@ -64,7 +64,7 @@ type Ztunnel struct {
 	responses int
 	lastRecv  time.Time
 	rejected  rejections
-	resent    []string
+	resent    []Resend
 }
 
 type lookup struct {
@@ -201,8 +201,8 @@ func (z *Ztunnel) handle(resp *discovery.DeltaDiscoveryResponse) {
 	var problems []string
 	bad := map[string]bool{}
 	for _, r := range resp.GetResources() {
-		if z.rejected.seen(t, r.GetName(), r.GetResource()) {
-			z.resent = append(z.resent, fmt.Sprintf("%s %s re-sent unchanged after it was rejected", t, r.GetName()))
+		if at, ok := z.rejected.seen(t, r.GetName(), r.GetResource()); ok {
+			z.resent = append(z.resent, Resend{TypeURL: t, Name: r.GetName(), Rejected: at, Resent: time.Now()})
 		}
 		err := func() error {
 			if r.GetResource().GetTypeUrl() != t {
@@ -307,7 +307,7 @@ func (z *Ztunnel) Rejected() []Rejection {
 }
 
 // ResentAfterNACK lists resources sent again unchanged right after they were rejected.
-func (z *Ztunnel) ResentAfterNACK() []string {
+func (z *Ztunnel) ResentAfterNACK() []Resend {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return slices.Clone(z.resent)
