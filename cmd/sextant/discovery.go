@@ -64,6 +64,11 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.IntVar(&args.PushConcurrency, "push-concurrency", 100, "connections pushed to at once")
 	f.DurationVar(&args.SendTimeout, "send-timeout", 5*time.Second, "a push taking longer closes the connection (the proxy is not reading)")
 	f.DurationVar(&args.MaxConnectionAge, "max-connection-age", 30*time.Minute, "proxies reconnect after this long (with jitter), spreading them over replicas; 0 disables")
+	f.DurationVar(&args.MaxConnectionAgeGrace, "max-connection-age-grace", xds.DefaultMaxConnectionAgeGrace,
+		"how long a connection past --max-connection-age keeps its streams before it is closed (the proxy then reconnects, to any replica)")
+	f.Int64Var(&args.MaxBytesInFlightPerProxy, "max-bytes-in-flight-per-proxy", xds.DefaultMaxBytesInFlightPerProxy,
+		"the most of --max-bytes-in-flight one proxy may hold: a proxy that stops reading holds no more (a larger response counts as this much)")
+	f.IntVar(&args.MaxRequestBytes, "max-request-bytes", xds.DefaultMaxRequestBytes, "largest xDS request accepted; a larger one ends its stream with ResourceExhausted")
 	f.Int64Var(&args.MaxBytesInFlight, "max-bytes-in-flight", xds.DefaultMaxBytesInFlight, "response bytes sent to all proxies and not yet acknowledged; sends beyond wait (bounds the memory of a reconnect storm); <0: no bound")
 	f.Float64Var(&args.NewStreamsPerSecond, "new-streams-per-second", 0, "limit on new xDS streams per second, smoothing reconnect storms; 0 means no limit")
 	f.StringVar(&args.VHDSMinEnvoy, "vhds-min-envoy", "1.38", "oldest Envoy (MAJOR.MINOR) whose delta stream gets sidecar virtual hosts over VHDS instead of inside the route configurations; off disables VHDS")

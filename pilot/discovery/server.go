@@ -41,11 +41,16 @@ type Args struct {
 	// DebounceFirst is the quiet period for the first config change after a quiet spell.
 	DebounceFirst time.Duration
 	// Transport settings, see xds.Options.
-	PushConcurrency     int
-	SendTimeout         time.Duration
-	MaxConnectionAge    time.Duration
-	NewStreamsPerSecond float64
-	MaxBytesInFlight    int64
+	PushConcurrency  int
+	SendTimeout      time.Duration
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is xds.Options.MaxConnectionAgeGrace.
+	MaxConnectionAgeGrace time.Duration
+	NewStreamsPerSecond   float64
+	MaxBytesInFlight      int64
+	// MaxBytesInFlightPerProxy and MaxRequestBytes are the xds.Options of the same names.
+	MaxBytesInFlightPerProxy int64
+	MaxRequestBytes          int
 	// VHDSMinEnvoy is envoy.Options.VHDSMinEnvoy.
 	VHDSMinEnvoy string
 	Logger       *slog.Logger
@@ -101,14 +106,17 @@ func NewServer(args Args) (*Server, error) {
 	maps.Copy(generators, s.Ztunnel.ByTypeURL())
 	s.Generators = generators
 	s.XDS = xds.NewServer(xds.Options{
-		Pipeline:            s.Pipeline,
-		Generators:          generators,
-		Logger:              args.Logger,
-		PushConcurrency:     args.PushConcurrency,
-		SendTimeout:         args.SendTimeout,
-		MaxConnectionAge:    args.MaxConnectionAge,
-		NewStreamsPerSecond: args.NewStreamsPerSecond,
-		MaxBytesInFlight:    args.MaxBytesInFlight,
+		Pipeline:                 s.Pipeline,
+		Generators:               generators,
+		Logger:                   args.Logger,
+		PushConcurrency:          args.PushConcurrency,
+		SendTimeout:              args.SendTimeout,
+		MaxConnectionAge:         args.MaxConnectionAge,
+		NewStreamsPerSecond:      args.NewStreamsPerSecond,
+		MaxBytesInFlight:         args.MaxBytesInFlight,
+		MaxConnectionAgeGrace:    args.MaxConnectionAgeGrace,
+		MaxBytesInFlightPerProxy: args.MaxBytesInFlightPerProxy,
+		MaxRequestBytes:          args.MaxRequestBytes,
 	})
 	s.grpcServer = grpc.NewServer(s.XDS.GRPCServerOptions()...)
 	s.XDS.Register(s.grpcServer)

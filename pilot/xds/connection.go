@@ -85,7 +85,7 @@ func (s *Server) newConnection(ctx context.Context, proxy *Proxy, delta bool, st
 	num := s.connSeq.Add(1)
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Connection{
-		srv: s, num: num, id: proxy.ID + "-" + strconv.FormatUint(num, 10), proxy: proxy, delta: delta,
+		srv: s, num: num, id: logText(proxy.ID) + "-" + strconv.FormatUint(num, 10), proxy: proxy, delta: delta,
 		connectedAt: time.Now(), stream: stream, ctx: ctx, cancelCtx: cancel,
 		failed: make(chan error, 1), killed: make(chan struct{}),
 		watched: map[string]*WatchedResource{},
@@ -131,7 +131,7 @@ func serve[Req interface {
 		return err
 	}
 
-	fl := newFlight(s.inflight, 2*s.opts.SendTimeout)
+	fl := newFlight(s.inflight, 2*s.opts.SendTimeout, s.opts.MaxBytesInFlightPerProxy)
 	defer fl.close()
 	// Requests are read on their own goroutine: a stream.Recv cannot be interrupted, and shutdown must not
 	// wait for a client that never sends.
@@ -143,7 +143,7 @@ func serve[Req interface {
 	go func() {
 		first, err := recv()
 		if err != nil {
-			recvErr <- err
+			recvErr <- s.recvError(nil, err)
 			return
 		}
 		select {
@@ -159,7 +159,7 @@ func serve[Req interface {
 		for {
 			req, err := recv()
 			if err != nil {
-				recvErr <- err
+				recvErr <- s.recvError(c, err)
 				return
 			}
 			// An ACK or NACK frees its response's budget at once, even while a push holds the turn.
@@ -211,29 +211,58 @@ func serve[Req interface {
 	defer func() { s.remove(c, err) }()
 	defer c.end()
 	close(connected)
-	_, err = handle(c, first, false)
-	c.turn.Unlock()
-	for err == nil {
-		select {
-		case req := <-reqs:
-			c.turn.Lock()
-			if !c.ended.Load() {
-				_, err = handle(c, req, false)
+	// Requests are handled, and their responses sent, on a goroutine of their own: a send to a proxy that
+	// stops reading blocks until the stream ends, and the stream ends only when this handler returns, which
+	// it does at once when the connection is killed. Blocked here, the connection stayed in the table until
+	// the transport gave up on the proxy.
+	go func() {
+		_, err := handle(c, first, false) // the turn was taken above
+		c.turn.Unlock()
+		for err == nil {
+			select {
+			case req := <-reqs:
+				c.turn.Lock()
+				if !c.ended.Load() {
+					_, err = handle(c, req, false)
+				}
+				c.turn.Unlock()
+				handing.Add(-1)
+			case <-ctx.Done():
+				return
 			}
-			c.turn.Unlock()
-			handing.Add(-1)
-		case err = <-recvErr:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-		case err = <-c.failed:
-		case <-c.killed:
-			return status.Error(codes.DeadlineExceeded, c.killMsg)
-		case <-ctx.Done():
-			return s.doneErr(ctx)
 		}
+		c.fail(err)
+	}()
+	select {
+	case err = <-recvErr:
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	case err = <-c.failed:
+		return err
+	case <-c.killed:
+		return status.Error(codes.DeadlineExceeded, c.killMsg)
+	case <-ctx.Done():
+		return s.doneErr(ctx)
 	}
-	return err
+}
+
+// recvError is the status a stream ends with when reading a request failed (c is nil before the first
+// request). A request over MaxRequestBytes is named as such, in the log and to the client.
+func (s *Server) recvError(c *Connection, err error) error {
+	if status.Code(err) != codes.ResourceExhausted {
+		return err
+	}
+	msg := fmt.Sprintf("request larger than the server accepts (%d bytes, --max-request-bytes): %s",
+		s.opts.MaxRequestBytes, status.Convert(err).Message())
+	attrs := []any{"error", msg}
+	if c != nil {
+		attrs = append(attrs, "conn", c.id, "proxy", logText(c.proxy.NodeID))
+	}
+	s.refused.Add(1)
+	s.log.Warn("request refused", attrs...)
+	return status.Error(codes.ResourceExhausted, msg)
 }
 
 // fail ends the stream with err, unless it is ending already.
@@ -431,7 +460,7 @@ func (c *Connection) nack(w *WatchedResource, nonce, msg string) {
 		tc.nacks.Add(1)
 	}
 	c.observeAck(w, nonce, true, msg)
-	c.srv.log.Warn("proxy rejected config", "conn", c.id, "proxy", c.proxy.NodeID, "type", w.TypeURL,
+	c.srv.log.Warn("proxy rejected config", "conn", c.id, "proxy", logText(c.proxy.NodeID), "type", w.TypeURL,
 		"version", w.VersionSent, "nonce", nonce, "error", msg)
 }
 

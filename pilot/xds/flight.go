@@ -14,6 +14,17 @@ import (
 // DefaultMaxBytesInFlight bounds the response bytes sent but not yet acknowledged, over all connections.
 const DefaultMaxBytesInFlight = 32 << 20
 
+// DefaultMaxBytesInFlightPerProxy is the most of the budget one connection holds: an eighth of the default,
+// so a few proxies that stop reading leave most of it to the others.
+const DefaultMaxBytesInFlightPerProxy = 4 << 20
+
+// DefaultMaxRequestBytes is the largest request accepted: gRPC's own default (4 MiB) refused a
+// subscription to about 50,000 names.
+const DefaultMaxRequestBytes = 64 << 20
+
+// DefaultMaxConnectionAgeGrace is how long a connection past its age may keep its streams (istiod's too).
+const DefaultMaxConnectionAgeGrace = 10 * time.Second
+
 // budget is the server's in-flight byte budget, shared by all streams.
 //
 // A burst that fills it (a cold start, a reconnect storm) leaves the heap sized for the burst: the
@@ -72,6 +83,10 @@ func (b *budget) release(w int64) {
 type flight struct {
 	budget  *budget
 	timeout time.Duration
+	// own is this stream's share of the budget: a proxy that stops reading holds at most this much, so a
+	// few of them cannot starve the rest. Its responses wait for its own answers beyond it.
+	own   *semaphore.Weighted
+	share int64
 
 	mu sync.Mutex
 	// pending holds the responses of every type in send order, so oldest first, and by deadline. A
@@ -91,23 +106,36 @@ type flightEntry struct {
 	deadline time.Time
 }
 
-func newFlight(b *budget, timeout time.Duration) *flight {
-	return &flight{budget: b, timeout: timeout}
+// newFlight tracks a stream's responses against b, the stream holding at most share of it (0: all of it).
+func newFlight(b *budget, timeout time.Duration, share int64) *flight {
+	f := &flight{budget: b, timeout: timeout}
+	if b != nil {
+		if share <= 0 || share > b.max {
+			share = b.max
+		}
+		f.share, f.own = share, semaphore.NewWeighted(share)
+	}
+	return f
 }
 
-// acquire waits for size bytes of budget (capped at the whole budget) and records them against nonce.
+// acquire waits for size bytes of the stream's share and of the budget (a response larger than the share
+// counts as the share) and records them against nonce.
 func (f *flight) acquire(ctx context.Context, typeURL, nonce string, size int) error {
 	if f == nil || f.budget == nil {
 		return nil
 	}
-	w := min(int64(size), f.budget.max)
+	w := min(int64(size), f.share)
+	if err := f.own.Acquire(ctx, w); err != nil {
+		return err
+	}
 	if err := f.budget.acquire(ctx, w); err != nil {
+		f.own.Release(w)
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.done {
-		f.budget.release(w)
+		f.release(w)
 		return nil
 	}
 	// A proxy that never answers must not hold the budget for ever.
@@ -133,7 +161,7 @@ func (f *flight) expire() {
 	now := time.Now()
 	i := 0
 	for ; i < len(f.pending) && !f.pending[i].deadline.After(now); i++ {
-		f.budget.release(f.pending[i].weight)
+		f.release(f.pending[i].weight)
 	}
 	f.pending = slices.Delete(f.pending, 0, i)
 	if len(f.pending) == 0 {
@@ -163,7 +191,7 @@ func (f *flight) answered(typeURL, nonce string) {
 	kept := f.pending[:0]
 	for j, e := range f.pending {
 		if j <= i && e.typeURL == typeURL {
-			f.budget.release(e.weight)
+			f.release(e.weight)
 			continue
 		}
 		kept = append(kept, e)
@@ -184,7 +212,13 @@ func (f *flight) close() {
 		f.expiry.Stop()
 	}
 	for _, e := range f.pending {
-		f.budget.release(e.weight)
+		f.release(e.weight)
 	}
 	f.pending = nil
+}
+
+// release returns w to the stream's share and to the budget.
+func (f *flight) release(w int64) {
+	f.own.Release(w)
+	f.budget.release(w)
 }

@@ -51,7 +51,7 @@ func TestBudgetReleasesMemoryAfterABurst(t *testing.T) {
 func TestFlightReleasesUnansweredResponsesAfterTimeout(t *testing.T) {
 	b := newBudget(100)
 	b.releaseAfterBurst = func() {}
-	f := newFlight(b, 100*time.Millisecond)
+	f := newFlight(b, 100*time.Millisecond, 0)
 	ctx := context.Background()
 	must(t, f.acquire(ctx, ClusterType, "c1", 30))
 	must(t, f.acquire(ctx, ClusterType, "c2", 30))
@@ -80,7 +80,7 @@ func TestFlightReleasesUnansweredResponsesAfterTimeout(t *testing.T) {
 func TestFlightAnswerReleasesItsTypeOnly(t *testing.T) {
 	b := newBudget(1000)
 	b.releaseAfterBurst = func() {}
-	f := newFlight(b, time.Minute)
+	f := newFlight(b, time.Minute, 0)
 	defer f.close()
 	ctx := context.Background()
 	must(t, f.acquire(ctx, ClusterType, "1", 1))

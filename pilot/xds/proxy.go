@@ -3,7 +3,9 @@ package xds
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -58,7 +60,23 @@ func (p *Proxy) AtLeast(major, minor uint32) bool {
 }
 
 // String names the proxy in logs.
-func (p *Proxy) String() string { return p.NodeID }
+func (p *Proxy) String() string { return logText(p.NodeID) }
+
+// maxLoggedText is how much of a string a client chose (node id, user agent) goes into a log line or an
+// error: a client may send a node id of megabytes, logged on every connect and disconnect.
+const maxLoggedText = 256
+
+// logText returns s cut to maxLoggedText bytes (at a rune boundary), saying how long it was.
+func logText(s string) string {
+	if len(s) <= maxLoggedText {
+		return s
+	}
+	n := maxLoggedText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
 
 // IsProxyless reports whether node describes a proxyless gRPC client.
 func isProxyless(node *core.Node, generator string) bool {
@@ -87,27 +105,27 @@ func ParseProxy(node *core.Node) (*Proxy, error) {
 		return nil, fmt.Errorf("node id is empty")
 	}
 	if err := p.readMetadata(node.GetMetadata()); err != nil {
-		return nil, fmt.Errorf("node %q: %w", p.NodeID, err)
+		return nil, fmt.Errorf("node %q: %w", logText(p.NodeID), err)
 	}
 	proxyless := isProxyless(node, p.Generator)
 	parts := strings.Split(p.NodeID, "~")
 	switch {
 	case len(parts) == 4:
 		if err := p.parseIstioID(parts, proxyless); err != nil {
-			return nil, fmt.Errorf("node id %q: %w", p.NodeID, err)
+			return nil, fmt.Errorf("node id %q: %w", logText(p.NodeID), err)
 		}
 	case proxyless:
 		p.Type, p.ID = GRPC, p.NodeID
 	default:
 		return nil, fmt.Errorf("node id %q: has %d parts separated by \"~\", want 4: TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.DOMAIN",
-			p.NodeID, len(parts))
+			logText(p.NodeID), len(parts))
 	}
 	if p.Namespace == "" {
 		if proxyless {
-			return nil, fmt.Errorf("node %q: namespace missing: set node metadata NAMESPACE", p.NodeID)
+			return nil, fmt.Errorf("node %q: namespace missing: set node metadata NAMESPACE", logText(p.NodeID))
 		}
 		return nil, fmt.Errorf("node id %q: namespace missing: want POD.NAMESPACE as the third part, "+
-			"NAMESPACE.svc.DOMAIN as the fourth, or node metadata NAMESPACE", p.NodeID)
+			"NAMESPACE.svc.DOMAIN as the fourth, or node metadata NAMESPACE", logText(p.NodeID))
 	}
 	if p.Name == "" && p.Type != GRPC {
 		p.Name = strings.TrimSuffix(p.ID, "."+p.Namespace)

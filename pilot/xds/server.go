@@ -39,7 +39,10 @@ type Options struct {
 	// SendTimeout is how long a push may take before the connection is closed as not reading (default 5s).
 	SendTimeout time.Duration
 	// MaxConnectionAge makes clients reconnect now and then, which spreads them over replicas after a
-	// scale-up; MaxConnectionAgeGrace bounds how long a closing connection may finish streams. Zero: never.
+	// scale-up (zero: never). At that age (±10%) a connection is told to go away (HTTP/2 GOAWAY), so the
+	// client opens its next stream on a new connection, and MaxConnectionAgeGrace later (default
+	// DefaultMaxConnectionAgeGrace) it is closed: an ADS stream never ends by itself, and with no grace it
+	// stayed on the old connection for good.
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
 	// NewStreamsPerSecond limits how fast new streams are accepted, so a reconnect storm (e.g. after a
@@ -50,6 +53,13 @@ type Options struct {
 	// MaxBytesInFlight bounds the response bytes sent to all proxies and not yet ACKed or NACKed; sends
 	// beyond it wait. It caps the memory a reconnect storm takes (default DefaultMaxBytesInFlight; <0: no bound).
 	MaxBytesInFlight int64
+	// MaxBytesInFlightPerProxy is the most of MaxBytesInFlight one connection may hold: a proxy that stops
+	// reading holds no more than this, and the others keep the rest (default DefaultMaxBytesInFlightPerProxy,
+	// at most MaxBytesInFlight). A response larger than it counts as this much.
+	MaxBytesInFlightPerProxy int64
+	// MaxRequestBytes is the largest request accepted (default DefaultMaxRequestBytes): enough for a
+	// subscription to hundreds of thousands of names.
+	MaxRequestBytes int
 	// Observer, if set, is told about pushes, responses and ACKs (metrics, distribution tracking).
 	Observer Observer
 }
@@ -119,6 +129,18 @@ func NewServer(opts Options) *Server {
 		s.opts.MaxBytesInFlight = opts.MaxBytesInFlight
 		s.inflight = newBudget(opts.MaxBytesInFlight)
 	}
+	if s.opts.MaxBytesInFlightPerProxy <= 0 {
+		s.opts.MaxBytesInFlightPerProxy = DefaultMaxBytesInFlightPerProxy
+	}
+	if s.opts.MaxBytesInFlight > 0 {
+		s.opts.MaxBytesInFlightPerProxy = min(s.opts.MaxBytesInFlightPerProxy, s.opts.MaxBytesInFlight)
+	}
+	if s.opts.MaxRequestBytes <= 0 {
+		s.opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if s.opts.MaxConnectionAge > 0 && s.opts.MaxConnectionAgeGrace <= 0 {
+		s.opts.MaxConnectionAgeGrace = DefaultMaxConnectionAgeGrace
+	}
 	if opts.NewStreamsPerSecond > 0 {
 		burst := opts.NewStreamsBurst
 		if burst <= 0 {
@@ -165,6 +187,7 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 		grpc.InitialConnWindowSize(requestWindow),
 		// Responses are encoded by the connection (see encodeResponse).
 		grpc.ForceServerCodecV2(newWireCodec()),
+		grpc.MaxRecvMsgSize(s.opts.MaxRequestBytes),
 	}
 }
 
@@ -303,8 +326,8 @@ func (s *Server) add(c *Connection) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.connects.Add(1)
-	s.log.Info("proxy connected", "conn", c.id, "proxy", c.proxy.NodeID, "type", c.proxy.Type, "delta", c.delta,
-		"peer", c.peer, "agent", c.proxy.UserAgent)
+	s.log.Info("proxy connected", "conn", c.id, "proxy", logText(c.proxy.NodeID), "type", c.proxy.Type, "delta", c.delta,
+		"peer", c.peer, "agent", logText(c.proxy.UserAgent))
 }
 
 func (s *Server) remove(c *Connection, err error) {
@@ -323,7 +346,7 @@ func (s *Server) remove(c *Connection, err error) {
 		}()
 	}
 	s.disconnects.Add(1)
-	attrs := []any{"conn", c.id, "proxy", c.proxy.NodeID, "connected", time.Since(c.connectedAt).Round(time.Millisecond)}
+	attrs := []any{"conn", c.id, "proxy", logText(c.proxy.NodeID), "connected", time.Since(c.connectedAt).Round(time.Millisecond)}
 	if err != nil && !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
 		attrs = append(attrs, "reason", err.Error())
 	}

@@ -1,0 +1,162 @@
+package xds
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// stuckClient subscribes to CDS and EDS with a small fixed window and never reads: gRPC takes the first
+// response whole, and the next blocks in flow control.
+func stuckClient(t *testing.T, e *testEnv, name string) *sotwClient {
+	c := newClient(t, e.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)).StreamAggregatedResources, false)
+	ask(c, sidecar(name, "ns1"), ClusterType, nil, nil)
+	ask(c, nil, EndpointType, []string{"a", "b"}, nil)
+	return c
+}
+
+// A proxy that never reads is closed after the send timeout and leaves the connection table then, even when
+// the send that blocks answers one of its own requests.
+func TestStuckProxyLeavesAtTheSendTimeout(t *testing.T) {
+	const sendTimeout = 300 * time.Millisecond
+	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
+		o.SendTimeout = sendTimeout
+		e.pad = func(*Proxy) int { return 1 << 20 }
+	})
+	start := time.Now()
+	stuckClient(t, e, "stuck")
+	eventually(t, "connected", func() bool { return len(e.srv.Connections()) == 1 })
+	eventually(t, "stuck proxy gone", func() bool { return len(e.srv.Connections()) == 0 })
+	if d := time.Since(start); d > sendTimeout+2*time.Second {
+		t.Fatalf("stuck proxy left %v after connecting, want about the %v send timeout", d, sendTimeout)
+	}
+	if n := e.srv.Counters().SendTimeouts; n != 1 {
+		t.Fatalf("send timeouts %d, want 1", n)
+	}
+}
+
+// Proxies that stop reading hold only their share of the in-flight budget: a healthy proxy's fetch does not
+// wait for them to time out.
+func TestStuckProxiesHoldOnlyTheirShare(t *testing.T) {
+	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
+		o.SendTimeout = 30 * time.Second // the stuck ones stay for the whole test
+		o.MaxBytesInFlight, o.MaxBytesInFlightPerProxy = 4<<20, 512<<10
+		e.pad = func(*Proxy) int { return 1 << 20 } // every CDS response is 2 MB
+	})
+	for i := range 4 {
+		stuckClient(t, e, "stuck"+strconv.Itoa(i))
+	}
+	eventually(t, "the stuck proxies hold their share", func() bool { return e.srv.inflight.used.Load() == 4*512<<10 })
+	start := time.Now()
+	c := e.sotw(t)
+	ask(c, sidecar("healthy", "ns1"), ClusterType, nil, nil)
+	if got := payloads(t, ClusterType, c.recv().Resources); len(got) != 2 {
+		t.Fatalf("healthy proxy got %d clusters", len(got))
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("healthy fetch took %v next to four stuck proxies", d)
+	}
+	if n := len(e.srv.Connections()); n != 5 {
+		t.Fatalf("%d connections, want the 4 stuck ones still there and the healthy one", n)
+	}
+}
+
+// A subscription to 100,000 names (6 MB, past gRPC's default 4 MiB) is accepted; one past the configured
+// limit ends the stream with an error that names the limit.
+func TestRequestSizeLimit(t *testing.T) {
+	names := make([]string, 100_000)
+	for i := range names {
+		names[i] = "outbound|8080||service-" + strconv.Itoa(i) + ".namespace.svc.cluster.local"
+	}
+	e := newEnv(t, twoClusters())
+	c := e.sotw(t)
+	ask(c, sidecar("pod", "ns1"), EndpointType, names, nil)
+	if r := c.recv(); r.TypeUrl != EndpointType {
+		t.Fatalf("response %v", r)
+	}
+
+	var logs syncBuffer
+	small := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) {
+		o.MaxRequestBytes, o.Logger = 1<<20, slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	c = small.sotw(t)
+	ask(c, sidecar("pod", "ns1"), EndpointType, names, nil)
+	// gRPC itself answers with the sizes; the server's log names the flag.
+	if err := c.end(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
+		t.Fatalf("oversized request ended the stream with %v, want ResourceExhausted", err)
+	}
+	eventually(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "--max-request-bytes") })
+}
+
+// Past its age a connection is told to go away and, after the grace, closed: the stream ends, so the proxy
+// reconnects (on a new connection, to any replica).
+func TestConnectionAgeEndsStreams(t *testing.T) {
+	const age, grace = 300 * time.Millisecond, 200 * time.Millisecond
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxConnectionAge, o.MaxConnectionAgeGrace = age, grace })
+	start := time.Now()
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	deltaAsk(c, nil, ClusterType, nil, nil, c.recv())
+	err := c.end()
+	t.Logf("stream ended %v after it started: %v", time.Since(start), err)
+	if d := time.Since(start); d > age*11/10+grace+2*time.Second {
+		t.Fatalf("stream ended %v after it started (%v), want within age %v ±10%% + grace %v", d, err, age, grace)
+	}
+}
+
+// The default grace is finite: without one gRPC waits for streams for ever, and ADS streams never end.
+func TestConnectionAgeHasAGraceByDefault(t *testing.T) {
+	e := newEnv(t, nil, func(_ *testEnv, o *Options) { o.MaxConnectionAge = time.Minute })
+	if e.srv.opts.MaxConnectionAgeGrace != DefaultMaxConnectionAgeGrace {
+		t.Fatalf("grace %v, want %v", e.srv.opts.MaxConnectionAgeGrace, DefaultMaxConnectionAgeGrace)
+	}
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A client picks its node id: one of a megabyte is cut in the log, not written on every connect.
+func TestLongNodeIDIsCutInLogs(t *testing.T) {
+	var logs syncBuffer
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	long := strings.Repeat("p", 1<<20)
+	c := e.sotw(t)
+	ask(c, node("sidecar~10.0.0.1~"+long+".ns1~ns1.svc.cluster.local", nil), ClusterType, nil, nil)
+	c.recv()
+	c.cancel()
+	c = e.sotw(t) // refused: the error names the id, cut too
+	ask(c, node("sidecar~"+long, nil), ClusterType, nil, nil)
+	if err := c.end(); status.Code(err) != codes.InvalidArgument || len(err.Error()) > 1024 {
+		t.Fatalf("bad node id: %d bytes of error, code %v", len(err.Error()), status.Code(err))
+	}
+	eventually(t, "disconnect logged", func() bool { return strings.Count(logs.String(), "proxy disconnected") == 1 })
+	if n := len(logs.String()); n > 16<<10 {
+		t.Fatalf("%d bytes of log for two connections with a 1 MB node id", n)
+	}
+	if !strings.Contains(logs.String(), "bytes)") {
+		t.Fatalf("the cut id does not say how long it was:\n%s", logs.String())
+	}
+}
