@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// TestSmallRun runs every scenario on a small mesh so the harness keeps working: 10 services, 10 sidecars,
-// 2 ztunnels, 2 repetitions, 2 s of churn. It builds and runs the real server binary.
+// TestSmallRun runs every scenario of -scenario all on a small mesh so the harness keeps working: 10
+// services, 10 sidecars, 2 ztunnels, 2 repetitions, 2 s of churn. It builds and runs the real server binary.
 func TestSmallRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the server")
@@ -36,6 +36,11 @@ func TestSmallRun(t *testing.T) {
 				Quiet:         80 * time.Millisecond,
 				Scenarios:     allScenarios,
 				WorkDir:       t.TempDir(),
+				// A warming the server does not end, and a lookup it does not answer, fail soon.
+				InitialFetchTimeout: 5 * time.Second,
+				OnDemandLookups:     40,
+				OnDemandNames:       10,
+				OnDemandTimeout:     time.Second,
 			}
 			switch mode.name {
 			case "sotw":
@@ -65,7 +70,8 @@ func TestSmallRun(t *testing.T) {
 			switch mode.name {
 			case "delta":
 				want = []string{"cold-start", "endpoint-add", "endpoint-remove", "service-add", "virtualservice-change",
-					"authorization-change", "ztunnel-pod-add", "ztunnel-pod-remove", "steady-churn"}
+					"authorization-change", "ztunnel-pod-add", "ztunnel-pod-remove", "destination-rule", "ztunnel-on-demand",
+					"steady-churn"}
 			case "sotw":
 				want = []string{"cold-start", "endpoint-add", "endpoint-remove"}
 			default:
@@ -84,6 +90,18 @@ func TestSmallRun(t *testing.T) {
 			if c := got["cold-start"]; c != nil && c.Proxies != 12 {
 				t.Errorf("cold start measured %d proxies, want 12", c.Proxies)
 			}
+			// Every sidecar's EDS clusters warmed at cold start, and a DestinationRule change warms its service's
+			// three clusters in every sidecar again; none may be left to initial_fetch_timeout.
+			if c := got["cold-start"]; c != nil && (c.Warmings < 10*30 || c.WarmingTimeouts > 0) {
+				t.Errorf("cold start: %d clusters warmed, %d warming timeouts", c.Warmings, c.WarmingTimeouts)
+			}
+			if r := got["destination-rule"]; r != nil && (r.Warmings != 2*10*3 || r.WarmingTimeouts > 0) {
+				t.Errorf("destination-rule: %d clusters warmed, %d warming timeouts; want 60 and none", r.Warmings, r.WarmingTimeouts)
+			}
+			if r := got["ztunnel-on-demand"]; r != nil && (r.Changes != 40+10 || r.Figures["initialAddresses"] != 0 ||
+				r.Figures["existingFound"] != 10) {
+				t.Errorf("ztunnel-on-demand: %d lookups, figures %v", r.Changes, r.Figures)
+			}
 			if rep.Mesh.Clusters < 30 || rep.Mesh.Routes == 0 {
 				t.Errorf("sidecar config looks wrong: %+v", rep.Mesh)
 			}
@@ -92,6 +110,59 @@ func TestSmallRun(t *testing.T) {
 				t.Errorf("%d virtual hosts over VHDS, want some: %v", rep.Mesh.VirtualHosts, vhds)
 			}
 		})
+	}
+}
+
+// TestSmallRunNamedOnly runs the scenarios -scenario all leaves out, briefly: connection-age with a 2 s age
+// (a 5 s window) and slow-clients once, with a 3 s send timeout.
+func TestSmallRunNamedOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the server")
+	}
+	cfg := Config{
+		Shape:            meshShape{Services: 10, PodsPerService: 3, Namespaces: 3, Policies: true, RoutingEvery: 5},
+		Sidecars:         10,
+		Delta:            true,
+		EnvoyVersion:     [2]uint32{1, 38},
+		Reps:             1,
+		SlowReps:         1,
+		StuckClients:     4,
+		MaxConnectionAge: 2 * time.Second,
+		Debounce:         20 * time.Millisecond,
+		Timeout:          20 * time.Second,
+		SendTimeout:      3 * time.Second,
+		Quiet:            80 * time.Millisecond,
+		Scenarios:        []string{"cold", "connection-age", "slow-clients"},
+		WorkDir:          t.TempDir(),
+	}
+	var out io.Writer = io.Discard
+	if testing.Verbose() {
+		out = os.Stdout
+	}
+	rep, err := Run(context.Background(), cfg, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*Result{}
+	for _, r := range rep.Results {
+		got[r.Scenario] = r
+	}
+	// Whether streams move is the server's part (a finite --max-connection-age-grace): logged, not asserted.
+	if r := got["connection-age"]; r == nil || r.Proxies != 10 || r.Figures["windowSeconds"] != 5 {
+		t.Errorf("connection-age: %+v", r)
+	} else {
+		t.Logf("connection-age: %d of 10 sidecars moved, %v", 10-r.Missed, r.Figures)
+	}
+	for _, s := range []string{"slow-clients-alone", "slow-clients-stuck"} {
+		if r := got[s]; r == nil || r.Changes != 1 || r.Missed != 0 || r.P50Ms <= 0 || r.BytesPerChange == 0 {
+			t.Errorf("%s: %+v", s, r)
+		}
+	}
+	if r := got["slow-clients-stuck"]; r != nil {
+		t.Logf("slow-clients: %v", r.Figures)
+		if r.Figures["stuckNeverListed"] > 0 {
+			t.Errorf("stuck clients never seen in the server's connections: %v", r.Figures)
+		}
 	}
 }
 

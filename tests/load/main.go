@@ -53,8 +53,9 @@ type Config struct {
 	InitialFetchTimeout time.Duration `json:"initialFetchTimeout"`
 	// MaxConnectionAge is passed to the server as --max-connection-age when connection-age runs.
 	MaxConnectionAge time.Duration `json:"maxConnectionAge,omitempty"`
-	// SlowReps: how many fetches slow-clients measures alone, and as many with stuck clients.
-	SlowReps int `json:"slowReps,omitempty"`
+	// SlowReps: how many fetches slow-clients measures alone, and as many with StuckClients that do not read.
+	SlowReps     int `json:"slowReps,omitempty"`
+	StuckClients int `json:"stuckClients,omitempty"`
 	// ztunnel-on-demand: lookups in all, over how many addresses outside the mesh, sent how fast, each
 	// waited for how long.
 	OnDemandLookups int           `json:"onDemandLookups,omitempty"`
@@ -152,7 +153,8 @@ func main() {
 		"a cluster warming longer is counted as a warming timeout")
 	flag.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", 30*time.Second, "connection-age: pass --max-connection-age to the "+
 		"server (for the whole run) and watch the delta proxies for 2.5 times it")
-	flag.IntVar(&cfg.SlowReps, "slow-reps", 3, "slow-clients: fetches measured alone, and as many with 4 clients that do not read")
+	flag.IntVar(&cfg.SlowReps, "slow-reps", 3, "slow-clients: fetches measured alone, and as many with -stuck-clients that do not read")
+	flag.IntVar(&cfg.StuckClients, "stuck-clients", 4, "slow-clients: clients that connect as sidecars, subscribe and never read")
 	flag.IntVar(&cfg.OnDemandLookups, "ondemand-lookups", 1000, "ztunnel-on-demand: lookups of addresses outside the mesh")
 	flag.IntVar(&cfg.OnDemandNames, "ondemand-names", 250, "ztunnel-on-demand: distinct addresses they cycle over (each looked up again "+
 		"after its previous answer, as ztunnel does)")

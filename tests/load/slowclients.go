@@ -11,12 +11,9 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// stuckClients is how many clients that never read the slow-clients scenario opens at a time.
-const stuckClients = 4
-
 // slowClients measures one healthy sidecar's full initial fetch (connect, subscribe as Envoy does, until it
-// has CDS, EDS, LDS, RDS and VHDS and has ACKed them) -slow-reps times alone, then as often while 4 more
-// clients connect as sidecars, subscribe everything a sidecar does and never read; and how long after
+// has CDS, EDS, LDS, RDS and VHDS and has ACKed them) -slow-reps times alone, then as often while
+// -stuck-clients (4) more clients connect as sidecars, subscribe everything a sidecar does and never read; and how long after
 // their connect the stuck ones leave the server's connection table (its send timeout should cut them off).
 func (h *harness) slowClients() ([]*Result, error) {
 	if len(h.sidecars) == 0 {
@@ -29,7 +26,7 @@ func (h *harness) slowClients() ([]*Result, error) {
 	eds, rds := slices.Sorted(maps.Keys(tmpl.subs[edsType])), slices.Sorted(maps.Keys(tmpl.subs[rdsType]))
 	vhds := tmpl.vhdsOn
 	tmpl.mu.Unlock()
-	reps := max(1, h.cfg.SlowReps)
+	reps, stuckClients := max(1, h.cfg.SlowReps), max(1, h.cfg.StuckClients)
 
 	var alone, stuck []sample
 	var aloneW, stuckW warmingFigures
@@ -43,7 +40,7 @@ func (h *harness) slowClients() ([]*Result, error) {
 	var gone []time.Duration
 	notGone, neverListed := 0, 0
 	for range reps {
-		cs, err := h.openStuck(tmpl, eds, rds, vhds)
+		cs, err := h.openStuck(stuckClients, tmpl, eds, rds, vhds)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +69,7 @@ func (h *harness) slowClients() ([]*Result, error) {
 		sendTimeout = 5 * time.Second // the server's default
 	}
 	rs.Figures = map[string]float64{
-		"stuckClients":         stuckClients,
+		"stuckClients":         float64(stuckClients),
 		"p50RatioToAlone":      ratio(rs.P50Ms, ra.P50Ms),
 		"maxRatioToAlone":      ratio(rs.MaxMs, ra.MaxMs),
 		"stuckGoneP50Ms":       pct(gone, 50),
@@ -149,13 +146,13 @@ type stuckClient struct {
 	opened time.Time
 }
 
-// openStuck connects stuckClients clients as sidecars of tmpl's namespace that subscribe to CDS, LDS, the
+// openStuck connects n clients as sidecars of tmpl's namespace that subscribe to CDS, LDS, the
 // EDS and RDS names given (and VHDS) and then never read. Their HTTP/2 windows are the protocol's default
 // 64 KiB, not Envoy's 256 MiB: what the server sends beyond that waits on it, as for an Envoy whose event
 // loop is stuck once its socket buffers are full.
-func (h *harness) openStuck(tmpl *proxy, eds, rds []string, vhds bool) ([]*stuckClient, error) {
+func (h *harness) openStuck(n int, tmpl *proxy, eds, rds []string, vhds bool) ([]*stuckClient, error) {
 	var out []*stuckClient
-	for range stuckClients {
+	for range n {
 		h.extraSeq++
 		p := newProxy(h, 200000+h.extraSeq, kindSidecar, tmpl.ns, fmt.Sprintf("stuck-%d", h.extraSeq), h.mesh.nextIP(), nil)
 		s, err := dialDeltaWindow(h.srv.grpcAddr, 65535)
