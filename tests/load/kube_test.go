@@ -31,10 +31,12 @@ func TestKubeSource(t *testing.T) {
 		Timeout:       20 * time.Second,
 		SendTimeout:   30 * time.Second,
 		Quiet:         80 * time.Millisecond,
-		Scenarios:     []string{"cold", "endpoint", "service-add", "churn"},
+		Scenarios:     []string{"cold", "endpoint", "service-add", "destination-rule", "churn"},
 		WorkDir:       t.TempDir(),
 		ChurnRate:     10,
 		ChurnDuration: 2 * time.Second,
+		// The DestinationRule's updated clusters must warm; one left to this timeout is a miss.
+		InitialFetchTimeout: 5 * time.Second,
 	}
 	cfg.ChurnTrace = filepath.Join(cfg.WorkDir, "churn.csv")
 	var out io.Writer = io.Discard
@@ -58,7 +60,7 @@ func TestKubeSource(t *testing.T) {
 			t.Errorf("%s: %d proxy-changes missed", r.Scenario, r.Missed)
 		}
 	}
-	for _, s := range []string{"cold-start", "endpoint-add", "endpoint-remove", "service-add"} {
+	for _, s := range []string{"cold-start", "endpoint-add", "endpoint-remove", "service-add", "destination-rule"} {
 		r := got[s]
 		if r == nil {
 			t.Errorf("no result for %s", s)

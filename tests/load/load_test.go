@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/sextantmesh/sextant/tests/kubeenv"
 )
 
 // TestSmallRun runs every scenario of -scenario all on a small mesh so the harness keeps working: 10
@@ -189,5 +195,21 @@ func TestPercentile(t *testing.T) {
 	}
 	if p := pct(nil, 99); p != 0 {
 		t.Errorf("p99 of nothing = %v", p)
+	}
+}
+
+// The DestinationRule the destination-rule scenario writes is one object the Kubernetes source can create
+// (networking.istio.io/v1, the CRDs the harness installs), so the scenario runs on -source kube as well.
+func TestDestinationRuleDecodes(t *testing.T) {
+	s := &service{ns: "ns-1", name: "svc-1"}
+	objs, err := kubeenv.Decode(strings.NewReader(destinationRule(s, "dr-svc-1", 1001)))
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("%d objects, %v", len(objs), err)
+	}
+	o := objs[0]
+	gvk := o.GroupVersionKind()
+	got, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "trafficPolicy", "connectionPool", "tcp", "maxConnections")
+	if gvk.Group != "networking.istio.io" || gvk.Kind != "DestinationRule" || o.GetNamespace() != "ns-1" || fmt.Sprint(got) != "1001" {
+		t.Fatalf("decoded %v %s/%s, maxConnections %v", gvk, o.GetNamespace(), o.GetName(), got)
 	}
 }
