@@ -141,12 +141,15 @@ func checkZtunnel(s *server, z *Ztunnel) []string {
 	return out
 }
 
-// nackLoops reports the re-sends after a NACK that no new snapshot explains: the server answered the NACK
-// by sending the same thing again.
+// nackLoops reports the re-sends after a NACK that no push explains: the server answered the NACK by
+// sending the same thing again. A push that started shortly before the NACK may still be on its way (its
+// response can repeat the rejected one), so it explains a re-send too; a loop re-sends after every NACK
+// and is caught at the next round.
 func (s *server) nackLoops(resends []Resend) []string {
+	const inFlight = 100 * time.Millisecond
 	var out []string
 	for _, r := range resends {
-		if !s.pushedBetween(r.Rejected, r.Resent) {
+		if !s.pushedBetween(r.Rejected.Add(-inFlight), r.Resent) {
 			out = append(out, fmt.Sprintf("NACK loop: %s %s sent again unchanged %v after it was rejected, with no push in between",
 				short(r.TypeURL), r.Name, r.Resent.Sub(r.Rejected).Round(time.Millisecond)))
 		}

@@ -557,11 +557,7 @@ func (e *Envoy) handleSotW(resp *discovery.DiscoveryResponse) {
 	if len(problems) > 0 {
 		e.nacks++
 		st.nack = &rpcstatus.Status{Code: 13, Message: strings.Join(problems, "; ")}
-		if last, ok := e.lastNACK[t]; !ok || !sameResponse(last.resp, resp) {
-			e.lastNACK[t] = nackedResponse{resp, time.Now()}
-		} else {
-			e.lastNACK[t] = nackedResponse{resp, last.at}
-		}
+		e.lastNACK[t] = nackedResponse{resp, time.Now()}
 	} else {
 		st.version = resp.GetVersionInfo()
 		delete(e.lastNACK, t)

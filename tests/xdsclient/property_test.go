@@ -60,6 +60,7 @@ type sequence struct {
 	// workload names.
 	reject  []*atomic.Pointer[string]
 	zreject *atomic.Pointer[string]
+	echo    *echo
 	log     []string
 }
 
@@ -74,8 +75,11 @@ func runSequence(t *testing.T, seed uint64, n int) []string {
 			files[svc.file()] = svc.yaml()
 		}
 	}
+	q.echo = startEcho(t)
+	files[echoFile] = q.echo.yaml()
 	q.srv = startServer(t, files)
 	q.c = q.startClients()
+	q.echo.dial(t, q.srv)
 	for i := range n {
 		q.step(i)
 		time.Sleep(time.Duration(q.rnd.IntN(60)) * time.Millisecond)
@@ -84,6 +88,7 @@ func runSequence(t *testing.T, seed uint64, n int) []string {
 		q.logf("not settled within %v", 3*testFetchTimeout)
 	}
 	q.c.check(t, q.srv)
+	report(t, "grpc-go xDS client", q.echo.check())
 	for i, e := range q.c.envoys {
 		r, b, _ := e.Stats()
 		q.logf("envoy %d %s delta=%v: %d responses, %d bytes, %d NACKs", i, e.NodeID(), e.Delta(), r, b, e.NACKs())
@@ -223,6 +228,10 @@ func (q *sequence) step(i int) {
 		q.logf("%d: VirtualService of %s/%s: %+v", i, cur.ns, cur.name, vs)
 		q.vss[f] = vs
 		q.srv.put(t, vsFile(*cur), vs.yaml(*cur))
+	case k < 69: // the proxyless client's backends: one, the other, both or none
+		q.echo.up = map[int]bool{0: q.rnd.IntN(3) > 0, 1: q.rnd.IntN(3) > 0}
+		q.logf("%d: echo backends up: v1 %v, v2 %v", i, q.echo.up[0], q.echo.up[1])
+		q.srv.put(t, echoFile, q.echo.yaml())
 	case k < 75: // an on-demand lookup: a pod, a VIP, or nothing there
 		z := q.c.ztunnels[1]
 		var name string

@@ -67,7 +67,8 @@ type Rejection struct {
 }
 
 // Resend is a resource (or, in state-of-the-world, a whole response) the server sent again unchanged after
-// the client had rejected it. It is a NACK loop when nothing changed on the server in between.
+// the client had rejected it (Rejected is the latest rejection). It is a NACK loop when nothing changed on
+// the server in between.
 type Resend struct {
 	TypeURL, Name    string
 	Rejected, Resent time.Time
