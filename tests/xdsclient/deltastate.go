@@ -41,7 +41,7 @@ type deltaState struct {
 	sentOnStream bool
 	// initialVersions is should_send_initial_resource_versions_ (on a reconnect).
 	initialVersions bool
-	// firstResponse is when the stream's first request went out without an answer yet (zero: answered).
+	// firstSent is when the stream's first request went out, while no response has come (zero: answered).
 	firstSent time.Time
 }
 

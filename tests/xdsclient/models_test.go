@@ -11,29 +11,41 @@ type clients struct {
 	ztunnels []*Ztunnel
 }
 
-// startClients connects delta and state-of-the-world sidecars in both namespaces (the alpha delta one new
-// enough for VHDS), a wildcard ztunnel and an on-demand one.
-func startClients(t *testing.T, s *server) *clients {
-	t.Helper()
+// sidecars are the Envoys of every test mesh: delta and state-of-the-world in both namespaces, the alpha
+// delta one (and the beta state-of-the-world one, which must not get VHDS) new enough for VHDS.
+var sidecars = []struct {
+	ns    string
+	delta bool
+	build [3]uint32
+	ip    string // state-of-the-world sidecars run outside the home pods
+}{{"alpha", true, [3]uint32{1, 38, 0}, ""}, {"beta", true, [3]uint32{1, 36, 0}, ""},
+	{"alpha", false, [3]uint32{1, 36, 0}, "10.9.0.1"}, {"beta", false, [3]uint32{1, 38, 0}, "10.9.0.2"}}
+
+// newClients makes the sidecars, a wildcard ztunnel and an on-demand one; reject gives sidecar i's and the
+// wildcard ztunnel's (-1) NACK hook, nil for none.
+func newClients(addr string, reject func(i int) func(typeURL, name string, a anyRes) error) *clients {
+	if reject == nil {
+		reject = func(int) func(string, string, anyRes) error { return nil }
+	}
 	c := &clients{}
-	for _, spec := range []struct {
-		ns    string
-		delta bool
-		build [3]uint32
-	}{{"alpha", true, [3]uint32{1, 38, 0}}, {"beta", true, [3]uint32{1, 36, 0}}, {"alpha", false, [3]uint32{1, 36, 0}}, {"beta", false, [3]uint32{1, 38, 0}}} {
-		id := sidecarNode(spec.ns)
-		if !spec.delta {
-			id = "sidecar~10.9.0." + map[string]string{"alpha": "1", "beta": "2"}[spec.ns] + "~sotw-0." + spec.ns + "~" + spec.ns + ".svc.cluster.local"
+	for i, sc := range sidecars {
+		id := sidecarNode(sc.ns)
+		if sc.ip != "" {
+			id = "sidecar~" + sc.ip + "~sotw-0." + sc.ns + "~" + sc.ns + ".svc.cluster.local"
 		}
-		e := NewEnvoy(EnvoyOptions{Addr: s.addr(), NodeID: id, Delta: spec.delta, BuildVersion: spec.build,
-			InitialFetchTimeout: testFetchTimeout, Reject: rejectHook(t)})
-		c.envoys = append(c.envoys, e)
+		c.envoys = append(c.envoys, NewEnvoy(EnvoyOptions{Addr: addr, NodeID: id, Delta: sc.delta, BuildVersion: sc.build,
+			InitialFetchTimeout: testFetchTimeout, Reject: reject(i)}))
 	}
 	c.ztunnels = []*Ztunnel{
-		NewZtunnel(ZtunnelOptions{Addr: s.addr(), IP: "10.2.0.1", Pod: "ztunnel-a", Namespace: "istio-system", NodeName: "node-a",
-			Reject: zrejectHook(t)}),
-		NewZtunnel(ZtunnelOptions{Addr: s.addr(), IP: "10.2.0.2", Pod: "ztunnel-b", Namespace: "istio-system", NodeName: "node-a", OnDemand: true}),
+		NewZtunnel(ZtunnelOptions{Addr: addr, IP: "10.2.0.1", Pod: "ztunnel-a", Namespace: "istio-system", NodeName: "node-a", Reject: reject(-1)}),
+		NewZtunnel(ZtunnelOptions{Addr: addr, IP: "10.2.0.2", Pod: "ztunnel-b", Namespace: "istio-system", NodeName: "node-a", OnDemand: true}),
 	}
+	return c
+}
+
+// connect connects every client and closes them at the end of the test.
+func (c *clients) connect(t *testing.T) {
+	t.Helper()
 	for _, e := range c.envoys {
 		if err := e.Connect(); err != nil {
 			t.Fatal(err)
@@ -46,7 +58,6 @@ func startClients(t *testing.T, s *server) *clients {
 		}
 		t.Cleanup(z.Disconnect)
 	}
-	return c
 }
 
 func (c *clients) check(t *testing.T, s *server) {
@@ -71,7 +82,8 @@ func TestModelsFollowTheServer(t *testing.T) {
 	files[drFile(reviews)] = destinationRule{subsets: true}.yaml(reviews)
 	files[vsFile(reviews)] = virtualService{weightV1: 80}.yaml(reviews)
 	s := startServer(t, files)
-	c := startClients(t, s)
+	c := newClients(s.addr(), nil)
+	c.connect(t)
 	if !settled(s, c.envoys, c.ztunnels, 10*time.Second) {
 		t.Log("not settled within 10s")
 	}
@@ -98,8 +110,3 @@ func TestModelsFollowTheServer(t *testing.T) {
 	}
 	c.check(t, s)
 }
-
-// rejectHook NACKs nothing; the property test swaps in its own predicates.
-func rejectHook(*testing.T) func(string, string, anyRes) error { return nil }
-
-func zrejectHook(*testing.T) func(string, string, anyRes) error { return nil }

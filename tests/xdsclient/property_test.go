@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 var (
@@ -113,54 +111,31 @@ func (q *sequence) randomService(s service) service {
 	return s
 }
 
-// startClients is startClients with NACK hooks the steps switch.
+// startClients connects the clients with NACK hooks the steps switch: sidecars reject the clusters of a
+// host, the wildcard ztunnel the workloads of a pod name prefix.
 func (q *sequence) startClients() *clients {
-	c := &clients{}
-	specs := []struct {
-		ns    string
-		delta bool
-		build [3]uint32
-		ip    string
-	}{{"alpha", true, [3]uint32{1, 38, 0}, ""}, {"beta", true, [3]uint32{1, 36, 0}, ""},
-		{"alpha", false, [3]uint32{1, 36, 0}, "10.9.0.1"}, {"beta", false, [3]uint32{1, 38, 0}, "10.9.0.2"}}
-	for _, spec := range specs {
-		id := sidecarNode(spec.ns)
-		if spec.ip != "" {
-			id = "sidecar~" + spec.ip + "~sotw-0." + spec.ns + "~" + spec.ns + ".svc.cluster.local"
-		}
-		host := &atomic.Pointer[string]{}
-		q.reject = append(q.reject, host)
-		c.envoys = append(c.envoys, NewEnvoy(EnvoyOptions{Addr: q.srv.addr(), NodeID: id, Delta: spec.delta, BuildVersion: spec.build,
-			InitialFetchTimeout: testFetchTimeout, Reject: func(typeURL, name string, _ *anypb.Any) error {
-				if h := host.Load(); h != nil && typeURL == ClusterType && strings.HasSuffix(name, "|"+*h) {
-					return fmt.Errorf("rejected by the test")
-				}
-				return nil
-			}}))
-	}
 	q.zreject = &atomic.Pointer[string]{}
-	c.ztunnels = []*Ztunnel{
-		NewZtunnel(ZtunnelOptions{Addr: q.srv.addr(), IP: "10.2.0.1", Pod: "ztunnel-a", Namespace: "istio-system", NodeName: "node-a",
-			Reject: func(typeURL, name string, _ *anypb.Any) error {
+	for range sidecars {
+		q.reject = append(q.reject, &atomic.Pointer[string]{})
+	}
+	c := newClients(q.srv.addr(), func(i int) func(string, string, anyRes) error {
+		if i < 0 {
+			return func(_, name string, _ anyRes) error {
 				if p := q.zreject.Load(); p != nil && strings.Contains(name, *p) {
 					return fmt.Errorf("rejected by the test")
 				}
 				return nil
-			}}),
-		NewZtunnel(ZtunnelOptions{Addr: q.srv.addr(), IP: "10.2.0.2", Pod: "ztunnel-b", Namespace: "istio-system", NodeName: "node-a", OnDemand: true}),
-	}
-	for _, e := range c.envoys {
-		if err := e.Connect(); err != nil {
-			q.t.Fatal(err)
+			}
 		}
-		q.t.Cleanup(e.Close)
-	}
-	for _, z := range c.ztunnels {
-		if err := z.Connect(); err != nil {
-			q.t.Fatal(err)
+		host := q.reject[i]
+		return func(typeURL, name string, _ anyRes) error {
+			if h := host.Load(); h != nil && typeURL == ClusterType && strings.HasSuffix(name, "|"+*h) {
+				return fmt.Errorf("rejected by the test")
+			}
+			return nil
 		}
-		q.t.Cleanup(z.Disconnect)
-	}
+	})
+	c.connect(q.t)
 	return c
 }
 
