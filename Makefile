@@ -19,6 +19,13 @@ test: test-deps
 test-deps:
 	sh scripts/install-test-deps.sh
 
+# The transport's property test (tests/xdsclient) at length: make test runs 4 sequences of 12 steps.
+.PHONY: test-property
+PROPERTY_ARGS ?= -xdsclient.sequences=40 -xdsclient.steps=30
+
+test-property:
+	$(GO) test -race -count=1 -timeout 30m -run '^TestClientsEndWhereTheServerSays$$' ./tests/xdsclient/ $(PROPERTY_ARGS)
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
