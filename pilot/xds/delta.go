@@ -213,43 +213,57 @@ func (c *Connection) answerNames(gen Generator, w *WatchedResource, push *model.
 // rename never leaves a route pointing at a cluster the proxy has already dropped.
 func (c *Connection) pushDelta(req *model.PushRequest) error {
 	push := c.srv.snapshot(req)
-	var later []pendingRemoval
+	type heldPush struct {
+		removal pendingRemoval
+		obs     pushObservation
+		failed  bool
+	}
+	var later []heldPush
+	defer func() { c.pushing = nil }()
 	for _, w := range c.pushTypes(req) {
 		if tc := w.counters; tc != nil {
 			tc.pushes.Add(1)
 		}
-		err := c.observePush(w, push, req, func() error {
-			var res Resources
-			var removed []string
-			incremental := false
-			if dg, ok := w.gen.(DeltaGenerator); ok {
-				var err error
-				if res, removed, incremental, err = dg.GenerateDeltas(c.proxy, push, w, req); err != nil {
-					c.generateFailed(w, err)
-					return nil
-				}
-			} else if res, ok = c.generate(w.gen, w, push, req); !ok {
-				return nil
-			}
-			if !incremental {
-				removed = nil
-			}
-			p, err := c.sendDelta(w, push, res, removed, nil, !incremental, false, removedLast[w.TypeURL])
-			if p.names != nil {
-				later = append(later, p)
-			}
-			return err
-		})
+		obs := c.observe(w, push, req)
+		held, err := c.pushDeltaType(w, push, req)
+		if failed := err != nil || c.genFailed; held.names != nil && err == nil {
+			later = append(later, heldPush{held, obs, failed})
+		} else {
+			obs.done(failed)
+		}
 		if err != nil {
 			return err
 		}
 	}
-	for _, p := range later {
-		if err := c.sendRemovals(p, push); err != nil {
+	for _, h := range later {
+		c.pushing = req
+		err := c.sendRemovals(h.removal, push)
+		h.obs.done(h.failed || err != nil)
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// pushDeltaType sends what req changed of w's type. Removals of the types in removedLast are returned, not sent.
+func (c *Connection) pushDeltaType(w *WatchedResource, push *model.PushContext, req *model.PushRequest) (pendingRemoval, error) {
+	var res Resources
+	var removed []string
+	incremental := false
+	if dg, ok := w.gen.(DeltaGenerator); ok {
+		var err error
+		if res, removed, incremental, err = dg.GenerateDeltas(c.proxy, push, w, req); err != nil {
+			c.generateFailed(w, err)
+			return pendingRemoval{}, nil
+		}
+	} else if res, ok = c.generate(w.gen, w, push, req); !ok {
+		return pendingRemoval{}, nil
+	}
+	if !incremental {
+		removed = nil
+	}
+	return c.sendDelta(w, push, res, removed, nil, !incremental, false, removedLast[w.TypeURL])
 }
 
 // removedLast lists the types whose removals a push sends after every other type's changes: what listeners

@@ -3,10 +3,14 @@ package xds
 import (
 	"maps"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // ackDelta reads one response of typeURL and ACKs it.
@@ -144,4 +148,65 @@ func TestDeltaRemovalsFollowListeners(t *testing.T) {
 		t.Fatalf("last: clusters %v removed %v, want the old cluster removed", deltaResources(t, r), r.RemovedResources)
 	}
 	c.none(200 * time.Millisecond)
+}
+
+// pushLog records the Observer's Pushed and Sent calls as "TYPE:result" and "TYPE:sent-in-push".
+type pushLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *pushLog) add(s string) {
+	l.mu.Lock()
+	l.seen = append(l.seen, s)
+	l.mu.Unlock()
+}
+
+func (l *pushLog) Sent(_ string, _ *Proxy, typeURL, _ string, _ uint64, req *model.PushRequest) {
+	if req != nil {
+		l.add(shortType(typeURL) + ":response")
+	}
+}
+func (l *pushLog) Pushed(_, typeURL string, _ uint64, _ *model.PushRequest, result string, _ time.Duration) {
+	l.add(shortType(typeURL) + ":" + result)
+}
+func (l *pushLog) Acked(string, string, string, bool, string) {}
+func (l *pushLog) Closed(string)                              {}
+
+func shortType(typeURL string) string { return typeURL[strings.LastIndexByte(typeURL, '.')+1:] }
+
+// A push that only removes clusters reports them sent, as part of the push, once the removal went out: the
+// distribution tracker must not count the proxy as current before.
+func TestDeltaHeldRemovalsAreObservedWithTheirPush(t *testing.T) {
+	log := &pushLog{}
+	e := newEnv(t, snapshot{ClusterType: {"old": "1", "kept": "1"}, ListenerType: {"l": "to-old"}},
+		func(_ *testEnv, o *Options) { o.Observer = log })
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	ackDelta(t, c, ClusterType)
+	deltaAsk(c, nil, ListenerType, nil, nil, nil)
+	ackDelta(t, c, ListenerType)
+	log.mu.Lock()
+	log.seen = nil
+	log.mu.Unlock()
+
+	e.publish(true, nil, func(s snapshot) {
+		delete(s[ClusterType], "old")
+		s[ListenerType]["l"] = "to-kept"
+	})
+	ackDelta(t, c, ListenerType)
+	if r := ackDelta(t, c, ClusterType); !slices.Equal(r.RemovedResources, []string{"old"}) {
+		t.Fatalf("removal %v", r.RemovedResources)
+	}
+	want := []string{"Listener:response", "Listener:sent", "Cluster:response", "Cluster:sent"}
+	eventually(t, "the push observed", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.seen) >= len(want)
+	})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if !slices.Equal(log.seen, want) {
+		t.Fatalf("observed %v, want %v", log.seen, want)
+	}
 }

@@ -33,23 +33,46 @@ type Observer interface {
 // observePush runs one type's push and reports it. Under the turn (it reads w's sent nonce unlocked, which
 // only the turn's holder writes).
 func (c *Connection) observePush(w *WatchedResource, push *model.PushContext, req *model.PushRequest, run func() error) error {
-	obs := c.srv.opts.Observer
-	if obs == nil {
-		return run()
-	}
-	start, before := time.Now(), w.NonceSent
-	c.genFailed, c.pushing = false, req
+	o := c.observe(w, push, req)
 	err := run()
 	c.pushing = nil
+	o.done(err != nil || c.genFailed)
+	return err
+}
+
+// pushObservation is one type's push being observed; done reports it. A push whose removals are held for
+// the end of the push (see pushDelta) is done only once they are sent.
+type pushObservation struct {
+	c      *Connection
+	w      *WatchedResource
+	push   *model.PushContext
+	req    *model.PushRequest
+	start  time.Time
+	before string
+}
+
+// observe starts observing a type's push. Under the turn.
+func (c *Connection) observe(w *WatchedResource, push *model.PushContext, req *model.PushRequest) pushObservation {
+	c.genFailed, c.pushing = false, req
+	if c.srv.opts.Observer == nil {
+		return pushObservation{}
+	}
+	return pushObservation{c: c, w: w, push: push, req: req, start: time.Now(), before: w.NonceSent}
+}
+
+// done reports the push: failed if generating or sending failed, sent if a response went out.
+func (o pushObservation) done(failed bool) {
+	if o.c == nil {
+		return
+	}
 	result := PushUnchanged
 	switch {
-	case err != nil || c.genFailed:
+	case failed:
 		result = PushError
-	case w.NonceSent != before:
+	case o.w.NonceSent != o.before:
 		result = PushSent
 	}
-	obs.Pushed(c.id, w.TypeURL, push.Version, req, result, time.Since(start))
-	return err
+	o.c.srv.opts.Observer.Pushed(o.c.id, o.w.TypeURL, o.push.Version, o.req, result, time.Since(o.start))
 }
 
 // observeSent reports a response; during observePush it belongs to that push, otherwise to the proxy's request.
