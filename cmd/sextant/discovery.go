@@ -67,7 +67,7 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.DurationVar(&args.MaxConnectionAgeGrace, "max-connection-age-grace", xds.DefaultMaxConnectionAgeGrace,
 		"how long a connection past --max-connection-age keeps its streams before it is closed (the proxy then reconnects, to any replica)")
 	f.Int64Var(&args.MaxBytesInFlightPerProxy, "max-bytes-in-flight-per-proxy", xds.DefaultMaxBytesInFlightPerProxy,
-		"the most of --max-bytes-in-flight one proxy may hold: a proxy that stops reading holds no more (a larger response counts as this much)")
+		"the most one response counts for in --max-bytes-in-flight, so proxies that stop reading leave the rest of it to the others until --send-timeout closes them")
 	f.IntVar(&args.MaxRequestBytes, "max-request-bytes", xds.DefaultMaxRequestBytes, "largest xDS request accepted; a larger one ends its stream with ResourceExhausted")
 	f.Int64Var(&args.MaxBytesInFlight, "max-bytes-in-flight", xds.DefaultMaxBytesInFlight, "response bytes sent to all proxies and not yet acknowledged; sends beyond wait (bounds the memory of a reconnect storm); <0: no bound")
 	f.Float64Var(&args.NewStreamsPerSecond, "new-streams-per-second", 0, "limit on new xDS streams per second, smoothing reconnect storms; 0 means no limit")

@@ -14,8 +14,8 @@ import (
 // DefaultMaxBytesInFlight bounds the response bytes sent but not yet acknowledged, over all connections.
 const DefaultMaxBytesInFlight = 32 << 20
 
-// DefaultMaxBytesInFlightPerProxy is the most of the budget one connection holds: an eighth of the default,
-// so a few proxies that stop reading leave most of it to the others.
+// DefaultMaxBytesInFlightPerProxy is the most one response counts for: an eighth of the default budget, so
+// a few proxies that stop reading leave most of it to the others.
 const DefaultMaxBytesInFlightPerProxy = 4 << 20
 
 // DefaultMaxRequestBytes is the largest request accepted: gRPC's own default (4 MiB) refused a
@@ -83,9 +83,11 @@ func (b *budget) release(w int64) {
 type flight struct {
 	budget  *budget
 	timeout time.Duration
-	// own is this stream's share of the budget: a proxy that stops reading holds at most this much, so a
-	// few of them cannot starve the rest. Its responses wait for its own answers beyond it.
-	own   *semaphore.Weighted
+	// share is the most one response counts for. A proxy that stops reading is closed at its first send
+	// that blocks for the send timeout, and gRPC takes one response whole before flow control blocks the
+	// next, so it holds about two shares meanwhile: a few such proxies cannot take the budget from the rest.
+	// A share per stream that later responses wait on would wait on Envoy, which holds its CDS ACK until
+	// the load assignments the next response carries arrive.
 	share int64
 
 	mu sync.Mutex
@@ -106,36 +108,32 @@ type flightEntry struct {
 	deadline time.Time
 }
 
-// newFlight tracks a stream's responses against b, the stream holding at most share of it (0: all of it).
+// newFlight tracks a stream's responses against b, each counting for at most share of it (0: all of it).
 func newFlight(b *budget, timeout time.Duration, share int64) *flight {
 	f := &flight{budget: b, timeout: timeout}
 	if b != nil {
 		if share <= 0 || share > b.max {
 			share = b.max
 		}
-		f.share, f.own = share, semaphore.NewWeighted(share)
+		f.share = share
 	}
 	return f
 }
 
-// acquire waits for size bytes of the stream's share and of the budget (a response larger than the share
-// counts as the share) and records them against nonce.
+// acquire waits for size bytes of the budget (a response larger than the share counts as the share) and
+// records them against nonce.
 func (f *flight) acquire(ctx context.Context, typeURL, nonce string, size int) error {
 	if f == nil || f.budget == nil {
 		return nil
 	}
 	w := min(int64(size), f.share)
-	if err := f.own.Acquire(ctx, w); err != nil {
-		return err
-	}
 	if err := f.budget.acquire(ctx, w); err != nil {
-		f.own.Release(w)
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.done {
-		f.release(w)
+		f.budget.release(w)
 		return nil
 	}
 	// A proxy that never answers must not hold the budget for ever.
@@ -161,7 +159,7 @@ func (f *flight) expire() {
 	now := time.Now()
 	i := 0
 	for ; i < len(f.pending) && !f.pending[i].deadline.After(now); i++ {
-		f.release(f.pending[i].weight)
+		f.budget.release(f.pending[i].weight)
 	}
 	f.pending = slices.Delete(f.pending, 0, i)
 	if len(f.pending) == 0 {
@@ -191,7 +189,7 @@ func (f *flight) answered(typeURL, nonce string) {
 	kept := f.pending[:0]
 	for j, e := range f.pending {
 		if j <= i && e.typeURL == typeURL {
-			f.release(e.weight)
+			f.budget.release(e.weight)
 			continue
 		}
 		kept = append(kept, e)
@@ -212,13 +210,8 @@ func (f *flight) close() {
 		f.expiry.Stop()
 	}
 	for _, e := range f.pending {
-		f.release(e.weight)
+		f.budget.release(e.weight)
 	}
 	f.pending = nil
 }
 
-// release returns w to the stream's share and to the budget.
-func (f *flight) release(w int64) {
-	f.own.Release(w)
-	f.budget.release(w)
-}

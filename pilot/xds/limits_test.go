@@ -43,8 +43,8 @@ func TestStuckProxyLeavesAtTheSendTimeout(t *testing.T) {
 	}
 }
 
-// Proxies that stop reading hold only their share of the in-flight budget: a healthy proxy's fetch does not
-// wait for them to time out.
+// Proxies that stop reading hold only a share of the in-flight budget each: a healthy proxy's fetch does
+// not wait for them to time out.
 func TestStuckProxiesHoldOnlyTheirShare(t *testing.T) {
 	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
 		o.SendTimeout = 30 * time.Second // the stuck ones stay for the whole test
@@ -54,7 +54,9 @@ func TestStuckProxiesHoldOnlyTheirShare(t *testing.T) {
 	for i := range 4 {
 		stuckClient(t, e, "stuck"+strconv.Itoa(i))
 	}
-	eventually(t, "the stuck proxies hold their share", func() bool { return e.srv.inflight.used.Load() == 4*512<<10 })
+	eventually(t, "the stuck proxies connected", func() bool {
+		return len(e.srv.Connections()) == 4 && e.srv.inflight.used.Load() >= 4*512<<10
+	})
 	start := time.Now()
 	c := e.sotw(t)
 	ask(c, sidecar("healthy", "ns1"), ClusterType, nil, nil)
@@ -158,5 +160,22 @@ func TestLongNodeIDIsCutInLogs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "bytes)") {
 		t.Fatalf("the cut id does not say how long it was:\n%s", logs.String())
+	}
+}
+
+// Envoy holds its CDS ACK until the clusters it warms have their load assignments: a response larger than
+// the share must not make the next one, of another type, wait for that ACK.
+func TestNextResponseDoesNotWaitForAHeldAck(t *testing.T) {
+	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
+		o.MaxBytesInFlight, o.MaxBytesInFlightPerProxy = 1<<20, 1<<10
+		e.pad = func(*Proxy) int { return 8 << 10 }
+	})
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	c.recv() // not ACKed
+	start := time.Now()
+	deltaAsk(c, nil, EndpointType, []string{"a", "b"}, nil, nil)
+	if r := c.recv(); r.TypeUrl != EndpointType || time.Since(start) > time.Second {
+		t.Fatalf("load assignments %v after %v", r.TypeUrl, time.Since(start))
 	}
 }

@@ -53,9 +53,9 @@ type Options struct {
 	// MaxBytesInFlight bounds the response bytes sent to all proxies and not yet ACKed or NACKed; sends
 	// beyond it wait. It caps the memory a reconnect storm takes (default DefaultMaxBytesInFlight; <0: no bound).
 	MaxBytesInFlight int64
-	// MaxBytesInFlightPerProxy is the most of MaxBytesInFlight one connection may hold: a proxy that stops
-	// reading holds no more than this, and the others keep the rest (default DefaultMaxBytesInFlightPerProxy,
-	// at most MaxBytesInFlight). A response larger than it counts as this much.
+	// MaxBytesInFlightPerProxy is the most one response counts for in MaxBytesInFlight, so a few proxies that
+	// stop reading leave most of it to the others until the send timeout closes them (default
+	// DefaultMaxBytesInFlightPerProxy, at most MaxBytesInFlight).
 	MaxBytesInFlightPerProxy int64
 	// MaxRequestBytes is the largest request accepted (default DefaultMaxRequestBytes): enough for a
 	// subscription to hundreds of thousands of names.
