@@ -214,4 +214,3 @@ func (f *flight) close() {
 	}
 	f.pending = nil
 }
-
