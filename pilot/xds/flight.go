@@ -14,9 +14,10 @@ import (
 // DefaultMaxBytesInFlight bounds the response bytes sent but not yet acknowledged, over all connections.
 const DefaultMaxBytesInFlight = 32 << 20
 
-// DefaultMaxBytesInFlightPerProxy is the most one response counts for: an eighth of the default budget, so
-// a few proxies that stop reading leave most of it to the others.
-const DefaultMaxBytesInFlightPerProxy = 4 << 20
+// DefaultMaxBytesInFlightPerProxy is the most one response counts for: a sixteenth of the default budget.
+// A proxy that stops reading holds about two responses until the send timeout closes it, so four of them
+// hold at most half the budget.
+const DefaultMaxBytesInFlightPerProxy = 2 << 20
 
 // DefaultMaxRequestBytes is the largest request accepted: gRPC's own default (4 MiB) refused a
 // subscription to about 50,000 names.
