@@ -391,6 +391,9 @@ func (c *Connection) typesOf(req *model.PushRequest) []*WatchedResource {
 	return out
 }
 
+// maxUnknownTypes is how many types without a generator a connection logs.
+const maxUnknownTypes = 16
+
 // requestGenerator returns the generator for a request's type. A request without a type is an error; a
 // type no generator serves is ignored (nil, nil), logged once per connection.
 func (c *Connection) requestGenerator(typeURL string) (Generator, error) {
@@ -398,13 +401,15 @@ func (c *Connection) requestGenerator(typeURL string) (Generator, error) {
 		return nil, status.Error(codes.InvalidArgument, "request has no type_url")
 	}
 	gen := c.srv.opts.Generators[typeURL]
-	if gen == nil && !c.unknownSeen[typeURL] {
+	// Logged once per type, for the first few types only: a client choosing a new type URL per request
+	// must not grow the map or the log without end.
+	if gen == nil && !c.unknownSeen[typeURL] && len(c.unknownSeen) < maxUnknownTypes {
 		if c.unknownSeen == nil {
 			c.unknownSeen = map[string]bool{}
 		}
 		c.unknownSeen[typeURL] = true
 		c.srv.unknownTy.Add(1)
-		c.srv.log.Warn("request for a type no generator serves; ignored", "conn", c.id, "type", typeURL)
+		c.srv.log.Warn("request for a type no generator serves; ignored", "conn", c.id, "type", logText(typeURL))
 	}
 	return gen, nil
 }
@@ -452,6 +457,7 @@ func (c *Connection) nack(w *WatchedResource, nonce, msg string) {
 	if w.nacked == nonce {
 		return // the same rejection repeated: logged and counted already
 	}
+	msg = cutText(msg, maxNACKText)
 	c.mu.Lock()
 	w.nacked, w.LastError = nonce, msg
 	w.NACKs++

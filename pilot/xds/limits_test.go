@@ -179,3 +179,16 @@ func TestNextResponseDoesNotWaitForAHeldAck(t *testing.T) {
 		t.Fatalf("load assignments %v after %v", r.TypeUrl, time.Since(start))
 	}
 }
+
+// A NACK's message is the client's too: kept and logged cut to 4 KiB.
+func TestLongNACKMessageIsCut(t *testing.T) {
+	e := newEnv(t, twoClusters())
+	c := e.sotw(t)
+	ask(c, sidecar("pod", "ns1"), ClusterType, nil, nil)
+	r := c.recv()
+	nack(c, ClusterType, nil, nil, r, strings.Repeat("e", 1<<20))
+	eventually(t, "NACK recorded", func() bool { return watched(t, e.srv, ClusterType).NACKs == 1 })
+	if n := len(watched(t, e.srv, ClusterType).LastError); n > maxNACKText+32 {
+		t.Fatalf("kept %d bytes of the NACK's message", n)
+	}
+}

@@ -66,12 +66,17 @@ func (p *Proxy) String() string { return logText(p.NodeID) }
 // error: a client may send a node id of megabytes, logged on every connect and disconnect.
 const maxLoggedText = 256
 
-// logText returns s cut to maxLoggedText bytes (at a rune boundary), saying how long it was.
-func logText(s string) string {
-	if len(s) <= maxLoggedText {
+// maxNACKText is how much of a NACK's error message is kept and logged: Envoy cuts its own at 4 KiB too.
+const maxNACKText = 4096
+
+// logText returns s cut to maxLoggedText bytes, saying how long it was.
+func logText(s string) string { return cutText(s, maxLoggedText) }
+
+// cutText returns s cut to n bytes (at a rune boundary), saying how long it was.
+func cutText(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	n := maxLoggedText
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
@@ -195,7 +200,7 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 			continue
 		}
 		if _, err := netip.ParseAddr(ip); err != nil {
-			return fmt.Errorf("metadata INSTANCE_IPS: %q is not an IP address", ip)
+			return fmt.Errorf("metadata INSTANCE_IPS: %q is not an IP address", logText(ip))
 		}
 		p.IPAddresses = append(p.IPAddresses, ip)
 	}
@@ -208,7 +213,7 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 		for k, lv := range s.GetFields() {
 			sv, ok := lv.GetKind().(*structpb.Value_StringValue)
 			if !ok {
-				return fmt.Errorf("metadata LABELS: value of %q is not a string", k)
+				return fmt.Errorf("metadata LABELS: value of %q is not a string", logText(k))
 			}
 			p.Labels[k] = sv.StringValue
 		}
