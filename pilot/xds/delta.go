@@ -161,9 +161,8 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	askedNames := NewNameSet(slices.Collect(maps.Keys(asked))...)
 	push := c.srv.snapshot(nil)
 	if first || wildcardAdded {
-		// Always answered on a first request, even with nothing, so the client knows its initial fetch is
-		// complete.
-		return c.respondDelta(gen, w, push, nil, askedNames, first)
+		// Always answered, even with nothing, so the client knows its fetch of everything is complete.
+		return c.respondDelta(gen, w, push, nil, askedNames, true)
 	}
 	if len(ambiguous) > 0 {
 		if err := c.answerWildcard(gen, w, push, NewNameSet(ambiguous...)); err != nil {
