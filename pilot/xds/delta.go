@@ -106,11 +106,7 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	// whether the wildcard covers it.
 	var ambiguous []string
 	if wildcard {
-		for _, n := range unsubscribed {
-			if _, again := asked[n]; !again {
-				ambiguous = append(ambiguous, n)
-			}
-		}
+		ambiguous = unsubscribed
 	}
 	slices.Sort(removedNames)
 	removedNames = slices.Compact(removedNames)
