@@ -108,9 +108,10 @@ func (c *Connection) kill(reason string) {
 
 // serve runs a stream. The first request (it carries the node) is read before the connection exists.
 // Later ones are read by a reader goroutine, which handles an ACK or NACK itself and hands a request that
-// needs a response to the handler's own goroutine: the reader must keep reading while that response waits
-// for the in-flight budget, because the ACKs behind it are what free the budget. Pushes are handled by the
-// push workers. One at a time: whoever handles holds the connection's turn.
+// needs a response to a goroutine of the connection's: the reader must keep reading while that response
+// waits for the in-flight budget, because the ACKs behind it are what free the budget. Pushes are handled
+// by the push workers. One at a time: whoever handles holds the connection's turn. The handler's own
+// goroutine only waits for the stream to end.
 func serve[Req interface {
 	GetNode() *core.Node
 	GetTypeUrl() string
@@ -135,7 +136,7 @@ func serve[Req interface {
 	defer fl.close()
 	// Requests are read on their own goroutine: a stream.Recv cannot be interrupted, and shutdown must not
 	// wait for a client that never sends.
-	reqs := make(chan Req) // requests that may need a response, for this goroutine
+	reqs := make(chan Req) // requests that may need a response, for the goroutine that handles them
 	var handing atomic.Int32
 	recvErr := make(chan error, 1)
 	var c *Connection
@@ -249,7 +250,7 @@ func serve[Req interface {
 }
 
 // recvError is the status a stream ends with when reading a request failed (c is nil before the first
-// request). A request over MaxRequestBytes is named as such, in the log and to the client.
+// request). A request over MaxRequestBytes is logged naming the flag; gRPC itself tells the client the sizes.
 func (s *Server) recvError(c *Connection, err error) error {
 	if status.Code(err) != codes.ResourceExhausted {
 		return err
