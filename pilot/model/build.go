@@ -204,13 +204,14 @@ func convertServices(c *config.Config, m *mesh.Config) []*Service {
 // labelPair is one key=value of a workload's labels, for the selector index.
 type labelPair struct{ key, value string }
 
-func sortByHostname(list []*Service) {
-	slices.SortFunc(list, func(a, b *Service) int {
-		if c := strings.Compare(a.Hostname, b.Hostname); c != 0 {
-			return c
-		}
-		return config.CompareKeys(a.Source, b.Source)
-	})
+func sortByHostname(list []*Service) { slices.SortFunc(list, compareByHostname) }
+
+// compareByHostname orders a namespace's services: by hostname, then by the config that produced them.
+func compareByHostname(a, b *Service) int {
+	if c := strings.Compare(a.Hostname, b.Hostname); c != 0 {
+		return c
+	}
+	return config.CompareKeys(a.Source, b.Source)
 }
 
 // selects reports whether s selects workloads, and w in particular.
@@ -257,7 +258,8 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 	next.Version = prev.Version + 1
 	next.Rebuilt = nil
 	res := UpdateResult{ServicesUpdated: map[string]struct{}{}, WorkloadsUpdated: map[string]struct{}{}}
-	u := &updater{prev: prev, next: &next, reader: reader, m: prev.Mesh, affected: map[string]*Service{}, res: &res}
+	u := &updater{prev: prev, next: &next, reader: reader, m: prev.Mesh, affected: map[string]*Service{}, res: &res,
+		nsEdits: map[string]*nsEdit{}}
 	u.r = newResolver(reader, prev.Mesh)
 	u.r.workload = u.workload
 
@@ -340,6 +342,8 @@ type updater struct {
 	affected map[string]*Service
 	// reselect services need their selected workloads recomputed from scratch.
 	reselect []*Service
+	// nsEdits are pending changes to servicesByNamespace, by namespace.
+	nsEdits map[string]*nsEdit
 }
 
 func (u *updater) editServices() {
@@ -430,15 +434,7 @@ func (u *updater) serviceChanged(key config.Key) {
 			u.services.Set(h, list)
 		}
 	}
-	nsList, _ := u.byNS.Get(key.Namespace)
-	nsList = slices.DeleteFunc(slices.Clone(nsList), func(s *Service) bool { return s.Source == key })
-	nsList = append(nsList, fresh...)
-	sortByHostname(nsList)
-	if len(nsList) == 0 {
-		u.byNS.Delete(key.Namespace)
-	} else {
-		u.byNS.Set(key.Namespace, nsList)
-	}
+	u.editNamespaceList(key, old, fresh)
 	freshKeys := map[string]bool{}
 	for _, s := range fresh {
 		freshKeys[s.Key()] = true
@@ -455,6 +451,81 @@ func (u *updater) serviceChanged(key config.Key) {
 	}
 	u.next.sortedServices = &lazyServiceList{}
 	u.addRebuilt(IndexServices)
+}
+
+// nsEdit holds the pending changes to one namespace's service list. They are merged into the list once,
+// when it is read or the snapshot is finished, so a batch costs one pass over the list, not a sort per change.
+type nsEdit struct {
+	changed map[config.Key]bool
+	removed []*Service                // services the list held for the changed sources
+	added   map[config.Key][]*Service // latest services of each changed source
+}
+
+// editNamespaceList records that source key now produces fresh instead of old.
+func (u *updater) editNamespaceList(key config.Key, old, fresh []*Service) {
+	e := u.nsEdits[key.Namespace]
+	if e == nil {
+		e = &nsEdit{changed: map[config.Key]bool{}, added: map[config.Key][]*Service{}}
+		u.nsEdits[key.Namespace] = e
+	}
+	if !e.changed[key] {
+		// old is in the list; after a first change in this batch, old is the pending added, not in the list.
+		e.changed[key] = true
+		e.removed = append(e.removed, old...)
+	}
+	if len(fresh) > 0 {
+		e.added[key] = fresh
+	} else {
+		delete(e.added, key)
+	}
+}
+
+// flushNamespace merges the pending edits of ns into its service list.
+func (u *updater) flushNamespace(ns string) {
+	e := u.nsEdits[ns]
+	if e == nil {
+		return
+	}
+	delete(u.nsEdits, ns)
+	list, _ := u.byNS.Get(ns)
+	drop := make([]int, 0, len(e.removed))
+	for _, s := range e.removed {
+		i, _ := slices.BinarySearchFunc(list, s, compareByHostname)
+		for ; i < len(list) && compareByHostname(list[i], s) == 0; i++ {
+			if list[i] == s {
+				drop = append(drop, i)
+				break
+			}
+		}
+	}
+	slices.Sort(drop)
+	var add []*Service
+	for _, svcs := range e.added {
+		add = append(add, svcs...)
+	}
+	sortByHostname(add)
+	// Copy the kept runs of the list whole, cutting it where a service is dropped or inserted.
+	out := make([]*Service, 0, len(list)-len(drop)+len(add))
+	next := 0
+	copyUpTo := func(end int) {
+		for len(drop) > 0 && drop[0] < end {
+			out = append(out, list[next:drop[0]]...)
+			next, drop = drop[0]+1, drop[1:]
+		}
+		out = append(out, list[next:end]...)
+		next = end
+	}
+	for _, s := range add {
+		i, _ := slices.BinarySearchFunc(list, s, compareByHostname)
+		copyUpTo(i)
+		out = append(out, s)
+	}
+	copyUpTo(len(list))
+	if len(out) == 0 {
+		u.byNS.Delete(ns)
+	} else {
+		u.byNS.Set(ns, out)
+	}
 }
 
 // workload reads through pending workload edits.
@@ -479,6 +550,7 @@ func (u *updater) servicesFromSource(key config.Key) []*Service {
 
 func (u *updater) servicesInNamespace(ns string) []*Service {
 	if u.byNS != nil {
+		u.flushNamespace(ns)
 		s, _ := u.byNS.Get(ns)
 		return s
 	}
@@ -664,17 +736,30 @@ func (u *updater) addRebuilt(name string) {
 
 // finish recomputes endpoints of affected services and publishes the edited maps.
 func (u *updater) finish() {
+	// The workloads of a namespace and their label index are gathered once per namespace, not per service.
+	type nsIndex struct {
+		workloads []*Workload
+		byLabel   map[labelPair][]*Workload
+	}
+	namespaces := map[string]*nsIndex{}
 	for _, s := range u.reselect {
 		u.editWorkloads()
-		var nsWorkloads []*Workload
-		for _, kind := range []config.Kind{config.Pod, config.WorkloadEntry} {
-			for _, c := range u.reader.ListNamespace(kind, s.Namespace) {
-				if w, ok := u.byUID.Get(WorkloadUID(u.m.ClusterID, c.Key)); ok {
-					nsWorkloads = append(nsWorkloads, w)
+		idx := namespaces[s.Namespace]
+		if idx == nil {
+			idx = &nsIndex{byLabel: map[labelPair][]*Workload{}}
+			for _, kind := range []config.Kind{config.Pod, config.WorkloadEntry} {
+				for _, c := range u.reader.ListNamespace(kind, s.Namespace) {
+					if w, ok := u.byUID.Get(WorkloadUID(u.m.ClusterID, c.Key)); ok {
+						idx.workloads = append(idx.workloads, w)
+						for k, v := range w.Labels {
+							idx.byLabel[labelPair{k, v}] = append(idx.byLabel[labelPair{k, v}], w)
+						}
+					}
 				}
 			}
+			namespaces[s.Namespace] = idx
 		}
-		if uids := selectWorkloads(s, nsWorkloads, nil); len(uids) > 0 {
+		if uids := selectWorkloads(s, idx.workloads, idx.byLabel); len(uids) > 0 {
 			u.byService.Set(s.Key(), uids)
 		} else {
 			u.byService.Delete(s.Key())
@@ -697,6 +782,9 @@ func (u *updater) finish() {
 		}
 	}
 	if u.services != nil {
+		for ns := range u.nsEdits {
+			u.flushNamespace(ns)
+		}
 		u.next.services, u.next.servicesBySource, u.next.servicesByNamespace = u.services.Map(), u.bySource.Map(), u.byNS.Map()
 	}
 	if u.endpoints != nil {

@@ -371,6 +371,27 @@ func dump(ps *model.PushContext) string {
 			fmt.Fprintf(&b, "  wl %s\n", w.UID)
 		}
 	}
+	// The per-namespace and per-hostname indexes, in their order.
+	var namespaces, hosts []string
+	for _, s := range ps.AllServices() {
+		namespaces = append(namespaces, s.Namespace)
+		hosts = append(hosts, s.Hostname)
+	}
+	slices.Sort(namespaces)
+	for _, ns := range slices.Compact(namespaces) {
+		fmt.Fprintf(&b, "ns %s:", ns)
+		for _, s := range ps.ServicesInNamespace(ns) {
+			fmt.Fprintf(&b, " %s(%s)", s.Hostname, s.Source)
+		}
+		b.WriteString("\n")
+	}
+	for _, h := range slices.Compact(hosts) {
+		fmt.Fprintf(&b, "host %s:", h)
+		for _, s := range ps.ServicesForHostname(h) {
+			fmt.Fprintf(&b, " %s", s.Source)
+		}
+		b.WriteString("\n")
+	}
 	var wls []string
 	ps.AllWorkloads(func(w *model.Workload) bool {
 		wls = append(wls, fmt.Sprintf("wl %s %v %s %v %v", w.UID, w.Addresses, w.Locality, w.Ready, w.Labels))
