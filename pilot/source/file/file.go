@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -24,6 +26,10 @@ import (
 // DefaultNamespace is given to namespaced objects written without one, as kubectl does.
 const DefaultNamespace = "default"
 
+// DefaultMaxFileBytes is the default per-file size limit (8 MiB): far above any hand-written config, far
+// below what would hurt the control plane's memory.
+const DefaultMaxFileBytes = 8 << 20
+
 // Options configure a Source.
 type Options struct {
 	Dir   string
@@ -33,6 +39,11 @@ type Options struct {
 	// or a ConfigMap swap; every millisecond of settle is added to every change's latency.
 	Settle time.Duration
 	Logger *slog.Logger
+	// MaxFileBytes is the largest file read (default DefaultMaxFileBytes). A larger file is rejected and
+	// keeps the objects it held.
+	MaxFileBytes int64
+	// Retry is how often a config dir that vanished or cannot be read is looked for again (default 1s).
+	Retry time.Duration
 }
 
 // Source loads a directory tree into the store's file layer.
@@ -41,10 +52,13 @@ type Source struct {
 
 	mu    sync.Mutex
 	files map[string]*fileState // path → state
-	// claims lists, per key, every document that defines it; the first by (path, index) wins.
+	// claims lists, per key, every document that defines it. The first is served: the one that was served
+	// already while its file still defines the key, else the first by (path, index).
 	claims     map[config.Key][]*claim
 	duplicates map[config.Key][]*config.Error
-	revision   uint64
+	// dirErrors holds directories that could not be read by the last walk that reached them.
+	dirErrors map[string]*config.Error
+	revision  uint64
 }
 
 type fileState struct {
@@ -68,7 +82,14 @@ func New(opts Options) *Source {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Source{opts: opts, files: map[string]*fileState{}, claims: map[config.Key][]*claim{}, duplicates: map[config.Key][]*config.Error{}}
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if opts.Retry <= 0 {
+		opts.Retry = time.Second
+	}
+	return &Source{opts: opts, files: map[string]*fileState{}, claims: map[config.Key][]*claim{},
+		duplicates: map[config.Key][]*config.Error{}, dirErrors: map[string]*config.Error{}}
 }
 
 // Load reads the whole tree. Bad documents are reported by Errors; only an unreadable directory fails.
@@ -90,6 +111,9 @@ func (s *Source) Errors() []*config.Error {
 	for _, errs := range s.duplicates {
 		out = append(out, errs...)
 	}
+	for _, e := range s.dirErrors {
+		out = append(out, e)
+	}
 	slices.SortFunc(out, func(a, b *config.Error) int {
 		if c := strings.Compare(a.File, b.File); c != 0 {
 			return c
@@ -108,15 +132,21 @@ func isConfigFile(path string) bool {
 	return false
 }
 
-// rescan reads every config file under root and forgets files under root that are gone.
+// rescan reads every config file under root and withdraws the files under root that were deleted. A root
+// that cannot be walked (vanished, unreadable, or the config dir replaced by a file) keeps everything under it
+// and is reported; a directory under root that cannot be read keeps what it held.
 func (s *Source) rescan(root string) error {
 	seen := map[string]bool{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	var blocked []string // directories under root the walk could not read
+	walkErr := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if path == root {
 				return err
 			}
-			return nil // vanished while walking
+			if !errors.Is(err, fs.ErrNotExist) {
+				blocked = append(blocked, path)
+			}
+			return nil // a directory that vanished while walking is handled like any missing file below
 		}
 		if d.IsDir() {
 			if path != root && strings.HasPrefix(d.Name(), ".") {
@@ -124,51 +154,196 @@ func (s *Source) rescan(root string) error {
 			}
 			return nil
 		}
+		// Every other entry with a config name is read, symlinks and special files included, so that one
+		// that is not a regular file is reported rather than silently ignored.
 		if isConfigFile(path) {
 			seen[path] = true
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	if walkErr == nil && root == s.opts.Dir {
+		if info, err := os.Stat(root); err == nil && !info.IsDir() {
+			walkErr = fmt.Errorf("%s is not a directory", root)
+		}
 	}
 	s.mu.Lock()
-	var gone []string
-	prefix := strings.TrimSuffix(root, string(filepath.Separator)) + string(filepath.Separator)
+	for dir := range s.dirErrors {
+		if under(dir, root) {
+			delete(s.dirErrors, dir)
+		}
+	}
+	var known []string
 	for path := range s.files {
-		if (path == root || strings.HasPrefix(path, prefix)) && !seen[path] {
-			gone = append(gone, path)
+		if under(path, root) && !seen[path] {
+			known = append(known, path)
 		}
 	}
 	s.mu.Unlock()
+	slices.Sort(known)
+
+	// Below the config dir, a root that is gone (or whose parent is now a file) is sorted out file by file.
+	if walkErr != nil && (root == s.opts.Dir || !(errors.Is(walkErr, fs.ErrNotExist) || errors.Is(walkErr, syscall.ENOTDIR))) {
+		what := "config directory"
+		if root != s.opts.Dir {
+			what = "directory"
+		}
+		msg := fmt.Sprintf("%s unreadable (%v); keeping the last good objects of every file under it", what, walkErr)
+		s.setDirError(root, msg)
+		for _, p := range known {
+			s.keep(p, "cannot read: "+msg)
+		}
+		return walkErr
+	}
+	for _, dir := range blocked {
+		s.setDirError(dir, "directory unreadable; keeping the last good objects of every file under it")
+	}
+	for _, p := range known {
+		if i := slices.IndexFunc(blocked, func(dir string) bool { return under(p, dir) }); i >= 0 {
+			s.keep(p, "cannot read: directory "+blocked[i]+" unreadable; keeping the last good objects")
+			continue
+		}
+		s.missing(p)
+	}
 	paths := make([]string, 0, len(seen))
 	for p := range seen {
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
-	for _, p := range gone {
-		s.removeFile(p)
-	}
 	for _, p := range paths {
 		s.readFile(p)
 	}
 	return nil
 }
 
-// readFile parses one file and applies what changed.
-func (s *Source) readFile(path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			s.removeFile(path)
+// under reports whether path is root or inside it.
+func under(path, root string) bool {
+	return path == root || strings.HasPrefix(path, strings.TrimSuffix(root, string(filepath.Separator))+string(filepath.Separator))
+}
+
+func (s *Source) setDirError(dir, msg string) {
+	s.mu.Lock()
+	s.dirErrors[dir] = &config.Error{File: dir, Message: msg}
+	s.mu.Unlock()
+	s.opts.Logger.Warn("config directory unreadable; keeping what it held", "dir", dir, "err", msg)
+}
+
+// rootLost reports whether the config dir itself could not be walked the last time it was.
+func (s *Source) rootLost() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dirErrors[s.opts.Dir] != nil
+}
+
+// missing handles a known file that is not where it was. Only an explicit deletion withdraws its objects: the
+// file is gone from a directory that is still readable, or its directory was replaced by a file. A file that
+// is still there but not readable as config, or whose directory vanished or cannot be read, keeps them.
+func (s *Source) missing(path string) {
+	s.mu.Lock()
+	_, ok := s.files[path]
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	if info, err := os.Lstat(path); err == nil {
+		s.keep(path, fmt.Sprintf("cannot read: not a regular file (%s); keeping the last good objects", fileType(info.Mode())))
+		return
+	}
+	dir := filepath.Dir(path)
+	info, err := os.Stat(dir)
+	switch {
+	case err == nil && !info.IsDir(), errors.Is(err, syscall.ENOTDIR):
+		s.removeFile(path)
+	case err == nil:
+		d, err := os.Open(dir)
+		if err != nil {
+			s.keep(path, "cannot read: directory "+dir+" unreadable ("+err.Error()+"); keeping the last good objects")
 			return
 		}
-		s.mu.Lock()
-		st := s.stateFor(path)
-		st.errors = []*config.Error{{File: path, Message: "cannot read: " + err.Error()}}
-		st.hash = [32]byte{} // so the next good read is parsed and clears this error, even with the same content
-		s.mu.Unlock()
-		s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", err)
+		d.Close()
+		s.removeFile(path)
+	case errors.Is(err, fs.ErrNotExist):
+		s.keep(path, "cannot read: directory "+dir+" vanished; keeping the last good objects until it is back")
+	default:
+		s.keep(path, "cannot read: directory "+dir+" unreadable ("+err.Error()+"); keeping the last good objects")
+	}
+}
+
+// keep records why a file cannot be read and leaves what it provides in place.
+func (s *Source) keep(path, msg string) {
+	s.mu.Lock()
+	st := s.stateFor(path)
+	st.errors = []*config.Error{{File: path, Message: msg}}
+	st.hash = [32]byte{} // so the next good read is parsed and clears this error, even with the same content
+	s.mu.Unlock()
+	s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
+}
+
+func fileType(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeDevice != 0:
+		return "a device"
+	case t&fs.ModeSymlink != 0:
+		return "a symlink"
+	default:
+		return m.Type().String()
+	}
+}
+
+// errNotRegular and errTooLarge reject what is not a regular file of at most MaxFileBytes.
+var errNotRegular, errTooLarge = errors.New("not a regular file"), errors.New("too large")
+
+// readBounded reads a regular file of at most MaxFileBytes. Anything else is refused before it is read: a
+// FIFO would block the watcher (and shutdown) forever, and /dev/zero would fill memory.
+func (s *Source) readBounded(path string) ([]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(info.Mode()))
+	}
+	max := s.opts.MaxFileBytes
+	if info.Size() > max {
+		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d bytes", errTooLarge, info.Size(), max)
+	}
+	// O_NONBLOCK: the file may have been swapped for a FIFO since the Stat, and opening one must not wait for a
+	// writer; the Stat of the open file then refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if info, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(info.Mode()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%w: over the limit of %d bytes", errTooLarge, max)
+	}
+	return data, nil
+}
+
+// readFile parses one file and applies what changed.
+func (s *Source) readFile(path string) {
+	data, err := s.readBounded(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			s.missing(path)
+			return
+		}
+		s.keep(path, "cannot read: "+err.Error()+"; keeping the last good objects")
 		return
 	}
 	hash := sha256.Sum256(data)
@@ -296,6 +471,15 @@ func (s *Source) replaceClaims(path string, st *fileState, fresh map[config.Key]
 			}
 			return a.index - b.index
 		})
+		// The file serving the object keeps it while it still defines it: a duplicate added later, wherever it
+		// sorts, must not replace what is served (a DENY policy by an ALLOW one).
+		if before != nil {
+			if i := slices.IndexFunc(list, func(c *claim) bool { return c.path == before.path }); i > 0 {
+				c := list[i]
+				copy(list[1:i+1], list[:i])
+				list[0] = c
+			}
+		}
 		if len(list) == 0 {
 			delete(s.claims, k)
 		} else {
@@ -335,7 +519,7 @@ func (s *Source) reportDuplicates(k config.Key, list []*claim) {
 	var errs []*config.Error
 	for _, c := range list[1:] {
 		errs = append(errs, &config.Error{File: c.path, Index: c.index, Kind: string(k.Kind), Namespace: k.Namespace, Name: k.Name,
-			Message: fmt.Sprintf("duplicate object: %s document %d defines it first and wins; this one is ignored", list[0].path, list[0].index)})
+			Message: fmt.Sprintf("duplicate object: %s document %d defines it and is served; this one (%s document %d) is ignored", list[0].path, list[0].index, c.path, c.index)})
 	}
 	s.duplicates[k] = errs
 }
@@ -356,6 +540,15 @@ func (s *Source) Run(ctx context.Context) error {
 	// firstDirty bounds the settle: a file rewritten more often than Settle is still read every 2×Settle
 	// instead of waiting for writes to stop.
 	var firstDirty time.Time
+	// retry ticks while the config dir itself is lost: its watch went with it, so only looking again
+	// notices that it is back.
+	var retry *time.Ticker
+	var retryC <-chan time.Time
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -387,33 +580,46 @@ func (s *Source) Run(ctx context.Context) error {
 			clear(dirty)
 			slices.Sort(paths)
 			s.applyDirty(w, paths)
+		case <-retryC:
+			if info, err := os.Stat(s.opts.Dir); err == nil && info.IsDir() {
+				if err := s.watchTree(w, s.opts.Dir); err != nil {
+					s.opts.Logger.Warn("watching config dir", "err", err)
+				}
+				if err := s.rescan(s.opts.Dir); err == nil {
+					s.opts.Logger.Info("config dir readable again", "dir", s.opts.Dir)
+				}
+			}
+		}
+		switch lost := s.rootLost(); {
+		case lost && retry == nil:
+			retry = time.NewTicker(s.opts.Retry)
+			retryC = retry.C
+		case !lost && retry != nil:
+			retry.Stop()
+			retry, retryC = nil, nil
 		}
 	}
 }
 
 func (s *Source) applyDirty(w *fsnotify.Watcher, paths []string) {
 	for _, p := range paths {
-		if strings.HasPrefix(filepath.Base(p), ".") {
-			// Hidden names are how Kubernetes swaps a mounted ConfigMap (..data): read everything again.
+		if p == s.opts.Dir || strings.HasPrefix(filepath.Base(p), ".") {
+			// Hidden names are how Kubernetes swaps a mounted ConfigMap (..data), and an event on the config dir
+			// itself is its removal or move: read everything again.
+			_ = s.watchTree(w, s.opts.Dir)
 			if err := s.rescan(s.opts.Dir); err != nil {
 				s.opts.Logger.Warn("rescanning config dir", "err", err)
 			}
-			_ = s.watchTree(w, s.opts.Dir)
 			return
 		}
 	}
 	for _, p := range paths {
-		info, err := os.Stat(p)
-		switch {
-		case err != nil:
-			// Gone: a file or a whole directory.
-			_ = s.rescan(p)
-		case info.IsDir():
+		if info, err := os.Stat(p); err == nil && info.IsDir() {
 			_ = s.watchTree(w, p)
-			_ = s.rescan(p)
-		case isConfigFile(p):
-			s.readFile(p)
 		}
+		// A path that is gone, a new directory, a file, or a directory replaced by a file: rescan sorts out
+		// which, and what it held.
+		_ = s.rescan(p)
 	}
 }
 

@@ -509,24 +509,24 @@ func TestDuplicates(t *testing.T) {
 		t.Errorf("events %v, want add then update", got)
 	}
 
-	// A new file earlier by path takes over; the one in z.yaml becomes the loser again.
+	// A new file earlier by path does not take over: the object served stays, the new document is reported.
 	first := write(t, f.dir, "0.yaml", svcDoc("shop", "cart", 83))
 	f.load(t)
-	if port(t, f.get(key)) != 83 {
-		t.Errorf("0.yaml does not win")
+	if port(t, f.get(key)) != 82 {
+		t.Errorf("0.yaml, added later, took over")
 	}
-	if errs := f.src.Errors(); len(errs) != 1 || errs[0].File != late || !strings.Contains(errs[0].Message, first) {
+	if errs := f.src.Errors(); len(errs) != 1 || errs[0].File != first || !strings.Contains(errs[0].Message, late) {
 		t.Errorf("Errors:%s", errorsString(errs))
 	}
 	// Changing the loser changes nothing visible.
 	before := f.events.total()
-	write(t, f.dir, "m/z.yaml", svcDoc("shop", "cart", 84))
+	write(t, f.dir, "0.yaml", svcDoc("shop", "cart", 84))
 	f.load(t)
-	if f.events.total() != before || port(t, f.get(key)) != 83 {
+	if f.events.total() != before || port(t, f.get(key)) != 82 {
 		t.Error("a change to the losing document leaked into the store")
 	}
 	// Removing the winner reveals the loser's latest content.
-	if err := os.Remove(first); err != nil {
+	if err := os.Remove(late); err != nil {
 		t.Fatal(err)
 	}
 	f.load(t)
@@ -639,21 +639,40 @@ func TestWatch(t *testing.T) {
 		}
 	})
 	t.Run("remove directory", func(t *testing.T) {
+		// A directory that vanishes keeps what it held, reported, until it is back.
 		if err := os.RemoveAll(filepath.Join(f.dir, "sub")); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the directory removal", func() bool {
-			return f.get(svcKey("default", "inventory")) == nil && f.get(svcKey("default", "payments")) == nil && f.get(svcKey("default", "barrier")) == nil
+		b := filepath.Join(f.dir, "sub", "b.yaml")
+		eventually(t, "the vanished directory reported", func() bool {
+			for _, e := range f.src.Errors() {
+				if e.File == b && strings.Contains(e.Message, "vanished") {
+					return true
+				}
+			}
+			return false
 		})
+		if f.get(svcKey("default", "inventory")) == nil || f.get(svcKey("default", "payments")) == nil || f.get(svcKey("default", "barrier")) == nil {
+			t.Error("objects of the vanished directory withdrawn")
+		}
 		if f.get(svcKey("default", "cart")) == nil {
-			t.Error("object outside the removed directory went too")
+			t.Error("object outside the removed directory went")
 		}
 	})
 	t.Run("recreate directory", func(t *testing.T) {
+		// Back and readable: it holds b.yaml only, so barrier.yaml is deleted. sub/new/deeper is still missing,
+		// so what it held stays, reported, until it is back too.
 		write(t, f.dir, "sub/b.yaml", svcDoc("", "inventory", 85))
 		eventually(t, "the recreated directory", func() bool {
 			c := f.get(svcKey("default", "inventory"))
-			return c != nil && port(t, c) == 85
+			return c != nil && port(t, c) == 85 && f.get(svcKey("default", "barrier")) == nil
+		})
+		if f.get(svcKey("default", "payments")) == nil {
+			t.Error("the objects of a directory still missing were withdrawn")
+		}
+		write(t, f.dir, "sub/new/deeper/other.yaml", svcDoc("", "other", 80))
+		eventually(t, "the deeper directory back", func() bool {
+			return f.get(svcKey("default", "payments")) == nil && f.get(svcKey("default", "other")) != nil && len(f.src.Errors()) == 0
 		})
 	})
 	t.Run("atomic replace", func(t *testing.T) {
