@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sextantmesh/sextant/pilot/discovery"
+	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -52,6 +53,8 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	}
 	f := cmd.Flags()
 	f.StringVar(&args.ConfigDir, "config-dir", "", "directory of YAML/JSON config, watched for changes")
+	f.Int64Var(&args.ConfigMaxFileBytes, "config-max-file-bytes", file.DefaultMaxFileBytes,
+		"largest config file read; a larger one is rejected and keeps the objects it held")
 	f.StringVar(&args.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to watch")
 	f.StringVar(&args.MeshConfigFile, "mesh-config", "", "mesh config file (rootNamespace, trustDomain, domainSuffix)")
 	f.StringVar(&args.GRPCAddr, "grpc-addr", ":15010", "xDS gRPC listen address")

@@ -28,14 +28,16 @@ import (
 
 // Args configure a discovery server.
 type Args struct {
-	ConfigDir      string
-	Kubeconfig     string
-	InCluster      bool
-	MeshConfigFile string
-	GRPCAddr       string
-	HTTPAddr       string
-	DebounceAfter  time.Duration
-	DebounceMax    time.Duration
+	ConfigDir string
+	// ConfigMaxFileBytes is file.Options.MaxFileBytes: the largest config file read.
+	ConfigMaxFileBytes int64
+	Kubeconfig         string
+	InCluster          bool
+	MeshConfigFile     string
+	GRPCAddr           string
+	HTTPAddr           string
+	DebounceAfter      time.Duration
+	DebounceMax        time.Duration
 	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for the first config change after a quiet spell.
@@ -99,7 +101,7 @@ func NewServer(args Args) (*Server, error) {
 	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax,
 		DebounceEndpoints: args.DebounceEndpoints, DebounceFirst: args.DebounceFirst, Logger: args.Logger})
 	if args.ConfigDir != "" {
-		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger})
+		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger, MaxFileBytes: args.ConfigMaxFileBytes})
 	}
 	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy}), ztunnel.New()
 	generators := s.Envoy.ByTypeURL()

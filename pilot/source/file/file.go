@@ -245,6 +245,11 @@ func (s *Source) missing(path string) {
 		return
 	}
 	if info, err := os.Lstat(path); err == nil {
+		if info.Mode().IsRegular() {
+			// There after all, where the walk does not go (a directory swapped for a symlink to one).
+			s.readFile(path)
+			return
+		}
 		s.keep(path, fmt.Sprintf("cannot read: not a regular file (%s); keeping the last good objects", fileType(info.Mode())))
 		return
 	}
