@@ -1,6 +1,7 @@
 package file_test
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	securitypb "istio.io/api/security/v1beta1"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
 )
 
@@ -276,5 +278,56 @@ func TestDuplicateAddedLaterDoesNotWin(t *testing.T) {
 	f.load(t)
 	if action() != securitypb.AuthorizationPolicy_ALLOW || len(f.src.Errors()) != 0 {
 		t.Errorf("after the winner went: action %v, Errors:%s", action(), errorsString(f.src.Errors()))
+	}
+}
+
+func TestConfigDirMovedAwayAndBack(t *testing.T) {
+	f := newFixture(t)
+	write(t, f.dir, "a.yaml", svcDoc("", "cart", 80))
+	write(t, f.dir, "sub/b.yaml", svcDoc("", "inventory", 80))
+	f.load(t)
+	f.run(t)
+	waitWatching(t, f)
+	away := f.dir + ".away"
+	if err := os.Rename(f.dir, away); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(away) })
+	within(t, 2*time.Second, "the moved directory reported", func() bool { return errorFor(f, f.dir) != nil })
+	// An edit where the tree went is not config any more: the watcher must not apply it, nor withdraw anything.
+	write(t, away, "a.yaml", svcDoc("", "cart", 90))
+	time.Sleep(100 * time.Millisecond)
+	if portOf(f.get(svcKey("default", "cart"))) != 80 || f.get(svcKey("default", "inventory")) == nil {
+		t.Fatalf("after the move: cart port %d, inventory %v", portOf(f.get(svcKey("default", "cart"))), f.get(svcKey("default", "inventory")))
+	}
+	if err := os.Rename(away, f.dir); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 5*time.Second, "the directory moved back", func() bool {
+		return portOf(f.get(svcKey("default", "cart"))) == 90 && len(f.src.Errors()) == 0
+	})
+	write(t, f.dir, "sub/b.yaml", svcDoc("", "inventory", 81))
+	within(t, 2*time.Second, "an edit after the move back", func() bool { return portOf(f.get(svcKey("default", "inventory"))) == 81 })
+	write(t, f.dir, "a.yaml", svcDoc("", "cart", 91))
+	within(t, 2*time.Second, "an edit at the top after the move back", func() bool { return portOf(f.get(svcKey("default", "cart"))) == 91 })
+}
+
+func TestMaxFileBytesOption(t *testing.T) {
+	dir := t.TempDir()
+	st := store.New()
+	src := file.New(file.Options{Dir: dir, Store: st, MaxFileBytes: 200, Logger: slog.New(slog.DiscardHandler)})
+	p := write(t, dir, "a.yaml", svcDoc("", "cart", 80))
+	if err := src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, "a.yaml", svcDoc("", "cart", 81)+"# "+strings.Repeat("x", 200)+"\n")
+	if err := src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := portOf(st.Get(svcKey("default", "cart"))); got != 80 {
+		t.Errorf("port %d, want the last good 80", got)
+	}
+	if errs := src.Errors(); len(errs) != 1 || errs[0].File != p || !strings.Contains(errs[0].Message, "limit of 200 bytes") {
+		t.Errorf("Errors:%s", errorsString(errs))
 	}
 }
