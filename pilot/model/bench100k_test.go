@@ -57,28 +57,32 @@ func BenchmarkAddOneAt100k(b *testing.B) {
 	}
 }
 
-// BenchmarkAdd100kInBatches adds 100k Services to a running snapshot of none, 1,000 per Update (as the
+// BenchmarkAdd100kInBatches adds 100k Services to a running snapshot of none, batch per Update (as the
 // debouncer delivers a large file); one iteration is the whole 100k. Store writes are not timed.
 func BenchmarkAdd100kInBatches(b *testing.B) {
-	const total, batch = 100_000, 1000
-	b.ReportAllocs()
-	for b.Loop() {
-		b.StopTimer()
-		m := servicesMesh(b, 0, 10)
-		ps := model.Build(m.store, mesh.Default())
-		for start := 0; start < total; start += batch {
-			changes := make([]model.Change, 0, batch)
-			for s := start; s < start+batch; s++ {
-				key := addService(m, s, 10)
-				changes = append(changes, model.Change{Key: key, New: m.store.Get(key)})
+	const total = 100_000
+	for _, batch := range []int{1000, 10_000, total} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				m := servicesMesh(b, 0, 10)
+				ps := model.Build(m.store, mesh.Default())
+				for start := 0; start < total; start += batch {
+					changes := make([]model.Change, 0, batch)
+					for s := start; s < start+batch; s++ {
+						key := addService(m, s, 10)
+						changes = append(changes, model.Change{Key: key, New: m.store.Get(key)})
+					}
+					b.StartTimer()
+					ps, _ = model.Update(ps, m.store, changes)
+					b.StopTimer()
+				}
+				if ps.ServiceCount() != total {
+					b.Fatalf("services = %d", ps.ServiceCount())
+				}
+				b.StartTimer()
 			}
-			b.StartTimer()
-			ps, _ = model.Update(ps, m.store, changes)
-			b.StopTimer()
-		}
-		if ps.ServiceCount() != total {
-			b.Fatalf("services = %d", ps.ServiceCount())
-		}
-		b.StartTimer()
+		})
 	}
 }

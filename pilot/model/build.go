@@ -456,28 +456,19 @@ func (u *updater) serviceChanged(key config.Key) {
 // nsEdit holds the pending changes to one namespace's service list. They are merged into the list once,
 // when it is read or the snapshot is finished, so a batch costs one pass over the list, not a sort per change.
 type nsEdit struct {
-	changed map[config.Key]bool
-	removed []*Service                // services the list held for the changed sources
-	added   map[config.Key][]*Service // latest services of each changed source
+	removed []*Service // what changed sources produced before; some may be pending adds, not in the list
+	added   []*Service // what they produce now; a later change to the same source makes some stale
 }
 
 // editNamespaceList records that source key now produces fresh instead of old.
 func (u *updater) editNamespaceList(key config.Key, old, fresh []*Service) {
 	e := u.nsEdits[key.Namespace]
 	if e == nil {
-		e = &nsEdit{changed: map[config.Key]bool{}, added: map[config.Key][]*Service{}}
+		e = &nsEdit{}
 		u.nsEdits[key.Namespace] = e
 	}
-	if !e.changed[key] {
-		// old is in the list; after a first change in this batch, old is the pending added, not in the list.
-		e.changed[key] = true
-		e.removed = append(e.removed, old...)
-	}
-	if len(fresh) > 0 {
-		e.added[key] = fresh
-	} else {
-		delete(e.added, key)
-	}
+	e.removed = append(e.removed, old...)
+	e.added = append(e.added, fresh...)
 }
 
 // flushNamespace merges the pending edits of ns into its service list.
@@ -499,10 +490,11 @@ func (u *updater) flushNamespace(ns string) {
 		}
 	}
 	slices.Sort(drop)
-	var add []*Service
-	for _, svcs := range e.added {
-		add = append(add, svcs...)
-	}
+	// A pending add is current while its source still produces it.
+	add := slices.DeleteFunc(e.added, func(s *Service) bool {
+		cur, _ := u.bySource.Get(s.Source.String())
+		return !slices.Contains(cur, s)
+	})
 	sortByHostname(add)
 	// Copy the kept runs of the list whole, cutting it where a service is dropped or inserted.
 	out := make([]*Service, 0, len(list)-len(drop)+len(add))
