@@ -331,3 +331,26 @@ func TestMaxFileBytesOption(t *testing.T) {
 		t.Errorf("Errors:%s", errorsString(errs))
 	}
 }
+
+func TestDuplicateAddedEarlierInSameFileDoesNotWin(t *testing.T) {
+	f := newFixture(t)
+	key := config.Key{Kind: config.AuthorizationPolicy, Namespace: "shop", Name: "gate"}
+	p := write(t, f.dir, "a.yaml", authzDoc("gate", "DENY"))
+	f.load(t)
+	served := f.get(key)
+	write(t, f.dir, "a.yaml", join(authzDoc("gate", "ALLOW"), authzDoc("gate", "DENY")))
+	f.load(t)
+	if f.get(key) != served {
+		t.Errorf("a document added above the served one replaced it: action %v", f.get(key).Spec.(*securitypb.AuthorizationPolicy).Action)
+	}
+	errs := f.src.Errors()
+	if len(errs) != 1 || errs[0].File != p || errs[0].Index != 0 || !strings.Contains(errs[0].Message, "document 1") {
+		t.Fatalf("Errors:%s\nwant document 0, the new one, reported as a duplicate of document 1", errorsString(errs))
+	}
+	// Once the served document goes, the other takes over.
+	write(t, f.dir, "a.yaml", authzDoc("gate", "ALLOW"))
+	f.load(t)
+	if a := f.get(key).Spec.(*securitypb.AuthorizationPolicy).Action; a != securitypb.AuthorizationPolicy_ALLOW || len(f.src.Errors()) != 0 {
+		t.Errorf("action %v, Errors:%s", a, errorsString(f.src.Errors()))
+	}
+}

@@ -379,8 +379,12 @@ func (s *Source) readFile(path string) {
 		docHash := sha256.Sum256(doc)
 		if c := served[docHash]; c != nil {
 			if prev, dup := fresh[c.cfg.Key]; dup {
-				errs = append(errs, duplicateError(path, i, c.cfg, prev.index))
-				continue
+				if prev.docHash == docHash {
+					errs = append(errs, duplicateError(path, i, c.cfg, prev.index))
+					continue
+				}
+				// The served document keeps the object against a new one added above it in the same file.
+				errs = append(errs, duplicateError(path, prev.index, prev.cfg, i))
 			}
 			fresh[c.cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: c.cfg}
 			continue
