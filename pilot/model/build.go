@@ -759,8 +759,17 @@ func (u *updater) finish() {
 	}
 	if len(u.affected) > 0 {
 		u.editEndpoints()
-		for key, s := range u.affected {
-			eps := computeEndpoints(s, u.r)
+		// Endpoints read only the store and the workload edits, which no longer change: compute them in
+		// parallel, as a full build does, and apply them in order.
+		affected := slices.Collect(maps.Values(u.affected))
+		computed := make([]*ServiceEndpoints, len(affected))
+		parallel(len(affected), func() func(int) {
+			r := newResolver(u.reader, u.m)
+			r.workload = u.workload
+			return func(i int) { computed[i] = computeEndpoints(affected[i], r) }
+		})
+		for i, s := range affected {
+			key, eps := s.Key(), computed[i]
 			if old, ok := u.endpoints.Get(key); ok && endpointsEqual(old, eps) {
 				if !slices.Equal(old.podRefs, eps.podRefs) || !slices.Equal(old.WaitingForPods, eps.WaitingForPods) {
 					// Only the pods it waits for changed (a cluster's slice named a pod not yet known):
