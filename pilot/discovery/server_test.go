@@ -84,3 +84,49 @@ func TestServerNeedsASource(t *testing.T) {
 		t.Fatal("no source accepted")
 	}
 }
+
+// The config dir vanishing keeps the mesh served, and operators see why in /debug/config_errors and /metrics.
+func TestServerKeepsConfigWhenConfigDirVanishes(t *testing.T) {
+	dir := copyDir(t, "../../examples/bookinfo")
+	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebounceAfter: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); srv.Wait() }()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	services := srv.Pipeline.Current().ServiceCount()
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + srv.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	// The watcher may not be watching yet when Start returns; rewrite until it reports the loss.
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(get("/debug/config_errors"), dir) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the vanished config dir is not in /debug/config_errors: %s", get("/debug/config_errors"))
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // past the debounce: a withdrawal would be in the snapshot by now
+	if n := srv.Pipeline.Current().ServiceCount(); n != services {
+		t.Errorf("%d services served after the config dir vanished, want %d", n, services)
+	}
+	if m := get("/metrics"); !strings.Contains(m, `sextant_config_rejected{kind=""}`) {
+		t.Error("/metrics does not count the rejection")
+	}
+	if r := get("/ready"); !strings.Contains(r, "ready") {
+		t.Errorf("/ready = %s", r)
+	}
+}

@@ -183,19 +183,25 @@ func (s *Source) rescan(root string) error {
 
 	// Below the config dir, a root that is gone (or whose parent is now a file) is sorted out file by file.
 	if walkErr != nil && (root == s.opts.Dir || !(errors.Is(walkErr, fs.ErrNotExist) || errors.Is(walkErr, syscall.ENOTDIR))) {
-		what := "config directory"
+		what, state := "config directory", "unreadable ("+walkErr.Error()+")"
 		if root != s.opts.Dir {
 			what = "directory"
 		}
-		msg := fmt.Sprintf("%s unreadable (%v); keeping the last good objects of every file under it", what, walkErr)
-		s.setDirError(root, msg)
-		for _, p := range known {
-			s.keep(p, "cannot read: "+msg)
+		if errors.Is(walkErr, fs.ErrNotExist) {
+			state = "vanished"
 		}
+		msg := fmt.Sprintf("%s %s %s; keeping the last good objects of every file under it", what, root, state)
+		s.setDirError(root, msg)
+		// Logged once for the directory above, not once per file.
+		s.mu.Lock()
+		for _, p := range known {
+			s.markUnreadable(s.stateFor(p), p, "cannot read: "+msg)
+		}
+		s.mu.Unlock()
 		return walkErr
 	}
 	for _, dir := range blocked {
-		s.setDirError(dir, "directory unreadable; keeping the last good objects of every file under it")
+		s.setDirError(dir, "directory "+dir+" unreadable; keeping the last good objects of every file under it")
 	}
 	for _, p := range known {
 		if i := slices.IndexFunc(blocked, func(dir string) bool { return under(p, dir) }); i >= 0 {
@@ -224,7 +230,7 @@ func (s *Source) setDirError(dir, msg string) {
 	s.mu.Lock()
 	s.dirErrors[dir] = &config.Error{File: dir, Message: msg}
 	s.mu.Unlock()
-	s.opts.Logger.Warn("config directory unreadable; keeping what it held", "dir", dir, "err", msg)
+	s.opts.Logger.Warn("config directory lost; keeping what it held", "dir", dir, "err", msg)
 }
 
 // rootLost reports whether the config dir itself could not be walked the last time it was.
@@ -276,11 +282,15 @@ func (s *Source) missing(path string) {
 // keep records why a file cannot be read and leaves what it provides in place.
 func (s *Source) keep(path, msg string) {
 	s.mu.Lock()
-	st := s.stateFor(path)
-	st.errors = []*config.Error{{File: path, Message: msg}}
-	st.hash = [32]byte{} // so the next good read is parsed and clears this error, even with the same content
+	s.markUnreadable(s.stateFor(path), path, msg)
 	s.mu.Unlock()
 	s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
+}
+
+// markUnreadable records msg as the file's only error. Called with s.mu held.
+func (s *Source) markUnreadable(st *fileState, path, msg string) {
+	st.errors = []*config.Error{{File: path, Message: msg}}
+	st.hash = [32]byte{} // so the next good read is parsed and clears this error, even with the same content
 }
 
 func fileType(m fs.FileMode) string {
