@@ -344,6 +344,9 @@ type updater struct {
 	reselect []*Service
 	// nsEdits are pending changes to servicesByNamespace, by namespace.
 	nsEdits map[string]*nsEdit
+	// allRemoved and allAdded are what changed sources produced before and produce now (some added
+	// stale after a later change to the same source), for the sorted list of every service.
+	allRemoved, allAdded []*Service
 }
 
 func (u *updater) editServices() {
@@ -449,7 +452,8 @@ func (u *updater) serviceChanged(key config.Key) {
 			u.res.ServicesUpdated[s.Key()] = struct{}{}
 		}
 	}
-	u.next.sortedServices = &lazyServiceList{}
+	u.allRemoved = append(u.allRemoved, old...)
+	u.allAdded = append(u.allAdded, fresh...)
 	u.addRebuilt(IndexServices)
 }
 
@@ -479,10 +483,30 @@ func (u *updater) flushNamespace(ns string) {
 	}
 	delete(u.nsEdits, ns)
 	list, _ := u.byNS.Get(ns)
-	drop := make([]int, 0, len(e.removed))
-	for _, s := range e.removed {
-		i, _ := slices.BinarySearchFunc(list, s, compareByHostname)
-		for ; i < len(list) && compareByHostname(list[i], s) == 0; i++ {
+	out := replaceSorted(list, e.removed, u.current(e.added), compareByHostname)
+	if len(out) == 0 {
+		u.byNS.Delete(ns)
+	} else {
+		u.byNS.Set(ns, out)
+	}
+}
+
+// current keeps the services whose source still produces them (a later change in the batch replaced the others).
+func (u *updater) current(added []*Service) []*Service {
+	return slices.DeleteFunc(added, func(s *Service) bool {
+		cur, _ := u.bySource.Get(s.Source.String())
+		return !slices.Contains(cur, s)
+	})
+}
+
+// replaceSorted returns list, sorted by cmp, without removed and with added, in one pass that copies the
+// runs between changes whole. Removed services missing from list are ignored. list is not modified; added
+// is sorted in place.
+func replaceSorted(list, removed, added []*Service, cmp func(a, b *Service) int) []*Service {
+	drop := make([]int, 0, len(removed))
+	for _, s := range removed {
+		i, _ := slices.BinarySearchFunc(list, s, cmp)
+		for ; i < len(list) && cmp(list[i], s) == 0; i++ {
 			if list[i] == s {
 				drop = append(drop, i)
 				break
@@ -490,14 +514,9 @@ func (u *updater) flushNamespace(ns string) {
 		}
 	}
 	slices.Sort(drop)
-	// A pending add is current while its source still produces it.
-	add := slices.DeleteFunc(e.added, func(s *Service) bool {
-		cur, _ := u.bySource.Get(s.Source.String())
-		return !slices.Contains(cur, s)
-	})
-	sortByHostname(add)
-	// Copy the kept runs of the list whole, cutting it where a service is dropped or inserted.
-	out := make([]*Service, 0, len(list)-len(drop)+len(add))
+	drop = slices.Compact(drop)
+	slices.SortFunc(added, cmp)
+	out := make([]*Service, 0, len(list)-len(drop)+len(added))
 	next := 0
 	copyUpTo := func(end int) {
 		for len(drop) > 0 && drop[0] < end {
@@ -507,17 +526,13 @@ func (u *updater) flushNamespace(ns string) {
 		out = append(out, list[next:end]...)
 		next = end
 	}
-	for _, s := range add {
-		i, _ := slices.BinarySearchFunc(list, s, compareByHostname)
+	for _, s := range added {
+		i, _ := slices.BinarySearchFunc(list, s, cmp)
 		copyUpTo(i)
 		out = append(out, s)
 	}
 	copyUpTo(len(list))
-	if len(out) == 0 {
-		u.byNS.Delete(ns)
-	} else {
-		u.byNS.Set(ns, out)
-	}
+	return out
 }
 
 // workload reads through pending workload edits.
@@ -760,7 +775,7 @@ func (u *updater) finish() {
 	if len(u.affected) > 0 {
 		u.editEndpoints()
 		// Endpoints read only the store and the workload edits, which no longer change: compute them in
-		// parallel, as a full build does, and apply them in order.
+		// parallel, as a full build does, then apply them one by one.
 		affected := slices.Collect(maps.Values(u.affected))
 		computed := make([]*ServiceEndpoints, len(affected))
 		parallel(len(affected), func() func(int) {
@@ -785,6 +800,12 @@ func (u *updater) finish() {
 	if u.services != nil {
 		for ns := range u.nsEdits {
 			u.flushNamespace(ns)
+		}
+		// The sorted list of every service is derived from the previous one if that was computed.
+		u.next.sortedServices = &lazyServiceList{}
+		if prev := u.prev.sortedServices; prev.ready.Load() {
+			u.next.sortedServices.fromBase, u.next.sortedServices.base = true, prev.list
+			u.next.sortedServices.removed, u.next.sortedServices.added = u.allRemoved, u.current(u.allAdded)
 		}
 		u.next.services, u.next.servicesBySource, u.next.servicesByNamespace = u.services.Map(), u.bySource.Map(), u.byNS.Map()
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -57,8 +58,21 @@ type PushContext struct {
 }
 
 type lazyServiceList struct {
-	once sync.Once
-	list []*Service
+	once  sync.Once
+	list  []*Service
+	ready atomic.Bool // list is computed
+	// With fromBase, base is the computed list of the previous snapshot and removed and added the services
+	// that left and joined it since: the list is then a merge, not a sort of every service.
+	fromBase             bool
+	base, removed, added []*Service
+}
+
+// compareForAll is the order of AllServices: hostname, then namespace.
+func compareForAll(a, b *Service) int {
+	if c := strings.Compare(a.Hostname, b.Hostname); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Namespace, b.Namespace)
 }
 
 type workloadIndex struct {
@@ -100,18 +114,20 @@ func (ps *PushContext) WorkloadCount() int { return ps.workloads.byUID.Len() }
 
 // AllServices returns every service sorted by hostname then namespace. The slice is shared: do not modify it.
 func (ps *PushContext) AllServices() []*Service {
-	ps.sortedServices.once.Do(func() {
-		list := make([]*Service, 0, ps.services.Len())
-		for _, svcs := range ps.services.All() {
-			list = append(list, svcs...)
-		}
-		slices.SortFunc(list, func(a, b *Service) int {
-			if c := strings.Compare(a.Hostname, b.Hostname); c != 0 {
-				return c
+	l := ps.sortedServices
+	l.once.Do(func() {
+		if l.fromBase {
+			l.list = replaceSorted(l.base, l.removed, l.added, compareForAll)
+			l.base, l.removed, l.added = nil, nil, nil
+		} else {
+			list := make([]*Service, 0, ps.services.Len())
+			for _, svcs := range ps.services.All() {
+				list = append(list, svcs...)
 			}
-			return strings.Compare(a.Namespace, b.Namespace)
-		})
-		ps.sortedServices.list = list
+			slices.SortFunc(list, compareForAll)
+			l.list = list
+		}
+		l.ready.Store(true)
 	})
 	return ps.sortedServices.list
 }
