@@ -354,3 +354,36 @@ func TestDuplicateAddedEarlierInSameFileDoesNotWin(t *testing.T) {
 		t.Errorf("action %v, Errors:%s", a, errorsString(f.src.Errors()))
 	}
 }
+
+// A symlink whose target vanished (a mounted volume's data gone) keeps what it held; deleting the symlink
+// itself withdraws it.
+func TestSymlinkTargetVanished(t *testing.T) {
+	f := newFixture(t)
+	target := write(t, t.TempDir(), "a.yaml", svcDoc("", "cart", 80))
+	link := filepath.Join(f.dir, "a.yaml")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	f.load(t)
+	cart := f.get(svcKey("default", "cart"))
+	if cart == nil {
+		t.Fatal("the file behind the symlink did not load")
+	}
+	if err := os.Remove(target); err != nil {
+		t.Fatal(err)
+	}
+	f.load(t)
+	if f.get(svcKey("default", "cart")) != cart {
+		t.Error("a symlink whose target vanished lost its objects")
+	}
+	if e := errorFor(f, link); e == nil || !strings.Contains(e.Message, "symlink to nothing") {
+		t.Fatalf("Errors:%s", errorsString(f.src.Errors()))
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	f.load(t)
+	if f.get(svcKey("default", "cart")) != nil || len(f.src.Errors()) != 0 {
+		t.Errorf("after deleting the symlink: cart %v, Errors:%s", f.get(svcKey("default", "cart")), errorsString(f.src.Errors()))
+	}
+}

@@ -256,7 +256,11 @@ func (s *Source) missing(path string) {
 			s.readFile(path)
 			return
 		}
-		s.keep(path, fmt.Sprintf("cannot read: not a regular file (%s); keeping the last good objects", fileType(info.Mode())))
+		what := fileType(info.Mode())
+		if info.Mode()&fs.ModeSymlink != 0 {
+			what = "a symlink to nothing"
+		}
+		s.keep(path, fmt.Sprintf("cannot read: not a regular file (%s); keeping the last good objects", what))
 		return
 	}
 	dir := filepath.Dir(path)
@@ -621,6 +625,10 @@ func (s *Source) Run(ctx context.Context) error {
 }
 
 func (s *Source) applyDirty(w *fsnotify.Watcher, paths []string) {
+	// The config dir can go without an event naming it (an unmounted volume's watch ends silently).
+	if _, err := os.Stat(s.opts.Dir); err != nil {
+		paths = append(paths, s.opts.Dir)
+	}
 	for _, p := range paths {
 		if p == s.opts.Dir || strings.HasPrefix(filepath.Base(p), ".") {
 			// Hidden names are how Kubernetes swaps a mounted ConfigMap (..data), and an event on the config dir
