@@ -86,3 +86,23 @@ func BenchmarkAdd100kInBatches(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllServicesAfterAddOneAt100k times the first AllServices (read by every full push) on the
+// snapshot after one Service is added to 100k.
+func BenchmarkAllServicesAfterAddOneAt100k(b *testing.B) {
+	m := servicesMesh(b, 100_000, 10)
+	ps := model.Build(m.store, mesh.Default())
+	ps.AllServices()
+	b.ReportAllocs()
+	next := 100_000
+	for b.Loop() {
+		b.StopTimer()
+		key := addService(m, next, 10)
+		next++
+		ps, _ = model.Update(ps, m.store, []model.Change{{Key: key, New: m.store.Get(key)}})
+		b.StartTimer()
+		if len(ps.AllServices()) != next {
+			b.Fatalf("services = %d, want %d", len(ps.AllServices()), next)
+		}
+	}
+}
