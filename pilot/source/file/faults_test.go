@@ -387,3 +387,25 @@ func TestSymlinkTargetVanished(t *testing.T) {
 		t.Errorf("after deleting the symlink: cart %v, Errors:%s", f.get(svcKey("default", "cart")), errorsString(f.src.Errors()))
 	}
 }
+
+func TestConfigDirReplacedByFileKeepsObjects(t *testing.T) {
+	f := newFixture(t)
+	write(t, f.dir, "a.yaml", svcDoc("", "cart", 80))
+	f.load(t)
+	cart := f.get(svcKey("default", "cart"))
+	if err := os.RemoveAll(f.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.dir, []byte(svcDoc("", "other", 80)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.src.Load(); err == nil {
+		t.Error("Load of a config dir replaced by a file succeeded")
+	}
+	if f.get(svcKey("default", "cart")) != cart || f.get(svcKey("default", "other")) != nil {
+		t.Errorf("after the config dir became a file: cart %v, other %v", f.get(svcKey("default", "cart")), f.get(svcKey("default", "other")))
+	}
+	if e := errorFor(f, f.dir); e == nil || !strings.Contains(e.Message, "not a directory") {
+		t.Errorf("Errors:%s", errorsString(f.src.Errors()))
+	}
+}

@@ -58,6 +58,8 @@ type Source struct {
 	duplicates map[config.Key][]*config.Error
 	// dirErrors holds directories that could not be read by the last walk that reached them.
 	dirErrors map[string]*config.Error
+	// rootIsDir is whether Dir was a directory when first loaded (it may name a single file).
+	rootIsDir bool
 	revision  uint64
 }
 
@@ -94,8 +96,15 @@ func New(opts Options) *Source {
 
 // Load reads the whole tree. Bad documents are reported by Errors; only an unreadable directory fails.
 func (s *Source) Load() error {
-	if _, err := os.Stat(s.opts.Dir); err != nil {
+	info, err := os.Stat(s.opts.Dir)
+	if err != nil {
 		return fmt.Errorf("config dir: %w", err)
+	}
+	if info.IsDir() {
+		// Once a directory, always expected to be one: a file in its place later is a fault, not the config.
+		s.mu.Lock()
+		s.rootIsDir = true
+		s.mu.Unlock()
 	}
 	return s.rescan(s.opts.Dir)
 }
@@ -161,7 +170,10 @@ func (s *Source) rescan(root string) error {
 		}
 		return nil
 	})
-	if walkErr == nil && root == s.opts.Dir {
+	s.mu.Lock()
+	rootIsDir := s.rootIsDir
+	s.mu.Unlock()
+	if walkErr == nil && root == s.opts.Dir && rootIsDir {
 		if info, err := os.Stat(root); err == nil && !info.IsDir() {
 			walkErr = fmt.Errorf("%s is not a directory", root)
 		}
