@@ -672,7 +672,11 @@ func (s *Source) watchTree(w *fsnotify.Watcher, root string) error {
 				return filepath.SkipDir
 			}
 			if err := w.Add(path); err != nil {
-				return fmt.Errorf("watch %s: %w", path, err)
+				if path == s.opts.Dir {
+					return fmt.Errorf("watch %s: %w", path, err)
+				}
+				// One directory that cannot be watched must not leave the rest of the tree unwatched.
+				s.opts.Logger.Warn("cannot watch config subdirectory; its changes are seen at the next rescan", "dir", path, "err", err)
 			}
 		}
 		return nil
