@@ -1,6 +1,8 @@
 package cowmap
 
 import (
+	"maps"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"testing"
@@ -51,7 +53,7 @@ func TestEditLeavesOriginalUnchanged(t *testing.T) {
 			shared++
 		}
 	}
-	if shared < shardCount-3 {
+	if shared < len(m1.shards)-3 {
 		t.Fatalf("only %d shards shared", shared)
 	}
 }
@@ -67,6 +69,95 @@ func TestBuilderReuseAfterMapDoesNotMutatePublished(t *testing.T) {
 	}
 	if v, _ := second.Get("a"); v != "2" {
 		t.Fatalf("second=%s", v)
+	}
+}
+
+func TestMapTwiceWithoutChangesReturnsLastPublished(t *testing.T) {
+	b := New[int]().Edit()
+	b.Set("a", 1)
+	first := b.Map()
+	if b.Map() != first {
+		t.Fatal("second Map without changes did not return the first result")
+	}
+}
+
+// TestMatchesPlainMapAcrossResizes checks every published map against a plain map while the map grows
+// past several shard doublings and shrinks back, and that earlier maps never change.
+func TestMatchesPlainMapAcrossResizes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := New[int]()
+	want := map[string]int{}
+	type snap struct {
+		m    *Map[int]
+		want map[string]int
+	}
+	var snaps []snap
+	check := func(m *Map[int], want map[string]int) {
+		t.Helper()
+		if m.Len() != len(want) {
+			t.Fatalf("len %d, want %d", m.Len(), len(want))
+		}
+		n := 0
+		for k, v := range m.All() {
+			n++
+			if w, ok := want[k]; !ok || w != v {
+				t.Fatalf("key %q = %d, want %d (present %v)", k, v, w, ok)
+			}
+		}
+		if n != len(want) {
+			t.Fatalf("iterated %d, want %d", n, len(want))
+		}
+		for k, w := range want {
+			if v, ok := m.Get(k); !ok || v != w {
+				t.Fatalf("Get(%q) = %d %v, want %d", k, v, ok, w)
+			}
+		}
+	}
+	step := func(batch int, deleteFrac float64, keySpace int) {
+		b := m.Edit()
+		for range batch {
+			k := strconv.Itoa(rng.IntN(keySpace))
+			if rng.Float64() < deleteFrac {
+				b.Delete(k)
+				delete(want, k)
+			} else {
+				v := rng.Int()
+				b.Set(k, v)
+				want[k] = v
+			}
+			w, wok := want[k]
+			if v, ok := b.Get(k); v != w || ok != wok {
+				t.Fatalf("builder Get(%q) disagrees", k)
+			}
+		}
+		m = b.Map()
+		check(m, want)
+		snaps = append(snaps, snap{m, maps.Clone(want)})
+	}
+	for range 20 {
+		step(3000, 0.1, 100000)
+	}
+	if len(m.shards) <= minShards {
+		t.Fatalf("map of %d keys still has %d shards", m.Len(), len(m.shards))
+	}
+	for len(want) > 0 {
+		b := m.Edit()
+		n := 0
+		for k := range want {
+			if n++; n > 5000 {
+				break
+			}
+			b.Delete(k)
+			delete(want, k)
+		}
+		m = b.Map()
+		check(m, want)
+	}
+	if len(m.shards) != minShards {
+		t.Fatalf("map of %d keys has %d shards", m.Len(), len(m.shards))
+	}
+	for _, s := range snaps {
+		check(s.m, s.want)
 	}
 }
 
@@ -87,6 +178,22 @@ func BenchmarkSetOneIn10k(b *testing.B) {
 	for b.Loop() {
 		e := m.Edit()
 		e.Set("42", 1)
+		_ = e.Map()
+	}
+}
+
+func BenchmarkSetBatch1000In100k(b *testing.B) {
+	e := New[int]().Edit()
+	for i := range 100000 {
+		e.Set(strconv.Itoa(i), i)
+	}
+	m := e.Map()
+	b.ReportAllocs()
+	for b.Loop() {
+		e := m.Edit()
+		for i := range 1000 {
+			e.Set(strconv.Itoa(i*97), i)
+		}
 		_ = e.Map()
 	}
 }
