@@ -154,7 +154,12 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	if typeURL == RouteType {
 		c.forgetVirtualHosts(gone)
 	}
-	askedNames := NewNameSet(slices.Collect(maps.Keys(asked))...)
+	// On a first request the names asked about are the subscription: its canonical set, shared with the
+	// other sidecars, rather than a set of their own per sidecar in a cold start.
+	askedNames := w.ResourceNames
+	if !first {
+		askedNames = NewNameSet(slices.Collect(maps.Keys(asked))...)
+	}
 	push := c.srv.snapshot(nil)
 	if first || wildcardAdded {
 		// Always answered, even with nothing, so the client knows its fetch of everything is complete.
