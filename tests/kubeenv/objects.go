@@ -158,3 +158,35 @@ func ResourceFor(d discovery.DiscoveryInterface, gvk schema.GroupVersionKind) (R
 	}
 	return Resource{}, fmt.Errorf("kind %s not served", gvk)
 }
+
+// LoosenCRDSpec replaces the spec schema of every version of CRD name (e.g.
+// "destinationrules.networking.istio.io") with an object that keeps any field, as a cluster with
+// newer or hand-edited CRDs may have: the API server then stores specs that Sextant's types cannot
+// decode. A CRD change takes a moment to reach the handlers; callers retry their first write.
+func (s *Server) LoosenCRDSpec(ctx context.Context, name string) error {
+	crd, err := s.Dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get CRD %s: %w", name, err)
+	}
+	versions, _, err := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	if err != nil {
+		return fmt.Errorf("CRD %s: spec.versions: %w", name, err)
+	}
+	for i, v := range versions {
+		vm, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("CRD %s: spec.versions[%d] is %T, not an object", name, i, v)
+		}
+		loose := map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+		if err := unstructured.SetNestedField(vm, loose, "schema", "openAPIV3Schema", "properties", "spec"); err != nil {
+			return fmt.Errorf("CRD %s: spec.versions[%d].schema: %w", name, i, err)
+		}
+	}
+	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
+		return fmt.Errorf("CRD %s: %w", name, err)
+	}
+	if _, err := s.Dynamic.Resource(crdGVR).Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update CRD %s: %w", name, err)
+	}
+	return nil
+}
