@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -55,7 +56,10 @@ type Args struct {
 	MaxRequestBytes          int
 	// VHDSMinEnvoy is envoy.Options.VHDSMinEnvoy.
 	VHDSMinEnvoy string
-	Logger       *slog.Logger
+	// ReadyWithSecurityErrors lets the server become ready although security input (AuthorizationPolicy,
+	// PeerAuthentication, RequestAuthentication, or a file that cannot be read) was rejected at startup.
+	ReadyWithSecurityErrors bool
+	Logger                  *slog.Logger
 }
 
 // Server is a running (or ready to run) discovery server.
@@ -72,6 +76,8 @@ type Server struct {
 	Envoy      *envoy.Generators
 	Ztunnel    *ztunnel.Generators
 	kube       *kube.Source
+	// startupCleared is set once the server has been ready; see notReadyReason.
+	startupCleared atomic.Bool
 
 	grpcServer   *grpc.Server
 	httpServer   *http.Server
@@ -108,7 +114,7 @@ func NewServer(args Args) (*Server, error) {
 	maps.Copy(generators, s.Ztunnel.ByTypeURL())
 	s.Generators = generators
 	s.XDS = xds.NewServer(xds.Options{
-		Pipeline:                 s.Pipeline,
+		Pipeline:                 readyPipeline{Pipeline: s.Pipeline, server: s},
 		Generators:               generators,
 		Logger:                   args.Logger,
 		PushConcurrency:          args.PushConcurrency,
@@ -145,8 +151,8 @@ func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
 func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
 
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
-	if !s.Pipeline.Ready() {
-		http.Error(w, "not ready: first snapshot not published", http.StatusServiceUnavailable)
+	if reason := s.notReadyReason(); reason != "" {
+		http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ready")
@@ -171,7 +177,8 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.Pipeline.Initialize()
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.watchStartupGate(ctx) }()
 	go func() { defer s.wg.Done(); s.Pipeline.Run(ctx) }()
 	go func() {
 		defer s.wg.Done()

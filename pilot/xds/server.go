@@ -21,7 +21,8 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
-// Pipeline is what the server needs from push.Pipeline.
+// Pipeline is what the server needs from push.Pipeline. No stream is admitted while Ready is false; a
+// Pipeline with a NotReadyReason() string method says why to the refused client.
 type Pipeline interface {
 	Current() *model.PushContext
 	Ready() bool
@@ -300,7 +301,13 @@ func (s *Server) admit(ctx context.Context) error {
 	}
 	if !s.opts.Pipeline.Ready() {
 		s.refused.Add(1)
-		return status.Error(codes.Unavailable, "not ready: the first configuration snapshot is not built yet")
+		reason := "the first configuration snapshot is not built yet"
+		if r, ok := s.opts.Pipeline.(interface{ NotReadyReason() string }); ok {
+			if why := r.NotReadyReason(); why != "" {
+				reason = why
+			}
+		}
+		return status.Error(codes.Unavailable, "not ready: "+reason)
 	}
 	if s.limiter != nil {
 		if err := s.limiter.Wait(ctx); err != nil {
