@@ -409,3 +409,22 @@ func TestConfigDirReplacedByFileKeepsObjects(t *testing.T) {
 		t.Errorf("Errors:%s", errorsString(f.src.Errors()))
 	}
 }
+
+// A change made after Load and before Run watches (the server publishes its first snapshot in between) is
+// applied: the watch cannot report it, so Run looks again once it watches.
+func TestChangeBetweenLoadAndRunIsApplied(t *testing.T) {
+	f := newFixture(t)
+	write(t, f.dir, "a.yaml", svcDoc("", "cart", 80))
+	write(t, f.dir, "b.yaml", svcDoc("", "inventory", 80))
+	f.load(t)
+	if err := os.Remove(filepath.Join(f.dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, f.dir, "a.yaml", svcDoc("", "cart", 81))
+	write(t, f.dir, "c.yaml", svcDoc("", "orders", 80))
+	f.run(t)
+	within(t, 2*time.Second, "the changes made before the watch", func() bool {
+		return portOf(f.get(svcKey("default", "cart"))) == 81 && f.get(svcKey("default", "inventory")) == nil &&
+			f.get(svcKey("default", "orders")) != nil
+	})
+}

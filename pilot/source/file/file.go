@@ -569,6 +569,11 @@ func (s *Source) Run(ctx context.Context) error {
 	if err := s.watchTree(w, s.opts.Dir); err != nil {
 		return err
 	}
+	// What changed between Load and the watch has no event: look once more now that changes are seen.
+	// Files whose bytes did not change cost a read and a hash.
+	if err := s.rescan(s.opts.Dir); err != nil {
+		s.opts.Logger.Warn("rescanning config dir", "err", err)
+	}
 	dirty := map[string]bool{}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
