@@ -1,0 +1,120 @@
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Case is one directory under cases/: config.yaml holds the objects as a user writes them (Kubernetes objects
+// and Istio config, one multi-document file), proxies.yaml the proxies whose configuration is compared and,
+// optionally, shared YAML files (paths relative to the case) that come before config.yaml.
+type Case struct {
+	Name    string
+	Dir     string
+	Config  string
+	Proxies []Proxy
+}
+
+// Proxy is a sidecar (the default) or a gateway (type router) of the mesh.
+type Proxy struct {
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	IP        string            `json:"ip"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Type      string            `json:"type,omitempty"`
+}
+
+// LoadCases reads every case directory under root, sorted by name.
+func LoadCases(root string) ([]*Case, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Case
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		c, err := LoadCase(filepath.Join(root, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// LoadCase reads one case directory.
+func LoadCase(dir string) (*Case, error) {
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "proxies.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var file struct {
+		Include []string `json:"include"`
+		Proxies []Proxy  `json:"proxies"`
+	}
+	if err := yaml.UnmarshalStrict(raw, &file); err != nil {
+		return nil, fmt.Errorf("%s/proxies.yaml: %w", dir, err)
+	}
+	var docs []string
+	for _, inc := range file.Include {
+		b, err := os.ReadFile(filepath.Join(dir, inc))
+		if err != nil {
+			return nil, fmt.Errorf("%s/proxies.yaml: include: %w", dir, err)
+		}
+		docs = append(docs, string(b))
+	}
+	docs = append(docs, string(cfg))
+	c := &Case{Name: filepath.Base(dir), Dir: dir, Config: strings.Join(docs, "\n---\n"), Proxies: file.Proxies}
+	for i, p := range c.Proxies {
+		if p.Name == "" || p.Namespace == "" || p.IP == "" {
+			return nil, fmt.Errorf("%s/proxies.yaml: proxy %d needs name, namespace and ip", dir, i)
+		}
+		if p.Type == "" {
+			c.Proxies[i].Type = "sidecar"
+		} else if p.Type != "sidecar" && p.Type != "router" {
+			return nil, fmt.Errorf("%s/proxies.yaml: proxy %s: type %q, want sidecar or router", dir, p.Name, p.Type)
+		}
+	}
+	if len(c.Proxies) == 0 {
+		return nil, fmt.Errorf("%s/proxies.yaml: no proxies", dir)
+	}
+	return c, nil
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
+// splitConfig separates Istio's config (apiVersion *.istio.io) from Kubernetes objects, as istiod's fake
+// server takes them in two strings; Sextant reads the file whole.
+func splitConfig(all string) (kube, istio string, err error) {
+	var k, i []string
+	for _, doc := range docSeparator.Split(all, -1) {
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			return "", "", err
+		}
+		switch {
+		case head.APIVersion == "":
+			continue // empty or comment-only document
+		case strings.Contains(head.APIVersion, "istio.io/"):
+			i = append(i, doc)
+		default:
+			k = append(k, doc)
+		}
+	}
+	return strings.Join(k, "\n---\n"), strings.Join(i, "\n---\n"), nil
+}

@@ -1,0 +1,423 @@
+package conformance
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	maglev "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
+	ringhash "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
+	roundrobin "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
+
+	// Registered so the policies and sockets not named above unmarshal from their Any.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/random/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+)
+
+// Envoy's defaults for the fields normalised here (envoy/config/cluster/v3/*.proto): a field left unset
+// behaves as this value, so an explicit default on one side and an unset field on the other are equal.
+const (
+	defaultConnectTimeout   = "5s"
+	defaultMaxConnections   = "1024"
+	defaultMaxPending       = "1024"
+	defaultMaxRequests      = "1024"
+	defaultMaxRetries       = "3"
+	defaultPanicThreshold   = "50"
+	defaultChoiceCount      = "2"
+	defaultHTTPIdleTimeout  = "1h0m0s"
+	defaultH2MaxStreams     = "2147483647"
+	defaultUnlimitedPerConn = "unlimited"
+)
+
+// clusterKey reads a cluster name of the DIRECTION|PORT|SUBSET|HOST form both control planes use for mesh
+// destinations; anything else (BlackHoleCluster, PassthroughCluster, agent and stats clusters) is
+// infrastructure and not compared.
+func clusterKey(kind Kind, name string) (Key, bool) {
+	parts := strings.Split(name, "|")
+	if len(parts) != 4 {
+		return Key{}, false
+	}
+	port, err := strconv.ParseUint(parts[1], 10, 32)
+	if err != nil {
+		return Key{}, false
+	}
+	switch parts[0] {
+	case "outbound":
+		return Key{Kind: kind, Host: parts[3], Port: uint32(port), Subset: parts[2]}, true
+	case "inbound":
+		return Key{Kind: kind, Inbound: true, Port: uint32(port), Subset: parts[2]}, true
+	}
+	return Key{}, false
+}
+
+// normaliseClusters adds one entry per mesh cluster, and one endpoints entry for each cluster whose
+// endpoints are inline (STATIC and DNS clusters); EDS clusters get theirs from normaliseEndpoints.
+func normaliseClusters(out Snapshot, clusters []*cluster.Cluster) error {
+	for _, c := range clusters {
+		key, ok := clusterKey(KindCluster, c.GetName())
+		if !ok {
+			continue
+		}
+		f, err := clusterFields(c)
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", c.GetName(), err)
+		}
+		out[key] = f
+		if c.GetLoadAssignment() != nil && c.GetType() != cluster.Cluster_EDS {
+			ek := key
+			ek.Kind = KindEndpoints
+			out[ek] = endpointFields(c.GetLoadAssignment())
+		}
+	}
+	return nil
+}
+
+func clusterFields(c *cluster.Cluster) (Fields, error) {
+	f := Fields{}
+	switch {
+	case c.GetClusterType() != nil:
+		f["type"] = "custom:" + c.GetClusterType().GetName()
+	default:
+		f["type"] = c.GetType().String()
+	}
+	f["connect_timeout"] = durationOr(c.GetConnectTimeout(), defaultConnectTimeout)
+	if err := lbFields(f, c); err != nil {
+		return nil, err
+	}
+	cbFields(f, c.GetCircuitBreakers())
+	outlierFields(f, c.GetOutlierDetection())
+	if err := httpFields(f, c); err != nil {
+		return nil, err
+	}
+	if err := tlsFields(f, c); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// lbFields reads the LB policy from either form Envoy accepts: the lb_policy enum with its *_lb_config, or a
+// typed load_balancing_policy; both become the same names.
+func lbFields(f Fields, c *cluster.Cluster) error {
+	f["lb.panic_threshold"] = percentOr(c.GetCommonLbConfig().GetHealthyPanicThreshold().GetValue(),
+		c.GetCommonLbConfig().GetHealthyPanicThreshold() != nil, defaultPanicThreshold)
+	f["lb.locality_weighted"] = strconv.FormatBool(c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil)
+	if p := c.GetLoadBalancingPolicy(); p != nil && len(p.GetPolicies()) > 0 {
+		msg, err := p.GetPolicies()[0].GetTypedExtensionConfig().GetTypedConfig().UnmarshalNew()
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *leastrequest.LeastRequest:
+			f["lb.policy"] = "LEAST_REQUEST"
+			f["lb.choice_count"] = uint32Or(m.GetChoiceCount(), defaultChoiceCount)
+			f["lb.slow_start"] = slowStart(m.GetSlowStartConfig())
+		case *ringhash.RingHash:
+			f["lb.policy"] = "RING_HASH"
+			f["lb.ring_min"] = uint64Or(m.GetMinimumRingSize(), "1024")
+		case *maglev.Maglev:
+			f["lb.policy"] = "MAGLEV"
+			f["lb.table_size"] = uint64Or(m.GetTableSize(), "65537")
+		case *roundrobin.RoundRobin:
+			f["lb.policy"] = "ROUND_ROBIN"
+			f["lb.slow_start"] = slowStart(m.GetSlowStartConfig())
+		default:
+			f["lb.policy"] = string(msg.ProtoReflect().Descriptor().FullName())
+		}
+		return nil
+	}
+	f["lb.policy"] = c.GetLbPolicy().String()
+	switch c.GetLbPolicy() {
+	case cluster.Cluster_LEAST_REQUEST:
+		f["lb.choice_count"] = uint32Or(c.GetLeastRequestLbConfig().GetChoiceCount(), defaultChoiceCount)
+		f["lb.slow_start"] = slowStart(c.GetLeastRequestLbConfig().GetSlowStartConfig())
+	case cluster.Cluster_ROUND_ROBIN:
+		f["lb.slow_start"] = slowStart(c.GetRoundRobinLbConfig().GetSlowStartConfig())
+	case cluster.Cluster_RING_HASH:
+		f["lb.ring_min"] = uint64Or(c.GetRingHashLbConfig().GetMinimumRingSize(), "1024")
+	case cluster.Cluster_MAGLEV:
+		f["lb.table_size"] = uint64Or(c.GetMaglevLbConfig().GetTableSize(), "65537")
+	}
+	return nil
+}
+
+// slowStartConfig is the shape shared by the cluster's and the typed policies' slow start messages.
+type slowStartConfig interface {
+	GetSlowStartWindow() *durationpb.Duration
+	GetAggression() *core.RuntimeDouble
+}
+
+func slowStart(s slowStartConfig) string {
+	if s == nil || s.GetSlowStartWindow() == nil {
+		return "off"
+	}
+	return s.GetSlowStartWindow().AsDuration().String() + " aggression=" + fmt.Sprint(s.GetAggression().GetDefaultValue())
+}
+
+// cbFields flattens the thresholds of each priority; a priority without thresholds has Envoy's defaults.
+func cbFields(f Fields, cb *cluster.CircuitBreakers) {
+	byPriority := map[core.RoutingPriority]*cluster.CircuitBreakers_Thresholds{}
+	for _, th := range cb.GetThresholds() {
+		byPriority[th.GetPriority()] = th
+	}
+	for _, p := range []core.RoutingPriority{core.RoutingPriority_DEFAULT, core.RoutingPriority_HIGH} {
+		th := byPriority[p]
+		if p == core.RoutingPriority_HIGH && th == nil {
+			continue
+		}
+		prefix := "circuit_breakers." + strings.ToLower(p.String()) + "."
+		f[prefix+"max_connections"] = uint32Or(th.GetMaxConnections(), defaultMaxConnections)
+		f[prefix+"max_pending_requests"] = uint32Or(th.GetMaxPendingRequests(), defaultMaxPending)
+		f[prefix+"max_requests"] = uint32Or(th.GetMaxRequests(), defaultMaxRequests)
+		f[prefix+"max_retries"] = uint32Or(th.GetMaxRetries(), defaultMaxRetries)
+	}
+}
+
+// outlierFields: no outlier_detection means no ejection at all; a present one ejects with Envoy's defaults
+// for every field left unset (consecutive 5xx and success rate both enforcing at 100 %).
+func outlierFields(f Fields, od *cluster.OutlierDetection) {
+	if od == nil {
+		f["outlier"] = "off"
+		return
+	}
+	f["outlier"] = "on"
+	f["outlier.consecutive_5xx"] = uint32Or(od.GetConsecutive_5Xx(), "5")
+	f["outlier.enforcing_consecutive_5xx"] = uint32Or(od.GetEnforcingConsecutive_5Xx(), "100")
+	f["outlier.consecutive_gateway_failure"] = uint32Or(od.GetConsecutiveGatewayFailure(), "5")
+	f["outlier.enforcing_consecutive_gateway_failure"] = uint32Or(od.GetEnforcingConsecutiveGatewayFailure(), "0")
+	f["outlier.split_external_local_origin_errors"] = strconv.FormatBool(od.GetSplitExternalLocalOriginErrors())
+	f["outlier.consecutive_local_origin_failure"] = uint32Or(od.GetConsecutiveLocalOriginFailure(), "5")
+	f["outlier.enforcing_local_origin_success_rate"] = uint32Or(od.GetEnforcingLocalOriginSuccessRate(), "100")
+	f["outlier.enforcing_success_rate"] = uint32Or(od.GetEnforcingSuccessRate(), "100")
+	f["outlier.interval"] = durationOr(od.GetInterval(), "10s")
+	f["outlier.base_ejection_time"] = durationOr(od.GetBaseEjectionTime(), "30s")
+	f["outlier.max_ejection_time"] = durationOr(od.GetMaxEjectionTime(), "5m0s")
+	f["outlier.max_ejection_percent"] = uint32Or(od.GetMaxEjectionPercent(), "10")
+}
+
+const httpOptionsName = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+// httpFields reads the upstream HTTP protocol from HttpProtocolOptions or the cluster's older fields.
+func httpFields(f Fields, c *cluster.Cluster) error {
+	protocol := "http1"
+	common := c.GetCommonHttpProtocolOptions()
+	h2 := c.GetHttp2ProtocolOptions()
+	if h2 != nil {
+		protocol = "http2"
+	}
+	if c.GetProtocolSelection() == cluster.Cluster_USE_DOWNSTREAM_PROTOCOL {
+		protocol = "downstream"
+	}
+	if a, ok := c.GetTypedExtensionProtocolOptions()[httpOptionsName]; ok {
+		var o upstreamhttp.HttpProtocolOptions
+		if err := a.UnmarshalTo(&o); err != nil {
+			return err
+		}
+		common = o.GetCommonHttpProtocolOptions()
+		switch {
+		case o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil:
+			protocol, h2 = "http2", o.GetExplicitHttpConfig().GetHttp2ProtocolOptions()
+		case o.GetExplicitHttpConfig() != nil:
+			protocol = "http1"
+		case o.GetUseDownstreamProtocolConfig() != nil:
+			protocol, h2 = "downstream", o.GetUseDownstreamProtocolConfig().GetHttp2ProtocolOptions()
+		case o.GetAutoConfig() != nil:
+			protocol, h2 = "auto", o.GetAutoConfig().GetHttp2ProtocolOptions()
+		}
+	}
+	f["http.protocol"] = protocol
+	f["http.idle_timeout"] = durationOr(common.GetIdleTimeout(), defaultHTTPIdleTimeout)
+	perConn := uint32Or(common.GetMaxRequestsPerConnection(), defaultUnlimitedPerConn)
+	if c.GetMaxRequestsPerConnection() != nil { //nolint:staticcheck // the older field still configures Envoy
+		perConn = uint32Or(c.GetMaxRequestsPerConnection(), defaultUnlimitedPerConn) //nolint:staticcheck
+	}
+	f["http.max_requests_per_connection"] = perConn
+	f["http.max_connection_duration"] = durationOr(common.GetMaxConnectionDuration(), "unlimited")
+	if protocol != "http1" {
+		f["http2.max_concurrent_streams"] = uint32Or(h2.GetMaxConcurrentStreams(), defaultH2MaxStreams)
+	}
+	return nil
+}
+
+// tlsFields describes the upstream transport by what an endpoint gets: each transport_socket_match by its
+// criteria (not its name), in order, then the cluster's own socket as "default".
+func tlsFields(f Fields, c *cluster.Cluster) error {
+	var selectors []string
+	for _, m := range c.GetTransportSocketMatches() {
+		sel := structText(m.GetMatch())
+		if sel == "" {
+			sel = "any"
+		}
+		selectors = append(selectors, sel)
+		if err := socketFields(f, "tls{"+sel+"}", m.GetTransportSocket()); err != nil {
+			return err
+		}
+	}
+	if len(selectors) > 0 {
+		f["tls.matches"] = strings.Join(selectors, " ; ")
+	}
+	return socketFields(f, "tls{default}", c.GetTransportSocket())
+}
+
+func socketFields(f Fields, prefix string, s *core.TransportSocket) error {
+	if s == nil || s.GetTypedConfig() == nil {
+		f[prefix+".mode"] = "plaintext"
+		return nil
+	}
+	msg, err := s.GetTypedConfig().UnmarshalNew()
+	if err != nil {
+		return err
+	}
+	ctx, ok := msg.(*tlsv3.UpstreamTlsContext)
+	if !ok {
+		name := string(msg.ProtoReflect().Descriptor().FullName())
+		if strings.HasSuffix(name, ".RawBuffer") {
+			name = "plaintext"
+		}
+		f[prefix+".mode"] = name
+		return nil
+	}
+	f[prefix+".mode"] = "tls"
+	f[prefix+".sni"] = ctx.GetSni()
+	common := ctx.GetCommonTlsContext()
+	f[prefix+".alpn"] = joinSorted(common.GetAlpnProtocols())
+	var certs []string
+	for _, c := range common.GetTlsCertificates() {
+		certs = append(certs, "file:"+dataSource(c.GetCertificateChain()))
+	}
+	for _, c := range common.GetTlsCertificateSdsSecretConfigs() {
+		certs = append(certs, "sds:"+c.GetName())
+	}
+	f[prefix+".cert"] = joinSorted(certs)
+	var ca string
+	var sans []string
+	var vc *tlsv3.CertificateValidationContext
+	switch v := common.GetValidationContextType().(type) {
+	case *tlsv3.CommonTlsContext_ValidationContext:
+		vc = v.ValidationContext
+	case *tlsv3.CommonTlsContext_CombinedValidationContext:
+		vc = v.CombinedValidationContext.GetDefaultValidationContext()
+		ca = "sds:" + v.CombinedValidationContext.GetValidationContextSdsSecretConfig().GetName()
+	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
+		ca = "sds:" + v.ValidationContextSdsSecretConfig.GetName()
+	}
+	if vc.GetTrustedCa() != nil {
+		ca = "file:" + dataSource(vc.GetTrustedCa())
+	}
+	for _, m := range vc.GetMatchTypedSubjectAltNames() {
+		sans = append(sans, m.GetSanType().String()+" "+stringMatcher(m.GetMatcher()))
+	}
+	for _, m := range vc.GetMatchSubjectAltNames() { //nolint:staticcheck // still honoured by Envoy
+		sans = append(sans, "ANY "+stringMatcher(m))
+	}
+	f[prefix+".ca"] = ca
+	f[prefix+".san"] = joinSorted(sans)
+	return nil
+}
+
+func dataSource(d *core.DataSource) string {
+	switch {
+	case d.GetFilename() != "":
+		return d.GetFilename()
+	case d.GetInlineString() != "":
+		return "inline"
+	case len(d.GetInlineBytes()) > 0:
+		return "inline"
+	}
+	return ""
+}
+
+// stringMatcher renders a matcher as "exact:x", "prefix:x", ..., "/i" marking ignore_case.
+func stringMatcher(m *matcher.StringMatcher) string {
+	var s string
+	switch p := m.GetMatchPattern().(type) {
+	case *matcher.StringMatcher_Exact:
+		s = "exact:" + p.Exact
+	case *matcher.StringMatcher_Prefix:
+		s = "prefix:" + p.Prefix
+	case *matcher.StringMatcher_Suffix:
+		s = "suffix:" + p.Suffix
+	case *matcher.StringMatcher_Contains:
+		s = "contains:" + p.Contains
+	case *matcher.StringMatcher_SafeRegex:
+		s = "regex:" + p.SafeRegex.GetRegex()
+	default:
+		s = "none"
+	}
+	if m.GetIgnoreCase() {
+		s += "/i"
+	}
+	return s
+}
+
+// structText renders a metadata struct as sorted key=value pairs, nested keys joined by dots.
+func structText(s *structpb.Struct) string {
+	var pairs []string
+	var walk func(prefix string, st *structpb.Struct)
+	walk = func(prefix string, st *structpb.Struct) {
+		for k, v := range st.GetFields() {
+			if sub := v.GetStructValue(); sub != nil {
+				walk(prefix+k+".", sub)
+				continue
+			}
+			pairs = append(pairs, prefix+k+"="+valueText(v))
+		}
+	}
+	walk("", s)
+	return joinSorted(pairs)
+}
+
+func valueText(v *structpb.Value) string {
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return x.StringValue
+	case *structpb.Value_NumberValue:
+		return strconv.FormatFloat(x.NumberValue, 'g', -1, 64)
+	case *structpb.Value_BoolValue:
+		return strconv.FormatBool(x.BoolValue)
+	case *structpb.Value_ListValue:
+		var items []string
+		for _, i := range x.ListValue.GetValues() {
+			items = append(items, valueText(i))
+		}
+		return "[" + strings.Join(items, ",") + "]"
+	}
+	return ""
+}
+
+func durationOr(d *durationpb.Duration, def string) string {
+	if d == nil {
+		return def
+	}
+	return d.AsDuration().String()
+}
+
+func uint32Or(v *wrapperspb.UInt32Value, def string) string {
+	if v == nil {
+		return def
+	}
+	return strconv.FormatUint(uint64(v.GetValue()), 10)
+}
+
+func uint64Or(v *wrapperspb.UInt64Value, def string) string {
+	if v == nil {
+		return def
+	}
+	return strconv.FormatUint(v.GetValue(), 10)
+}
+
+func percentOr(v float64, set bool, def string) string {
+	if !set {
+		return def
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}

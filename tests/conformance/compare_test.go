@@ -1,0 +1,151 @@
+package conformance
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// sextantDefaults renders the defaults case with Sextant only (no istiod needed).
+func sextantDefaults(t *testing.T) (*Case, *Output) {
+	t.Helper()
+	c, err := LoadCase(filepath.Join("cases", "defaults"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := RenderSextant(c, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, out[c.Proxies[0].Name]
+}
+
+func normalised(t *testing.T, o *Output) Snapshot {
+	t.Helper()
+	s, err := o.Normalise()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Changing one default in Sextant's output (the LB policy of one cluster) must surface as a difference
+// that names that cluster and that field, and nothing else.
+func TestCompareNamesTheClusterAndFieldThatChanged(t *testing.T) {
+	c, out := sextantDefaults(t)
+	base := normalised(t, out)
+	if d := Compare(c.Name, "p", base, normalised(t, out)); len(d) != 0 {
+		t.Fatalf("a snapshot differs from itself: %v", d)
+	}
+	var target *cluster.Cluster
+	for _, cl := range out.Clusters {
+		if strings.HasPrefix(cl.GetName(), "outbound|9080||reviews.") {
+			target = cl
+		}
+	}
+	if target == nil {
+		t.Fatal("no outbound reviews cluster in Sextant's output")
+	}
+	target.LoadBalancingPolicy = nil
+	target.LbPolicy = cluster.Cluster_RANDOM
+	diffs := Compare(c.Name, "p", base, normalised(t, out))
+	want := Key{Kind: KindCluster, Host: "reviews.default.svc.cluster.local", Port: 9080}
+	var named bool
+	for _, d := range diffs {
+		if d.Key != want {
+			t.Errorf("difference on a cluster that did not change: %s", d)
+		}
+		if d.Field == "lb.policy" && d.Sextant == "RANDOM" {
+			named = true
+		}
+	}
+	if !named {
+		t.Fatalf("changing the LB policy of %s gave %v, want a difference on field lb.policy", want, diffs)
+	}
+	if got := diffs[0].ID(); !strings.Contains(got, "cluster reviews.default.svc.cluster.local:9080") {
+		t.Errorf("diff id %q does not name the cluster", got)
+	}
+}
+
+// A resource on one side only is one difference, not silence.
+func TestCompareReportsAMissingResource(t *testing.T) {
+	k := Key{Kind: KindRoute, Host: "a.default.svc.cluster.local", Port: 80}
+	diffs := Compare("c", "p", Snapshot{k: Fields{"routes": "1"}}, Snapshot{})
+	if len(diffs) != 1 || diffs[0].Field != absentField || diffs[0].Istiod != "present" || diffs[0].Sextant != "absent" {
+		t.Fatalf("got %v", diffs)
+	}
+}
+
+// An unset field and one set to Envoy's default behave the same and must normalise the same.
+func TestEnvoyDefaultsNormaliseLikeUnset(t *testing.T) {
+	bare := &cluster.Cluster{Name: "outbound|80||a.default.svc.cluster.local"}
+	explicit := &cluster.Cluster{
+		Name:           bare.Name,
+		ConnectTimeout: durationpb.New(5e9),
+		CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{
+			MaxConnections: wrapperspb.UInt32(1024), MaxPendingRequests: wrapperspb.UInt32(1024),
+			MaxRequests: wrapperspb.UInt32(1024), MaxRetries: wrapperspb.UInt32(3),
+		}}},
+	}
+	a, b := Snapshot{}, Snapshot{}
+	if err := normaliseClusters(a, []*cluster.Cluster{bare}); err != nil {
+		t.Fatal(err)
+	}
+	if err := normaliseClusters(b, []*cluster.Cluster{explicit}); err != nil {
+		t.Fatal(err)
+	}
+	if d := Compare("c", "p", a, b); len(d) != 0 {
+		t.Fatalf("explicit defaults differ from unset: %v", d)
+	}
+	explicit.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(4)
+	b = Snapshot{}
+	if err := normaliseClusters(b, []*cluster.Cluster{explicit}); err != nil {
+		t.Fatal(err)
+	}
+	if d := Compare("c", "p", a, b); len(d) != 1 || d[0].Field != "circuit_breakers.default.max_retries" {
+		t.Fatalf("changing max_retries gave %v", d)
+	}
+}
+
+func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
+	a := &Allowlist{}
+	for _, line := range []string{
+		"c1 / p / cluster a:80 / lb.policy: not yet",
+		"* / * / cluster * / circuit_breakers.default.*: not yet: defaults",
+		"c1 / p / cluster b:80 / outlier: fixed long ago",
+	} {
+		e, err := parseAllowEntry(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Entries = append(a.Entries, e)
+	}
+	d := Difference{Case: "c1", Proxy: "p", Key: Key{Kind: KindCluster, Host: "a", Port: 80}, Field: "lb.policy"}
+	if !a.Allows(d) {
+		t.Error("exact entry does not allow its difference")
+	}
+	d.Field = "circuit_breakers.default.max_requests"
+	if !a.Allows(d) {
+		t.Error("glob entry does not allow a matching difference")
+	}
+	d.Field = "connect_timeout"
+	if a.Allows(d) {
+		t.Error("a difference no entry names is allowed")
+	}
+	stale := a.Stale(func(string) bool { return true }, true)
+	if len(stale) != 1 || stale[0].Field != "outlier" {
+		t.Fatalf("stale = %v, want the outlier entry only", stale)
+	}
+	if s := a.Stale(func(string) bool { return false }, false); len(s) != 0 {
+		t.Fatalf("entries of cases that did not run reported stale: %v", s)
+	}
+	for _, bad := range []string{"c / p / k / f", "c / p / f: reason", "c / p / k / f:   "} {
+		if _, err := parseAllowEntry(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sextantmesh/sextant/pilot/envoy"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/source/file"
+	"github.com/sextantmesh/sextant/pilot/store"
+	sxds "github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// KindRejected keys the documents Sextant's file source refused: istiod loaded them, so a refusal is a
+// difference like any other.
+const KindRejected Kind = "rejected"
+
+// Output is what one proxy receives from Sextant, as Envoy resources.
+type Output struct {
+	Clusters  []*cluster.Cluster
+	Endpoints []*endpoint.ClusterLoadAssignment
+	Routes    []*route.RouteConfiguration
+	// Rejected lists the file source's errors for the case's config.
+	Rejected []string
+}
+
+// Normalise turns Sextant's output into a snapshot.
+func (o *Output) Normalise() (Snapshot, error) {
+	snap := Snapshot{}
+	if err := normaliseClusters(snap, o.Clusters); err != nil {
+		return nil, err
+	}
+	normaliseEndpoints(snap, o.Endpoints)
+	normaliseRoutes(snap, o.Routes, routeHosts(snap))
+	if len(o.Rejected) > 0 {
+		f := Fields{}
+		for i, e := range o.Rejected {
+			f[fmt.Sprintf("error[%d]", i)] = e
+		}
+		snap[Key{Kind: KindRejected}] = f
+	}
+	return snap, nil
+}
+
+// RenderSextant loads the case through Sextant's public API (the file source, the model, the Envoy
+// generators) as `sextant translate` does, and returns each proxy's output by proxy name.
+func RenderSextant(c *Case, tmp string) (map[string]*Output, error) {
+	dir := filepath.Join(tmp, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(c.Config), 0o644); err != nil {
+		return nil, err
+	}
+	st := store.New()
+	src := file.New(file.Options{Dir: dir, Store: st})
+	if err := src.Load(); err != nil {
+		return nil, err
+	}
+	var rejected []string
+	for _, e := range src.Errors() {
+		rejected = append(rejected, strings.ReplaceAll(e.Error(), dir+string(os.PathSeparator), ""))
+	}
+	push := model.Build(st, mesh.Default())
+	gens := envoy.New(envoy.Options{VHDSMinEnvoy: "off"}).ByTypeURL()
+	out := map[string]*Output{}
+	for _, p := range c.Proxies {
+		proxy, err := sextantProxy(p)
+		if err != nil {
+			return nil, err
+		}
+		o, err := generate(gens, proxy, push)
+		if err != nil {
+			return nil, fmt.Errorf("proxy %s: %w", p.Name, err)
+		}
+		o.Rejected = rejected
+		out[p.Name] = o
+	}
+	return out, nil
+}
+
+// sextantProxy builds the node an Istio sidecar or gateway sends: TYPE~IP~POD.NS~NS.svc.cluster.local with
+// its labels and namespace in the metadata.
+func sextantProxy(p Proxy) (*sxds.Proxy, error) {
+	labels := map[string]any{}
+	for k, v := range p.Labels {
+		labels[k] = v
+	}
+	md, err := structpb.NewStruct(map[string]any{"LABELS": labels, "NAMESPACE": p.Namespace, "NAME": p.Name})
+	if err != nil {
+		return nil, err
+	}
+	id := p.Type + "~" + p.IP + "~" + p.Name + "." + p.Namespace + "~" + p.Namespace + ".svc.cluster.local"
+	return sxds.ParseProxy(&core.Node{Id: id, Metadata: md})
+}
+
+// generate asks in the order a proxy does: clusters and listeners (wildcard), then the endpoints and routes
+// they name.
+func generate(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.PushContext) (*Output, error) {
+	gen := func(typeURL string, names []string) (sxds.Resources, error) {
+		w := &sxds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: sxds.NewNameSet(names...)}
+		return gens[typeURL].Generate(proxy, push, w, nil)
+	}
+	o := &Output{}
+	clusters, err := gen(sxds.ClusterType, nil)
+	if err != nil {
+		return nil, err
+	}
+	var edsNames []string
+	for _, r := range clusters {
+		var c cluster.Cluster
+		if err := r.Any.UnmarshalTo(&c); err != nil {
+			return nil, err
+		}
+		o.Clusters = append(o.Clusters, &c)
+		if c.GetType() == cluster.Cluster_EDS {
+			edsNames = append(edsNames, c.GetName())
+		}
+	}
+	listeners, err := gen(sxds.ListenerType, nil)
+	if err != nil {
+		return nil, err
+	}
+	var rdsNames []string
+	for _, r := range listeners {
+		var l listener.Listener
+		if err := r.Any.UnmarshalTo(&l); err != nil {
+			return nil, err
+		}
+		rdsNames = append(rdsNames, routeNames(&l)...)
+	}
+	slices.Sort(rdsNames)
+	rdsNames = slices.Compact(rdsNames)
+	if len(edsNames) > 0 {
+		eps, err := gen(sxds.EndpointType, edsNames)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range eps {
+			var cla endpoint.ClusterLoadAssignment
+			if err := r.Any.UnmarshalTo(&cla); err != nil {
+				return nil, err
+			}
+			o.Endpoints = append(o.Endpoints, &cla)
+		}
+	}
+	if len(rdsNames) > 0 {
+		routes, err := gen(sxds.RouteType, rdsNames)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range routes {
+			var rc route.RouteConfiguration
+			if err := r.Any.UnmarshalTo(&rc); err != nil {
+				return nil, err
+			}
+			o.Routes = append(o.Routes, &rc)
+		}
+	}
+	return o, nil
+}
+
+// routeNames lists the RDS route configurations a listener's HTTP connection managers refer to.
+func routeNames(l *listener.Listener) []string {
+	var out []string
+	add := func(m *hcm.HttpConnectionManager) {
+		if rds := m.GetRds(); rds != nil {
+			out = append(out, rds.GetRouteConfigName())
+		}
+	}
+	if api := l.GetApiListener().GetApiListener(); api != nil {
+		var m hcm.HttpConnectionManager
+		if api.UnmarshalTo(&m) == nil {
+			add(&m)
+		}
+	}
+	chains := append(slices.Clone(l.GetFilterChains()), l.GetDefaultFilterChain())
+	for _, fc := range chains {
+		for _, f := range fc.GetFilters() {
+			var m hcm.HttpConnectionManager
+			if f.GetTypedConfig().MessageIs(&m) && f.GetTypedConfig().UnmarshalTo(&m) == nil {
+				add(&m)
+			}
+		}
+	}
+	return out
+}

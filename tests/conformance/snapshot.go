@@ -1,0 +1,145 @@
+package conformance
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Kind is what a normalised resource describes.
+type Kind string
+
+const (
+	KindCluster   Kind = "cluster"
+	KindEndpoints Kind = "endpoints"
+	KindRoute     Kind = "route"
+)
+
+// Key names a resource by what it serves, never by how a control plane spells its name, so istiod's
+// outbound|9080|v1|reviews.default.svc.cluster.local and any other naming of the same destination meet.
+type Key struct {
+	Kind Kind
+	// Inbound is true for a sidecar's clusters and endpoints towards its own workload (Host is empty).
+	Inbound bool
+	Host    string
+	Port    uint32
+	Subset  string
+}
+
+// String is the key as the diff and the allowlist write it: "cluster reviews.default.svc.cluster.local:9080 v1",
+// "cluster inbound:9080", "route reviews.default.svc.cluster.local:9080".
+func (k Key) String() string {
+	if k.Kind == KindRejected {
+		return string(k.Kind)
+	}
+	host := k.Host
+	if k.Inbound {
+		host = "inbound"
+	}
+	s := string(k.Kind) + " " + host + ":" + strconv.FormatUint(uint64(k.Port), 10)
+	if k.Subset != "" {
+		s += " " + k.Subset
+	}
+	return s
+}
+
+// Fields is one resource's behaviour, flattened: a field path (e.g. "circuit_breakers.default.max_connections")
+// to its effective value, Envoy's default filled in where the resource leaves a field unset. Flat fields let
+// every difference name the one field that differs.
+type Fields map[string]string
+
+// Snapshot is what one proxy receives, normalised.
+type Snapshot map[Key]Fields
+
+// Difference is one field of one resource on which the two control planes disagree.
+type Difference struct {
+	Case, Proxy string
+	Key         Key
+	Field       string
+	Istiod      string
+	Sextant     string
+}
+
+// ID is the difference as an allowlist entry names it: "case / proxy / key / field".
+func (d Difference) ID() string {
+	return d.Case + " / " + d.Proxy + " / " + d.Key.String() + " / " + d.Field
+}
+
+func (d Difference) String() string {
+	return fmt.Sprintf("%s\n    istiod:  %s\n    sextant: %s", d.ID(), d.Istiod, d.Sextant)
+}
+
+// unset is printed for a field one side does not have at all.
+const unset = "<unset>"
+
+// absentField is the field a difference names when a whole resource exists on one side only.
+const absentField = "(resource)"
+
+// Compare lists the differences between istiod's and Sextant's snapshots of one proxy, sorted by key and
+// field so the diff reads the same on every run.
+func Compare(caseName, proxy string, istiod, sextant Snapshot) []Difference {
+	keys := map[Key]bool{}
+	for k := range istiod {
+		keys[k] = true
+	}
+	for k := range sextant {
+		keys[k] = true
+	}
+	sorted := make([]Key, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].String() < sorted[j].String() })
+	var out []Difference
+	for _, k := range sorted {
+		a, inA := istiod[k]
+		b, inB := sextant[k]
+		if !inA || !inB {
+			out = append(out, Difference{Case: caseName, Proxy: proxy, Key: k, Field: absentField,
+				Istiod: presence(inA), Sextant: presence(inB)})
+			continue
+		}
+		fields := map[string]bool{}
+		for f := range a {
+			fields[f] = true
+		}
+		for f := range b {
+			fields[f] = true
+		}
+		names := make([]string, 0, len(fields))
+		for f := range fields {
+			names = append(names, f)
+		}
+		sort.Strings(names)
+		for _, f := range names {
+			va, okA := a[f]
+			vb, okB := b[f]
+			if okA && okB && va == vb {
+				continue
+			}
+			if !okA {
+				va = unset
+			}
+			if !okB {
+				vb = unset
+			}
+			out = append(out, Difference{Case: caseName, Proxy: proxy, Key: k, Field: f, Istiod: va, Sextant: vb})
+		}
+	}
+	return out
+}
+
+func presence(ok bool) string {
+	if ok {
+		return "present"
+	}
+	return "absent"
+}
+
+// joinSorted renders a set of values independent of the order a control plane emits them in.
+func joinSorted(values []string) string {
+	s := append([]string(nil), values...)
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
