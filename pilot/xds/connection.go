@@ -194,6 +194,9 @@ func serve[Req interface {
 	select {
 	case first = <-reqs:
 	case err := <-recvErr:
+		if errors.Is(err, io.EOF) {
+			return nil // closed before asking for anything: a clean end, not an Unknown "EOF"
+		}
 		return err
 	case <-ctx.Done():
 		return s.doneErr(ctx)
