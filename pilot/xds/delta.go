@@ -43,14 +43,17 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	w := c.watched[typeURL]
 	first := w == nil
 	if first {
-		// What the client already has (after a reconnect): unchanged resources are not sent again.
-		w = &WatchedResource{TypeURL: typeURL, sent: sentSet{m: maps.Clone(req.GetInitialResourceVersions())}}
+		// What the client already has (after a reconnect): unchanged resources are not sent again. "*" names
+		// no resource (it is the wildcard): kept, it came back as a removed resource named "*".
+		initial := maps.Clone(req.GetInitialResourceVersions())
+		delete(initial, "*")
+		w = &WatchedResource{TypeURL: typeURL, sent: sentSet{m: initial}}
 		// Only a first request naming nothing at all is the legacy wildcard: "*" subscribed and unsubscribed
 		// at once (on-demand ztunnel's first request) subscribes to nothing.
 		if len(sub) == 0 && len(unsub) == 0 && legacyWildcard[typeURL] {
 			w.Wildcard, w.legacy = true, true
 		}
-		if len(req.GetInitialResourceVersions()) > 0 {
+		if len(initial) > 0 {
 			c.resumed = true
 		}
 		if typeURL == EndpointType {
