@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -127,12 +127,12 @@ func startSource(t testing.TB, cfg *rest.Config, crdPoll time.Duration) *source 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ic, err := istioclient.NewForConfig(cfg)
+	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := store.New()
-	src, err := kube.New(kube.Options{KubeClient: kc, IstioClient: ic, Store: st, Logger: logger, CRDPollInterval: crdPoll})
+	src, err := kube.New(kube.Options{KubeClient: kc, Dynamic: dc, Store: st, Logger: logger, CRDPollInterval: crdPoll})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	istioclient "istio.io/client-go/pkg/clientset/versioned"
-	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -37,10 +37,12 @@ type Discovery interface {
 
 // Options configures a Source.
 type Options struct {
-	KubeClient  kubernetes.Interface
-	IstioClient istioclient.Interface
-	Store       *store.Store
-	Logger      *slog.Logger // nil: slog.Default()
+	KubeClient kubernetes.Interface
+	// Dynamic reads the Istio kinds. They are decoded one object at a time (see crdTransform), so an
+	// object Sextant's types cannot hold is rejected alone instead of failing its kind's whole list.
+	Dynamic dynamic.Interface
+	Store   *store.Store
+	Logger  *slog.Logger // nil: slog.Default()
 	// Discovery tells which Istio CRDs are installed; nil uses KubeClient.Discovery().
 	Discovery Discovery
 	// ResyncPeriod is the informers' resync period; 0 disables resync, which is safe because
@@ -50,7 +52,7 @@ type Options struct {
 	CRDPollInterval time.Duration
 }
 
-// RejectedObject is a cluster object that failed validation. The store keeps its last good version, if any.
+// RejectedObject is a cluster object that failed to decode or to validate. The store keeps its last good version, if any.
 type RejectedObject struct {
 	Kind            config.Kind `json:"kind"`
 	Namespace       string      `json:"namespace,omitempty"`
@@ -73,7 +75,7 @@ type Source struct {
 	discovery    Discovery
 	pollInterval time.Duration
 	kube         informers.SharedInformerFactory
-	istio        istioinformers.SharedInformerFactory
+	crds         dynamicinformer.DynamicSharedInformerFactory
 
 	running atomic.Bool
 	synced  chan struct{} // closed once every informer started by Run has synced
@@ -88,8 +90,8 @@ func New(opts Options) (*Source, error) {
 	if opts.KubeClient == nil {
 		return nil, errors.New("kube source: KubeClient is required")
 	}
-	if opts.IstioClient == nil {
-		return nil, errors.New("kube source: IstioClient is required")
+	if opts.Dynamic == nil {
+		return nil, errors.New("kube source: Dynamic is required")
 	}
 	if opts.Store == nil {
 		return nil, errors.New("kube source: Store is required")
@@ -100,7 +102,7 @@ func New(opts Options) (*Source, error) {
 		discovery:    opts.Discovery,
 		pollInterval: opts.CRDPollInterval,
 		kube:         informers.NewSharedInformerFactoryWithOptions(opts.KubeClient, opts.ResyncPeriod, informers.WithTransform(transform)),
-		istio:        istioinformers.NewSharedInformerFactoryWithOptions(opts.IstioClient, opts.ResyncPeriod, istioinformers.WithTransform(transform)),
+		crds:         dynamicinformer.NewDynamicSharedInformerFactory(opts.Dynamic, opts.ResyncPeriod),
 		synced:       make(chan struct{}),
 		rejected:     map[config.Key]RejectedObject{},
 		missing:      map[config.Kind]bool{},
@@ -136,7 +138,7 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// NewFromConfig builds the Kubernetes and Istio clientsets from restConfig and returns a Source on them.
+// NewFromConfig builds the Kubernetes clientset and the dynamic client from restConfig and returns a Source on them.
 func NewFromConfig(restConfig *rest.Config, st *store.Store, logger *slog.Logger) (*Source, error) {
 	// Built-in kinds come as protobuf: decoding Pods and EndpointSlices is most of a watch's cost, and
 	// protobuf decodes several times faster than JSON (and costs the API server less to encode). Istio's
@@ -148,11 +150,11 @@ func NewFromConfig(restConfig *rest.Config, st *store.Store, logger *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	ic, err := istioclient.NewForConfig(restConfig)
+	dc, err := dynamic.NewForConfig(restConfig)
 	if err != nil {
-		return nil, fmt.Errorf("istio client: %w", err)
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	return New(Options{KubeClient: kc, IstioClient: ic, Store: st, Logger: logger})
+	return New(Options{KubeClient: kc, Dynamic: dc, Store: st, Logger: logger})
 }
 
 // isCRD reports whether kind k comes from an Istio CRD, which may not be installed.
@@ -187,7 +189,7 @@ func (s *Source) Run(ctx context.Context) {
 	}
 	s.setMissing(missing)
 	s.kube.Start(ctx.Done())
-	s.istio.Start(ctx.Done())
+	s.crds.Start(ctx.Done())
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -204,7 +206,7 @@ func (s *Source) Run(ctx context.Context) {
 	wg.Wait()
 	// Shutdown waits for the informers' goroutines, so none outlives Run.
 	s.kube.Shutdown()
-	s.istio.Shutdown()
+	s.crds.Shutdown()
 }
 
 // HasSynced reports whether every informer Run started at first has delivered its initial list.
@@ -228,7 +230,7 @@ func (s *Source) WaitForSync(ctx context.Context) error {
 	}
 }
 
-// Rejected returns the objects currently rejected by validation, sorted by key.
+// Rejected returns the objects currently rejected, because they failed to decode or to validate, sorted by key.
 func (s *Source) Rejected() []RejectedObject {
 	s.mu.Lock()
 	out := make([]RejectedObject, 0, len(s.rejected))
@@ -332,7 +334,7 @@ func (s *Source) pollCRDs(ctx context.Context, missing []config.KindInfo) {
 			})
 		}
 		if len(served) > 0 {
-			s.istio.Start(ctx.Done()) // starts only the informers not running yet
+			s.crds.Start(ctx.Done()) // starts only the informers not running yet
 		}
 		missing = still
 		s.setMissing(missing)
@@ -345,8 +347,11 @@ func (s *Source) watch(kind config.Kind) (cache.ResourceEventHandlerRegistration
 	if inf == nil {
 		return nil, fmt.Errorf("no informer for kind %s", kind)
 	}
-	// Fails only if the informer already runs; it then keeps client-go's handler.
+	// Both fail only if the informer already runs, which then keeps what it had.
 	_ = inf.SetWatchErrorHandlerWithContext(s.watchErrorHandler(kind))
+	if _, ok := crdTypes[kind]; ok {
+		_ = inf.SetTransform(crdTransform(kind))
+	}
 	return inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.upsert(kind, obj) },
 		UpdateFunc: func(oldObj, newObj any) {
@@ -410,34 +415,31 @@ func (s *Source) informer(kind config.Kind) cache.SharedIndexInformer {
 		return s.kube.Core().V1().Nodes().Informer()
 	case config.EndpointSlice:
 		return s.kube.Discovery().V1().EndpointSlices().Informer()
-	case config.ServiceEntry:
-		return s.istio.Networking().V1().ServiceEntries().Informer()
-	case config.WorkloadEntry:
-		return s.istio.Networking().V1().WorkloadEntries().Informer()
-	case config.DestinationRule:
-		return s.istio.Networking().V1().DestinationRules().Informer()
-	case config.VirtualService:
-		return s.istio.Networking().V1().VirtualServices().Informer()
-	case config.Gateway:
-		return s.istio.Networking().V1().Gateways().Informer()
-	case config.Sidecar:
-		return s.istio.Networking().V1().Sidecars().Informer()
-	case config.AuthorizationPolicy:
-		return s.istio.Security().V1().AuthorizationPolicies().Informer()
-	case config.PeerAuthentication:
-		return s.istio.Security().V1().PeerAuthentications().Informer()
+	}
+	if _, ok := crdTypes[kind]; ok {
+		ki, _ := config.Info(kind)
+		return s.crds.ForResource(crdGVR(ki)).Informer()
 	}
 	return nil
 }
 
 func (s *Source) upsert(kind config.Kind, obj any) {
+	if u, ok := obj.(*undecodable); ok {
+		s.reject(RejectedObject{Kind: kind, Namespace: u.Namespace, Name: u.Name, ResourceVersion: u.ResourceVersion,
+			Field: u.Field, Message: u.Err}, "rejected object that cannot be decoded; keeping the last good version")
+		return
+	}
 	cfg, err := toConfig(obj)
 	if err != nil {
 		s.log.Error("cannot convert object", "kind", kind, "error", err)
 		return
 	}
 	if err := config.Validate(cfg); err != nil {
-		s.reject(cfg, err)
+		r := RejectedObject{Kind: cfg.Kind, Namespace: cfg.Namespace, Name: cfg.Name, ResourceVersion: cfg.ResourceVersion, Message: err.Error()}
+		if fe, ok := errors.AsType[*config.FieldError](err); ok {
+			r.Field, r.Message = fe.Field, fe.Message
+		}
+		s.reject(r, "rejected invalid object; keeping the last good version")
 		return
 	}
 	s.accept(cfg.Key)
@@ -470,31 +472,22 @@ func (s *Source) forget(key config.Key) {
 	s.store.Delete(store.LayerKube, key)
 }
 
-func (s *Source) reject(cfg *config.Config, err error) {
-	r := RejectedObject{
-		Kind:            cfg.Kind,
-		Namespace:       cfg.Namespace,
-		Name:            cfg.Name,
-		ResourceVersion: cfg.ResourceVersion,
-		Message:         err.Error(),
-		Since:           time.Now(),
-	}
-	if fe, ok := errors.AsType[*config.FieldError](err); ok {
-		r.Field, r.Message = fe.Field, fe.Message
-	}
+// reject records r, keeping whatever the store holds for it; msg is the log line's message.
+func (s *Source) reject(r RejectedObject, msg string) {
+	r.Since = time.Now()
+	key := r.Key()
 	s.mu.Lock()
-	prev, seen := s.rejected[cfg.Key]
+	prev, seen := s.rejected[key]
 	same := seen && prev.Field == r.Field && prev.Message == r.Message
 	if same {
 		r.Since = prev.Since
 	}
-	s.rejected[cfg.Key] = r
+	s.rejected[key] = r
 	s.mu.Unlock()
 	// Log a problem once, not on every new version that still has it.
 	if !same {
-		s.log.Warn("rejected invalid object; keeping the last good version",
-			"kind", cfg.Kind, "namespace", cfg.Namespace, "name", cfg.Name,
-			"resourceVersion", cfg.ResourceVersion, "field", r.Field, "error", r.Message)
+		s.log.Warn(msg, "kind", r.Kind, "namespace", r.Namespace, "name", r.Name,
+			"resourceVersion", r.ResourceVersion, "field", r.Field, "error", r.Message)
 	}
 }
 

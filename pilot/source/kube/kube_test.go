@@ -3,6 +3,7 @@ package kube
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,15 +15,16 @@ import (
 	security "istio.io/api/security/v1beta1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
-	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -101,7 +103,7 @@ type harness struct {
 	t     *testing.T
 	ctx   context.Context
 	kube  *kubefake.Clientset
-	istio *istiofake.Clientset
+	istio *dynamicfake.FakeDynamicClient
 	disc  *lockedDiscovery
 	store *store.Store
 	src   *Source
@@ -121,21 +123,10 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	h := &harness{
 		t:     t,
 		kube:  kubefake.NewClientset(),
-		istio: istiofake.NewSimpleClientset(),
+		istio: newDynamicFake(),
 		store: store.New(),
 		logs:  &syncBuffer{},
 	}
-	// Istio's fake watch ignores the list's resourceVersion, so objects created between the
-	// informer's list and watch would be lost; watch from that version as a real server does.
-	tracker := h.istio.Tracker()
-	h.istio.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
-			opts = wa.ListOptions
-		}
-		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
-		return true, w, err
-	})
 	seed(t, h.kube.Tracker(), o.kube)
 	seed(t, h.istio.Tracker(), o.istio)
 	h.disc = &lockedDiscovery{d: h.kube.Discovery().(*fakediscovery.FakeDiscovery)}
@@ -145,7 +136,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	h.disc.set(o.resources)
 	src, err := New(Options{
 		KubeClient:      h.kube,
-		IstioClient:     h.istio,
+		Dynamic:         h.istio,
 		Store:           h.store,
 		Logger:          slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Discovery:       h.disc,
@@ -169,21 +160,99 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	return h
 }
 
+// newDynamicFake is a dynamic client that serves every Istio kind Sextant watches, as unstructured objects.
+func newDynamicFake() *dynamicfake.FakeDynamicClient {
+	lists := map[schema.GroupVersionResource]string{}
+	for kind := range crdTypes {
+		ki, _ := config.Info(kind)
+		lists[crdGVR(ki)] = string(kind) + "List"
+	}
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), lists)
+}
+
 // seed adds objects under the resource names Sextant watches. The fakes' constructors guess the
 // resource from the kind and get some wrong ("gatewaies"), so the informers would never see them.
+// Istio objects are stored as the API server stores them, as JSON (unstructured).
 func seed(t *testing.T, tracker k8stesting.ObjectTracker, objs []runtime.Object) {
 	t.Helper()
 	for _, obj := range objs {
-		c, err := toConfig(obj)
-		if err != nil {
-			t.Fatal(err)
+		kind := config.Kind(obj.GetObjectKind().GroupVersionKind().Kind) // set on unstructured objects only
+		if _, raw := obj.(*unstructured.Unstructured); !raw {
+			c, err := toConfig(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind = c.Kind
+			if _, ok := crdTypes[kind]; ok {
+				if obj, err = toUnstructured(obj); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
-		ki, _ := config.Info(c.Kind)
-		gvr := schema.GroupVersionResource{Group: ki.Group, Version: ki.Versions[0], Resource: ki.Plural}
-		if err := tracker.Create(gvr, obj, c.Namespace); err != nil {
-			t.Fatalf("seed %s: %v", c.Key, err)
+		ki, _ := config.Info(kind)
+		m := obj.(metav1.Object)
+		if err := tracker.Create(crdGVR(ki), obj, m.GetNamespace()); err != nil {
+			t.Fatalf("seed %s %s/%s: %v", kind, m.GetNamespace(), m.GetName(), err)
 		}
 	}
+}
+
+// toUnstructured encodes a typed Istio object as the API server would serve it.
+func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	c, err := toConfig(obj)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	if err := json.Unmarshal(data, &u.Object); err != nil {
+		return nil, err
+	}
+	ki, _ := config.Info(c.Kind)
+	u.SetAPIVersion(ki.APIVersion())
+	u.SetKind(string(c.Kind))
+	return u, nil
+}
+
+// crd is the dynamic client for kind's resource in the test namespace.
+func (h *harness) crd(kind config.Kind) dynamic.ResourceInterface {
+	ki, _ := config.Info(kind)
+	return h.istio.Resource(crdGVR(ki)).Namespace(ns)
+}
+
+// createCRD and updateCRD write a typed Istio object; createRaw and updateRaw write one as given, which may
+// be what Sextant's types cannot decode.
+func (h *harness) createCRD(obj runtime.Object) error {
+	u, err := toUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	return h.createRaw(u)
+}
+
+func (h *harness) updateCRD(obj runtime.Object) error {
+	u, err := toUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	return h.updateRaw(u)
+}
+
+func (h *harness) createRaw(u *unstructured.Unstructured) error {
+	_, err := h.crd(config.Kind(u.GetKind())).Create(h.ctx, u, metav1.CreateOptions{})
+	return err
+}
+
+func (h *harness) updateRaw(u *unstructured.Unstructured) error {
+	_, err := h.crd(config.Kind(u.GetKind())).Update(h.ctx, u, metav1.UpdateOptions{})
+	return err
+}
+
+func (h *harness) deleteCRD(kind config.Kind, name string) error {
+	return h.crd(kind).Delete(h.ctx, name, metav1.DeleteOptions{})
 }
 
 // eventually polls cond until it holds or a deadline passes.
@@ -413,33 +482,29 @@ func TestAddUpdateDelete(t *testing.T) {
 		{
 			kind: config.VirtualService, name: "reviews",
 			create: func(ctx context.Context, h *harness) error {
-				_, err := h.istio.NetworkingV1().VirtualServices(ns).Create(ctx, newVirtualService("reviews", "1", "reviews"), metav1.CreateOptions{})
-				return err
+				return h.createCRD(newVirtualService("reviews", "1", "reviews"))
 			},
 			update: func(ctx context.Context, h *harness) error {
-				_, err := h.istio.NetworkingV1().VirtualServices(ns).Update(ctx, newVirtualService("reviews", "2", "reviews", "reviews.example.com"), metav1.UpdateOptions{})
-				return err
+				return h.updateCRD(newVirtualService("reviews", "2", "reviews", "reviews.example.com"))
 			},
 			updated: func(c *config.Config) bool { return len(c.Spec.(*networking.VirtualService).Hosts) == 2 },
 			deleteFn: func(ctx context.Context, h *harness) error {
-				return h.istio.NetworkingV1().VirtualServices(ns).Delete(ctx, "reviews", metav1.DeleteOptions{})
+				return h.deleteCRD(config.VirtualService, "reviews")
 			},
 		},
 		{
 			kind: config.AuthorizationPolicy, name: "allow",
 			create: func(ctx context.Context, h *harness) error {
-				_, err := h.istio.SecurityV1().AuthorizationPolicies(ns).Create(ctx, newAuthorizationPolicy("allow", "1", security.AuthorizationPolicy_ALLOW), metav1.CreateOptions{})
-				return err
+				return h.createCRD(newAuthorizationPolicy("allow", "1", security.AuthorizationPolicy_ALLOW))
 			},
 			update: func(ctx context.Context, h *harness) error {
-				_, err := h.istio.SecurityV1().AuthorizationPolicies(ns).Update(ctx, newAuthorizationPolicy("allow", "2", security.AuthorizationPolicy_DENY), metav1.UpdateOptions{})
-				return err
+				return h.updateCRD(newAuthorizationPolicy("allow", "2", security.AuthorizationPolicy_DENY))
 			},
 			updated: func(c *config.Config) bool {
 				return c.Spec.(*security.AuthorizationPolicy).Action == security.AuthorizationPolicy_DENY
 			},
 			deleteFn: func(ctx context.Context, h *harness) error {
-				return h.istio.SecurityV1().AuthorizationPolicies(ns).Delete(ctx, "allow", metav1.DeleteOptions{})
+				return h.deleteCRD(config.AuthorizationPolicy, "allow")
 			},
 		},
 	}
@@ -506,10 +571,10 @@ func TestTransformDropsUnreadFields(t *testing.T) {
 	if got := h.get(config.Service, ns, "reviews").Spec.(*corev1.Service); got.ManagedFields != nil || got.Spec.Ports[0].Port != 9080 {
 		t.Errorf("Service after transform: managedFields %v, ports %v", got.ManagedFields, got.Spec.Ports)
 	}
-	if got, err := h.istio.NetworkingV1().VirtualServices(ns).Get(h.ctx, "reviews", metav1.GetOptions{}); err != nil || got.ManagedFields == nil {
+	if got, err := h.crd(config.VirtualService).Get(h.ctx, "reviews", metav1.GetOptions{}); err != nil || got.GetManagedFields() == nil {
 		t.Fatalf("fake lost managedFields before the informer saw them (%v), so this test proves nothing", err)
 	}
-	vsInformer := h.src.istio.Networking().V1().VirtualServices().Informer()
+	vsInformer := h.src.informer(config.VirtualService)
 	for _, obj := range vsInformer.GetStore().List() {
 		if mf := obj.(*networkingv1.VirtualService).ManagedFields; mf != nil {
 			t.Errorf("VirtualService in cache keeps managedFields %v", mf)
@@ -595,7 +660,7 @@ func TestMissingCRDIsSkippedThenPickedUp(t *testing.T) {
 	})
 
 	// The newly started informer follows changes like any other.
-	if _, err := h.istio.NetworkingV1().VirtualServices(ns).Create(h.ctx, newVirtualService("ratings", "1", "ratings"), metav1.CreateOptions{}); err != nil {
+	if err := h.createCRD(newVirtualService("ratings", "1", "ratings")); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("VirtualService created after pickup", func() bool { return h.get(config.VirtualService, ns, "ratings") != nil })
@@ -621,11 +686,10 @@ func equalKinds(a, b []config.Kind) bool {
 
 func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
 	h := newHarness(t, harnessOpts{istio: []runtime.Object{newVirtualService("reviews", "1", "reviews")}})
-	vsClient := h.istio.NetworkingV1().VirtualServices(ns)
 	key := config.Key{Kind: config.VirtualService, Namespace: ns, Name: "reviews"}
 
 	// An update that breaks the object: the store keeps version 1.
-	if _, err := vsClient.Update(h.ctx, newVirtualService("reviews", "2"), metav1.UpdateOptions{}); err != nil {
+	if err := h.updateCRD(newVirtualService("reviews", "2")); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("rejection", func() bool { return len(h.src.Rejected()) == 1 })
@@ -638,7 +702,7 @@ func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
 	}
 
 	// Still broken in a new version: still rejected, logged only once.
-	if _, err := vsClient.Update(h.ctx, newVirtualService("reviews", "3"), metav1.UpdateOptions{}); err != nil {
+	if err := h.updateCRD(newVirtualService("reviews", "3")); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("rejection of version 3", func() bool {
@@ -654,7 +718,7 @@ func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
 	}
 
 	// An object that was never valid is not stored at all.
-	if _, err := vsClient.Create(h.ctx, newVirtualService("broken", "1"), metav1.CreateOptions{}); err != nil {
+	if err := h.createCRD(newVirtualService("broken", "1")); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("rejection of a new object", func() bool { return len(h.src.Rejected()) == 2 })
@@ -663,10 +727,10 @@ func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
 	}
 
 	// Fixing one and deleting the other clears both from Rejected.
-	if _, err := vsClient.Update(h.ctx, newVirtualService("reviews", "4", "reviews.fixed"), metav1.UpdateOptions{}); err != nil {
+	if err := h.updateCRD(newVirtualService("reviews", "4", "reviews.fixed")); err != nil {
 		t.Fatal(err)
 	}
-	if err := vsClient.Delete(h.ctx, "broken", metav1.DeleteOptions{}); err != nil {
+	if err := h.deleteCRD(config.VirtualService, "broken"); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("fix and delete", func() bool {
@@ -703,7 +767,7 @@ func TestResyncDoesNotRepublish(t *testing.T) {
 
 func TestTombstoneDeletes(t *testing.T) {
 	st := store.New()
-	src, err := New(Options{KubeClient: kubefake.NewClientset(), IstioClient: istiofake.NewSimpleClientset(), Store: st})
+	src, err := New(Options{KubeClient: kubefake.NewClientset(), Dynamic: newDynamicFake(), Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -723,5 +787,170 @@ func TestTombstoneDeletes(t *testing.T) {
 func TestNewRequiresClientsAndStore(t *testing.T) {
 	if _, err := New(Options{}); err == nil {
 		t.Error("New with no clients succeeded")
+	}
+}
+
+// rawDR is a DestinationRule as the API server may hold it under a permissive or newer CRD schema.
+func rawDR(name, rv string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+		"metadata": map[string]any{"namespace": ns, "name": name, "resourceVersion": rv, "uid": "uid-" + name},
+		"spec":     spec,
+	}}
+}
+
+func lbSpec(host, lb string) map[string]any {
+	return map[string]any{"host": host, "trafficPolicy": map[string]any{"loadBalancer": map[string]any{"simple": lb}}}
+}
+
+func TestUndecodableObjectIsRejectedAlone(t *testing.T) {
+	bad := rawDR("bad", "1", map[string]any{"host": int64(42)})
+	h := newHarness(t, harnessOpts{istio: []runtime.Object{
+		&networkingv1.DestinationRule{ObjectMeta: meta("reviews", "1"), Spec: networking.DestinationRule{Host: "reviews"}},
+		&networkingv1.DestinationRule{ObjectMeta: meta("ratings", "1"), Spec: networking.DestinationRule{Host: "ratings"}},
+	}})
+	key := func(name string) config.Key {
+		return config.Key{Kind: config.DestinationRule, Namespace: ns, Name: name}
+	}
+	rejected := func(name string) *RejectedObject {
+		for _, r := range h.src.Rejected() {
+			if r.Key() == key(name) {
+				return &r
+			}
+		}
+		return nil
+	}
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A new object of the wrong JSON type: rejected, not stored, named with its field.
+	check(h.createRaw(bad))
+	h.eventually("rejection of bad", func() bool { return rejected("bad") != nil })
+	if r := rejected("bad"); r.Field != "spec.host" || r.ResourceVersion != "1" || r.Message != `cannot decode 42: json: cannot unmarshal number into Go struct field DestinationRule.spec of type string` {
+		t.Errorf("rejected = %+v", *r)
+	}
+	if h.get(config.DestinationRule, ns, "bad") != nil {
+		t.Error("an object never decoded is in the store")
+	}
+
+	// A good object turning undecodable (an enum value from newer Istio): its last good version stays.
+	check(h.updateRaw(rawDR("reviews", "2", lbSpec("reviews", "FUTURE_LB"))))
+	h.eventually("rejection of reviews", func() bool { return rejected("reviews") != nil })
+	r := rejected("reviews")
+	if r.Field != "spec.trafficPolicy.loadBalancer.simple" || r.ResourceVersion != "2" || !strings.Contains(r.Message, "FUTURE_LB") {
+		t.Errorf("rejected = %+v", *r)
+	}
+	if c := h.get(config.DestinationRule, ns, "reviews"); c == nil || c.ResourceVersion != "1" {
+		t.Fatalf("store has %v, want the last good version 1", c)
+	}
+
+	// The kind keeps flowing: update, create and delete of other objects.
+	check(h.updateRaw(rawDR("ratings", "2", lbSpec("ratings", "LEAST_REQUEST"))))
+	check(h.createCRD(&networkingv1.DestinationRule{ObjectMeta: meta("details", "1"), Spec: networking.DestinationRule{Host: "details"}}))
+	h.eventually("update and create after the bad objects", func() bool {
+		c := h.get(config.DestinationRule, ns, "ratings")
+		return c != nil && c.ResourceVersion == "2" && h.get(config.DestinationRule, ns, "details") != nil
+	})
+	lb := h.get(config.DestinationRule, ns, "ratings").Spec.(*networking.DestinationRule).GetTrafficPolicy().GetLoadBalancer().GetSimple()
+	if lb != networking.LoadBalancerSettings_LEAST_REQUEST {
+		t.Errorf("ratings load balancer = %v, want LEAST_REQUEST", lb)
+	}
+	check(h.deleteCRD(config.DestinationRule, "details"))
+	h.eventually("delete after the bad objects", func() bool { return h.get(config.DestinationRule, ns, "details") == nil })
+
+	// Still undecodable in a new version: rejected, logged once per object.
+	check(h.updateRaw(rawDR("reviews", "3", lbSpec("reviews", "FUTURE_LB"))))
+	h.eventually("rejection of version 3", func() bool { return rejected("reviews").ResourceVersion == "3" })
+	logs := h.logs.String()
+	if n := strings.Count(logs, "rejected object that cannot be decoded"); n != 2 {
+		t.Errorf("%d decode warnings, want 2 (bad and reviews):\n%s", n, logs)
+	}
+	if !strings.Contains(logs, "name=reviews resourceVersion=2 field=spec.trafficPolicy.loadBalancer.simple") {
+		t.Errorf("warning does not name the object and field:\n%s", logs)
+	}
+
+	// The cache holds a marker, not the unstructured object, and the marker's copy is its own.
+	for _, obj := range h.src.informer(config.DestinationRule).GetStore().List() {
+		switch o := obj.(type) {
+		case *networkingv1.DestinationRule:
+		case *undecodable:
+			c := o.DeepCopyObject().(*undecodable)
+			c.Labels = map[string]string{"x": "y"}
+			if o.Labels["x"] == "y" {
+				t.Error("DeepCopyObject shares labels")
+			}
+		default:
+			t.Errorf("informer cache holds %T", obj)
+		}
+	}
+
+	// Deleting undecodable objects deletes them and clears their rejection; fixing one serves it.
+	check(h.deleteCRD(config.DestinationRule, "reviews"))
+	check(h.updateRaw(rawDR("bad", "2", map[string]any{"host": "bad"})))
+	h.eventually("delete of reviews and fix of bad", func() bool {
+		c := h.get(config.DestinationRule, ns, "bad")
+		return h.get(config.DestinationRule, ns, "reviews") == nil && c != nil && c.ResourceVersion == "2" && len(h.src.Rejected()) == 0
+	})
+}
+
+func TestUndecodableInInitialList(t *testing.T) {
+	bad := rawDR("bad", "1", lbSpec("bad", "FUTURE_LB"))
+	h := newHarness(t, harnessOpts{istio: []runtime.Object{
+		bad,
+		&networkingv1.DestinationRule{ObjectMeta: meta("reviews", "1"), Spec: networking.DestinationRule{Host: "reviews"}},
+	}})
+	// newHarness waited for sync: the bad object did not hold it back.
+	if h.get(config.DestinationRule, ns, "reviews") == nil || h.get(config.DestinationRule, ns, "bad") != nil {
+		t.Errorf("store after sync: reviews %v, bad %v", h.get(config.DestinationRule, ns, "reviews"), h.get(config.DestinationRule, ns, "bad"))
+	}
+	if r := h.src.Rejected(); len(r) != 1 || r[0].Name != "bad" || r[0].Field != "spec.trafficPolicy.loadBalancer.simple" {
+		t.Errorf("Rejected = %+v", r)
+	}
+	if err := h.deleteCRD(config.DestinationRule, "bad"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("rejection cleared by the delete", func() bool { return len(h.src.Rejected()) == 0 })
+}
+
+func TestDecodeCRDNamesTheField(t *testing.T) {
+	obj := func(kind config.Kind, spec any) *unstructured.Unstructured {
+		ki, _ := config.Info(kind)
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": ki.APIVersion(), "kind": string(kind),
+			"metadata": map[string]any{"name": "x", "namespace": ns, "resourceVersion": "7"}, "spec": spec}}
+	}
+	route := map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "reviews"}}}}
+	for _, tc := range []struct {
+		name  string
+		in    *unstructured.Unstructured
+		field string // empty: decodes
+	}{
+		{"unknown enum", obj(config.DestinationRule, lbSpec("reviews", "FUTURE_LB")), "spec.trafficPolicy.loadBalancer.simple"},
+		{"wrong type", obj(config.DestinationRule, map[string]any{"host": true}), "spec.host"},
+		{"spec not an object", obj(config.DestinationRule, "reviews"), "spec"},
+		{"in a list", obj(config.VirtualService, map[string]any{"hosts": []any{"reviews"},
+			"http": []any{route, map[string]any{"timeout": int64(5), "route": route["route"]}}}), "spec.http[1].timeout"},
+		{"unknown field is ignored", obj(config.DestinationRule, map[string]any{"host": "reviews", "futureField": map[string]any{"a": int64(1)}}), ""},
+		{"status is not read", func() *unstructured.Unstructured {
+			u := obj(config.DestinationRule, map[string]any{"host": "reviews"})
+			u.Object["status"] = map[string]any{"conditions": "not a list"}
+			return u
+		}(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := decodeCRD(config.Kind(tc.in.GetKind()), tc.in)
+			u, isBad := out.(*undecodable)
+			switch {
+			case tc.field == "" && isBad:
+				t.Errorf("rejected: field %q: %s", u.Field, u.Err)
+			case tc.field != "" && !isBad:
+				t.Errorf("decoded to %T, want a rejection at %s", out, tc.field)
+			case isBad && (u.Field != tc.field || u.Err == "" || u.Name != "x" || u.Namespace != ns || u.ResourceVersion != "7"):
+				t.Errorf("undecodable = %+v, want field %s", u, tc.field)
+			}
+		})
 	}
 }
