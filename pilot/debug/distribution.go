@@ -99,14 +99,14 @@ func (d *Debug) Distribution(key config.Key) (Distribution, bool) {
 	switch {
 	case tracked:
 	case cur != nil: // in the store before tracking began: part of the first snapshot
-		o = objectState{key: key, cfg: cur, resourceVersion: cur.ResourceVersion, generation: cur.Generation, version: 1}
+		o = objectState{key: key, exportTo: exportTo(cur), resourceVersion: cur.ResourceVersion, generation: cur.Generation, version: 1}
 	default:
 		return out, false
 	}
 	out.Exists = !o.deleted
 	out.Generation, out.ResourceVersion, out.SnapshotVersion = o.generation, o.resourceVersion, o.version
 	for _, c := range d.src.XDS.Connections() {
-		if !d.dependsOn(c, key, o.cfg, ps) {
+		if !d.dependsOn(c, key, o.exportTo, ps) {
 			continue
 		}
 		pd := ProxyDistribution{ID: c.ProxyID, Connection: c.ID, Type: string(c.Type)}
@@ -204,7 +204,7 @@ var ztunnelKinds = map[config.Kind]bool{
 //   - the object is a Gateway and the proxy is a gateway (router).
 //
 // Over-approximating is harmless: a proxy no push concerned counts as ACKED at once (see proxyState).
-func (d *Debug) dependsOn(c xds.ConnectionStatus, key config.Key, cfg *config.Config, ps *model.PushContext) bool {
+func (d *Debug) dependsOn(c xds.ConnectionStatus, key config.Key, exportList []string, ps *model.PushContext) bool {
 	root := d.src.Mesh.RootNamespace
 	switch {
 	case c.Type == xds.Ztunnel:
@@ -234,26 +234,30 @@ func (d *Debug) dependsOn(c xds.ConnectionStatus, key config.Key, cfg *config.Co
 				return false
 			}
 		}
-		return exportedTo(exportTo(cfg), key.Namespace, c.Namespace)
+		return exportedTo(exportList, key.Namespace, c.Namespace)
 	case config.VirtualService, config.DestinationRule:
-		return exportedTo(exportTo(cfg), key.Namespace, c.Namespace)
+		return exportedTo(exportList, key.Namespace, c.Namespace)
 	case config.EndpointSlice, config.Pod, config.WorkloadEntry:
 		return true // endpoints of services visible anywhere; EDS filtering settles who was concerned
 	}
 	return false
 }
 
+// exportTo returns a copy of cfg's export list, so that keeping it does not keep cfg.
 func exportTo(cfg *config.Config) []string {
 	if cfg == nil {
 		return nil
 	}
 	switch s := cfg.Spec.(type) {
 	case *networking.VirtualService:
-		return s.GetExportTo()
+		return slices.Clone(s.GetExportTo())
 	case *networking.DestinationRule:
-		return s.GetExportTo()
+		return slices.Clone(s.GetExportTo())
 	case *networking.ServiceEntry:
-		return s.GetExportTo()
+		return slices.Clone(s.GetExportTo())
+	}
+	if cfg.Kind != config.Service {
+		return nil
 	}
 	if v := cfg.Annotations[model.ExportToAnnotation]; v != "" {
 		return strings.Split(v, ",")

@@ -71,8 +71,10 @@ type typeState struct {
 
 // objectState tracks one config object's current generation.
 type objectState struct {
-	key             config.Key
-	cfg             *config.Config // current, or the last one before deletion
+	key config.Key
+	// exportTo is the object's, current or the last before deletion: it tells who was concerned. Only it is
+	// kept, not the object, so deleted objects held for an hour cost a few bytes each.
+	exportTo        []string
 	deleted         bool
 	resourceVersion string
 	generation      int64
@@ -352,13 +354,10 @@ func (t *tracker) onStoreEvent(ev store.Event, current uint64) {
 	key := ev.Key()
 	o := &objectState{key: key, changedAt: time.Now(), after: current}
 	if ev.New != nil {
-		o.cfg, o.resourceVersion, o.generation = ev.New, ev.New.ResourceVersion, ev.New.Generation
+		o.exportTo, o.resourceVersion, o.generation = exportTo(ev.New), ev.New.ResourceVersion, ev.New.Generation
 	} else {
 		o.deleted = true
-		o.resourceVersion, o.generation = ev.Old.ResourceVersion, ev.Old.Generation
-		if exportedKinds[key.Kind] {
-			o.cfg = ev.Old // its exportTo still says who was concerned
-		}
+		o.exportTo, o.resourceVersion, o.generation = exportTo(ev.Old), ev.Old.ResourceVersion, ev.Old.Generation
 	}
 	t.mu.Lock()
 	t.objects[key] = o
@@ -369,12 +368,6 @@ func (t *tracker) onStoreEvent(ev store.Event, current uint64) {
 	}
 	t.mu.Unlock()
 }
-
-// exportedKinds are the kinds whose deleted objects keep their config: dependsOn reads their exportTo.
-// A deleted pod or EndpointSlice keeps only its key and versions, or an hour of churn would hold every
-// deleted pod whole.
-var exportedKinds = map[config.Kind]bool{config.Service: true, config.ServiceEntry: true,
-	config.VirtualService: true, config.DestinationRule: true}
 
 // pruneDeleted forgets deletions older than an hour, so churn does not grow the map. Called with mu held.
 func (t *tracker) pruneDeleted(now time.Time) {

@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -70,7 +71,16 @@ type Pipeline struct {
 
 	builds, full, incremental, merged atomic.Uint64
 	lastBuild                         atomic.Int64
+	// peakObjects is the most store objects since memory was last released; see releaseAfterDrop.
+	peakObjects int
 }
+
+// A drop of at least releaseMinDrop objects and a quarter of the peak returns memory to the OS
+// releaseDelay after the snapshot without them, once pushes have replaced what proxies were sent.
+const (
+	releaseMinDrop = 10_000
+	releaseDelay   = time.Second
+)
 
 // New creates a pipeline and subscribes it to the store. Changes are collected from now on; call
 // Initialize once the sources have synced, then Run.
@@ -152,6 +162,7 @@ func (p *Pipeline) Initialize() *model.PushContext {
 	p.mu.Unlock()
 	ps := model.Build(p.opts.Store, p.opts.Mesh)
 	p.publish(ps)
+	p.peakObjects = p.opts.Store.Len()
 	p.opts.Logger.Info("first snapshot published", "services", ps.ServiceCount(), "endpoints", ps.EndpointCount(),
 		"workloads", ps.WorkloadCount(), "build", ps.BuildDuration.Round(time.Microsecond))
 	p.notify(&model.PushRequest{Full: true, Reason: map[string]int{"initial": 1}, Start: ps.BuiltAt, Push: ps})
@@ -162,6 +173,19 @@ func (p *Pipeline) publish(ps *model.PushContext) {
 	p.current.Store(ps)
 	p.builds.Add(1)
 	p.lastBuild.Store(int64(ps.BuildDuration))
+}
+
+// releaseAfterDrop returns memory to the OS after a snapshot that left many objects behind (a large file or
+// namespace gone). Otherwise the garbage waits for the next GC, which a server at rest may not run for two
+// minutes, and its pages for the scavenger after that. Called from the pipeline's goroutine.
+func (p *Pipeline) releaseAfterDrop(objects int) {
+	p.peakObjects = max(p.peakObjects, objects)
+	if p.peakObjects-objects < releaseMinDrop || objects > p.peakObjects*3/4 {
+		return
+	}
+	p.opts.Logger.Info("config shrank; returning its memory", "objects", objects, "was", p.peakObjects)
+	p.peakObjects = objects
+	time.AfterFunc(releaseDelay, debug.FreeOSMemory)
 }
 
 func (p *Pipeline) notify(req *model.PushRequest) {
@@ -249,6 +273,7 @@ func (p *Pipeline) apply(pending map[config.Key]*model.Change, start time.Time) 
 	slices.SortFunc(changes, func(a, b model.Change) int { return config.CompareKeys(a.Key, b.Key) })
 	next, res := model.Update(prev, p.opts.Store, changes)
 	p.publish(next)
+	p.releaseAfterDrop(p.opts.Store.Len())
 	if res.Full {
 		p.full.Add(1)
 	} else {

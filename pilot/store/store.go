@@ -7,6 +7,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pkg/shrink"
 )
 
 // Layer is a source of config. When two layers hold the same key, the higher layer wins:
@@ -72,11 +73,14 @@ func (e *entry) effective() *config.Config {
 
 // Store is safe for concurrent use. Readers get *config.Config values that must not be modified.
 type Store struct {
-	mu       sync.RWMutex
-	entries  map[config.Key]*entry
-	byKind   map[config.Kind]map[string]map[string]*config.Config // kind → namespace → name → effective
-	slices   map[string]map[string]*config.Config                 // "ns/service" → slice name → slice
-	handlers []Handler
+	mu      sync.RWMutex
+	entries map[config.Key]*entry
+	// entriesPeak is the most entries held since entries was last rebuilt. Go maps never shrink, so after
+	// a mass deletion (a large file or namespace gone) the rest is copied into a map of the size needed.
+	entriesPeak int
+	byKind      map[config.Kind]map[string]map[string]*config.Config // kind → namespace → name → effective
+	slices      map[string]map[string]*config.Config                 // "ns/service" → slice name → slice
+	handlers    []Handler
 	// handlerMu serialises handler calls so events are seen in the order they were applied.
 	handlerMu sync.Mutex
 }
@@ -119,12 +123,14 @@ func (s *Store) apply(layer Layer, key config.Key, c *config.Config) {
 		}
 		e = &entry{}
 		s.entries[key] = e
+		s.entriesPeak = max(s.entriesPeak, len(s.entries))
 	}
 	before := e.effective()
 	e.layers[layer] = c
 	after := e.effective()
 	if after == nil {
 		delete(s.entries, key)
+		s.entries, s.entriesPeak = shrink.Map(s.entries, s.entriesPeak)
 	}
 	if before == after {
 		s.mu.Unlock()
@@ -262,6 +268,13 @@ func (s *Store) EndpointSlicesFor(namespace, service string) []*config.Config {
 	s.mu.RUnlock()
 	sortConfigs(out)
 	return out
+}
+
+// Len returns how many keys have an object in some layer.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.entries)
 }
 
 // Count returns how many effective objects of kind there are.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/store"
+	"github.com/sextantmesh/sextant/pkg/shrink"
 )
 
 // DefaultNamespace is given to namespaced objects written without one, as kubectl does.
@@ -55,6 +56,7 @@ type Source struct {
 	// claims lists, per key, every document that defines it. The first is served: the one that was served
 	// already while its file still defines the key, else the first by (path, index).
 	claims     map[config.Key][]*claim
+	claimsPeak int // see shrink.Map
 	duplicates map[config.Key][]*config.Error
 	// dirErrors holds directories that could not be read by the last walk that reached them.
 	dirErrors map[string]*config.Error
@@ -517,7 +519,9 @@ func (s *Source) replaceClaims(path string, st *fileState, fresh map[config.Key]
 		}
 		if len(list) == 0 {
 			delete(s.claims, k)
+			s.claims, s.claimsPeak = shrink.Map(s.claims, s.claimsPeak)
 		} else {
+			s.claimsPeak = max(s.claimsPeak, len(s.claims)+1)
 			s.claims[k] = list
 		}
 		s.reportDuplicates(k, list)
