@@ -9,11 +9,15 @@ import (
 )
 
 // AllowEntry is one accepted difference: "case / proxy / key / field: reason". A part may be a glob
-// (path.Match syntax, e.g. "*" for every case) so one line can cover a default shared by every cluster.
+// (path.Match syntax, e.g. "*" for every case) so one line can cover a default shared by every cluster;
+// "field == VALUE" also pins istiod's value, so such a line covers that default and nothing else.
 type AllowEntry struct {
 	Line                    int
 	Case, Proxy, Key, Field string
-	Reason                  string
+	// Istiod, when Pinned, is the value istiod must have for the entry to match.
+	Istiod string
+	Pinned bool
+	Reason string
 	// Used is set once the entry has matched a difference.
 	Used bool
 }
@@ -61,7 +65,11 @@ func parseAllowEntry(line string) (*AllowEntry, error) {
 			return nil, fmt.Errorf("bad pattern %q: %w", p, err)
 		}
 	}
-	return &AllowEntry{Case: parts[0], Proxy: parts[1], Key: parts[2], Field: parts[3], Reason: strings.TrimSpace(reason)}, nil
+	e := &AllowEntry{Case: parts[0], Proxy: parts[1], Key: parts[2], Field: parts[3], Reason: strings.TrimSpace(reason)}
+	if field, value, ok := strings.Cut(e.Field, " == "); ok {
+		e.Field, e.Istiod, e.Pinned = field, value, true
+	}
+	return e, nil
 }
 
 // Allows reports whether an entry covers d, and marks every entry that does as used.
@@ -77,7 +85,8 @@ func (a *Allowlist) Allows(d Difference) bool {
 }
 
 func (e *AllowEntry) matches(d Difference) bool {
-	return glob(e.Case, d.Case) && glob(e.Proxy, d.Proxy) && glob(e.Key, d.Key.String()) && glob(e.Field, d.Field)
+	return glob(e.Case, d.Case) && glob(e.Proxy, d.Proxy) && glob(e.Key, d.Key.String()) && glob(e.Field, d.Field) &&
+		(!e.Pinned || e.Istiod == d.Istiod)
 }
 
 // glob matches with path.Match; '/' never occurs in the parts, so '*' spans the whole part.

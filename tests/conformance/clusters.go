@@ -119,17 +119,17 @@ func lbFields(f Fields, c *cluster.Cluster) error {
 		switch m := msg.(type) {
 		case *leastrequest.LeastRequest:
 			f["lb.policy"] = "LEAST_REQUEST"
-			f["lb.choice_count"] = uint32Or(m.GetChoiceCount(), defaultChoiceCount)
-			f["lb.slow_start"] = slowStart(m.GetSlowStartConfig())
+			setIf(f, "lb.choice_count", uint32Or(m.GetChoiceCount(), defaultChoiceCount), defaultChoiceCount)
+			setIf(f, "lb.slow_start", slowStart(m.GetSlowStartConfig()), "off")
 		case *ringhash.RingHash:
 			f["lb.policy"] = "RING_HASH"
-			f["lb.ring_min"] = uint64Or(m.GetMinimumRingSize(), "1024")
+			setIf(f, "lb.ring_min", uint64Or(m.GetMinimumRingSize(), "1024"), "1024")
 		case *maglev.Maglev:
 			f["lb.policy"] = "MAGLEV"
-			f["lb.table_size"] = uint64Or(m.GetTableSize(), "65537")
+			setIf(f, "lb.table_size", uint64Or(m.GetTableSize(), "65537"), "65537")
 		case *roundrobin.RoundRobin:
 			f["lb.policy"] = "ROUND_ROBIN"
-			f["lb.slow_start"] = slowStart(m.GetSlowStartConfig())
+			setIf(f, "lb.slow_start", slowStart(m.GetSlowStartConfig()), "off")
 		default:
 			f["lb.policy"] = string(msg.ProtoReflect().Descriptor().FullName())
 		}
@@ -138,16 +138,24 @@ func lbFields(f Fields, c *cluster.Cluster) error {
 	f["lb.policy"] = c.GetLbPolicy().String()
 	switch c.GetLbPolicy() {
 	case cluster.Cluster_LEAST_REQUEST:
-		f["lb.choice_count"] = uint32Or(c.GetLeastRequestLbConfig().GetChoiceCount(), defaultChoiceCount)
-		f["lb.slow_start"] = slowStart(c.GetLeastRequestLbConfig().GetSlowStartConfig())
+		setIf(f, "lb.choice_count", uint32Or(c.GetLeastRequestLbConfig().GetChoiceCount(), defaultChoiceCount), defaultChoiceCount)
+		setIf(f, "lb.slow_start", slowStart(c.GetLeastRequestLbConfig().GetSlowStartConfig()), "off")
 	case cluster.Cluster_ROUND_ROBIN:
-		f["lb.slow_start"] = slowStart(c.GetRoundRobinLbConfig().GetSlowStartConfig())
+		setIf(f, "lb.slow_start", slowStart(c.GetRoundRobinLbConfig().GetSlowStartConfig()), "off")
 	case cluster.Cluster_RING_HASH:
-		f["lb.ring_min"] = uint64Or(c.GetRingHashLbConfig().GetMinimumRingSize(), "1024")
+		setIf(f, "lb.ring_min", uint64Or(c.GetRingHashLbConfig().GetMinimumRingSize(), "1024"), "1024")
 	case cluster.Cluster_MAGLEV:
-		f["lb.table_size"] = uint64Or(c.GetMaglevLbConfig().GetTableSize(), "65537")
+		setIf(f, "lb.table_size", uint64Or(c.GetMaglevLbConfig().GetTableSize(), "65537"), "65537")
 	}
 	return nil
+}
+
+// setIf records a policy's setting only when it is not Envoy's default, so a policy difference is one
+// field (lb.policy), not one more per setting the other policy has.
+func setIf(f Fields, name, value, def string) {
+	if value != def {
+		f[name] = value
+	}
 }
 
 // slowStartConfig is the shape shared by the cluster's and the typed policies' slow start messages.
@@ -243,29 +251,58 @@ func httpFields(f Fields, c *cluster.Cluster) error {
 	f["http.max_requests_per_connection"] = perConn
 	f["http.max_connection_duration"] = durationOr(common.GetMaxConnectionDuration(), "unlimited")
 	if protocol != "http1" {
-		f["http2.max_concurrent_streams"] = uint32Or(h2.GetMaxConcurrentStreams(), defaultH2MaxStreams)
+		setIf(f, "http2.max_concurrent_streams", uint32Or(h2.GetMaxConcurrentStreams(), defaultH2MaxStreams), defaultH2MaxStreams)
 	}
 	return nil
 }
 
-// tlsFields describes the upstream transport by what an endpoint gets: each transport_socket_match by its
-// criteria (not its name), in order, then the cluster's own socket as "default".
-func tlsFields(f Fields, c *cluster.Cluster) error {
-	var selectors []string
-	for _, m := range c.GetTransportSocketMatches() {
-		sel := structText(m.GetMatch())
-		if sel == "" {
-			sel = "any"
+// endpointClasses are the two kinds of endpoint a mesh cluster holds, by the metadata transport_socket_matches
+// read: one with a sidecar (tlsMode istio) and one without. The upstream transport is compared per class.
+var endpointClasses = []struct {
+	name     string
+	metadata map[string]string
+}{
+	{"mtls-endpoint", map[string]string{"tlsMode": "istio"}},
+	{"plain-endpoint", map[string]string{}},
+}
+
+// endpointClass names the class of an endpoint from its transport match metadata.
+func endpointClass(pairs string) string {
+	for _, p := range strings.Split(pairs, ",") {
+		if p == "tlsMode=istio" {
+			return "mtls-endpoint"
 		}
-		selectors = append(selectors, sel)
-		if err := socketFields(f, "tls{"+sel+"}", m.GetTransportSocket()); err != nil {
+	}
+	return "plain-endpoint"
+}
+
+// tlsFields describes the upstream transport by what each class of endpoint gets, as Envoy picks it: the
+// first transport_socket_match whose criteria the endpoint's metadata satisfies, else the cluster's
+// transport_socket, else plaintext. Match names and how the choice is spelled do not matter.
+func tlsFields(f Fields, c *cluster.Cluster) error {
+	for _, class := range endpointClasses {
+		socket := c.GetTransportSocket()
+		for _, m := range c.GetTransportSocketMatches() {
+			if metadataSubset(m.GetMatch(), class.metadata) {
+				socket = m.GetTransportSocket()
+				break
+			}
+		}
+		if err := socketFields(f, "tls("+class.name+")", socket); err != nil {
 			return err
 		}
 	}
-	if len(selectors) > 0 {
-		f["tls.matches"] = strings.Join(selectors, " ; ")
+	return nil
+}
+
+// metadataSubset reports whether every criterion of match is in metadata.
+func metadataSubset(match *structpb.Struct, metadata map[string]string) bool {
+	for k, v := range match.GetFields() {
+		if metadata[k] != valueText(v) {
+			return false
+		}
 	}
-	return socketFields(f, "tls{default}", c.GetTransportSocket())
+	return true
 }
 
 func socketFields(f Fields, prefix string, s *core.TransportSocket) error {

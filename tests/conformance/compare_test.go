@@ -117,6 +117,7 @@ func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
 		"c1 / p / cluster a:80 / lb.policy: not yet",
 		"* / * / cluster * / circuit_breakers.default.*: not yet: defaults",
 		"c1 / p / cluster b:80 / outlier: fixed long ago",
+		"* / * / cluster *.* / lb.policy == LEAST_REQUEST: not yet: istiod's default",
 	} {
 		e, err := parseAllowEntry(line)
 		if err != nil {
@@ -135,6 +136,15 @@ func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
 	d.Field = "connect_timeout"
 	if a.Allows(d) {
 		t.Error("a difference no entry names is allowed")
+	}
+	pinned := Difference{Case: "c2", Proxy: "p", Key: Key{Kind: KindCluster, Host: "a.ns", Port: 80}, Field: "lb.policy",
+		Istiod: "LEAST_REQUEST", Sextant: "ROUND_ROBIN"}
+	if !a.Allows(pinned) {
+		t.Error("pinned entry does not allow a difference with its istiod value")
+	}
+	pinned.Istiod = "RING_HASH"
+	if a.Allows(pinned) {
+		t.Error("pinned entry allows a difference with another istiod value")
 	}
 	stale := a.Stale(func(string) bool { return true }, true)
 	if len(stale) != 1 || stale[0].Field != "outlier" {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,9 @@ import (
 
 var writeAllowlist = flag.String("conformance.print", "",
 	"write every difference found, allowlisted or not, to this file in allowlist form (reasons to be written by hand)")
+
+var dumpDir = flag.String("conformance.dump", "",
+	"write each proxy's normalised snapshot, per side, to DIR/CASE/PROXY.{istiod,sextant}.txt")
 
 // TestConformance renders every case with istiod and Sextant and fails on each difference the allowlist
 // does not accept, and on each allowlist entry that no longer matches a difference.
@@ -75,6 +79,17 @@ func compareCase(t *testing.T, c *Case) []Difference {
 			t.Fatalf("istiod gave proxy %s nothing to compare: the case does not exercise it", p.Name)
 		}
 		diffs = append(diffs, Compare(c.Name, p.Name, ist[p.Name], snap)...)
+		if *dumpDir != "" {
+			dir := filepath.Join(*dumpDir, c.Name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for side, s := range map[string]Snapshot{"istiod": ist[p.Name], "sextant": snap} {
+				if err := os.WriteFile(filepath.Join(dir, p.Name+"."+side+".txt"), []byte(s.Text()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 	return diffs
 }

@@ -22,7 +22,7 @@ func normaliseEndpoints(out Snapshot, assignments []*endpoint.ClusterLoadAssignm
 const transportMatchKey = "envoy.transport_socket_match"
 
 // endpointFields lists the address set and, per address, what decides how it is reached and picked: its
-// transport match metadata, locality, priority and weights. Health UNKNOWN is what Envoy treats as HEALTHY.
+// class for the transport matches (see endpointClasses), locality, priority and weights. Health UNKNOWN is what Envoy treats as HEALTHY.
 func endpointFields(cla *endpoint.ClusterLoadAssignment) Fields {
 	f := Fields{}
 	var addrs []string
@@ -32,7 +32,7 @@ func endpointFields(cla *endpoint.ClusterLoadAssignment) Fields {
 		for _, lb := range group.GetLbEndpoints() {
 			addr := socketText(lb.GetEndpoint().GetAddress())
 			addrs = append(addrs, addr)
-			p := "ep[" + addr + "]."
+			p := "ep(" + addr + ")."
 			f[p+"locality"] = locality
 			f[p+"priority"] = strconv.FormatUint(uint64(group.GetPriority()), 10)
 			f[p+"locality_weight"] = uint32Or(group.GetLoadBalancingWeight(), "unset")
@@ -42,7 +42,7 @@ func endpointFields(cla *endpoint.ClusterLoadAssignment) Fields {
 				health = core.HealthStatus_HEALTHY
 			}
 			f[p+"health"] = health.String()
-			f[p+"transport_match"] = structText(lb.GetMetadata().GetFilterMetadata()[transportMatchKey])
+			f[p+"class"] = endpointClass(structText(lb.GetMetadata().GetFilterMetadata()[transportMatchKey]))
 		}
 	}
 	f["addresses"] = joinSorted(addrs)

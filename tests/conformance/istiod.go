@@ -1,8 +1,12 @@
 package conformance
 
 import (
+	"time"
+
+	"istio.io/istio/pilot/pkg/config/kube/crd"
 	"istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pilot/test/xds"
+	"istio.io/istio/pkg/config"
 	"istio.io/istio/pkg/test"
 )
 
@@ -13,7 +17,11 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{KubernetesObjectString: kube, ConfigString: istio})
+	configs, err := parseIstioConfig(istio)
+	if err != nil {
+		return nil, err
+	}
+	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{KubernetesObjectString: kube, Configs: configs})
 	out := map[string]Snapshot{}
 	for _, p := range c.Proxies {
 		proxy := &model.Proxy{
@@ -32,13 +40,36 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]Snapshot, error) {
 			proxy.Type = model.Router
 		}
 		proxy = s.SetupProxy(proxy)
-		snap := Snapshot{}
-		if err := normaliseClusters(snap, s.Clusters(proxy)); err != nil {
+		snap, err := normalise(s.Clusters(proxy), s.Endpoints(proxy), s.Routes(proxy))
+		if err != nil {
 			return nil, err
 		}
-		normaliseEndpoints(snap, s.Endpoints(proxy))
-		normaliseRoutes(snap, s.Routes(proxy), routeHosts(snap))
 		out[p.Name] = snap
 	}
 	return out, nil
+}
+
+// parseIstioConfig reads Istio's config as istiod's Kubernetes config source would: each object carries the
+// cluster's domain suffix, which resolves short hosts ("reviews") to reviews.NS.svc.cluster.local. (The fake
+// server's own ConfigString parsing leaves the domain empty, so short names would not resolve.)
+func parseIstioConfig(yaml string) ([]config.Config, error) {
+	if yaml == "" {
+		return nil, nil
+	}
+	configs, _, err := crd.ParseInputs(yaml)
+	if err != nil {
+		return nil, err
+	}
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range configs {
+		c := &configs[i]
+		c.Domain = "cluster.local"
+		if c.Namespace == "" {
+			c.Namespace = "default"
+		}
+		if c.CreationTimestamp.IsZero() {
+			c.CreationTimestamp = created
+		}
+	}
+	return configs, nil
 }

@@ -26,31 +26,36 @@ const (
 // the service's FQDN. The catch-all vhosts (allow_any, block_all, domain "*") are infrastructure.
 func normaliseRoutes(out Snapshot, configs []*route.RouteConfiguration, hosts map[string]bool) {
 	for _, rc := range configs {
-		port, ok := routeConfigPort(rc.GetName())
+		host, port, ok := routeConfigTarget(rc.GetName())
 		if !ok {
 			continue
 		}
 		for _, vh := range rc.GetVirtualHosts() {
-			host := vhostHost(vh, hosts)
-			if host == "" {
-				continue
+			h := host // a HOST:PORT configuration serves that one destination, whatever its domains say
+			if h == "" {
+				if h = vhostHost(vh, hosts); h == "" {
+					continue
+				}
 			}
-			key := Key{Kind: KindRoute, Host: host, Port: port}
+			key := Key{Kind: KindRoute, Host: h, Port: port}
 			if _, dup := out[key]; dup {
 				out[key]["duplicate_vhost"] = "yes"
 				continue
 			}
-			out[key] = vhostFields(vh)
+			out[key] = vhostFields(vh, port, rc.GetIgnorePortInHostMatching())
 		}
 	}
 }
 
-func routeConfigPort(name string) (uint32, bool) {
+// routeConfigTarget reads a route configuration name: "PORT" (every service on the port) or "HOST:PORT"
+// (one destination, as for a sniffed port).
+func routeConfigTarget(name string) (host string, port uint32, ok bool) {
+	portText := name
 	if i := strings.LastIndex(name, ":"); i >= 0 {
-		name = name[i+1:]
+		host, portText = name[:i], name[i+1:]
 	}
-	p, err := strconv.ParseUint(name, 10, 32)
-	return uint32(p), err == nil
+	p, err := strconv.ParseUint(portText, 10, 32)
+	return host, uint32(p), err == nil
 }
 
 func vhostHost(vh *route.VirtualHost, hosts map[string]bool) string {
@@ -73,9 +78,9 @@ func vhostHost(vh *route.VirtualHost, hosts map[string]bool) string {
 	return fallback
 }
 
-func vhostFields(vh *route.VirtualHost) Fields {
+func vhostFields(vh *route.VirtualHost, port uint32, ignorePort bool) Fields {
 	f := Fields{}
-	f["domains"] = joinSorted(vh.GetDomains())
+	f["domains"] = domainsText(vh.GetDomains(), port, ignorePort)
 	if rp := vh.GetRetryPolicy(); rp != nil {
 		retryFields(f, "vhost.", rp)
 	}
@@ -83,9 +88,38 @@ func vhostFields(vh *route.VirtualHost) Fields {
 		vh.GetResponseHeadersToAdd(), vh.GetResponseHeadersToRemove())
 	f["routes"] = strconv.Itoa(len(vh.GetRoutes()))
 	for i, r := range vh.GetRoutes() {
-		routeFields(f, fmt.Sprintf("route[%d].", i), r)
+		routeFields(f, fmt.Sprintf("route#%d.", i), r)
 	}
 	return f
+}
+
+// domainsText lists the Host headers a vhost takes on its port. With ignore_port_in_host_matching (istiod)
+// "reviews" takes "reviews" and "reviews:9080"; without it both forms must be listed. A name is written
+// bare when both forms match, else marked with the one form it takes.
+func domainsText(domains []string, port uint32, ignorePort bool) string {
+	suffix := ":" + strconv.FormatUint(uint64(port), 10)
+	forms := map[string]int{} // 1: without the port, 2: with it
+	for _, d := range domains {
+		name, withPort := strings.CutSuffix(d, suffix)
+		if ignorePort {
+			forms[name] |= 3
+		} else if withPort {
+			forms[name] |= 2
+		} else {
+			forms[name] |= 1
+		}
+	}
+	var out []string
+	for name, form := range forms {
+		switch form {
+		case 1:
+			name += "(without port only)"
+		case 2:
+			name += "(with " + suffix + " only)"
+		}
+		out = append(out, name)
+	}
+	return joinSorted(out)
 }
 
 func routeFields(f Fields, p string, r *route.Route) {
@@ -231,10 +265,10 @@ func routeActionFields(f Fields, p string, a *route.RouteAction) {
 	if a.GetIdleTimeout() != nil {
 		f[p+"idle_timeout"] = a.GetIdleTimeout().AsDuration().String()
 	}
-	if msd := a.GetMaxStreamDuration(); msd != nil {
-		f[p+"max_stream_duration"] = durationOr(msd.GetMaxStreamDuration(), "unset")
-		f[p+"grpc_timeout_header_max"] = durationOr(msd.GetGrpcTimeoutHeaderMax(), "unset")
-	}
+	// Without max_stream_duration Envoy neither caps streams nor reads grpc-timeout headers.
+	msd := a.GetMaxStreamDuration()
+	f[p+"max_stream_duration"] = durationOr(msd.GetMaxStreamDuration(), "none")
+	f[p+"grpc_timeout_header_max"] = durationOr(msd.GetGrpcTimeoutHeaderMax(), "header ignored")
 	if rp := a.GetRetryPolicy(); rp != nil {
 		retryFields(f, p, rp)
 	} else {

@@ -38,16 +38,14 @@ type Output struct {
 
 // Normalise turns Sextant's output into a snapshot.
 func (o *Output) Normalise() (Snapshot, error) {
-	snap := Snapshot{}
-	if err := normaliseClusters(snap, o.Clusters); err != nil {
+	snap, err := normalise(o.Clusters, o.Endpoints, o.Routes)
+	if err != nil {
 		return nil, err
 	}
-	normaliseEndpoints(snap, o.Endpoints)
-	normaliseRoutes(snap, o.Routes, routeHosts(snap))
 	if len(o.Rejected) > 0 {
 		f := Fields{}
 		for i, e := range o.Rejected {
-			f[fmt.Sprintf("error[%d]", i)] = e
+			f[fmt.Sprintf("error#%d", i)] = e
 		}
 		snap[Key{Kind: KindRejected}] = f
 	}

@@ -5,6 +5,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 )
 
 // Kind is what a normalised resource describes.
@@ -68,6 +72,42 @@ func (d Difference) ID() string {
 
 func (d Difference) String() string {
 	return fmt.Sprintf("%s\n    istiod:  %s\n    sextant: %s", d.ID(), d.Istiod, d.Sextant)
+}
+
+// normalise is the one path both control planes' output goes through.
+func normalise(clusters []*cluster.Cluster, assignments []*endpoint.ClusterLoadAssignment,
+	routes []*route.RouteConfiguration) (Snapshot, error) {
+	s := Snapshot{}
+	if err := normaliseClusters(s, clusters); err != nil {
+		return nil, err
+	}
+	normaliseEndpoints(s, assignments)
+	resolveEndpointTransport(s)
+	normaliseRoutes(s, routes, routeHosts(s))
+	return s, nil
+}
+
+// resolveEndpointTransport replaces each endpoint's class by the transport its cluster gives that class
+// (plaintext or tls): how an endpoint's metadata is spelled matters only through the match it selects.
+func resolveEndpointTransport(s Snapshot) {
+	for k, f := range s {
+		if k.Kind != KindEndpoints {
+			continue
+		}
+		ck := k
+		ck.Kind = KindCluster
+		c := s[ck]
+		for name, class := range f {
+			if addr, ok := strings.CutSuffix(name, ".class"); ok {
+				delete(f, name)
+				mode := c["tls("+class+").mode"]
+				if mode == "" {
+					mode = "no cluster"
+				}
+				f[addr+".transport"] = mode
+			}
+		}
+	}
 }
 
 // unset is printed for a field one side does not have at all.
@@ -142,4 +182,26 @@ func joinSorted(values []string) string {
 	s := append([]string(nil), values...)
 	sort.Strings(s)
 	return strings.Join(s, ",")
+}
+
+// Text renders the snapshot one resource after another, fields sorted, for reading.
+func (s Snapshot) Text() string {
+	keys := make([]Key, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k.String() + "\n")
+		names := make([]string, 0, len(s[k]))
+		for f := range s[k] {
+			names = append(names, f)
+		}
+		sort.Strings(names)
+		for _, f := range names {
+			b.WriteString("    " + f + " = " + s[k][f] + "\n")
+		}
+	}
+	return b.String()
 }
