@@ -55,6 +55,8 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.StringVar(&args.ConfigDir, "config-dir", "", "directory of YAML/JSON config, watched for changes")
 	f.Int64Var(&args.ConfigMaxFileBytes, "config-max-file-bytes", file.DefaultMaxFileBytes,
 		"largest config file read; a larger one is rejected and keeps the objects it held")
+	f.Int64Var(&args.ConfigMaxTotalBytes, "config-max-total-bytes", file.DefaultMaxTotalBytes,
+		"most all config files may hold together; a file that would cross it is rejected, keeps the objects it held, and is read again once others shrink or go")
 	f.BoolVar(&args.ReadyWithSecurityErrors, "ready-with-security-errors", false,
 		"become ready although an AuthorizationPolicy, PeerAuthentication or RequestAuthentication (or a config file that cannot be read) was rejected at startup; by default the server stays not ready until it is fixed")
 	f.StringVar(&args.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to watch")

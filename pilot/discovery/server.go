@@ -32,13 +32,15 @@ type Args struct {
 	ConfigDir string
 	// ConfigMaxFileBytes is file.Options.MaxFileBytes: the largest config file read.
 	ConfigMaxFileBytes int64
-	Kubeconfig         string
-	InCluster          bool
-	MeshConfigFile     string
-	GRPCAddr           string
-	HTTPAddr           string
-	DebounceAfter      time.Duration
-	DebounceMax        time.Duration
+	// ConfigMaxTotalBytes is file.Options.MaxTotalBytes: the most all config files may hold together.
+	ConfigMaxTotalBytes int64
+	Kubeconfig          string
+	InCluster           bool
+	MeshConfigFile      string
+	GRPCAddr            string
+	HTTPAddr            string
+	DebounceAfter       time.Duration
+	DebounceMax         time.Duration
 	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for the first config change after a quiet spell.
@@ -107,7 +109,8 @@ func NewServer(args Args) (*Server, error) {
 	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax,
 		DebounceEndpoints: args.DebounceEndpoints, DebounceFirst: args.DebounceFirst, Logger: args.Logger})
 	if args.ConfigDir != "" {
-		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger, MaxFileBytes: args.ConfigMaxFileBytes})
+		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger, MaxFileBytes: args.ConfigMaxFileBytes,
+			MaxTotalBytes: args.ConfigMaxTotalBytes})
 	}
 	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy}), ztunnel.New()
 	generators := s.Envoy.ByTypeURL()

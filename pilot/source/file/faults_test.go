@@ -1,6 +1,7 @@
 package file_test
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -426,5 +427,45 @@ func TestChangeBetweenLoadAndRunIsApplied(t *testing.T) {
 	within(t, 2*time.Second, "the changes made before the watch", func() bool {
 		return portOf(f.get(svcKey("default", "cart"))) == 81 && f.get(svcKey("default", "inventory")) == nil &&
 			f.get(svcKey("default", "orders")) != nil
+	})
+}
+
+// Files over the total limit together: the one that would cross it is refused and keeps what it held, and is
+// read once another file goes.
+func TestMaxTotalBytes(t *testing.T) {
+	f := newFixture(t)
+	doc := svcDoc("", "cart", 80)
+	limit := 2*len(doc) + 20
+	f.src = file.New(file.Options{Dir: f.dir, Store: f.store, Settle: 20 * time.Millisecond, MaxTotalBytes: int64(limit),
+		Logger: slog.New(slog.DiscardHandler)})
+	a := write(t, f.dir, "a.yaml", doc)
+	write(t, f.dir, "b.yaml", svcDoc("", "inventory", 80))
+	c := write(t, f.dir, "c.yaml", svcDoc("", "orders", 80))
+	f.load(t)
+	if f.get(svcKey("default", "orders")) != nil || f.get(svcKey("default", "cart")) == nil || f.get(svcKey("default", "inventory")) == nil {
+		t.Fatal("want a.yaml and b.yaml loaded and c.yaml, the one that crosses the limit, refused")
+	}
+	if e := errorFor(f, c); e == nil || !strings.Contains(e.Message, fmt.Sprintf("limit of %d bytes", limit)) {
+		t.Fatalf("c.yaml not reported with the limit:%s", errorsString(f.src.Errors()))
+	}
+	// Run looks again once it watches, so changes made before that are seen too.
+	f.run(t)
+	if err := os.Remove(filepath.Join(f.dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 2*time.Second, "c.yaml read once b.yaml went", func() bool {
+		return f.get(svcKey("default", "orders")) != nil && len(f.src.Errors()) == 0
+	})
+	// Growing a file already read past the total keeps its last good objects.
+	write(t, f.dir, "a.yaml", svcDoc("", "cart", 81)+"# "+strings.Repeat("x", 40)+"\n")
+	within(t, 2*time.Second, "a.yaml refused", func() bool { return errorFor(f, a) != nil })
+	if got := portOf(f.get(svcKey("default", "cart"))); got != 80 {
+		t.Errorf("cart port %d, want the last good 80", got)
+	}
+	if err := os.Remove(c); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 2*time.Second, "a.yaml read once c.yaml went", func() bool {
+		return portOf(f.get(svcKey("default", "cart"))) == 81 && len(f.src.Errors()) == 0
 	})
 }

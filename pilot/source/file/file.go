@@ -31,6 +31,10 @@ const DefaultNamespace = "default"
 // below what would hurt the control plane's memory.
 const DefaultMaxFileBytes = 8 << 20
 
+// DefaultMaxTotalBytes is the default limit on all config files together (256 MiB): about a million objects,
+// a few GiB of memory once parsed.
+const DefaultMaxTotalBytes = 256 << 20
+
 // Options configure a Source.
 type Options struct {
 	Dir   string
@@ -43,6 +47,10 @@ type Options struct {
 	// MaxFileBytes is the largest file read (default DefaultMaxFileBytes). A larger file is rejected and
 	// keeps the objects it held.
 	MaxFileBytes int64
+	// MaxTotalBytes is the most all files read may hold together (default DefaultMaxTotalBytes). A file that
+	// would take the total over it is rejected and keeps the objects it held; it is read again once others
+	// shrink or go.
+	MaxTotalBytes int64
 	// Retry is how often a config dir that vanished or cannot be read is looked for again (default 1s).
 	Retry time.Duration
 }
@@ -63,10 +71,14 @@ type Source struct {
 	// rootIsDir is whether Dir was a directory when first loaded (it may name a single file).
 	rootIsDir bool
 	revision  uint64
+	// totalBytes is the size of every file's last good read; overTotal holds files refused for MaxTotalBytes.
+	totalBytes int64
+	overTotal  map[string]bool
 }
 
 type fileState struct {
 	hash    [32]byte
+	size    int64 // bytes of the read its objects come from
 	objects map[config.Key]*claim // what the file currently provides (last good where it has errors)
 	errors  []*config.Error
 }
@@ -92,8 +104,11 @@ func New(opts Options) *Source {
 	if opts.Retry <= 0 {
 		opts.Retry = time.Second
 	}
+	if opts.MaxTotalBytes <= 0 {
+		opts.MaxTotalBytes = DefaultMaxTotalBytes
+	}
 	return &Source{opts: opts, files: map[string]*fileState{}, claims: map[config.Key][]*claim{},
-		duplicates: map[config.Key][]*config.Error{}, dirErrors: map[string]*config.Error{}}
+		duplicates: map[config.Key][]*config.Error{}, dirErrors: map[string]*config.Error{}, overTotal: map[string]bool{}}
 }
 
 // Load reads the whole tree. Bad documents are reported by Errors; only an unreadable directory fails.
@@ -386,7 +401,17 @@ func (s *Source) readFile(path string) {
 	if st.hash == hash && st.objects != nil {
 		return
 	}
-	st.hash = hash
+	size := int64(len(data))
+	if total := s.totalBytes - st.size + size; total > s.opts.MaxTotalBytes {
+		s.overTotal[path] = true
+		msg := fmt.Sprintf("cannot read: the config files would hold %d bytes together, over the limit of %d bytes; keeping the last good objects", total, s.opts.MaxTotalBytes)
+		s.markUnreadable(st, path, msg)
+		s.opts.Logger.Warn("config file refused; keeping what it held", "file", path, "err", msg)
+		return
+	}
+	delete(s.overTotal, path)
+	s.totalBytes += size - st.size
+	st.hash, st.size = hash, size
 
 	docs, splitErr := config.SplitDocuments(data)
 	fresh := map[config.Key]*claim{}
@@ -473,6 +498,26 @@ func (s *Source) removeFile(path string) {
 	}
 	s.replaceClaims(path, st, nil)
 	delete(s.files, path)
+	s.totalBytes -= st.size
+	delete(s.overTotal, path)
+}
+
+// retryOverTotal reads again the files refused for MaxTotalBytes, which may fit now that others changed.
+func (s *Source) retryOverTotal() {
+	s.mu.Lock()
+	if len(s.overTotal) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	paths := make([]string, 0, len(s.overTotal))
+	for p := range s.overTotal {
+		paths = append(paths, p)
+	}
+	s.mu.Unlock()
+	slices.Sort(paths)
+	for _, p := range paths {
+		s.readFile(p)
+	}
 }
 
 // replaceClaims swaps the claims of one file and updates the store for every key whose winner changed.
@@ -646,6 +691,7 @@ func (s *Source) Run(ctx context.Context) error {
 }
 
 func (s *Source) applyDirty(w *fsnotify.Watcher, paths []string) {
+	defer s.retryOverTotal()
 	// The config dir can go without an event naming it (an unmounted volume's watch ends silently).
 	if _, err := os.Stat(s.opts.Dir); err != nil {
 		paths = append(paths, s.opts.Dir)
