@@ -43,10 +43,11 @@ func FuzzADS(f *testing.F) {
 
 const (
 	fuzzMaxSteps      = 24
-	fuzzMaxAwaits     = 4                     // each may wait fuzzAwait: bounds an input's time
-	fuzzAwait         = 20 * time.Millisecond // long enough for a response on a loaded machine, mostly
+	fuzzMaxAwaits     = 2                     // each may wait fuzzAwait: bounds an input's time
+	fuzzAwait         = 5 * time.Millisecond  // lets later requests ACK what came back; mostly long enough
 	fuzzStreamTimeout = 5 * time.Second       // a stream still open after this is a deadlock
 	fuzzSettle        = 3 * time.Second       // for the server to let go of an ended stream
+	fuzzPoll          = 50 * time.Microsecond // what the server lets go of is gone in well under a millisecond
 )
 
 // fuzzTypes are the types requests choose from: every type the test server serves, one it does not, and
@@ -246,8 +247,10 @@ func decodeFuzzStream(data []byte) fuzzStream {
 			st.full = r.pick(2) == 0
 			st.edit = r.pick(3)
 			if st.edit > 0 {
+				// Only names of the list: the generators' output must be valid for the transport's to be
+				// judged, and a made-up name may be empty.
 				st.editType = fuzzServedTypes[r.pick(len(fuzzServedTypes))]
-				st.editName = r.oneOf(fuzzNames)
+				st.editName = fuzzNames[r.pick(len(fuzzNames))]
 				st.payload = fmt.Sprintf("p%d", r.pick(3))
 			}
 			if !st.full {
@@ -271,7 +274,7 @@ type fuzzServer struct {
 	dirty bool
 }
 
-func newFuzzServer(f *testing.F) *fuzzServer {
+func newFuzzServer(f testing.TB) *fuzzServer {
 	e := newEnv(f, fuzzSnapshot(), func(e *testEnv, o *Options) {
 		// EDS computes incremental pushes, so the transport's partial SotW and delta paths run too.
 		o.Generators[EndpointType] = fuzzEDS{&testGen{env: e, typeURL: EndpointType}}
@@ -332,11 +335,19 @@ func (fs *fuzzServer) reset(t testing.TB) {
 		maps.Copy(s, fuzzSnapshot())
 	})
 	fs.dirty = false
-	eventually(t, "reset distributed", func() bool {
+	deadline := time.Now().Add(fuzzSettle)
+	for {
 		fs.e.srv.incomingMu.Lock()
-		defer fs.e.srv.incomingMu.Unlock()
-		return fs.e.srv.incoming == nil
-	})
+		taken := fs.e.srv.incoming == nil
+		fs.e.srv.incomingMu.Unlock()
+		if taken {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the distributor did not take a push in %v", fuzzSettle)
+		}
+		time.Sleep(fuzzPoll)
+	}
 }
 
 // fuzzRun is what a stream has received so far, for the nonces and versions of later requests, and what
@@ -349,6 +360,28 @@ type fuzzRun struct {
 	latest   map[string][2]string // type → [version, nonce] of its latest response
 	versions map[string]string    // delta: resource name → version received
 	awaits   int
+	// named holds every name a request subscribed to, by type; wildcard the types a request may have
+	// subscribed to everything. A response may hold nothing else.
+	named    map[string]map[string]bool
+	wildcard map[string]bool
+}
+
+// subscribed notes the names of a request, and whether it may have made or kept a wildcard subscription.
+func (run *fuzzRun) subscribed(typeURL string, names []string, legacy bool) {
+	if run.named[typeURL] == nil {
+		run.named[typeURL] = map[string]bool{}
+	}
+	for _, n := range names {
+		run.named[typeURL][n] = true
+	}
+	if slices.Contains(names, "*") || legacy && legacyWildcard[typeURL] {
+		run.wildcard[typeURL] = true
+	}
+}
+
+// mayHold reports whether a response of typeURL may hold name.
+func (run *fuzzRun) mayHold(typeURL, name string) bool {
+	return run.wildcard[typeURL] || run.named[typeURL][name]
 }
 
 func (fs *fuzzServer) run(t *testing.T, s fuzzStream) {
@@ -363,7 +396,8 @@ func (fs *fuzzServer) play(t testing.TB, s fuzzStream) {
 	ctx, cancel := context.WithTimeout(context.Background(), fuzzStreamTimeout)
 	defer cancel()
 	run := &fuzzRun{t: t, asked: map[string]bool{}, nonces: map[string]bool{}, first: map[string][2]string{},
-		latest: map[string][2]string{}, versions: map[string]string{}}
+		latest: map[string][2]string{}, versions: map[string]string{}, named: map[string]map[string]bool{},
+		wildcard: map[string]bool{}}
 	var end error
 	if s.delta {
 		open := func(ctx context.Context) (bidiStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse], error) {
@@ -400,7 +434,7 @@ func (fs *fuzzServer) settled(t testing.TB, before int) {
 			t.Fatalf("%v after the stream ended: %d connections, %d bytes in flight, %d goroutines (%d before)\n%s",
 				fuzzSettle, conns, used, now, before, goroutines())
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(fuzzPoll)
 	}
 }
 
@@ -523,6 +557,7 @@ func (run *fuzzRun) nonceAndVersion(st fuzzStep) (nonce, version string) {
 
 func (run *fuzzRun) sotwRequest(st fuzzStep, first bool, n *core.Node) *discovery.DiscoveryRequest {
 	run.asked[st.typeURL] = true
+	run.subscribed(st.typeURL, st.names, len(st.names) == 0)
 	req := &discovery.DiscoveryRequest{TypeUrl: st.typeURL, ResourceNames: st.names}
 	req.ResponseNonce, req.VersionInfo = run.nonceAndVersion(st)
 	if first || st.withNode {
@@ -535,6 +570,7 @@ func (run *fuzzRun) sotwRequest(st fuzzStep, first bool, n *core.Node) *discover
 }
 
 func (run *fuzzRun) deltaRequest(st fuzzStep, first bool, n *core.Node) *discovery.DeltaDiscoveryRequest {
+	run.subscribed(st.typeURL, st.names, !run.asked[st.typeURL] && len(st.names) == 0 && len(st.unsub) == 0)
 	run.asked[st.typeURL] = true
 	req := &discovery.DeltaDiscoveryRequest{TypeUrl: st.typeURL, ResourceNamesSubscribe: st.names,
 		ResourceNamesUnsubscribe: st.unsub}
@@ -589,6 +625,9 @@ func (run *fuzzRun) checkSotW(r *discovery.DiscoveryResponse) {
 	seen := map[string]bool{}
 	for _, a := range r.Resources {
 		name := checkResource(t, r.TypeUrl, a)
+		if !run.mayHold(r.TypeUrl, name) {
+			t.Fatalf("%s response %s holds %q, which no request subscribed to", r.TypeUrl, r.Nonce, name)
+		}
 		if seen[name] {
 			t.Fatalf("%s response %s holds %q twice", r.TypeUrl, r.Nonce, name)
 		}
@@ -606,6 +645,9 @@ func (run *fuzzRun) checkDelta(r *discovery.DeltaDiscoveryResponse) {
 		}
 		if name := checkResource(t, r.TypeUrl, res.Resource); name != res.Name {
 			t.Fatalf("%s response %s: resource named %q holds %q", r.TypeUrl, r.Nonce, res.Name, name)
+		}
+		if !run.mayHold(r.TypeUrl, res.Name) {
+			t.Fatalf("%s response %s holds %q, which no request subscribed to", r.TypeUrl, r.Nonce, res.Name)
 		}
 		if seen[res.Name] {
 			t.Fatalf("%s response %s holds %q twice", r.TypeUrl, r.Nonce, res.Name)
@@ -777,8 +819,7 @@ func (s *fuzzSeed) push(full bool, edit int, typeURL, name string, payload int, 
 	}
 	s.b = append(s.b, byte(edit))
 	if edit > 0 {
-		s.b = append(s.b, byte(slices.Index(fuzzServedTypes, typeURL)))
-		s.oneOf(fuzzNames, name)
+		s.b = append(s.b, byte(slices.Index(fuzzServedTypes, typeURL)), byte(slices.Index(fuzzNames, name)))
 		s.b = append(s.b, byte(payload))
 	}
 	if !full {
