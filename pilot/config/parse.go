@@ -36,6 +36,9 @@ type Error struct {
 	Name      string `json:"name,omitempty"`
 	Field     string `json:"field,omitempty"`
 	Message   string `json:"message"`
+	// NotConfig marks input that cannot hold config at all (a FIFO or a device where a file was expected):
+	// reported, but nothing is missing because of it.
+	NotConfig bool `json:"notConfig,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -19,11 +19,12 @@ var securityKinds = map[string]bool{
 
 // startupBlockers returns the rejections that keep a starting server from becoming ready: rejected security
 // objects, and input whose kind cannot be told (an unreadable file or directory, a document that is not
-// YAML), which may hold one. A duplicate is not one: the object it repeats is served.
+// YAML), which may hold one. A duplicate is not one (the object it repeats is served), nor a FIFO or device
+// where a file was expected (it never held config).
 func startupBlockers(rejected []*config.Error) []*config.Error {
 	var out []*config.Error
 	for _, e := range rejected {
-		if securityKinds[e.Kind] || e.Kind == "" {
+		if securityKinds[e.Kind] || (e.Kind == "" && !e.NotConfig) {
 			out = append(out, e)
 		}
 	}

@@ -159,20 +159,29 @@ func TestInvalidSecurityObjectAtStartupKeepsServerNotReady(t *testing.T) {
 }
 
 // A file that cannot be read at startup may hold policies, so it holds readiness too; the flag lets an
-// operator start anyway.
+// operator start anyway. A FIFO where a file was expected never held config and is only reported.
 func TestUnreadableFileAtStartupKeepsServerNotReady(t *testing.T) {
 	dir := copyDir(t, "../../examples/bookinfo")
-	if err := syscall.Mkfifo(filepath.Join(dir, "36-pipe.yaml"), 0o644); err != nil {
+	if err := os.Symlink(filepath.Join(dir, "gone", "policy.yaml"), filepath.Join(dir, "36-link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "37-pipe.yaml"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv := startServer(t, discovery.Args{ConfigDir: dir})
 	body := waitReady(t, srv, http.StatusServiceUnavailable)
-	if !strings.Contains(body, "36-pipe.yaml") || !strings.Contains(body, "--ready-with-security-errors") {
+	if !strings.Contains(body, "36-link.yaml") || !strings.Contains(body, "--ready-with-security-errors") {
 		t.Errorf("/ready = %q, want the file and the flag named", body)
+	}
+	if strings.Contains(body, "37-pipe.yaml") {
+		t.Errorf("/ready = %q, the FIFO holds readiness", body)
+	}
+	if len(srv.Rejected()) != 2 {
+		t.Errorf("rejected = %v, want the link and the FIFO", srv.Rejected())
 	}
 
 	dir2 := copyDir(t, "../../examples/bookinfo")
-	if err := syscall.Mkfifo(filepath.Join(dir2, "36-pipe.yaml"), 0o644); err != nil {
+	if err := os.Symlink(filepath.Join(dir2, "gone", "policy.yaml"), filepath.Join(dir2, "36-link.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir2, "35-policy.yaml"), []byte(brokenPolicy), 0o644); err != nil {
@@ -181,7 +190,20 @@ func TestUnreadableFileAtStartupKeepsServerNotReady(t *testing.T) {
 	srv2 := startServer(t, discovery.Args{ConfigDir: dir2, ReadyWithSecurityErrors: true})
 	waitReady(t, srv2, http.StatusOK)
 	if len(srv2.Rejected()) != 2 {
-		t.Errorf("rejected = %v, want the pipe and the policy", srv2.Rejected())
+		t.Errorf("rejected = %v, want the link and the policy", srv2.Rejected())
+	}
+}
+
+// A FIFO alone is reported and does not hold readiness.
+func TestFIFOAtStartupDoesNotHoldReadiness(t *testing.T) {
+	dir := copyDir(t, "../../examples/bookinfo")
+	if err := syscall.Mkfifo(filepath.Join(dir, "37-pipe.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, discovery.Args{ConfigDir: dir})
+	waitReady(t, srv, http.StatusOK)
+	if r := srv.Rejected(); len(r) != 1 || !strings.Contains(r[0].Message, "named pipe") {
+		t.Errorf("rejected = %v, want the FIFO", r)
 	}
 }
 

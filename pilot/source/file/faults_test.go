@@ -469,3 +469,24 @@ func TestMaxTotalBytes(t *testing.T) {
 		return portOf(f.get(svcKey("default", "cart"))) == 81 && len(f.src.Errors()) == 0
 	})
 }
+
+// A symlink to nothing at startup is reported (its target may come), and withdrawn from the report when removed.
+func TestDanglingSymlinkAtStartupIsReported(t *testing.T) {
+	f := newFixture(t)
+	write(t, f.dir, "a.yaml", svcDoc("", "cart", 80))
+	link := filepath.Join(f.dir, "b.yaml")
+	if err := os.Symlink(filepath.Join(f.dir, "missing", "b.yaml"), link); err != nil {
+		t.Fatal(err)
+	}
+	f.load(t)
+	if e := errorFor(f, link); e == nil || !strings.Contains(e.Message, "symlink to nothing") {
+		t.Fatalf("the dangling symlink is not reported:%s", errorsString(f.src.Errors()))
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	f.load(t)
+	if errs := f.src.Errors(); len(errs) != 0 {
+		t.Errorf("still reported after removal:%s", errorsString(errs))
+	}
+}

@@ -234,7 +234,7 @@ func (s *Source) rescan(root string) error {
 	}
 	for _, p := range known {
 		if i := slices.IndexFunc(blocked, func(dir string) bool { return under(p, dir) }); i >= 0 {
-			s.keep(p, "cannot read: directory "+blocked[i]+" unreadable; keeping the last good objects")
+			s.keep(p, "cannot read: directory "+blocked[i]+" unreadable; keeping the last good objects", false)
 			continue
 		}
 		s.missing(p)
@@ -277,6 +277,10 @@ func (s *Source) missing(path string) {
 	_, ok := s.files[path]
 	s.mu.Unlock()
 	if !ok {
+		// A symlink to nothing may hold config once its target is there (a volume being swapped): say so.
+		if info, err := os.Lstat(path); err == nil && info.Mode()&fs.ModeSymlink != 0 {
+			s.keep(path, "cannot read: a symlink to nothing", false)
+		}
 		return
 	}
 	if info, err := os.Lstat(path); err == nil {
@@ -289,7 +293,7 @@ func (s *Source) missing(path string) {
 		if info.Mode()&fs.ModeSymlink != 0 {
 			what = "a symlink to nothing"
 		}
-		s.keep(path, fmt.Sprintf("cannot read: not a regular file (%s); keeping the last good objects", what))
+		s.keep(path, fmt.Sprintf("cannot read: not a regular file (%s); keeping the last good objects", what), false)
 		return
 	}
 	dir := filepath.Dir(path)
@@ -300,22 +304,24 @@ func (s *Source) missing(path string) {
 	case err == nil:
 		d, err := os.Open(dir)
 		if err != nil {
-			s.keep(path, "cannot read: directory "+dir+" unreadable ("+err.Error()+"); keeping the last good objects")
+			s.keep(path, "cannot read: directory "+dir+" unreadable ("+err.Error()+"); keeping the last good objects", false)
 			return
 		}
 		d.Close()
 		s.removeFile(path)
 	case errors.Is(err, fs.ErrNotExist):
-		s.keep(path, "cannot read: directory "+dir+" vanished; keeping the last good objects until it is back")
+		s.keep(path, "cannot read: directory "+dir+" vanished; keeping the last good objects until it is back", false)
 	default:
-		s.keep(path, "cannot read: directory "+dir+" unreadable ("+err.Error()+"); keeping the last good objects")
+		s.keep(path, "cannot read: directory "+dir+" unreadable ("+err.Error()+"); keeping the last good objects", false)
 	}
 }
 
-// keep records why a file cannot be read and leaves what it provides in place.
-func (s *Source) keep(path, msg string) {
+// keep records why a file cannot be read and leaves what it provides in place. notConfig says the path is
+// not a regular file (a FIFO, socket or device), which cannot hold config: nothing is missing for it.
+func (s *Source) keep(path, msg string, notConfig bool) {
 	s.mu.Lock()
 	s.markUnreadable(s.stateFor(path), path, msg)
+	s.files[path].errors[0].NotConfig = notConfig
 	s.mu.Unlock()
 	s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
 }
@@ -391,7 +397,7 @@ func (s *Source) readFile(path string) {
 			s.missing(path)
 			return
 		}
-		s.keep(path, "cannot read: "+err.Error()+"; keeping the last good objects")
+		s.keep(path, "cannot read: "+err.Error()+"; keeping the last good objects", errors.Is(err, errNotRegular))
 		return
 	}
 	hash := sha256.Sum256(data)
