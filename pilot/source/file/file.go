@@ -78,7 +78,7 @@ type Source struct {
 
 type fileState struct {
 	hash    [32]byte
-	size    int64 // bytes of the read its objects come from
+	size    int64                 // bytes of the read its objects come from
 	objects map[config.Key]*claim // what the file currently provides (last good where it has errors)
 	errors  []*config.Error
 }
