@@ -40,7 +40,12 @@ func (s *Server) kubeRejected() []*config.Error {
 	}
 	var out []*config.Error
 	for _, r := range s.kube.Rejected() {
-		out = append(out, &config.Error{File: "kube", Kind: string(r.Kind), Namespace: r.Namespace, Name: r.Name, Field: r.Field, Message: r.Message})
+		msg := r.Message
+		if r.ResourceVersion != "" {
+			// Tells the rejected version from the last good one still served.
+			msg += " (resourceVersion " + r.ResourceVersion + ")"
+		}
+		out = append(out, &config.Error{File: "kube", Kind: string(r.Kind), Namespace: r.Namespace, Name: r.Name, Field: r.Field, Message: msg})
 	}
 	return out
 }

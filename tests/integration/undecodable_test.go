@@ -41,7 +41,7 @@ func TestUndecodableObjectIsRejectedAlone(t *testing.T) {
 	installIstioCRDs(t, s)
 	ctx := context.Background()
 	must(t, s.LoosenCRDSpec(ctx, "destinationrules.networking.istio.io"))
-	cfg, _ := leastPrivilege(t, s)
+	cfg, kubeconfig := leastPrivilege(t, s)
 	const ns = "undecodable"
 	s.EnsureNamespace(ns)
 	drs := s.Dynamic.Resource(drGVR).Namespace(ns)
@@ -138,6 +138,19 @@ func TestUndecodableObjectIsRejectedAlone(t *testing.T) {
 	if got := len(later.src.Rejected()); got != 2 {
 		t.Errorf("later source rejected %v, want flip and wrong-type", later.src.Rejected())
 	}
+
+	// The discovery server reports them with the rest of its rejected config (/debug/config_errors, the
+	// sextant_config_rejected gauge, startup readiness), naming the rejected version.
+	sx := startSextant(t, kubeconfig)
+	var reported []string
+	for _, e := range sx.srv.Rejected() {
+		reported = append(reported, e.Error())
+	}
+	if len(reported) != 2 || !strings.Contains(reported[0], "spec.trafficPolicy.loadBalancer.simple") ||
+		!strings.Contains(reported[0], "(resourceVersion "+flip.GetResourceVersion()+")") {
+		t.Errorf("discovery server reports %q", reported)
+	}
+	t.Logf("reported: %q", reported)
 
 	// Deleting an undecodable object deletes it and clears its rejection.
 	must(t, drs.Delete(ctx, "flip", metav1.DeleteOptions{}))
