@@ -10,14 +10,15 @@ import (
 
 // AllowEntry is one accepted difference: "case / proxy / key / field: reason". A part may be a glob
 // (path.Match syntax, e.g. "*" for every case) so one line can cover a default shared by every cluster;
-// "field == VALUE" also pins istiod's value, so such a line covers that default and nothing else.
+// "field == ISTIOD -> SEXTANT" also pins both values (or "field == ISTIOD" istiod's alone), so such a line
+// covers that one default and not another difference of the same field.
 type AllowEntry struct {
 	Line                    int
 	Case, Proxy, Key, Field string
-	// Istiod, when Pinned, is the value istiod must have for the entry to match.
-	Istiod string
-	Pinned bool
-	Reason string
+	// Istiod and Sextant, when pinned, are the values the two sides must have for the entry to match.
+	Istiod, Sextant             string
+	PinnedIstiod, PinnedSextant bool
+	Reason                      string
 	// Used is set once the entry has matched a difference.
 	Used bool
 }
@@ -66,8 +67,11 @@ func parseAllowEntry(line string) (*AllowEntry, error) {
 		}
 	}
 	e := &AllowEntry{Case: parts[0], Proxy: parts[1], Key: parts[2], Field: parts[3], Reason: strings.TrimSpace(reason)}
-	if field, value, ok := strings.Cut(e.Field, " == "); ok {
-		e.Field, e.Istiod, e.Pinned = field, value, true
+	if field, values, ok := strings.Cut(e.Field, " == "); ok {
+		e.Field, e.Istiod, e.PinnedIstiod = field, values, true
+		if ist, sx, ok := strings.Cut(values, " -> "); ok {
+			e.Istiod, e.Sextant, e.PinnedSextant = ist, sx, true
+		}
 	}
 	return e, nil
 }
@@ -86,7 +90,7 @@ func (a *Allowlist) Allows(d Difference) bool {
 
 func (e *AllowEntry) matches(d Difference) bool {
 	return glob(e.Case, d.Case) && glob(e.Proxy, d.Proxy) && glob(e.Key, d.Key.String()) && glob(e.Field, d.Field) &&
-		(!e.Pinned || e.Istiod == d.Istiod)
+		(!e.PinnedIstiod || e.Istiod == d.Istiod) && (!e.PinnedSextant || e.Sextant == d.Sextant)
 }
 
 // glob matches with path.Match; '/' never occurs in the parts, so '*' spans the whole part.

@@ -27,7 +27,9 @@ type Proxy struct {
 	Namespace string            `json:"namespace"`
 	IP        string            `json:"ip"`
 	Labels    map[string]string `json:"labels,omitempty"`
-	Type      string            `json:"type,omitempty"`
+	// Locality is REGION/ZONE[/SUBZONE], sent as the node's locality (as the agent does from its node).
+	Locality string `json:"locality,omitempty"`
+	Type     string `json:"type,omitempty"`
 }
 
 // LoadCases reads every case directory under root, sorted by name.

@@ -96,6 +96,10 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 	}
 	cbFields(f, c.GetCircuitBreakers())
 	outlierFields(f, c.GetOutlierDetection())
+	if ka := c.GetUpstreamConnectionOptions().GetTcpKeepalive(); ka != nil {
+		f["tcp_keepalive"] = fmt.Sprintf("probes=%s time=%s interval=%s", uint32Or(ka.GetKeepaliveProbes(), "os"),
+			uint32Or(ka.GetKeepaliveTime(), "os"), uint32Or(ka.GetKeepaliveInterval(), "os"))
+	}
 	if err := httpFields(f, c); err != nil {
 		return nil, err
 	}
@@ -164,11 +168,16 @@ type slowStartConfig interface {
 	GetAggression() *core.RuntimeDouble
 }
 
+// slowStart renders a slow start window and its aggression (Envoy's default 1.0 when unset).
 func slowStart(s slowStartConfig) string {
 	if s == nil || s.GetSlowStartWindow() == nil {
 		return "off"
 	}
-	return s.GetSlowStartWindow().AsDuration().String() + " aggression=" + fmt.Sprint(s.GetAggression().GetDefaultValue())
+	aggression := 1.0
+	if s.GetAggression() != nil {
+		aggression = s.GetAggression().GetDefaultValue()
+	}
+	return s.GetSlowStartWindow().AsDuration().String() + " aggression=" + fmt.Sprint(aggression)
 }
 
 // cbFields flattens the thresholds of each priority; a priority without thresholds has Envoy's defaults.
@@ -217,6 +226,7 @@ const httpOptionsName = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 // httpFields reads the upstream HTTP protocol from HttpProtocolOptions or the cluster's older fields.
 func httpFields(f Fields, c *cluster.Cluster) error {
 	protocol := "http1"
+	autoSNI, autoSAN := false, false
 	common := c.GetCommonHttpProtocolOptions()
 	h2 := c.GetHttp2ProtocolOptions()
 	if h2 != nil {
@@ -231,6 +241,9 @@ func httpFields(f Fields, c *cluster.Cluster) error {
 			return err
 		}
 		common = o.GetCommonHttpProtocolOptions()
+		// SNI and SAN taken from each request's Host instead of the cluster's fixed values.
+		autoSNI = o.GetUpstreamHttpProtocolOptions().GetAutoSni()
+		autoSAN = o.GetUpstreamHttpProtocolOptions().GetAutoSanValidation()
 		switch {
 		case o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil:
 			protocol, h2 = "http2", o.GetExplicitHttpConfig().GetHttp2ProtocolOptions()
@@ -243,6 +256,8 @@ func httpFields(f Fields, c *cluster.Cluster) error {
 		}
 	}
 	f["http.protocol"] = protocol
+	f["http.auto_sni"] = strconv.FormatBool(autoSNI)
+	f["http.auto_san_validation"] = strconv.FormatBool(autoSAN)
 	f["http.idle_timeout"] = durationOr(common.GetIdleTimeout(), defaultHTTPIdleTimeout)
 	perConn := uint32Or(common.GetMaxRequestsPerConnection(), defaultUnlimitedPerConn)
 	if c.GetMaxRequestsPerConnection() != nil { //nolint:staticcheck // the older field still configures Envoy
@@ -332,7 +347,7 @@ func socketFields(f Fields, prefix string, s *core.TransportSocket) error {
 		certs = append(certs, "file:"+dataSource(c.GetCertificateChain()))
 	}
 	for _, c := range common.GetTlsCertificateSdsSecretConfigs() {
-		certs = append(certs, "sds:"+c.GetName())
+		certs = append(certs, sdsSource(c.GetName()))
 	}
 	f[prefix+".cert"] = joinSorted(certs)
 	var ca string
@@ -343,9 +358,9 @@ func socketFields(f Fields, prefix string, s *core.TransportSocket) error {
 		vc = v.ValidationContext
 	case *tlsv3.CommonTlsContext_CombinedValidationContext:
 		vc = v.CombinedValidationContext.GetDefaultValidationContext()
-		ca = "sds:" + v.CombinedValidationContext.GetValidationContextSdsSecretConfig().GetName()
+		ca = sdsSource(v.CombinedValidationContext.GetValidationContextSdsSecretConfig().GetName())
 	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
-		ca = "sds:" + v.ValidationContextSdsSecretConfig.GetName()
+		ca = sdsSource(v.ValidationContextSdsSecretConfig.GetName())
 	}
 	if vc.GetTrustedCa() != nil {
 		ca = "file:" + dataSource(vc.GetTrustedCa())
@@ -359,6 +374,23 @@ func socketFields(f Fields, prefix string, s *core.TransportSocket) error {
 	f[prefix+".ca"] = ca
 	f[prefix+".san"] = joinSorted(sans)
 	return nil
+}
+
+// sdsSource names where an SDS secret comes from. Istio's agent serves files under the names
+// file-cert:CERT~KEY and file-root:CA (file-root:system for the system roots); they read the same files a
+// cluster naming them directly would, so both spell "file:PATH".
+func sdsSource(name string) string {
+	if rest, ok := strings.CutPrefix(name, "file-cert:"); ok {
+		cert, _, _ := strings.Cut(rest, "~")
+		return "file:" + cert
+	}
+	if rest, ok := strings.CutPrefix(name, "file-root:"); ok {
+		if rest == "system" {
+			return "system roots"
+		}
+		return "file:" + rest
+	}
+	return "sds:" + name
 }
 
 func dataSource(d *core.DataSource) string {

@@ -117,7 +117,7 @@ func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
 		"c1 / p / cluster a:80 / lb.policy: not yet",
 		"* / * / cluster * / circuit_breakers.default.*: not yet: defaults",
 		"c1 / p / cluster b:80 / outlier: fixed long ago",
-		"* / * / cluster *.* / lb.policy == LEAST_REQUEST: not yet: istiod's default",
+		"* / * / cluster *.* / lb.policy == LEAST_REQUEST -> ROUND_ROBIN: not yet: istiod's default",
 	} {
 		e, err := parseAllowEntry(line)
 		if err != nil {
@@ -142,7 +142,11 @@ func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
 	if !a.Allows(pinned) {
 		t.Error("pinned entry does not allow a difference with its istiod value")
 	}
-	pinned.Istiod = "RING_HASH"
+	pinned.Sextant = "RANDOM"
+	if a.Allows(pinned) {
+		t.Error("pinned entry allows a difference with another sextant value")
+	}
+	pinned.Istiod, pinned.Sextant = "RING_HASH", "ROUND_ROBIN"
 	if a.Allows(pinned) {
 		t.Error("pinned entry allows a difference with another istiod value")
 	}

@@ -36,6 +36,9 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]Snapshot, error) {
 				ClusterID: "Kubernetes",
 			},
 		}
+		if p.Locality != "" {
+			proxy.Locality = p.locality()
+		}
 		if p.Type == "router" {
 			proxy.Type = model.Router
 		}

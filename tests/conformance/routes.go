@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -26,16 +27,20 @@ const (
 // the service's FQDN. The catch-all vhosts (allow_any, block_all, domain "*") are infrastructure.
 func normaliseRoutes(out Snapshot, configs []*route.RouteConfiguration, hosts map[string]bool) {
 	for _, rc := range configs {
-		host, port, ok := routeConfigTarget(rc.GetName())
+		host, port, gateway, ok := routeConfigTarget(rc.GetName())
 		if !ok {
 			continue
 		}
 		for _, vh := range rc.GetVirtualHosts() {
 			h := host // a HOST:PORT configuration serves that one destination, whatever its domains say
+			switch {
+			case gateway:
+				h = gatewayHost(vh)
+			case h == "":
+				h = vhostHost(vh, hosts)
+			}
 			if h == "" {
-				if h = vhostHost(vh, hosts); h == "" {
-					continue
-				}
+				continue
 			}
 			key := Key{Kind: KindRoute, Host: h, Port: port}
 			if _, dup := out[key]; dup {
@@ -47,15 +52,35 @@ func normaliseRoutes(out Snapshot, configs []*route.RouteConfiguration, hosts ma
 	}
 }
 
-// routeConfigTarget reads a route configuration name: "PORT" (every service on the port) or "HOST:PORT"
-// (one destination, as for a sniffed port).
-func routeConfigTarget(name string) (host string, port uint32, ok bool) {
+// routeConfigTarget reads a route configuration name: "PORT" (every service on the port), "HOST:PORT" (one
+// destination, as for a sniffed port) or a gateway's "http.PORT" / "https.PORT.NAME.GATEWAY.NS".
+func routeConfigTarget(name string) (host string, port uint32, gateway, ok bool) {
 	portText := name
-	if i := strings.LastIndex(name, ":"); i >= 0 {
+	if rest, isHTTP := strings.CutPrefix(name, "http."); isHTTP {
+		portText, gateway = rest, true
+	} else if rest, isHTTPS := strings.CutPrefix(name, "https."); isHTTPS {
+		portText, _, _ = strings.Cut(rest, ".")
+		gateway = true
+	} else if i := strings.LastIndex(name, ":"); i >= 0 {
 		host, portText = name[:i], name[i+1:]
 	}
 	p, err := strconv.ParseUint(portText, 10, 32)
-	return host, uint32(p), err == nil
+	return host, uint32(p), gateway, err == nil
+}
+
+// gatewayHost keys a gateway's vhost by the host it serves (its first domain without a port): gateway
+// vhosts are per Gateway host, not per service, and "*" is a real host there.
+func gatewayHost(vh *route.VirtualHost) string {
+	domains := append([]string(nil), vh.GetDomains()...)
+	sort.Strings(domains)
+	if len(domains) == 0 {
+		return ""
+	}
+	h := domains[0]
+	if hh, _, err := net.SplitHostPort(h); err == nil {
+		h = hh
+	}
+	return h
 }
 
 func vhostHost(vh *route.VirtualHost, hosts map[string]bool) string {
@@ -309,14 +334,20 @@ func routeActionFields(f Fields, p string, a *route.RouteAction) {
 	}
 }
 
-// weightedText lists each destination with its share of the total, order-free (order does not change the split).
+// weightedText lists each destination with its share of the total, order-free (order does not change the
+// split). A destination of weight 0 gets no traffic and is left out; a split left with one destination is
+// written as that destination alone, as a plain cluster route sends the same traffic.
 func weightedText(w *route.WeightedCluster) string {
 	var total uint64
 	for _, c := range w.GetClusters() {
 		total += uint64(c.GetWeight().GetValue())
 	}
 	var parts []string
+	headers := false
 	for _, c := range w.GetClusters() {
+		if c.GetWeight().GetValue() == 0 && total > 0 {
+			continue
+		}
 		share := "0"
 		if total > 0 {
 			share = strconv.FormatFloat(100*float64(c.GetWeight().GetValue())/float64(total), 'f', 2, 64)
@@ -324,9 +355,12 @@ func weightedText(w *route.WeightedCluster) string {
 		extra := ""
 		if len(c.GetRequestHeadersToAdd()) > 0 || len(c.GetResponseHeadersToAdd()) > 0 ||
 			len(c.GetRequestHeadersToRemove()) > 0 || len(c.GetResponseHeadersToRemove()) > 0 {
-			extra = "(+headers)"
+			extra, headers = "(+headers)", true
 		}
 		parts = append(parts, destination(c.GetName())+"="+share+"%"+extra)
+	}
+	if len(parts) == 1 && !headers {
+		return strings.TrimSuffix(parts[0], "=100.00%")
 	}
 	return joinSorted(parts)
 }

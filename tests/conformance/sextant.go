@@ -101,7 +101,11 @@ func sextantProxy(p Proxy) (*sxds.Proxy, error) {
 		return nil, err
 	}
 	id := p.Type + "~" + p.IP + "~" + p.Name + "." + p.Namespace + "~" + p.Namespace + ".svc.cluster.local"
-	return sxds.ParseProxy(&core.Node{Id: id, Metadata: md})
+	node := &core.Node{Id: id, Metadata: md}
+	if p.Locality != "" {
+		node.Locality = p.locality()
+	}
+	return sxds.ParseProxy(node)
 }
 
 // generate asks in the order a proxy does: clusters and listeners (wildcard), then the endpoints and routes
@@ -194,4 +198,12 @@ func routeNames(l *listener.Listener) []string {
 		}
 	}
 	return out
+}
+
+func (p Proxy) locality() *core.Locality {
+	parts := strings.SplitN(p.Locality, "/", 3)
+	for len(parts) < 3 {
+		parts = append(parts, "")
+	}
+	return &core.Locality{Region: parts[0], Zone: parts[1], SubZone: parts[2]}
 }

@@ -89,6 +89,7 @@ func normalise(clusters []*cluster.Cluster, assignments []*endpoint.ClusterLoadA
 
 // resolveEndpointTransport replaces each endpoint's class by the transport its cluster gives that class
 // (plaintext or tls): how an endpoint's metadata is spelled matters only through the match it selects.
+// Locality weights are dropped where the cluster does not weight localities: Envoy ignores them there.
 func resolveEndpointTransport(s Snapshot) {
 	for k, f := range s {
 		if k.Kind != KindEndpoints {
@@ -97,6 +98,11 @@ func resolveEndpointTransport(s Snapshot) {
 		ck := k
 		ck.Kind = KindCluster
 		c := s[ck]
+		for name := range f {
+			if strings.HasSuffix(name, ".locality_weight") && c["lb.locality_weighted"] != "true" {
+				delete(f, name)
+			}
+		}
 		for name, class := range f {
 			if addr, ok := strings.CutSuffix(name, ".class"); ok {
 				delete(f, name)
