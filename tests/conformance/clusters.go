@@ -7,6 +7,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	proxyprotocol "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -328,6 +329,11 @@ func socketFields(f Fields, prefix string, s *core.TransportSocket) error {
 	msg, err := s.GetTypedConfig().UnmarshalNew()
 	if err != nil {
 		return err
+	}
+	// A PROXY protocol header is a wrapper around the real transport: record it, then describe the inner one.
+	if pp, ok := msg.(*proxyprotocol.ProxyProtocolUpstreamTransport); ok {
+		f[prefix+".proxy_protocol"] = pp.GetConfig().GetVersion().String()
+		return socketFields(f, prefix, pp.GetTransportSocket())
 	}
 	ctx, ok := msg.(*tlsv3.UpstreamTlsContext)
 	if !ok {
