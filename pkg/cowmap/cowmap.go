@@ -3,9 +3,10 @@
 package cowmap
 
 import (
+	"cmp"
 	"hash/maphash"
 	"iter"
-	"maps"
+	"slices"
 )
 
 const (
@@ -16,21 +17,29 @@ const (
 	maxLoad = 16
 )
 
+// A shard is a small slice sorted by hash: copying one for an edit is one allocation and a memmove, where
+// a Go map's clone allocates its table and groups and leaves more for the collector to scan.
+type shard[V any] struct {
+	entries []entry[V]
+}
+
+type entry[V any] struct {
+	hash uint64
+	key  string
+	val  V
+}
+
 // Map is an immutable map from string keys to V. The zero value is not usable; call New.
 // A *Map is safe for concurrent reads; updates return a new *Map and leave the receiver unchanged.
 type Map[V any] struct {
 	seed   maphash.Seed
-	shards []map[string]V // length is a power of two, at least minShards
+	shards []*shard[V] // length is a power of two, at least minShards; nil is an empty shard
 	size   int
 }
 
 // New returns an empty map.
 func New[V any]() *Map[V] {
-	return &Map[V]{seed: maphash.MakeSeed(), shards: make([]map[string]V, minShards)}
-}
-
-func shardOf(seed maphash.Seed, n int, key string) int {
-	return int(maphash.String(seed, key) & uint64(n-1))
+	return &Map[V]{seed: maphash.MakeSeed(), shards: make([]*shard[V], minShards)}
 }
 
 // Len returns the number of keys.
@@ -38,16 +47,45 @@ func (m *Map[V]) Len() int { return m.size }
 
 // Get returns the value for key.
 func (m *Map[V]) Get(key string) (V, bool) {
-	v, ok := m.shards[shardOf(m.seed, len(m.shards), key)][key]
-	return v, ok
+	h := maphash.String(m.seed, key)
+	return m.shards[h&uint64(len(m.shards)-1)].find(h, key)
+}
+
+func (s *shard[V]) find(h uint64, key string) (V, bool) {
+	if s != nil {
+		for i := s.search(h); i < len(s.entries) && s.entries[i].hash == h; i++ {
+			if s.entries[i].key == key {
+				return s.entries[i].val, true
+			}
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// search returns the index of the first entry with hash h or above.
+func (s *shard[V]) search(h uint64) int {
+	lo, hi := 0, len(s.entries)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if s.entries[mid].hash < h {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // All iterates over every key and value in no particular order.
 func (m *Map[V]) All() iter.Seq2[string, V] {
 	return func(yield func(string, V) bool) {
-		for _, shard := range m.shards {
-			for k, v := range shard {
-				if !yield(k, v) {
+		for _, s := range m.shards {
+			if s == nil {
+				continue
+			}
+			for _, e := range s.entries {
+				if !yield(e.key, e.val) {
 					return
 				}
 			}
@@ -58,81 +96,208 @@ func (m *Map[V]) All() iter.Seq2[string, V] {
 // Builder accumulates changes to a Map and produces a new Map sharing untouched shards.
 // A Builder is not safe for concurrent use.
 type Builder[V any] struct {
-	base   *Map[V]
-	shards []map[string]V
-	// shared: shards is still the slice of a published map and must be copied before a write.
-	shared bool
-	copied []bool // shard i is owned by this builder; meaningful only when !shared
-	dirty  bool
-	size   int
+	base *Map[V]
+	// pending holds the changes since Edit or the last Map; they are merged into the shards they touch, each
+	// copied once, when Map is called.
+	pending map[string]change[V]
+	size    int
+}
+
+type change[V any] struct {
+	hash    uint64
+	val     V
+	deleted bool
 }
 
 // Edit starts a batch of changes on top of m.
 func (m *Map[V]) Edit() *Builder[V] {
-	return &Builder[V]{base: m, shards: m.shards, shared: true, size: m.size}
-}
-
-func (b *Builder[V]) own(i int) map[string]V {
-	if b.shared {
-		b.shards = append([]map[string]V(nil), b.shards...)
-		b.copied = make([]bool, len(b.shards))
-		b.shared = false
-	}
-	if !b.copied[i] {
-		// maps.Clone copies the table wholesale, several times faster than re-inserting each key.
-		if old := b.shards[i]; old != nil {
-			b.shards[i] = maps.Clone(old)
-		} else {
-			b.shards[i] = make(map[string]V)
-		}
-		b.copied[i] = true
-	}
-	b.dirty = true
-	return b.shards[i]
-}
-
-func (b *Builder[V]) shardOf(key string) int {
-	return shardOf(b.base.seed, len(b.shards), key)
+	return &Builder[V]{base: m, size: m.size}
 }
 
 // Get reads through the pending changes.
 func (b *Builder[V]) Get(key string) (V, bool) {
-	v, ok := b.shards[b.shardOf(key)][key]
-	return v, ok
+	if c, ok := b.pending[key]; ok {
+		return c.val, !c.deleted
+	}
+	return b.base.Get(key)
 }
 
 // Set stores value under key.
 func (b *Builder[V]) Set(key string, value V) {
-	s := b.own(b.shardOf(key))
-	if _, exists := s[key]; !exists {
-		b.size++
-	}
-	s[key] = value
+	b.put(key, change[V]{val: value})
 }
 
 // Delete removes key.
 func (b *Builder[V]) Delete(key string) {
-	i := b.shardOf(key)
-	if _, exists := b.shards[i][key]; !exists {
+	b.put(key, change[V]{deleted: true})
+}
+
+func (b *Builder[V]) put(key string, c change[V]) {
+	c.hash = maphash.String(b.base.seed, key)
+	var existed bool
+	if p, ok := b.pending[key]; ok {
+		existed = !p.deleted
+	} else {
+		_, existed = b.base.shards[c.hash&uint64(len(b.base.shards)-1)].find(c.hash, key)
+	}
+	if c.deleted && !existed {
 		return
 	}
-	delete(b.own(i), key)
-	b.size--
+	switch {
+	case c.deleted:
+		b.size--
+	case !existed:
+		b.size++
+	}
+	if b.pending == nil {
+		b.pending = map[string]change[V]{}
+	}
+	b.pending[key] = c
 }
 
 // Map returns the result. When nothing changed since Edit (or the last Map) it returns that map itself.
 func (b *Builder[V]) Map() *Map[V] {
-	if !b.dirty {
+	if len(b.pending) == 0 {
 		return b.base
 	}
-	shards := b.shards
-	if n := shardsFor(len(shards), b.size); n != len(shards) {
-		shards = rehash(b.base.seed, shards, n)
+	base := b.base
+	var shards []*shard[V]
+	if n := shardsFor(len(base.shards), b.size); n != len(base.shards) {
+		shards = rebuild(base, b.pending, n)
+	} else {
+		shards = merge(base, b.pending)
 	}
-	m := &Map[V]{seed: b.base.seed, shards: shards, size: b.size}
-	// Further edits through b must copy again rather than leak into the published map.
-	*b = Builder[V]{base: m, shards: shards, shared: true, size: b.size}
+	m := &Map[V]{seed: base.seed, shards: shards, size: b.size}
+	*b = Builder[V]{base: m, size: b.size}
 	return m
+}
+
+// op is one pending change, in the order merge applies them.
+type op[V any] struct {
+	entry[V]
+	deleted bool
+}
+
+// merge copies the shards that pending touches, with the changes applied, and shares the rest.
+func merge[V any](base *Map[V], pending map[string]change[V]) []*shard[V] {
+	mask := uint64(len(base.shards) - 1)
+	ops := make([]op[V], 0, len(pending))
+	for k, c := range pending {
+		ops = append(ops, op[V]{entry: entry[V]{hash: c.hash, key: k, val: c.val}, deleted: c.deleted})
+	}
+	// By shard, then by hash, so that each touched shard is merged in one pass.
+	slices.SortFunc(ops, func(a, b op[V]) int {
+		if c := cmp.Compare(a.hash&mask, b.hash&mask); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.hash, b.hash)
+	})
+	shards := slices.Clone(base.shards)
+	for start := 0; start < len(ops); {
+		i := ops[start].hash & mask
+		end := start + 1
+		for end < len(ops) && ops[end].hash&mask == i {
+			end++
+		}
+		shards[i] = mergeShard(base.shards[i], ops[start:end])
+		start = end
+	}
+	return shards
+}
+
+// mergeShard returns old with ops (sorted by hash) applied: each replaces or adds its key, or removes it.
+func mergeShard[V any](old *shard[V], ops []op[V]) *shard[V] {
+	var prev []entry[V]
+	if old != nil {
+		prev = old.entries
+	}
+	out := make([]entry[V], 0, len(prev)+len(ops))
+	j := 0
+	for start := 0; start < len(ops); {
+		h := ops[start].hash
+		end := start + 1
+		for end < len(ops) && ops[end].hash == h {
+			end++
+		}
+		for j < len(prev) && prev[j].hash < h {
+			out = append(out, prev[j])
+			j++
+		}
+		// Entries sharing the hash (a full collision) stay unless a change names their key.
+		for ; j < len(prev) && prev[j].hash == h; j++ {
+			if !slices.ContainsFunc(ops[start:end], func(o op[V]) bool { return o.key == prev[j].key }) {
+				out = append(out, prev[j])
+			}
+		}
+		for _, o := range ops[start:end] {
+			if !o.deleted {
+				out = append(out, o.entry)
+			}
+		}
+		start = end
+	}
+	out = append(out, prev[j:]...)
+	if len(out) == 0 {
+		return nil
+	}
+	return &shard[V]{entries: out}
+}
+
+// rebuild distributes every entry of base, with pending applied, over n fresh shards.
+func rebuild[V any](base *Map[V], pending map[string]change[V], n int) []*shard[V] {
+	mask := uint64(n - 1)
+	counts := make([]int, n)
+	for _, s := range base.shards {
+		if s == nil {
+			continue
+		}
+		for _, e := range s.entries {
+			if _, changed := pending[e.key]; !changed {
+				counts[e.hash&mask]++
+			}
+		}
+	}
+	for _, c := range pending {
+		if !c.deleted {
+			counts[c.hash&mask]++
+		}
+	}
+	shards := make([]*shard[V], n)
+	// One backing array for every shard: a fresh map is one allocation, not one per shard.
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	all := make([]entry[V], total)
+	for i, c := range counts {
+		if c > 0 {
+			shards[i] = &shard[V]{entries: all[:0:c]}
+			all = all[c:]
+		}
+	}
+	for _, s := range base.shards {
+		if s == nil {
+			continue
+		}
+		for _, e := range s.entries {
+			if _, changed := pending[e.key]; !changed {
+				t := shards[e.hash&mask]
+				t.entries = append(t.entries, e)
+			}
+		}
+	}
+	for k, c := range pending {
+		if !c.deleted {
+			t := shards[c.hash&mask]
+			t.entries = append(t.entries, entry[V]{hash: c.hash, key: k, val: c.val})
+		}
+	}
+	for _, s := range shards {
+		if s != nil {
+			slices.SortFunc(s.entries, func(a, b entry[V]) int { return cmp.Compare(a.hash, b.hash) })
+		}
+	}
+	return shards
 }
 
 // shardsFor returns the shard count for size keys, given the current count n: doubled while the mean
@@ -145,24 +310,4 @@ func shardsFor(n, size int) int {
 		n /= 2
 	}
 	return n
-}
-
-// rehash distributes every entry of shards over n fresh shards.
-func rehash[V any](seed maphash.Seed, shards []map[string]V, n int) []map[string]V {
-	total := 0
-	for _, s := range shards {
-		total += len(s)
-	}
-	out := make([]map[string]V, n)
-	per := total/n + 1
-	for _, s := range shards {
-		for k, v := range s {
-			i := shardOf(seed, n, k)
-			if out[i] == nil {
-				out[i] = make(map[string]V, per)
-			}
-			out[i][k] = v
-		}
-	}
-	return out
 }

@@ -197,3 +197,30 @@ func BenchmarkSetBatch1000In100k(b *testing.B) {
 		_ = e.Map()
 	}
 }
+
+// Keys whose hashes collide in full share a run of the shard; a change to one leaves the others.
+func TestMergeShardKeepsCollidingKeys(t *testing.T) {
+	old := &shard[int]{entries: []entry[int]{{1, "a", 1}, {5, "b", 2}, {5, "c", 3}, {9, "d", 4}}}
+	got := mergeShard(old, []op[int]{
+		{entry: entry[int]{5, "c", 30}},
+		{entry: entry[int]{5, "e", 50}},
+		{entry: entry[int]{9, "d", 0}, deleted: true},
+	})
+	want := []entry[int]{{1, "a", 1}, {5, "b", 2}, {5, "c", 30}, {5, "e", 50}}
+	if !reflect.DeepEqual(got.entries, want) {
+		t.Fatalf("merged %v, want %v", got.entries, want)
+	}
+	if !reflect.DeepEqual(old.entries, []entry[int]{{1, "a", 1}, {5, "b", 2}, {5, "c", 3}, {9, "d", 4}}) {
+		t.Fatalf("old shard changed: %v", old.entries)
+	}
+	if s := mergeShard(&shard[int]{entries: []entry[int]{{3, "x", 1}}}, []op[int]{{entry: entry[int]{3, "x", 0}, deleted: true}}); s != nil {
+		t.Fatalf("emptied shard = %v, want nil", s.entries)
+	}
+	// found by key among colliding entries
+	if v, ok := got.find(5, "e"); !ok || v != 50 {
+		t.Fatalf("find(5, e) = %d %v", v, ok)
+	}
+	if _, ok := got.find(5, "d"); ok {
+		t.Fatal("find(5, d) found a key that is not there")
+	}
+}
