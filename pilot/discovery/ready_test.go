@@ -168,16 +168,22 @@ func TestUnreadableFileAtStartupKeepsServerNotReady(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(dir, "37-pipe.yaml"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, discovery.Args{ConfigDir: dir})
+	big := fixedPolicy + "# " + strings.Repeat("x", 64<<10) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "38-big.yaml"), []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, discovery.Args{ConfigDir: dir, ConfigMaxFileBytes: 32 << 10})
 	body := waitReady(t, srv, http.StatusServiceUnavailable)
-	if !strings.Contains(body, "36-link.yaml") || !strings.Contains(body, "--ready-with-security-errors") {
-		t.Errorf("/ready = %q, want the file and the flag named", body)
+	for _, want := range []string{"36-link.yaml", "38-big.yaml", "--ready-with-security-errors"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/ready = %q, want %s named", body, want)
+		}
 	}
 	if strings.Contains(body, "37-pipe.yaml") {
 		t.Errorf("/ready = %q, the FIFO holds readiness", body)
 	}
-	if len(srv.Rejected()) != 2 {
-		t.Errorf("rejected = %v, want the link and the FIFO", srv.Rejected())
+	if len(srv.Rejected()) != 3 {
+		t.Errorf("rejected = %v, want the link, the FIFO and the large file", srv.Rejected())
 	}
 
 	dir2 := copyDir(t, "../../examples/bookinfo")
