@@ -4,14 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"path"
+	"regexp"
 	"strings"
 )
 
-// AllowEntry is one accepted difference: "case / proxy / key / field: reason". A part may be a glob
-// (path.Match syntax, e.g. "*" for every case) so one line can cover a default shared by every cluster;
-// "field == ISTIOD -> SEXTANT" also pins both values (or "field == ISTIOD" istiod's alone), so such a line
-// covers that one default and not another difference of the same field.
+// AllowEntry is one accepted difference: "case / proxy / key / field: reason". A part may hold globs ("*" any
+// text, "?" one character), so one line can cover a default shared by every cluster; "field == ISTIOD ->
+// SEXTANT" also pins both values, globs allowed (or "field == ISTIOD" istiod's alone), so such a line covers
+// that one default and not another difference of the same field.
 type AllowEntry struct {
 	Line                    int
 	Case, Proxy, Key, Field string
@@ -61,11 +61,6 @@ func parseAllowEntry(line string) (*AllowEntry, error) {
 	if len(parts) != 4 {
 		return nil, fmt.Errorf("want four parts 'case / proxy / key / field' before the reason, got %q", id)
 	}
-	for _, p := range parts {
-		if _, err := path.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("bad pattern %q: %w", p, err)
-		}
-	}
 	e := &AllowEntry{Case: parts[0], Proxy: parts[1], Key: parts[2], Field: parts[3], Reason: strings.TrimSpace(reason)}
 	if field, values, ok := strings.Cut(e.Field, " == "); ok {
 		e.Field, e.Istiod, e.PinnedIstiod = field, values, true
@@ -90,13 +85,14 @@ func (a *Allowlist) Allows(d Difference) bool {
 
 func (e *AllowEntry) matches(d Difference) bool {
 	return glob(e.Case, d.Case) && glob(e.Proxy, d.Proxy) && glob(e.Key, d.Key.String()) && glob(e.Field, d.Field) &&
-		(!e.PinnedIstiod || e.Istiod == d.Istiod) && (!e.PinnedSextant || e.Sextant == d.Sextant)
+		(!e.PinnedIstiod || glob(e.Istiod, d.Istiod)) && (!e.PinnedSextant || glob(e.Sextant, d.Sextant))
 }
 
-// glob matches with path.Match; '/' never occurs in the parts, so '*' spans the whole part.
+// glob matches s against pattern, where "*" is any text (slashes too: values hold URIs) and "?" one
+// character; everything else, brackets included, is literal.
 func glob(pattern, s string) bool {
-	ok, _ := path.Match(pattern, s)
-	return ok
+	re := "^" + strings.ReplaceAll(strings.ReplaceAll(regexp.QuoteMeta(pattern), `\*`, ".*"), `\?`, ".") + "$"
+	return regexp.MustCompile(re).MatchString(s)
 }
 
 // Stale lists the entries that matched no difference: a fixed difference must leave the list. ran reports

@@ -157,6 +157,16 @@ func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
 	if s := a.Stale(func(string) bool { return false }, false); len(s) != 0 {
 		t.Fatalf("entries of cases that did not run reported stale: %v", s)
 	}
+	san := Difference{Case: "c3", Proxy: "p", Key: Key{Kind: KindCluster, Host: "a.ns", Port: 80}, Field: "tls(x).san",
+		Istiod: "ANY exact:spiffe://td/ns/a/sa/b", Sextant: "URI prefix:spiffe://td/ns/a/sa/"}
+	e, err := parseAllowEntry("* / * / cluster * / tls(*).san == ANY exact:* -> URI prefix:spiffe://td/ns/*/sa/: prefix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Entries = append(a.Entries, e)
+	if !a.Allows(san) {
+		t.Error("a glob in a pinned value does not span slashes")
+	}
 	for _, bad := range []string{"c / p / k / f", "c / p / f: reason", "c / p / k / f:   "} {
 		if _, err := parseAllowEntry(bad); err == nil {
 			t.Errorf("%q parsed", bad)

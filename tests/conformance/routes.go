@@ -462,7 +462,9 @@ func redirectFields(f Fields, p string, r *route.RedirectAction) {
 	}
 	switch s := r.GetPathRewriteSpecifier().(type) {
 	case *route.RedirectAction_PathRedirect:
-		parts = append(parts, "path="+s.PathRedirect)
+		if s.PathRedirect != "" { // an empty path_redirect keeps the path, as an unset one does
+			parts = append(parts, "path="+s.PathRedirect)
+		}
 	case *route.RedirectAction_PrefixRewrite:
 		parts = append(parts, "prefix="+s.PrefixRewrite)
 	case *route.RedirectAction_RegexRewrite:
