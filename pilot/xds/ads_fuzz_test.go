@@ -312,7 +312,7 @@ func (g fuzzEDS) GenerateDeltas(p *Proxy, push *model.PushContext, w *WatchedRes
 	return res, slices.Sorted(maps.Keys(changed)), true, nil
 }
 
-// publish pushes the next snapshot and forgets old ones: a long fuzzing run publishes millions.
+// publish pushes the next snapshot and forgets old ones: a long fuzzing run publishes one every few inputs.
 func (fs *fuzzServer) publish(full bool, services []string, edit func(snapshot)) {
 	v := fs.e.publish(full, services, edit)
 	fs.e.mu.Lock()
