@@ -18,17 +18,41 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 )
 
-// crdTypes are the typed objects the Istio kinds decode into: the same types Istio's clientset returns, so
-// toConfig and every layer above see what they always did.
-var crdTypes = map[config.Kind]func() runtime.Object{
-	config.ServiceEntry:        func() runtime.Object { return &networkingv1.ServiceEntry{} },
-	config.WorkloadEntry:       func() runtime.Object { return &networkingv1.WorkloadEntry{} },
-	config.DestinationRule:     func() runtime.Object { return &networkingv1.DestinationRule{} },
-	config.VirtualService:      func() runtime.Object { return &networkingv1.VirtualService{} },
-	config.Gateway:             func() runtime.Object { return &networkingv1.Gateway{} },
-	config.Sidecar:             func() runtime.Object { return &networkingv1.Sidecar{} },
-	config.AuthorizationPolicy: func() runtime.Object { return &securityv1.AuthorizationPolicy{} },
-	config.PeerAuthentication:  func() runtime.Object { return &securityv1.PeerAuthentication{} },
+// crdTypes make the typed object of each Istio kind, with pointers to its metadata and its spec: the same
+// types Istio's clientset returns, so toConfig and every layer above see what they always did.
+var crdTypes = map[config.Kind]func() (runtime.Object, *metav1.ObjectMeta, any){
+	config.ServiceEntry: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1.ServiceEntry{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.WorkloadEntry: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1.WorkloadEntry{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.DestinationRule: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1.DestinationRule{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.VirtualService: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1.VirtualService{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.Gateway: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1.Gateway{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.Sidecar: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1.Sidecar{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.AuthorizationPolicy: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &securityv1.AuthorizationPolicy{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.PeerAuthentication: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &securityv1.PeerAuthentication{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
 }
 
 func crdGVR(ki config.KindInfo) schema.GroupVersionResource {
@@ -69,69 +93,62 @@ func crdTransform(kind config.Kind) cache.TransformFunc {
 	}
 }
 
-// decodeCRD decodes u as kind's typed object, as Istio's typed client would have, or returns an undecodable.
-// Status is dropped first: Sextant never reads it, and a status it cannot decode must not hide a good spec.
+// decodeCRD decodes u as kind's typed object, or returns an undecodable. Only the spec goes through JSON
+// (each spec's UnmarshalJSON ignores unknown fields, as Istio's typed client does): the metadata, which the
+// API server validated, is copied from the map, skipping the JSON round trip of managedFields and of
+// kubectl's last-applied copy, which are dropped anyway. Status is never read, so it is not decoded: a
+// status Sextant cannot decode must not hide a good spec.
 func decodeCRD(kind config.Kind, u *unstructured.Unstructured) runtime.Object {
-	obj := u.Object
-	if _, ok := obj["status"]; ok {
-		obj = make(map[string]any, len(u.Object))
-		for k, v := range u.Object {
-			if k != "status" {
-				obj[k] = v
-			}
-		}
-	}
-	out, err := decodeInto(kind, obj)
+	var m metav1.ObjectMeta
+	m.Name, m.Namespace = u.GetName(), u.GetNamespace()
+	m.UID, m.ResourceVersion, m.Generation = u.GetUID(), u.GetResourceVersion(), u.GetGeneration()
+	m.CreationTimestamp, m.DeletionTimestamp = u.GetCreationTimestamp(), u.GetDeletionTimestamp()
+	m.Labels, m.Annotations = u.GetLabels(), withoutLastApplied(u.GetAnnotations())
+	m.OwnerReferences = u.GetOwnerReferences()
+
+	spec := u.Object["spec"]
+	out, meta, err := decodeSpec(kind, spec)
 	if err == nil {
+		*meta = m
+		out.GetObjectKind().SetGroupVersionKind(u.GroupVersionKind())
 		return out
 	}
-	bad := &undecodable{Kind: kind, Err: "cannot decode: " + err.Error()}
-	if field, value := badField(kind, obj); field != "" {
-		bad.Field = field
-		// The decoder's error names Go types and its own view of the path; the value shows what to fix.
-		if b, jerr := json.Marshal(value); jerr == nil && len(b) <= maxValueInError {
-			bad.Err = "cannot decode " + string(b) + ": " + err.Error()
-		}
+	bad := &undecodable{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, ObjectMeta: m, Kind: kind,
+		Err: "cannot decode: " + err.Error()}
+	fails := func(v any) bool {
+		_, _, err := decodeSpec(kind, v)
+		return err != nil
 	}
-	// The API server validated the metadata, so it reads back whatever the spec holds.
-	bad.Name, bad.Namespace = u.GetName(), u.GetNamespace()
-	bad.UID, bad.ResourceVersion, bad.Generation = u.GetUID(), u.GetResourceVersion(), u.GetGeneration()
-	bad.Labels, bad.Annotations = u.GetLabels(), u.GetAnnotations()
-	bad.CreationTimestamp = u.GetCreationTimestamp()
+	field, value := locate(spec, func(v any) any { return v }, fails, "spec")
+	bad.Field = field
+	// The decoder's error names Go types and its own view of the path; the value shows what to fix.
+	if b, jerr := json.Marshal(value); jerr == nil && len(b) <= maxValueInError {
+		bad.Err = "cannot decode " + string(b) + ": " + err.Error()
+	}
 	return bad
 }
 
 // maxValueInError bounds the bad value quoted in a rejection; a larger one is left to the object itself.
 const maxValueInError = 200
 
-func decodeInto(kind config.Kind, obj map[string]any) (runtime.Object, error) {
+// decodeSpec returns a new object of kind with spec decoded into it, and its metadata for the caller to fill.
+func decodeSpec(kind config.Kind, spec any) (runtime.Object, *metav1.ObjectMeta, error) {
 	newObj, ok := crdTypes[kind]
 	if !ok {
-		return nil, fmt.Errorf("kind %s is not an Istio kind", kind)
+		return nil, nil, fmt.Errorf("kind %s is not an Istio kind", kind)
 	}
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
+	out, meta, target := newObj()
+	if spec != nil {
+		data, err := json.Marshal(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Case-sensitive, with integers kept, as client-go's JSON serializer decodes.
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(data, target); err != nil {
+			return nil, nil, err
+		}
 	}
-	out := newObj()
-	// Case-sensitive, with integers kept, as client-go's JSON serializer decodes; each spec's UnmarshalJSON
-	// ignores unknown fields, as Istio's typed client does.
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// badField finds the innermost field of obj whose value alone fails to decode, and that value, by decoding
-// one branch of the object at a time. It runs only for objects that failed, so its cost (a decode per
-// level and sibling) is paid once per bad version.
-func badField(kind config.Kind, obj map[string]any) (string, any) {
-	fails := func(v any) bool {
-		m, _ := v.(map[string]any)
-		_, err := decodeInto(kind, m)
-		return err != nil
-	}
-	return locate(obj, func(v any) any { return v }, fails, "")
+	return out, meta, nil
 }
 
 // locate descends into v (which wrap puts back at its place in the object) while exactly the branch under

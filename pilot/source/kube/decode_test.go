@@ -6,14 +6,16 @@ import (
 
 	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/sextantmesh/sextant/pilot/config"
 )
 
-// benchDR is a DestinationRule as the API server sends it.
-func benchDR(b *testing.B) []byte {
+// benchDR is a DestinationRule as the API server sends it; applied adds what kubectl apply leaves on it
+// (managedFields and the last-applied annotation, a copy of the object).
+func benchDR(b *testing.B, applied bool) []byte {
 	dr := &networkingv1.DestinationRule{ObjectMeta: meta("reviews", "12345"), Spec: networking.DestinationRule{
 		Host: "reviews.default.svc.cluster.local",
 		TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{
@@ -21,6 +23,17 @@ func benchDR(b *testing.B) []byte {
 		Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}, {Name: "v2", Labels: map[string]string{"version": "v2"}}},
 	}}
 	dr.APIVersion, dr.Kind = "networking.istio.io/v1", "DestinationRule"
+	if applied {
+		last, err := json.Marshal(dr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dr.Annotations = map[string]string{lastApplied: string(last)}
+		dr.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate,
+			APIVersion: "networking.istio.io/v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(
+				`{"f:metadata":{"f:annotations":{".":{},"f:kubectl.kubernetes.io/last-applied-configuration":{}}},` +
+					`"f:spec":{".":{},"f:host":{},"f:subsets":{},"f:trafficPolicy":{".":{},"f:loadBalancer":{".":{},"f:simple":{}}}}}`)}}}
+	}
 	data, err := json.Marshal(dr)
 	if err != nil {
 		b.Fatal(err)
@@ -31,7 +44,16 @@ func benchDR(b *testing.B) []byte {
 // BenchmarkDecodeDestinationRule compares what one watched DestinationRule costs to decode: typed, as Istio's
 // clientset did, and unstructured then converted, as the dynamic informer and crdTransform do.
 func BenchmarkDecodeDestinationRule(b *testing.B) {
-	data := benchDR(b)
+	for _, applied := range []bool{false, true} {
+		name := "plain"
+		if applied {
+			name = "applied"
+		}
+		b.Run(name, func(b *testing.B) { benchDecode(b, benchDR(b, applied)) })
+	}
+}
+
+func benchDecode(b *testing.B, data []byte) {
 	b.Run("typed", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

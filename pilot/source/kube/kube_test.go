@@ -830,7 +830,7 @@ func TestUndecodableObjectIsRejectedAlone(t *testing.T) {
 	// A new object of the wrong JSON type: rejected, not stored, named with its field.
 	check(h.createRaw(bad))
 	h.eventually("rejection of bad", func() bool { return rejected("bad") != nil })
-	if r := rejected("bad"); r.Field != "spec.host" || r.ResourceVersion != "1" || r.Message != `cannot decode 42: json: cannot unmarshal number into Go struct field DestinationRule.spec of type string` {
+	if r := rejected("bad"); r.Field != "spec.host" || r.ResourceVersion != "1" || r.Message != `cannot decode 42: json: cannot unmarshal number into Go value of type string` {
 		t.Errorf("rejected = %+v", *r)
 	}
 	if h.get(config.DestinationRule, ns, "bad") != nil {
