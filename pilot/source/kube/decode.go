@@ -66,7 +66,7 @@ type undecodable struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
 	Kind  config.Kind
-	Field string // the innermost field that fails to decode, e.g. spec.trafficPolicy.loadBalancer.simple; empty if unknown
+	Field string // the innermost field that fails to decode, e.g. spec.trafficPolicy.loadBalancer.simple; its parent when only fields together fail
 	Err   string // what is wrong, with the field's value when Field is known
 }
 
