@@ -20,11 +20,27 @@ type Config struct {
 	ClusterID string `json:"clusterID,omitempty"`
 	// Network is the default network of workloads (default empty: one flat network).
 	Network string `json:"network,omitempty"`
+	// OutboundTrafficPolicy says where sidecars send traffic to destinations they do not know, when their
+	// Sidecar does not say (default ALLOW_ANY).
+	OutboundTrafficPolicy OutboundTrafficPolicy `json:"outboundTrafficPolicy"`
 }
+
+// OutboundTrafficPolicy is Istio's MeshConfig.outboundTrafficPolicy.
+type OutboundTrafficPolicy struct {
+	// Mode is AllowAny (unknown destinations pass through) or RegistryOnly (they are refused).
+	Mode string `json:"mode,omitempty"`
+}
+
+// The outbound traffic policy modes, spelled as in Istio's YAML.
+const (
+	AllowAny     = "ALLOW_ANY"
+	RegistryOnly = "REGISTRY_ONLY"
+)
 
 // Default returns Istio's defaults.
 func Default() *Config {
-	return &Config{RootNamespace: "istio-system", TrustDomain: "cluster.local", DomainSuffix: "cluster.local", ClusterID: "Kubernetes"}
+	return &Config{RootNamespace: "istio-system", TrustDomain: "cluster.local", DomainSuffix: "cluster.local", ClusterID: "Kubernetes",
+		OutboundTrafficPolicy: OutboundTrafficPolicy{Mode: AllowAny}}
 }
 
 // Load reads a mesh config file. Fields Sextant does not use (the rest of Istio's MeshConfig) are ignored,
@@ -73,6 +89,14 @@ func Parse(data []byte, cfg *Config) error {
 	}
 	if file.Network != "" {
 		cfg.Network = file.Network
+	}
+	if m := file.OutboundTrafficPolicy.Mode; m != "" {
+		// Only the two modes sidecars can enforce are accepted: an unknown one must not fall back to letting
+		// everything out.
+		if m != AllowAny && m != RegistryOnly {
+			return fmt.Errorf("field outboundTrafficPolicy.mode: %q: want %s or %s", m, AllowAny, RegistryOnly)
+		}
+		cfg.OutboundTrafficPolicy.Mode = m
 	}
 	if errs := validation.IsDNS1123Label(cfg.RootNamespace); len(errs) > 0 {
 		return fmt.Errorf("field rootNamespace: %q: %v", cfg.RootNamespace, errs)

@@ -36,3 +36,21 @@ func TestDefaultsAndErrors(t *testing.T) {
 		t.Error("missing file accepted")
 	}
 }
+
+func TestOutboundTrafficPolicy(t *testing.T) {
+	if got := Default().OutboundTrafficPolicy.Mode; got != AllowAny {
+		t.Errorf("default mode %q, want %s", got, AllowAny)
+	}
+	cfg := Default()
+	if err := Parse([]byte("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\n"), cfg); err != nil || cfg.OutboundTrafficPolicy.Mode != RegistryOnly {
+		t.Errorf("REGISTRY_ONLY read as %q, %v", cfg.OutboundTrafficPolicy.Mode, err)
+	}
+	// A file that does not name the mode keeps what was there.
+	if err := Parse([]byte("trustDomain: example.org\n"), cfg); err != nil || cfg.OutboundTrafficPolicy.Mode != RegistryOnly {
+		t.Errorf("mode after an overlay without it: %q, %v", cfg.OutboundTrafficPolicy.Mode, err)
+	}
+	err := Parse([]byte("outboundTrafficPolicy: {mode: ALLOW_SOME}\n"), Default())
+	if err == nil || !strings.Contains(err.Error(), "field outboundTrafficPolicy.mode") {
+		t.Errorf("unknown mode: %v", err)
+	}
+}
