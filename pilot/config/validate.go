@@ -8,6 +8,7 @@ import (
 
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
@@ -355,6 +356,9 @@ func validateSidecar(s *networking.Sidecar) error {
 }
 
 func validateAuthorizationPolicy(s *security.AuthorizationPolicy) error {
+	if err := validateTargetRefs(s.GetSelector(), s.GetTargetRef(), s.GetTargetRefs()); err != nil {
+		return err
+	}
 	if s.Action == security.AuthorizationPolicy_CUSTOM && s.GetProvider() == nil {
 		return fieldErr("spec.provider", "required for action CUSTOM")
 	}
@@ -413,4 +417,123 @@ func validatePeerAuthentication(s *security.PeerAuthentication) error {
 		}
 	}
 	return nil
+}
+
+// Policy target kinds istiod accepts in a targetRef, as group/kind (the core group written "").
+const (
+	GatewayAPIGroup = "gateway.networking.k8s.io"
+	// GatewayNameLabel is the label Gateway API puts on a gateway's pods: the name of their Gateway.
+	GatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
+)
+
+var targetRefKinds = []string{"/Service", "networking.istio.io/ServiceEntry", GatewayAPIGroup + "/Gateway", GatewayAPIGroup + "/GatewayClass"}
+
+// targetRefGroupKind is group/kind with the core group as "" (istiod reads "core" and "" alike).
+func targetRefGroupKind(r *typev1beta1.PolicyTargetReference) string {
+	g := r.GetGroup()
+	if g == "core" {
+		g = ""
+	}
+	return g + "/" + r.GetKind()
+}
+
+// IsGatewayTargetRef reports whether r names a Gateway API Gateway, the one target Sextant serves.
+func IsGatewayTargetRef(r *typev1beta1.PolicyTargetReference) bool {
+	return targetRefGroupKind(r) == GatewayAPIGroup+"/Gateway"
+}
+
+// TargetRefs returns a policy's targetRefs, or its single legacy targetRef (istiod's GetTargetRefs).
+func TargetRefs(single *typev1beta1.PolicyTargetReference, list []*typev1beta1.PolicyTargetReference) []*typev1beta1.PolicyTargetReference {
+	if len(list) == 0 && single != nil {
+		return []*typev1beta1.PolicyTargetReference{single}
+	}
+	return list
+}
+
+// validateTargetRefs rejects what istiod's validation rejects: a selector with targetRefs, and a targetRef
+// without a name, to another namespace, or to a kind no policy can attach to.
+func validateTargetRefs(sel *typev1beta1.WorkloadSelector, single *typev1beta1.PolicyTargetReference, list []*typev1beta1.PolicyTargetReference) error {
+	set := 0
+	for _, present := range []bool{sel != nil, single != nil, len(list) > 0} {
+		if present {
+			set++
+		}
+	}
+	if set > 1 {
+		return fieldErr("spec.targetRefs", "only one of selector, targetRef and targetRefs may be set")
+	}
+	check := func(f string, r *typev1beta1.PolicyTargetReference) error {
+		if r.GetName() == "" {
+			return fieldErr(f+".name", "required")
+		}
+		if r.GetNamespace() != "" {
+			return fieldErr(f+".namespace", "must not be set: a policy can only target objects of its own namespace")
+		}
+		for _, k := range targetRefKinds {
+			if targetRefGroupKind(r) == k {
+				return nil
+			}
+		}
+		return fieldErr(f+".kind", "%s/%s: want one of %s", r.GetGroup(), r.GetKind(), strings.Join(targetRefKinds, ", "))
+	}
+	if single != nil {
+		if err := check("spec.targetRef", single); err != nil {
+			return err
+		}
+	}
+	for i, r := range list {
+		if err := check(fmt.Sprintf("spec.targetRefs[%d]", i), r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Warnings lists what c holds that is accepted (Validate passed) but that Sextant does not honour as
+// written, each naming the field and saying what happens instead. An object with warnings still loads.
+func Warnings(c *Config) []*FieldError {
+	var out []*FieldError
+	warn := func(field, format string, args ...any) {
+		out = append(out, &FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	switch s := c.Spec.(type) {
+	case *security.AuthorizationPolicy:
+		field := "spec.targetRefs"
+		if len(s.GetTargetRefs()) == 0 {
+			field = "spec.targetRef"
+		}
+		for i, r := range TargetRefs(s.GetTargetRef(), s.GetTargetRefs()) {
+			f := field
+			if field == "spec.targetRefs" {
+				f = fmt.Sprintf("%s[%d]", field, i)
+			}
+			if !IsGatewayTargetRef(r) {
+				warn(f, "%s %s is enforced by a waypoint, and Sextant serves none: this target gets nothing from the policy, and no sidecar does",
+					targetRefGroupKind(r), r.GetName())
+			}
+		}
+	case *networking.Sidecar:
+		if len(s.Ingress) > 0 {
+			warn("spec.ingress", "not implemented: the inbound listener takes its ports from the Services selecting the workload")
+		}
+		for i, eg := range s.Egress {
+			f := fmt.Sprintf("spec.egress[%d]", i)
+			if eg.Port != nil {
+				warn(f+".port", "not implemented: the hosts are reachable on every port of their services, not only %d", eg.Port.Number)
+			}
+			if eg.Bind != "" {
+				warn(f+".bind", "not implemented: outbound listeners take the services' addresses")
+			}
+			if eg.CaptureMode != networking.CaptureMode_DEFAULT {
+				warn(f+".captureMode", "not implemented: outbound traffic is taken as iptables capture sends it")
+			}
+		}
+		if s.GetOutboundTrafficPolicy().GetEgressProxy() != nil {
+			warn("spec.outboundTrafficPolicy.egressProxy", "not implemented: traffic to unknown destinations is refused (BlackHoleCluster) rather than sent to the egress proxy")
+		}
+		if s.InboundConnectionPool != nil {
+			warn("spec.inboundConnectionPool", "not implemented: inbound clusters keep their defaults")
+		}
+	}
+	return out
 }

@@ -1,0 +1,116 @@
+package config_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+)
+
+func parseOne(t *testing.T, doc string) (*config.Config, error) {
+	t.Helper()
+	return config.Parse([]byte(doc), "test.yaml", 0, "shop")
+}
+
+const policyHead = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: shop}\nspec:\n"
+
+// targetRefs istiod's validation refuses are refused, naming the field.
+func TestAuthorizationPolicyTargetRefErrors(t *testing.T) {
+	for _, tc := range []struct{ spec, field, message string }{
+		{"  selector: {matchLabels: {app: a}}\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n",
+			"spec.targetRefs", "only one of selector, targetRef and targetRefs"},
+		{"  targetRef: {group: gateway.networking.k8s.io, kind: Gateway, name: gw}\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n",
+			"spec.targetRefs", "only one of"},
+		{"  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway}]\n", "spec.targetRefs[0].name", "required"},
+		{"  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, namespace: other}]\n",
+			"spec.targetRefs[0].namespace", "its own namespace"},
+		{"  targetRef: {group: apps, kind: Deployment, name: d}\n", "spec.targetRef.kind", "apps/Deployment"},
+		{"  targetRefs: [{kind: Gateway, name: gw}]\n", "spec.targetRefs[0].kind", "/Gateway"}, // the core group has no Gateway
+	} {
+		_, err := parseOne(t, policyHead+tc.spec+"  action: DENY\n")
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(ce.Message, tc.message) {
+			t.Errorf("spec %q: error %v, want field %s with %q", tc.spec, err, tc.field, tc.message)
+		}
+	}
+}
+
+func warningFields(ws []*config.FieldError) []string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, w.Field)
+	}
+	return out
+}
+
+// A targetRef to a waypoint's target (Service, ServiceEntry, GatewayClass) loads, with a warning naming it;
+// one to a Gateway API Gateway is honoured and warns of nothing.
+func TestAuthorizationPolicyTargetRefWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want []string
+	}{
+		{"  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n", nil},
+		{"  targetRef: {group: gateway.networking.k8s.io, kind: Gateway, name: gw}\n", nil},
+		{"  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}, {kind: Service, name: reviews}]\n",
+			[]string{"spec.targetRefs[1]"}},
+		{"  targetRef: {group: networking.istio.io, kind: ServiceEntry, name: ext}\n", []string{"spec.targetRef"}},
+		{"  targetRefs: [{group: '', kind: Service, name: a}, {group: core, kind: Service, name: b}]\n",
+			[]string{"spec.targetRefs[0]", "spec.targetRefs[1]"}},
+		{"  selector: {matchLabels: {app: a}}\n", nil},
+	} {
+		c, err := parseOne(t, policyHead+tc.spec+"  action: ALLOW\n")
+		if err != nil {
+			t.Errorf("spec %q: %v", tc.spec, err)
+			continue
+		}
+		ws := config.Warnings(c)
+		if got := warningFields(ws); !slices.Equal(got, tc.want) {
+			t.Errorf("spec %q: warnings on %v, want %v", tc.spec, got, tc.want)
+		}
+		for _, w := range ws {
+			if !strings.Contains(w.Message, "waypoint") {
+				t.Errorf("warning %s: %q does not say why", w.Field, w.Message)
+			}
+		}
+	}
+}
+
+// Sidecar fields Sextant does not implement load, each with a warning naming it.
+func TestSidecarWarnings(t *testing.T) {
+	c, err := parseOne(t, `apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  ingress:
+  - port: {number: 9080, protocol: HTTP, name: http}
+    defaultEndpoint: 127.0.0.1:8080
+  egress:
+  - hosts: ["./*"]
+  - port: {number: 3306, protocol: MYSQL, name: mysql}
+    bind: 127.0.0.1
+    captureMode: NONE
+    hosts: ["db/*"]
+  outboundTrafficPolicy:
+    mode: ALLOW_ANY
+    egressProxy: {host: egress.istio-system.svc.cluster.local, port: {number: 443}}
+  inboundConnectionPool: {http: {http1MaxPendingRequests: 10}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"spec.ingress", "spec.egress[1].port", "spec.egress[1].bind", "spec.egress[1].captureMode",
+		"spec.outboundTrafficPolicy.egressProxy", "spec.inboundConnectionPool"}
+	if got := warningFields(config.Warnings(c)); !slices.Equal(got, want) {
+		t.Errorf("warnings on %v, want %v", got, want)
+	}
+	plain, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  egress: [{hosts: [\"./*\"]}]\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := config.Warnings(plain); len(ws) != 0 {
+		t.Errorf("a Sidecar Sextant honours warns: %v", warningFields(ws))
+	}
+}
