@@ -1,6 +1,7 @@
 package model
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -229,6 +230,7 @@ func buildSidecars(reader ConfigReader) *sidecarIndex {
 	slices.SortFunc(all, compareConfigs)
 	idx := &sidecarIndex{withSelector: map[string][]*config.Config{}, defaults: map[string]*config.Config{}}
 	for _, c := range all {
+		logWarnings(c)
 		spec := c.Spec.(*networking.Sidecar)
 		if spec.WorkloadSelector != nil && len(spec.WorkloadSelector.Labels) > 0 {
 			idx.withSelector[c.Namespace] = append(idx.withSelector[c.Namespace], c)
@@ -248,9 +250,41 @@ func buildNamespaced(reader ConfigReader, kind config.Kind) *namespacedPolicies 
 	slices.SortFunc(all, compareConfigs)
 	idx := &namespacedPolicies{byNamespace: map[string][]*config.Config{}}
 	for _, c := range all {
+		logWarnings(c)
 		idx.byNamespace[c.Namespace] = append(idx.byNamespace[c.Namespace], c)
 	}
 	return idx
+}
+
+// logWarnings reports what of c is loaded but not honoured as written (config.Warnings), once per index
+// build: the object is served, so the operator must learn from the log which of its fields are not.
+func logWarnings(c *config.Config) {
+	for _, w := range config.Warnings(c) {
+		slog.Warn("config field not honoured", "kind", c.Kind, "object", c.Key.NamespacedName(), "field", w.Field, "reason", w.Message)
+	}
+}
+
+// policyAttaches is istiod's WorkloadPolicyMatcher.ShouldAttachPolicy for an AuthorizationPolicy and a
+// proxy that is not a waypoint (Sextant serves none) in namespace ns. A policy with targetRefs attaches only
+// to the pods of a Gateway API Gateway it names (their gateway-name label), in the policy's own namespace:
+// never to a sidecar, so a policy written for a gateway or a waypoint cannot deny a namespace's ordinary
+// traffic. A policy without targetRefs attaches by selector, to gateways too (istiod's default).
+func policyAttaches(c *config.Config, ns string, labels map[string]string) bool {
+	ap := c.Spec.(*security.AuthorizationPolicy)
+	refs := config.TargetRefs(ap.GetTargetRef(), ap.GetTargetRefs())
+	if len(refs) == 0 {
+		return selectorMatches(ap.Selector, labels)
+	}
+	gateway, isGateway := labels[config.GatewayNameLabel]
+	if !isGateway || c.Namespace != ns {
+		return false
+	}
+	for _, r := range refs {
+		if config.IsGatewayTargetRef(r) && r.GetName() == gateway && (r.GetNamespace() == "" || r.GetNamespace() == ns) {
+			return true
+		}
+	}
+	return false
 }
 
 func selectorMatches(sel *typev1beta1.WorkloadSelector, labels map[string]string) bool {

@@ -299,10 +299,13 @@ func (ps *PushContext) Sidecar(ns string, labels map[string]string) *config.Conf
 
 // AuthorizationPolicies returns the policies applying to a workload in ns with labels: the root namespace's
 // (mesh-wide) and its own namespace's, each filtered by selector.
+//
+// A policy with targetRefs applies only to the proxies of the Gateway API Gateway it names; a policy without
+// applies by selector (see policyAttaches).
 func (ps *PushContext) AuthorizationPolicies(ns string, labels map[string]string) AuthorizationPolicies {
 	var out AuthorizationPolicies
 	for _, c := range ps.authorization.byNamespace[ps.Mesh.RootNamespace] {
-		if selectorMatches(c.Spec.(*security.AuthorizationPolicy).Selector, labels) {
+		if policyAttaches(c, ns, labels) {
 			out.add(c)
 		}
 	}
@@ -310,7 +313,7 @@ func (ps *PushContext) AuthorizationPolicies(ns string, labels map[string]string
 		return out
 	}
 	for _, c := range ps.authorization.byNamespace[ns] {
-		if selectorMatches(c.Spec.(*security.AuthorizationPolicy).Selector, labels) {
+		if policyAttaches(c, ns, labels) {
 			out.add(c)
 		}
 	}
