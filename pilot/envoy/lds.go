@@ -7,7 +7,8 @@ package envoy
 //   - virtualOutbound (0.0.0.0:15001, use_original_dst, original_dst listener filter) receives all outbound
 //     traffic and hands each connection to the listener for its original destination: exact IP:port first,
 //     then 0.0.0.0:port. What none takes goes through its only chain, PassthroughFilterChain, to
-//     PassthroughCluster (ALLOW_ANY; REGISTRY_ONLY is not implemented). It never changes.
+//     PassthroughCluster (ALLOW_ANY), or to BlackHoleCluster under REGISTRY_ONLY (the Sidecar's outbound
+//     traffic policy, else the mesh config's). Sidecars with the same policy share it.
 //   - One listener per outbound destination (bind_to_port false, traffic_direction OUTBOUND), each its own
 //     xDS resource, so adding a service sends its new listener only (versions are content hashes):
 //     "VIP_PORT" (VIP:PORT) for a service with VIPs, on its first VIP with the others as

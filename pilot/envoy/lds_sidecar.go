@@ -34,8 +34,9 @@ type outboundListenerKey struct {
 	typ     xds.ProxyType
 }
 
-// virtualOutboundKey: virtualOutbound depends on nothing; every sidecar shares one.
-type virtualOutboundKey struct{}
+// virtualOutboundKey: virtualOutbound depends on the outbound traffic policy alone; sidecars with the same
+// policy share one.
+type virtualOutboundKey struct{ registryOnly bool }
 
 // inboundListenerKey: virtualInbound is built from what desc spells out (ports, modes, the policies' keys and
 // versions) alone; policies also key by index identity, so an edited policy rebuilds it even if a source
@@ -53,7 +54,9 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	if err != nil {
 		return nil, err
 	}
-	capture, err := l.g.cached(virtualOutboundKey{}, VirtualOutboundListener, func() proto.Message { return buildVirtualOutbound() })
+	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly}, VirtualOutboundListener, func() proto.Message {
+		return buildVirtualOutbound(scope.RegistryOnly)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +93,13 @@ var sniffedHTTP = []string{"http/1.0", "http/1.1", "h2c"}
 
 // buildVirtualOutbound builds the outbound capture listener, istiod's: iptables sends all outbound traffic
 // to 15001, use_original_dst hands each connection to the listener for its original destination (see
-// buildOutboundListeners), and what no listener takes goes to PassthroughCluster.
-func buildVirtualOutbound() *listener.Listener {
+// buildOutboundListeners), and what no listener takes goes to PassthroughCluster, or under REGISTRY_ONLY
+// to BlackHoleCluster (istiod's catch-all chain; the chain keeps one name so only its cluster changes).
+func buildVirtualOutbound(registryOnly bool) *listener.Listener {
+	catchAll := PassthroughCluster
+	if registryOnly {
+		catchAll = BlackHoleCluster
+	}
 	return &listener.Listener{
 		Name:             VirtualOutboundListener,
 		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
@@ -100,7 +108,7 @@ func buildVirtualOutbound() *listener.Listener {
 		ListenerFilters:  []*listener.ListenerFilter{ldsOriginalDst()},
 		FilterChains: []*listener.FilterChain{{
 			Name:    "PassthroughFilterChain",
-			Filters: []*listener.Filter{ldsTCPProxyFilter(PassthroughCluster, []tcpDest{{PassthroughCluster, 100}})},
+			Filters: []*listener.Filter{ldsTCPProxyFilter(catchAll, []tcpDest{{catchAll, 100}})},
 		}},
 	}
 }

@@ -4,7 +4,8 @@ package envoy
 //
 //   - Sidecars: one RouteConfiguration per HTTP service port number in the proxy's scope, named by the
 //     number ("9080"). It has a virtual host "HOSTNAME:PORT" per service in scope with an HTTP port PORT,
-//     then "allow_any" (domain "*") to PassthroughCluster. HTTP means HTTP, HTTP2 and GRPC
+//     then "allow_any" (domain "*") to PassthroughCluster, or under the outbound traffic policy
+//     REGISTRY_ONLY "block_all", which answers 502 (Scope.RegistryOnly). HTTP means HTTP, HTTP2 and GRPC
 //     (Protocol.IsHTTP). Unlike istiod, a port of unknown protocol is not sniffed: the listener generator
 //     proxies it as TCP, so it has no routes here either.
 //   - Gateways (rds_gateway.go): "http.PORT" for plain HTTP servers and
@@ -38,6 +39,10 @@ const FaultFilterName = "envoy.filters.http.fault"
 
 // AllowAnyVirtualHost is the name of the sidecar's catch-all virtual host (outbound traffic policy ALLOW_ANY).
 const AllowAnyVirtualHost = "allow_any"
+
+// BlockAllVirtualHost is the name of the sidecar's catch-all virtual host under REGISTRY_ONLY: it answers
+// every request itself with 502 (istiod's "block_all").
+const BlockAllVirtualHost = "block_all"
 
 type routeGenerator struct{ g *Generators }
 
@@ -230,7 +235,7 @@ func (b *routeBuilder) sidecarRouteConfig(name string) *route.RouteConfiguration
 	if !found {
 		return nil
 	}
-	return &route.RouteConfiguration{Name: name, VirtualHosts: append(vhosts, allowAnyVirtualHost()),
+	return &route.RouteConfiguration{Name: name, VirtualHosts: append(vhosts, catchAllVirtualHost(b.scope.RegistryOnly)),
 		ValidateClusters: wrapperspb.Bool(false)}
 }
 
@@ -244,7 +249,7 @@ func (b *routeBuilder) sidecarVHDSRouteConfig(name string) *route.RouteConfigura
 	}
 	return &route.RouteConfiguration{
 		Name:         name,
-		VirtualHosts: []*route.VirtualHost{allowAnyVirtualHost()},
+		VirtualHosts: []*route.VirtualHost{catchAllVirtualHost(b.scope.RegistryOnly)},
 		Vhds: &route.Vhds{ConfigSource: &core.ConfigSource{
 			ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
 			ResourceApiVersion:    core.ApiVersion_V3,
@@ -296,7 +301,21 @@ func (b *routeBuilder) sidecarVirtualHosts(port uint32) (vhosts []*route.Virtual
 	return vhosts, found
 }
 
-func allowAnyVirtualHost() *route.VirtualHost {
+// catchAllVirtualHost is the last virtual host of a sidecar's route configuration, for Host names no
+// service in scope answers to: passed through to the original destination, or under REGISTRY_ONLY refused.
+func catchAllVirtualHost(registryOnly bool) *route.VirtualHost {
+	if registryOnly {
+		return &route.VirtualHost{
+			Name:    BlockAllVirtualHost,
+			Domains: []string{"*"},
+			Routes: []*route.Route{{
+				Name:   BlockAllVirtualHost,
+				Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 502}},
+			}},
+			IncludeRequestAttemptCount: true,
+		}
+	}
 	return &route.VirtualHost{
 		Name:    AllowAnyVirtualHost,
 		Domains: []string{"*"},

@@ -8,6 +8,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -19,6 +20,9 @@ type Scope struct {
 	Sidecar   *config.Config // nil when none applies
 	Services  []*model.Service
 	byHost    map[string]*model.Service
+	// RegistryOnly is set when traffic to destinations outside Services must be refused (the outbound
+	// traffic policy is REGISTRY_ONLY, or names an egress proxy Sextant cannot send to).
+	RegistryOnly bool
 	// routePorts are the HTTP port numbers of Services, sorted; routePortsByName the same sorted as
 	// route configuration names ("10000" before "9080"). Every sidecar push reads them.
 	routePorts, routePortsByName []uint32
@@ -37,7 +41,7 @@ type scopeID struct {
 // scopeFor returns the proxy's scope. Proxies in one namespace under the same Sidecar share it.
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
-	id, inputs := scopeID{proxy.Namespace, sidecar}, [2]any{push.ServicesID(), push.SidecarsID()}
+	id, inputs := scopeID{proxy.Namespace, sidecar}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
 	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) { return buildScope(push, proxy.Namespace, sidecar), nil })
 	return s
 }
@@ -45,7 +49,13 @@ func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope 
 func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Scope {
 	var egress []egressHost
 	if sidecar != nil {
-		for _, eg := range sidecar.Spec.(*networking.Sidecar).Egress {
+		egressListeners := sidecar.Spec.(*networking.Sidecar).Egress
+		if len(egressListeners) == 0 {
+			// istiod's default: a Sidecar without egress (one that only sets an outbound traffic policy, say)
+			// sees every service, as if there were none.
+			egressListeners = []*networking.IstioEgressListener{{Hosts: []string{"*/*"}}}
+		}
+		for _, eg := range egressListeners {
 			for _, h := range eg.Hosts {
 				hostNS, host, _ := strings.Cut(h, "/")
 				if hostNS == "." {
@@ -55,7 +65,7 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Sco
 			}
 		}
 	}
-	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}}
+	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}, RegistryOnly: registryOnly(push.Mesh, sidecar)}
 	for _, svc := range push.AllServices() {
 		if _, seen := s.byHost[svc.Hostname]; seen {
 			continue
@@ -76,6 +86,18 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Sco
 		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
 	})
 	return s
+}
+
+// registryOnly is the outbound traffic policy of a proxy under sidecar (nil: none): its Sidecar's, else the
+// mesh's. An egress proxy is not implemented; refusing what it would have carried keeps the lock-down it is
+// usually there for, where passing it through directly would bypass it.
+func registryOnly(m *mesh.Config, sidecar *config.Config) bool {
+	if sidecar != nil {
+		if otp := sidecar.Spec.(*networking.Sidecar).GetOutboundTrafficPolicy(); otp != nil {
+			return otp.GetMode() == networking.OutboundTrafficPolicy_REGISTRY_ONLY || otp.GetEgressProxy() != nil
+		}
+	}
+	return m.OutboundTrafficPolicy.Mode == mesh.RegistryOnly
 }
 
 type egressHost struct{ namespace, host string }
