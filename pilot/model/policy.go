@@ -264,19 +264,26 @@ func logWarnings(c *config.Config) {
 	}
 }
 
-// policyAttaches is istiod's WorkloadPolicyMatcher.ShouldAttachPolicy for an AuthorizationPolicy and a
-// proxy that is not a waypoint (Sextant serves none) in namespace ns. A policy with targetRefs attaches only
-// to the pods of a Gateway API Gateway it names (their gateway-name label), in the policy's own namespace:
+// targetablePolicy is a policy kind that selects workloads by selector or binds to targets by targetRefs
+// (AuthorizationPolicy; RequestAuthentication has the same fields).
+type targetablePolicy interface {
+	GetSelector() *typev1beta1.WorkloadSelector
+	GetTargetRef() *typev1beta1.PolicyTargetReference
+	GetTargetRefs() []*typev1beta1.PolicyTargetReference
+}
+
+// policyAttaches is istiod's WorkloadPolicyMatcher.ShouldAttachPolicy for a policy of namespace policyNS
+// and a proxy in ns that is not a waypoint (Sextant serves none). A policy with targetRefs attaches only to
+// the pods of a Gateway API Gateway it names (their gateway-name label), in the policy's own namespace:
 // never to a sidecar, so a policy written for a gateway or a waypoint cannot deny a namespace's ordinary
 // traffic. A policy without targetRefs attaches by selector, to gateways too (istiod's default).
-func policyAttaches(c *config.Config, ns string, labels map[string]string) bool {
-	ap := c.Spec.(*security.AuthorizationPolicy)
-	refs := config.TargetRefs(ap.GetTargetRef(), ap.GetTargetRefs())
+func policyAttaches(policyNS string, p targetablePolicy, ns string, labels map[string]string) bool {
+	refs := config.TargetRefs(p.GetTargetRef(), p.GetTargetRefs())
 	if len(refs) == 0 {
-		return selectorMatches(ap.Selector, labels)
+		return selectorMatches(p.GetSelector(), labels)
 	}
 	gateway, isGateway := labels[config.GatewayNameLabel]
-	if !isGateway || c.Namespace != ns {
+	if !isGateway || policyNS != ns {
 		return false
 	}
 	for _, r := range refs {

@@ -305,7 +305,7 @@ func (ps *PushContext) Sidecar(ns string, labels map[string]string) *config.Conf
 func (ps *PushContext) AuthorizationPolicies(ns string, labels map[string]string) AuthorizationPolicies {
 	var out AuthorizationPolicies
 	for _, c := range ps.authorization.byNamespace[ps.Mesh.RootNamespace] {
-		if policyAttaches(c, ns, labels) {
+		if policyAttaches(c.Namespace, c.Spec.(*security.AuthorizationPolicy), ns, labels) {
 			out.add(c)
 		}
 	}
@@ -313,7 +313,7 @@ func (ps *PushContext) AuthorizationPolicies(ns string, labels map[string]string
 		return out
 	}
 	for _, c := range ps.authorization.byNamespace[ns] {
-		if policyAttaches(c, ns, labels) {
+		if policyAttaches(c.Namespace, c.Spec.(*security.AuthorizationPolicy), ns, labels) {
 			out.add(c)
 		}
 	}
