@@ -41,7 +41,7 @@ package envoy
 //     client certificate. Replicas of one workload (same ports, modes and policies) share the listener.
 //   - AuthorizationPolicy becomes RBAC filters on every inbound chain (rbac.go): HTTP chains get
 //     envoy.filters.http.rbac, TCP and passthrough chains envoy.filters.network.rbac with the part L4 can
-//     check. AUDIT and CUSTOM policies are not enforced (no audit sink, no ext_authz); JWT
+//     check; AUDIT policies a LOG filter ahead of them. CUSTOM policies are not enforced (no ext_authz); JWT
 //     (RequestAuthentication) is not implemented, so request.auth.* conditions never match. What could not
 //     be translated is logged at debug level.
 //

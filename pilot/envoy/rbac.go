@@ -6,10 +6,11 @@ package envoy
 //     one per `from` (all of a from's fields ANDed, the values of one field ORed, not-values negated), its
 //     permissions one per `to`; `when` conditions are ANDed into every principal (source keys, headers,
 //     request.auth.*) or every permission (destination keys, SNI). No from (or no to) matches anything.
-//   - DENY policies make a DENY filter, ALLOW policies an ALLOW filter, DENY first. An ALLOW filter is
+//   - AUDIT policies make a LOG filter (Envoy marks what matches for the access log, denies nothing), DENY
+//     policies a DENY filter, ALLOW policies an ALLOW filter, in that order (istiod's). An ALLOW filter is
 //     emitted whenever an ALLOW policy applies, even one without rules: such a policy allows nothing.
-//   - AUDIT and CUSTOM policies are not enforced (no audit sink, no ext_authz provider): they are reported
-//     in the notes and skipped.
+//     AUDIT rules are translated as DENY rules are: what cannot be expressed is dropped, so they log more.
+//   - CUSTOM policies are not enforced: they are reported in the notes and skipped.
 //   - TCP filters keep only what L4 can check. A value that cannot be expressed (an HTTP-only field such as
 //     methods, paths, hosts, requestPrincipals, request.headers, or an invalid value) makes an ALLOW rule
 //     drop out entirely (it allows nothing), and is dropped alone from a DENY rule (which then denies more).
@@ -58,12 +59,12 @@ var (
 	errUnsupported = errors.New("not supported")
 )
 
-// buildHTTPRBAC returns the RBAC HTTP filters for the policies (DENY before ALLOW; none when no ALLOW or
-// DENY policy applies) and notes on what could not be translated.
+// buildHTTPRBAC returns the RBAC HTTP filters for the policies (AUDIT, DENY, ALLOW; none when no such
+// policy applies) and notes on what could not be translated.
 func buildHTTPRBAC(policies model.AuthorizationPolicies, trustDomain string) ([]*hcm.HttpFilter, []string) {
-	deny, allow, notes := buildRBACRules(policies, trustDomain, false)
+	rules, notes := buildRBACRules(policies, trustDomain, false)
 	var out []*hcm.HttpFilter
-	for _, r := range []*rbacpb.RBAC{deny, allow} {
+	for _, r := range rules {
 		if r != nil {
 			out = append(out, ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{Rules: r}))
 		}
@@ -73,9 +74,9 @@ func buildHTTPRBAC(policies model.AuthorizationPolicies, trustDomain string) ([]
 
 // buildTCPRBAC returns the RBAC network filters for the policies, with only what L4 can check.
 func buildTCPRBAC(policies model.AuthorizationPolicies, trustDomain string) ([]*listener.Filter, []string) {
-	deny, allow, notes := buildRBACRules(policies, trustDomain, true)
+	rules, notes := buildRBACRules(policies, trustDomain, true)
 	var out []*listener.Filter
-	for _, r := range []*rbacpb.RBAC{deny, allow} {
+	for _, r := range rules {
 		if r != nil {
 			out = append(out, ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: r, StatPrefix: "tcp."}))
 		}
@@ -83,24 +84,27 @@ func buildTCPRBAC(policies model.AuthorizationPolicies, trustDomain string) ([]*
 	return out, notes
 }
 
-// buildRBACRules translates the ALLOW and DENY policies; nil means no filter for that action.
-func buildRBACRules(policies model.AuthorizationPolicies, trustDomain string, forTCP bool) (deny, allow *rbacpb.RBAC, notes []string) {
+// buildRBACRules translates the AUDIT, DENY and ALLOW policies into one rule set each, in filter order. An
+// AUDIT or DENY set without a translated rule is left out: it would match nothing.
+func buildRBACRules(policies model.AuthorizationPolicies, trustDomain string, forTCP bool) (rules []*rbacpb.RBAC, notes []string) {
 	b := &rbacBuilder{trustDomain: trustDomain, forTCP: forTCP}
-	for _, c := range policies.Audit {
-		b.notef("AUDIT policy %s skipped: auditing is not supported", c.Key.NamespacedName())
-	}
 	for _, c := range policies.Custom {
 		b.notef("CUSTOM policy %s skipped: external authorization is not supported", c.Key.NamespacedName())
 	}
-	if len(policies.Deny) > 0 {
-		if p := b.policies(policies.Deny, rbacpb.RBAC_DENY); len(p) > 0 {
-			deny = &rbacpb.RBAC{Action: rbacpb.RBAC_DENY, Policies: p}
+	for _, a := range []struct {
+		cfgs   []*config.Config
+		action rbacpb.RBAC_Action
+	}{{policies.Audit, rbacpb.RBAC_LOG}, {policies.Deny, rbacpb.RBAC_DENY}} {
+		if len(a.cfgs) > 0 {
+			if p := b.policies(a.cfgs, a.action); len(p) > 0 {
+				rules = append(rules, &rbacpb.RBAC{Action: a.action, Policies: p})
+			}
 		}
 	}
 	if len(policies.Allow) > 0 {
-		allow = &rbacpb.RBAC{Action: rbacpb.RBAC_ALLOW, Policies: b.policies(policies.Allow, rbacpb.RBAC_ALLOW)}
+		rules = append(rules, &rbacpb.RBAC{Action: rbacpb.RBAC_ALLOW, Policies: b.policies(policies.Allow, rbacpb.RBAC_ALLOW)})
 	}
-	return deny, allow, b.notes
+	return rules, b.notes
 }
 
 type rbacBuilder struct {

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -102,10 +103,13 @@ type req struct {
 }
 
 // allowed evaluates the filters in order as Envoy does: a DENY filter denies what matches one of its
-// policies, an ALLOW filter denies what matches none.
+// policies, an ALLOW filter denies what matches none, a LOG filter denies nothing.
 func allowed(t *testing.T, filters []*rbacpb.RBAC, r req) bool {
 	t.Helper()
 	for _, f := range filters {
+		if f.Action == rbacpb.RBAC_LOG {
+			continue
+		}
 		matched := false
 		for _, p := range f.Policies {
 			if slices.ContainsFunc(p.Permissions, func(x *rbacpb.Permission) bool { return permits(t, x, r) }) &&
@@ -409,7 +413,9 @@ spec:
 
 func first[A, B any](a A, _ B) A { return a }
 
-func TestRBACAuditCustomSkipped(t *testing.T) {
+// AUDIT policies become a LOG filter ahead of DENY and ALLOW (istiod's order): it marks what its rules
+// match for the access log and denies nothing.
+func TestRBACAuditLogs(t *testing.T) {
 	p := rbacPolicies(t, `
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -418,6 +424,43 @@ spec:
   action: AUDIT
   rules: [{to: [{operation: {paths: [/x]}}]}]
 ---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny}
+spec:
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin]}}]}]
+`)
+	for _, tc := range []struct {
+		name  string
+		rules func(*testing.T, model.AuthorizationPolicies, string) ([]*rbacpb.RBAC, []string)
+	}{{"http", httpRules}, {"tcp", tcpRules}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules, _ := tc.rules(t, p, "cluster.local")
+			if len(rules) != 2 || rules[0].Action != rbacpb.RBAC_LOG || rules[1].Action != rbacpb.RBAC_DENY {
+				t.Fatalf("rules %v, want LOG then DENY", rules)
+			}
+			if names := slices.Sorted(maps.Keys(rules[0].Policies)); !slices.Equal(names, []string{"ns[shop]-policy[audit]-rule[0]"}) {
+				t.Errorf("LOG policies %v", names)
+			}
+		})
+	}
+	rules, _ := httpRules(t, p, "cluster.local")
+	if len(rules) != 2 {
+		t.Fatalf("%d HTTP rule sets", len(rules))
+	}
+	if !allowed(t, rules, req{path: "/x"}) || allowed(t, rules, req{path: "/admin"}) {
+		t.Error("the LOG filter changed what is allowed")
+	}
+	// The audited path is what the LOG rule matches; on TCP the path is dropped, so it logs every connection.
+	if !permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{path: "/x"}) ||
+		permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{path: "/y"}) {
+		t.Error("the LOG rule does not match exactly /x")
+	}
+}
+
+func TestRBACCustomSkipped(t *testing.T) {
+	p := rbacPolicies(t, `
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: ext}
@@ -430,10 +473,7 @@ spec:
 	if len(filters) != 0 {
 		t.Errorf("filters %v", filters)
 	}
-	want := []string{
-		"http: AUDIT policy shop/audit skipped: auditing is not supported",
-		"http: CUSTOM policy shop/ext skipped: external authorization is not supported",
-	}
+	want := []string{"http: CUSTOM policy shop/ext skipped: external authorization is not supported"}
 	if !slices.Equal(notes, want) {
 		t.Errorf("notes %v", notes)
 	}
