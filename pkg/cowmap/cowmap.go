@@ -263,7 +263,8 @@ func rebuild[V any](base *Map[V], pending map[string]change[V], n int) []*shard[
 		}
 	}
 	shards := make([]*shard[V], n)
-	// One backing array for every shard: a fresh map is one allocation, not one per shard.
+	// One backing array for every shard: a fresh map is one allocation, not one per shard. The array lives
+	// until the last of its shards is replaced, so a map can hold up to twice its entries' memory.
 	total := 0
 	for _, c := range counts {
 		total += c
