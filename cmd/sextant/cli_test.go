@@ -201,3 +201,19 @@ func TestProxyStatusFoldsVHDSIntoRDS(t *testing.T) {
 		}
 	}
 }
+
+// validate accepts the durations istiod and the CRD schema accept ("5m", "24h", "500ms"), as the server does.
+func TestValidateGoDurations(t *testing.T) {
+	dir := t.TempDir()
+	doc := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n  hosts: [r]\n" +
+		"  http:\n  - timeout: 5m\n    retries: {attempts: 2, perTryTimeout: 500ms}\n    route:\n    - destination: {host: r}\n" +
+		"---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: r\n" +
+		"  trafficPolicy: {connectionPool: {tcp: {idleTimeout: 24h}}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "validate", "-f", dir)
+	if err != nil || !strings.Contains(out, "2 objects accepted, 0 documents rejected") {
+		t.Errorf("validate: %v\n%s", err, out)
+	}
+}

@@ -210,8 +210,9 @@ func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config
 		}
 		msg := NewIstioSpec(info.Kind)
 		if len(d.Spec) > 0 && string(d.Spec) != "null" {
-			if err := protojson.Unmarshal(d.Spec, msg); err != nil {
-				field, m := protoErrorFieldAndMessage(err, d.Spec)
+			js := normalizeDurations(d.Spec, msg.ProtoReflect().Descriptor())
+			if err := protojson.Unmarshal(js, msg); err != nil {
+				field, m := protoErrorFieldAndMessage(err, js)
 				return nil, fail(&env, "spec"+field, "%s", m)
 			}
 		}

@@ -992,3 +992,74 @@ func TestBookinfoExample(t *testing.T) {
 		}
 	}
 }
+
+// Istio reads a Duration with time.ParseDuration (golang/protobuf's jsonpb), and the CRD schema's duration()
+// agrees, so "1m" or "500ms" must load from a file as they do from a cluster; protojson alone takes only "Ns".
+func TestParseGoDurations(t *testing.T) {
+	doc := `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews
+  trafficPolicy:
+    connectionPool:
+      tcp: {connectTimeout: 500ms, idleTimeout: 24h}
+      http: {idleTimeout: 1h30m}
+    outlierDetection: {interval: 1m, baseEjectionTime: 5m}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      outlierDetection: {interval: 1.5s}
+`
+	c, err := config.Parse([]byte(doc), "dr.yaml", 0, "default")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	tp := c.Spec.(*networking.DestinationRule).TrafficPolicy
+	for name, got := range map[string]string{
+		"connectTimeout":   tp.ConnectionPool.Tcp.ConnectTimeout.AsDuration().String(),
+		"tcp.idleTimeout":  tp.ConnectionPool.Tcp.IdleTimeout.AsDuration().String(),
+		"http.idleTimeout": tp.ConnectionPool.Http.IdleTimeout.AsDuration().String(),
+		"interval":         tp.OutlierDetection.Interval.AsDuration().String(),
+		"baseEjectionTime": tp.OutlierDetection.BaseEjectionTime.AsDuration().String(),
+		"subset interval":  c.Spec.(*networking.DestinationRule).Subsets[0].TrafficPolicy.OutlierDetection.Interval.AsDuration().String(),
+	} {
+		want := map[string]string{"connectTimeout": "500ms", "tcp.idleTimeout": "24h0m0s", "http.idleTimeout": "1h30m0s",
+			"interval": "1m0s", "baseEjectionTime": "5m0s", "subset interval": "1.5s"}[name]
+		if got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+	}
+
+	// A VirtualService's durations sit in lists (http[].timeout, retries.perTryTimeout, fault delays).
+	vs := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: shop}
+spec:
+  hosts: [reviews]
+  http:
+  - timeout: 2m
+    retries: {attempts: 4, perTryTimeout: 500ms}
+    fault: {delay: {fixedDelay: 100ms, percentage: {value: 10}}}
+    route:
+    - destination: {host: reviews}
+`
+	c, err = config.Parse([]byte(vs), "vs.yaml", 0, "default")
+	if err != nil {
+		t.Fatalf("Parse VirtualService: %v", err)
+	}
+	r := c.Spec.(*networking.VirtualService).Http[0]
+	if r.Timeout.AsDuration().String() != "2m0s" || r.Retries.PerTryTimeout.AsDuration().String() != "500ms" ||
+		r.Fault.Delay.GetFixedDelay().AsDuration().String() != "100ms" {
+		t.Errorf("VirtualService durations = %v %v %v", r.Timeout, r.Retries.PerTryTimeout, r.Fault.Delay.GetFixedDelay())
+	}
+
+	// What ParseDuration refuses is still refused, at its field.
+	bad := strings.Replace(vs, "perTryTimeout: 500ms", "perTryTimeout: 5 minutes", 1)
+	_, err = config.Parse([]byte(bad), "vs.yaml", 0, "default")
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.Field != "spec.http[0].retries.perTryTimeout" {
+		t.Errorf("bad duration: %v", err)
+	}
+}

@@ -817,3 +817,27 @@ func TestRewriteKeepsUnchangedDocuments(t *testing.T) {
 		t.Error("after the rewrite with a duplicate: cart replaced or pay gone")
 	}
 }
+
+// Durations in Go's form ("1m", "500ms"), which istiod and the CRD schema accept, load from files too.
+func TestGoDurationsLoad(t *testing.T) {
+	f := newFixture(t)
+	write(t, f.dir, "dr.yaml", `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews
+  trafficPolicy:
+    outlierDetection: {consecutive5xxErrors: 3, interval: 1m, baseEjectionTime: 1h}
+`)
+	f.load(t)
+	if errs := f.src.Errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	c := f.store.Get(config.Key{Kind: config.DestinationRule, Namespace: "shop", Name: "reviews"})
+	if c == nil {
+		t.Fatal("DestinationRule not loaded")
+	}
+	if got := c.Spec.(*networking.DestinationRule).TrafficPolicy.OutlierDetection.BaseEjectionTime.AsDuration(); got != time.Hour {
+		t.Errorf("baseEjectionTime = %v, want 1h", got)
+	}
+}
