@@ -63,6 +63,11 @@ package envoy
 //   - The first server on an address decides between HTTP, TLS and TCP; servers of another kind there are
 //     ignored (istiod's conflict rule), and an SNI name already matched by an earlier chain is left out. An
 //     address left without chains has no listener (Envoy refuses one).
+//   - The AuthorizationPolicies applying to the proxy (by selector on its labels, or targetRefs to the
+//     Gateway API Gateway of its gateway-name label) become the same RBAC filters as on a sidecar's inbound
+//     chains: every connection manager gets the HTTP ones, every TCP chain (plain, terminated or passthrough
+//     TLS) the network ones. The connection managers use the remote address, so remoteIpBlocks (remote_ip)
+//     match the downstream client as the gateway sees it, ipBlocks (direct_remote_ip) the peer.
 //
 // Proxyless gRPC clients get API listeners "HOST:PORT" (no address): every HTTP/gRPC service port in scope
 // for a wildcard subscription, and the names asked for, where HOST may also be a short name ("svc",

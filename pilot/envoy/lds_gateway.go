@@ -2,12 +2,14 @@ package envoy
 
 import (
 	"cmp"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
@@ -20,11 +22,13 @@ import (
 )
 
 // gatewayListenerKey: a gateway listener depends on the snapshot, the Gateways selecting the proxy and the
-// VirtualServices bound to them (both in the snapshot).
+// VirtualServices bound to them (both in the snapshot), and the AuthorizationPolicies applying to the
+// proxy's labels, which two proxies of the same Gateways need not share.
 type gatewayListenerKey struct {
 	version  uint64
 	gateways string
 	addr     gatewayAddr
+	policies string
 }
 
 // gatewayAddr is where a gateway listener listens: the servers' bind address (0.0.0.0 when unset) and port.
@@ -41,6 +45,22 @@ type gatewayServer struct {
 
 func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
 	gws := push.Gateways(proxy.Labels)
+	if len(gws) == 0 {
+		return nil, nil
+	}
+	// Policies select a gateway's pods as they select a sidecar's (selector, or targetRefs to the Gateway
+	// API Gateway named by the pods' gateway-name label); their filters go on every chain.
+	policies := push.AuthorizationPolicies(proxy.Namespace, proxy.Labels)
+	authz := gatewayAuthz{}
+	if !policies.Empty() {
+		var notes, tcpNotes []string
+		authz.http, notes = buildHTTPRBAC(policies, push.Mesh.TrustDomain)
+		authz.tcp, tcpNotes = buildTCPRBAC(policies, push.Mesh.TrustDomain)
+		for _, n := range append(notes, tcpNotes...) {
+			slog.Debug("authorization policy translated with a change", "namespace", proxy.Namespace, "proxy", proxy.ID, "note", n)
+		}
+	}
+	policyKey := describePolicies(policies)
 	var names []string
 	byAddr := map[gatewayAddr][]gatewayServer{}
 	for _, gw := range gws {
@@ -67,11 +87,11 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 	})
 	var out xds.Resources
 	for _, a := range addrs {
-		lis := buildGatewayListener(push, a, byAddr[a])
+		lis := buildGatewayListener(push, a, byAddr[a], authz)
 		if lis == nil {
 			continue // no server yields a chain: Envoy refuses a listener without one
 		}
-		r, err := l.g.cached(gatewayListenerKey{push.Version, set, a}, lis.Name, func() proto.Message { return lis })
+		r, err := l.g.cached(gatewayListenerKey{push.Version, set, a, policyKey}, lis.Name, func() proto.Message { return lis })
 		if err != nil {
 			return nil, err
 		}
@@ -98,9 +118,25 @@ func classOf(s *networking.Server) gatewayPortClass {
 	return gatewayTCP
 }
 
+// gatewayAuthz holds the RBAC filters of the policies applying to a gateway proxy. As in istiod, every chain
+// carries them: connection managers ahead of the router, TCP chains (plain, terminated or passthrough TLS)
+// ahead of tcp_proxy.
+type gatewayAuthz struct {
+	http []*hcm.HttpFilter
+	tcp  []*listener.Filter
+}
+
+func (a gatewayAuthz) httpFilters() []*hcm.HttpFilter {
+	return append(slices.Clone(a.http), ldsEnvoyHTTPFilters()...)
+}
+
+func (a gatewayAuthz) tcpFilters(proxy *listener.Filter) []*listener.Filter {
+	return append(slices.Clone(a.tcp), proxy)
+}
+
 // buildGatewayListener builds the listener BIND_PORT (0.0.0.0_PORT) for the servers on addr, nil when none
 // yields a chain. The first server's class (HTTP, TLS, TCP) decides; servers of another class are ignored.
-func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer) *listener.Listener {
+func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz) *listener.Listener {
 	port := addr.port
 	name := addr.bind + "_" + ldsPortName(port)
 	statPrefix := "outbound_" + name
@@ -134,7 +170,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 		switch class {
 		case gatewayHTTP:
 			if len(chains) == 0 {
-				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), ldsEnvoyHTTPFilters())
+				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
 				hc.UseRemoteAddress = wrapperspb.Bool(true)
 				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}})
 			}
@@ -143,7 +179,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 				if _, ok := claim(nil); !ok {
 					continue
 				}
-				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsTCPProxyFilter(dests[0].name, dests)}})
+				chains = append(chains, &listener.FilterChain{Name: name, Filters: authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))})
 			}
 		case gatewayTLS:
 			mode := s.GetTls().GetMode()
@@ -162,7 +198,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 						chains = append(chains, &listener.FilterChain{
 							Name:             name + "/" + strings.Join(r.sni, ","),
 							FilterChainMatch: &listener.FilterChainMatch{ServerNames: r.sni},
-							Filters:          []*listener.Filter{ldsTCPProxyFilter(r.dests[0].name, r.dests)},
+							Filters:          authz.tcpFilters(ldsTCPProxyFilter(r.dests[0].name, r.dests)),
 						})
 					}
 				}
@@ -175,11 +211,11 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 				isHTTPS := model.ParseProtocol(s.Port.Protocol) == model.ProtocolHTTPS
 				var filters []*listener.Filter
 				if isHTTPS {
-					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), ldsEnvoyHTTPFilters())
+					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
 					hc.UseRemoteAddress = wrapperspb.Bool(true)
 					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
 				} else if dests := gatewayTCPDestinations(push, gs, gwName, port); len(dests) > 0 {
-					filters = []*listener.Filter{ldsTCPProxyFilter(dests[0].name, dests)}
+					filters = authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))
 				} else {
 					continue
 				}

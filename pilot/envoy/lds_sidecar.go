@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
-	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
@@ -756,12 +755,7 @@ func (in inboundInputs) describe(ns string) string {
 	for _, p := range in.ports {
 		fmt.Fprintf(&b, "%d/%s/%s,", p.port, p.protocol, in.mtls.ModeForPort(p.port))
 	}
-	for _, group := range [][]*config.Config{in.policies.Allow, in.policies.Deny, in.policies.Audit, in.policies.Custom} {
-		b.WriteString("|")
-		for _, c := range group {
-			b.WriteString(c.Key.String() + "@" + c.ResourceVersion + ",")
-		}
-	}
+	b.WriteString(describePolicies(in.policies))
 	return b.String()
 }
 

@@ -107,6 +107,19 @@ func buildRBACRules(policies model.AuthorizationPolicies, trustDomain string, fo
 	return rules, b.notes
 }
 
+// describePolicies spells out which policies (and which versions) apply, per action: a cache key for what
+// is built from them.
+func describePolicies(p model.AuthorizationPolicies) string {
+	var b strings.Builder
+	for _, group := range [][]*config.Config{p.Allow, p.Deny, p.Audit, p.Custom} {
+		b.WriteString("|")
+		for _, c := range group {
+			b.WriteString(c.Key.String() + "@" + c.ResourceVersion + ",")
+		}
+	}
+	return b.String()
+}
+
 type rbacBuilder struct {
 	trustDomain string
 	forTCP      bool
