@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -336,39 +337,78 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	policy := effectivePolicy(k.dr, k.subset, k.port.Port)
 	if k.flavor == flavorGRPC {
 		// Proxyless gRPC: EDS from ADS, plain round robin; it understands few of Envoy's knobs.
-		applyLoadBalancer(c, policy.GetLoadBalancer())
+		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC)
 		return c
 	}
-	applyLoadBalancer(c, policy.GetLoadBalancer())
 	applyConnectionPool(c, policy.GetConnectionPool(), k.port)
 	applyOutlierDetection(c, policy.GetOutlierDetection())
+	applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
 	applyTLS(c, policy.GetTls(), k.svc, push.Mesh.TrustDomain)
 	return c
 }
 
-// applyLoadBalancer sets the cluster's LB policy. Consistent hashing also needs a hash policy on the
-// route, which RDS adds.
-func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings) {
+// maxThresholds are istiod's circuit-breaker defaults: every limit at the maximum, since Envoy's own
+// (1024 connections / pending / requests, 3 retries) trip during endpoint churn before the next EDS push
+// arrives. A connection pool lowers only the limits it sets.
+func maxThresholds() *cluster.CircuitBreakers_Thresholds {
+	return &cluster.CircuitBreakers_Thresholds{
+		MaxConnections:     wrapperspb.UInt32(math.MaxUint32),
+		MaxPendingRequests: wrapperspb.UInt32(math.MaxUint32),
+		MaxRequests:        wrapperspb.UInt32(math.MaxUint32),
+		MaxRetries:         wrapperspb.UInt32(math.MaxUint32),
+		TrackRemaining:     true,
+	}
+}
+
+// applyLoadBalancer sets the cluster's LB policy; Envoy clusters default to LEAST_REQUEST and have the
+// healthy-panic threshold off unless outlier detection set it, as istiod: with few pods per service,
+// Envoy's 50 % panic mode would send traffic to unhealthy hosts. Consistent hashing also needs a hash
+// policy on the route, which RDS adds.
+func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, f flavor) {
+	if f == flavorEnvoy {
+		if c.CommonLbConfig == nil {
+			c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{}
+		}
+		if c.CommonLbConfig.HealthyPanicThreshold == nil {
+			c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: 0}
+		}
+		if localityWeighted(lb.GetLocalityLbSetting(), c.OutlierDetection != nil) {
+			c.CommonLbConfig.LocalityConfigSpecifier = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+				LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}
+		}
+	}
 	if c.GetType() == cluster.Cluster_ORIGINAL_DST {
 		return
 	}
-	if lb == nil {
-		return // ROUND_ROBIN is Envoy's default
-	}
 	switch lb.GetSimple() {
-	case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
-		c.LbPolicy = cluster.Cluster_LEAST_REQUEST
 	case networking.LoadBalancerSettings_RANDOM:
 		c.LbPolicy = cluster.Cluster_RANDOM
+	case networking.LoadBalancerSettings_ROUND_ROBIN:
+		c.LbPolicy = cluster.Cluster_ROUND_ROBIN
+		if sl := slowStart(lb); sl != nil && f == flavorEnvoy {
+			c.LbConfig = &cluster.Cluster_RoundRobinLbConfig_{RoundRobinLbConfig: &cluster.Cluster_RoundRobinLbConfig{SlowStartConfig: sl}}
+		}
 	case networking.LoadBalancerSettings_PASSTHROUGH:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
 		c.EdsClusterConfig = nil
 		c.LoadAssignment = nil
+		return
+	default: // LEAST_REQUEST, LEAST_CONN, unset
+		if f == flavorEnvoy || lb.GetSimple() != networking.LoadBalancerSettings_UNSPECIFIED {
+			c.LbPolicy = cluster.Cluster_LEAST_REQUEST
+		}
+		if sl := slowStart(lb); sl != nil && f == flavorEnvoy {
+			c.LbConfig = &cluster.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &cluster.Cluster_LeastRequestLbConfig{SlowStartConfig: sl}}
+		}
 	}
 	if ch := lb.GetConsistentHash(); ch != nil {
-		if ch.GetMaglev() != nil {
+		c.LbConfig = nil
+		if mg := ch.GetMaglev(); mg != nil {
 			c.LbPolicy = cluster.Cluster_MAGLEV
+			if mg.TableSize != 0 {
+				c.LbConfig = &cluster.Cluster_MaglevLbConfig_{MaglevLbConfig: &cluster.Cluster_MaglevLbConfig{TableSize: wrapperspb.UInt64(mg.TableSize)}}
+			}
 		} else {
 			c.LbPolicy = cluster.Cluster_RING_HASH
 			size := ch.GetRingHash().GetMinimumRingSize()
@@ -382,15 +422,47 @@ func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings) 
 	}
 }
 
+// localityWeighted reports whether a cluster weights localities, as istiod decides: for a distribute
+// setting, or for explicit failover when outlier detection can mark a locality unhealthy. Elsewhere it
+// would override the LB policy's own choice between hosts.
+func localityWeighted(s *networking.LocalityLoadBalancerSetting, outlier bool) bool {
+	if s == nil || (s.Enabled != nil && !s.Enabled.GetValue()) {
+		return false
+	}
+	return len(s.Distribute) > 0 || outlier && (len(s.Failover) > 0 || len(s.FailoverPriority) > 0)
+}
+
+// slowStart is the warmup of lb (or its older warmupDurationSecs) as Envoy's slow start, with istiod's
+// defaults: linear ramp (aggression 1) from 10 % of the weight.
+func slowStart(lb *networking.LoadBalancerSettings) *cluster.Cluster_SlowStartConfig {
+	if w := lb.GetWarmup(); w != nil {
+		aggression, minPercent := 1.0, 10.0
+		if w.Aggression != nil {
+			aggression = w.Aggression.GetValue()
+		}
+		if w.MinimumPercent != nil {
+			minPercent = w.MinimumPercent.GetValue()
+		}
+		return &cluster.Cluster_SlowStartConfig{SlowStartWindow: w.Duration,
+			Aggression:       &core.RuntimeDouble{DefaultValue: aggression, RuntimeKey: "upstream.slow_start_aggression"},
+			MinWeightPercent: &typev3.Percent{Value: minPercent}}
+	}
+	if d := lb.GetWarmupDurationSecs(); d != nil {
+		return &cluster.Cluster_SlowStartConfig{SlowStartWindow: d}
+	}
+	return nil
+}
+
+// applyConnectionPool sets the circuit breakers (at the maximum where cp says nothing) and what cp sets.
 func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettings, port *model.Port) {
+	th := maxThresholds()
+	c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{th}}
 	if cp == nil {
 		return
 	}
-	th := &cluster.CircuitBreakers_Thresholds{}
-	set := false
 	if tcp := cp.GetTcp(); tcp != nil {
 		if tcp.MaxConnections > 0 {
-			th.MaxConnections, set = wrapperspb.UInt32(uint32(tcp.MaxConnections)), true
+			th.MaxConnections = wrapperspb.UInt32(uint32(tcp.MaxConnections))
 		}
 		if tcp.ConnectTimeout != nil {
 			c.ConnectTimeout = durationpb.New(tcp.ConnectTimeout.AsDuration())
@@ -406,13 +478,13 @@ func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettin
 	var httpOpts *core.HttpProtocolOptions
 	if h := cp.GetHttp(); h != nil {
 		if h.Http1MaxPendingRequests > 0 {
-			th.MaxPendingRequests, set = wrapperspb.UInt32(uint32(h.Http1MaxPendingRequests)), true
+			th.MaxPendingRequests = wrapperspb.UInt32(uint32(h.Http1MaxPendingRequests))
 		}
 		if h.Http2MaxRequests > 0 {
-			th.MaxRequests, set = wrapperspb.UInt32(uint32(h.Http2MaxRequests)), true
+			th.MaxRequests = wrapperspb.UInt32(uint32(h.Http2MaxRequests))
 		}
 		if h.MaxRetries > 0 {
-			th.MaxRetries, set = wrapperspb.UInt32(uint32(h.MaxRetries)), true
+			th.MaxRetries = wrapperspb.UInt32(uint32(h.MaxRetries))
 		}
 		if h.MaxRequestsPerConnection > 0 || h.IdleTimeout != nil {
 			httpOpts = &core.HttpProtocolOptions{}
@@ -423,9 +495,6 @@ func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettin
 				httpOpts.IdleTimeout = durationpb.New(h.IdleTimeout.AsDuration())
 			}
 		}
-	}
-	if set {
-		c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{th}}
 	}
 	if httpOpts != nil && port.Protocol.IsHTTP() {
 		opts := &httpv3.HttpProtocolOptions{CommonHttpProtocolOptions: httpOpts}
@@ -454,21 +523,21 @@ func optionalSeconds(d *durationpb.Duration) *wrapperspb.UInt32Value {
 	return wrapperspb.UInt32(uint32(d.AsDuration() / time.Second))
 }
 
+// applyOutlierDetection follows istiod: success-rate ejection off (Istio exposes no success-rate knobs),
+// an error count of 0 turns that ejection off, and the healthy-panic threshold is minHealthPercent (0, off,
+// when unset).
 func applyOutlierDetection(c *cluster.Cluster, od *networking.OutlierDetection) {
 	if od == nil {
 		return
 	}
-	out := &cluster.OutlierDetection{}
-	if od.Consecutive_5XxErrors != nil {
-		out.Consecutive_5Xx = wrapperspb.UInt32(od.Consecutive_5XxErrors.GetValue())
-		out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(100)
-	} else {
-		// Istio only ejects on what the user asked for.
-		out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(0)
+	out := &cluster.OutlierDetection{EnforcingSuccessRate: wrapperspb.UInt32(0)}
+	if e := od.Consecutive_5XxErrors; e != nil {
+		out.Consecutive_5Xx = wrapperspb.UInt32(e.GetValue())
+		out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(enforcing(e.GetValue()))
 	}
-	if od.ConsecutiveGatewayErrors != nil {
-		out.ConsecutiveGatewayFailure = wrapperspb.UInt32(od.ConsecutiveGatewayErrors.GetValue())
-		out.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(100)
+	if e := od.ConsecutiveGatewayErrors; e != nil {
+		out.ConsecutiveGatewayFailure = wrapperspb.UInt32(e.GetValue())
+		out.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(enforcing(e.GetValue()))
 	}
 	if od.Interval != nil {
 		out.Interval = durationpb.New(od.Interval.AsDuration())
@@ -479,10 +548,27 @@ func applyOutlierDetection(c *cluster.Cluster, od *networking.OutlierDetection) 
 	if od.MaxEjectionPercent > 0 {
 		out.MaxEjectionPercent = wrapperspb.UInt32(uint32(od.MaxEjectionPercent))
 	}
-	if od.MinHealthPercent > 0 {
-		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(od.MinHealthPercent)}}
+	if od.SplitExternalLocalOriginErrors {
+		out.SplitExternalLocalOriginErrors = true
+		if n := od.ConsecutiveLocalOriginFailures.GetValue(); n > 0 {
+			out.ConsecutiveLocalOriginFailure = wrapperspb.UInt32(n)
+			out.EnforcingConsecutiveLocalOriginFailure = wrapperspb.UInt32(100)
+		}
+		out.EnforcingLocalOriginSuccessRate = wrapperspb.UInt32(0)
 	}
+	if c.CommonLbConfig == nil {
+		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{}
+	}
+	c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: float64(max(od.MinHealthPercent, 0))}
 	c.OutlierDetection = out
+}
+
+// enforcing is the enforcement percentage for an error count: ejection on (100) unless the count is 0.
+func enforcing(count uint32) uint32 {
+	if count == 0 {
+		return 0
+	}
+	return 100
 }
 
 // applyTLS configures upstream TLS from the DestinationRule, or, when it says nothing, Istio's auto mTLS:
@@ -669,6 +755,8 @@ func buildInboundCluster(port uint32) *cluster.Cluster {
 		Name:                 name,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
 		ConnectTimeout:       durationpb.New(defaultConnectTimeout),
+		// istiod's inbound clusters lift the circuit breakers too, so the proxy never limits its own workload.
+		CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{maxThresholds()}},
 		LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
 			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 				Address: socketAddress("127.0.0.1", port)}}}},

@@ -1,0 +1,159 @@
+package envoy
+
+import (
+	"math"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// policyMesh is one HTTP service and the client sleep; each test adds its DestinationRules.
+const policyMesh = `
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: default}
+spec:
+  clusterIP: 10.0.0.11
+  selector: {app: reviews}
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: sleep, namespace: default}
+spec:
+  clusterIP: 10.0.0.12
+  selector: {app: sleep}
+  ports: [{name: http, port: 80}]
+`
+
+const reviewsCluster = "outbound|9080||reviews.default.svc.cluster.local"
+
+// policyClusters generates the clusters of a sidecar with labels in namespace default, for policyMesh plus extra.
+func policyClusters(t *testing.T, extra string, labels map[string]string) []*cluster.Cluster {
+	t.Helper()
+	push := pushFromYAML(t, []byte(policyMesh+extra))
+	return generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.0.1", labels), push, wildcard(xds.ClusterType), newCluster)
+}
+
+// Without a DestinationRule, istiod lifts every circuit breaker to the maximum (outbound and inbound),
+// balances by LEAST_REQUEST and turns the healthy-panic threshold off on outbound clusters.
+func TestClusterDefaultsAsIstiod(t *testing.T) {
+	cs := policyClusters(t, "", map[string]string{"app": "sleep"})
+	for _, name := range []string{reviewsCluster, InboundClusterName(80)} {
+		c := clusterByName(t, cs, name)
+		th := c.GetCircuitBreakers().GetThresholds()
+		if len(th) != 1 {
+			t.Fatalf("%s: thresholds %v", name, th)
+		}
+		for field, v := range map[string]uint32{"max_connections": th[0].GetMaxConnections().GetValue(), "max_pending_requests": th[0].GetMaxPendingRequests().GetValue(),
+			"max_requests": th[0].GetMaxRequests().GetValue(), "max_retries": th[0].GetMaxRetries().GetValue()} {
+			if v != math.MaxUint32 {
+				t.Errorf("%s: %s = %d, want %d", name, field, v, uint32(math.MaxUint32))
+			}
+		}
+	}
+	c := clusterByName(t, cs, reviewsCluster)
+	if c.LbPolicy != cluster.Cluster_LEAST_REQUEST {
+		t.Errorf("lb policy = %v, want LEAST_REQUEST", c.LbPolicy)
+	}
+	if p := c.GetCommonLbConfig().GetHealthyPanicThreshold(); p == nil || p.GetValue() != 0 {
+		t.Errorf("healthy panic threshold = %v, want 0 (set)", p)
+	}
+	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil {
+		t.Error("locality weighting without a localityLbSetting")
+	}
+}
+
+// A connection pool lowers only the limits it names; the others stay at the maximum.
+func TestConnectionPoolKeepsOtherLimitsAtMax(t *testing.T) {
+	cs := policyClusters(t, `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}
+`, nil)
+	th := clusterByName(t, cs, reviewsCluster).GetCircuitBreakers().GetThresholds()[0]
+	if th.GetMaxConnections().GetValue() != 7 || th.GetMaxRequests().GetValue() != math.MaxUint32 || th.GetMaxRetries().GetValue() != math.MaxUint32 {
+		t.Errorf("thresholds = %v", th)
+	}
+}
+
+func TestOutlierDetectionAsIstiod(t *testing.T) {
+	cs := policyClusters(t, `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy:
+    outlierDetection:
+      consecutive5xxErrors: 0
+      consecutiveGatewayErrors: 3
+      splitExternalLocalOriginErrors: true
+      consecutiveLocalOriginFailures: 2
+`, nil)
+	c := clusterByName(t, cs, reviewsCluster)
+	od := c.GetOutlierDetection()
+	if od.GetEnforcingSuccessRate() == nil || od.GetEnforcingSuccessRate().GetValue() != 0 {
+		t.Errorf("enforcing_success_rate = %v, want 0 (set: Envoy's default is 100)", od.GetEnforcingSuccessRate())
+	}
+	if od.GetEnforcingConsecutive_5Xx() == nil || od.GetEnforcingConsecutive_5Xx().GetValue() != 0 {
+		t.Errorf("consecutive5xxErrors 0: enforcing_consecutive_5xx = %v, want 0", od.GetEnforcingConsecutive_5Xx())
+	}
+	if od.GetConsecutiveGatewayFailure().GetValue() != 3 || od.GetEnforcingConsecutiveGatewayFailure().GetValue() != 100 {
+		t.Errorf("gateway errors = %v / %v", od.GetConsecutiveGatewayFailure(), od.GetEnforcingConsecutiveGatewayFailure())
+	}
+	if !od.GetSplitExternalLocalOriginErrors() || od.GetConsecutiveLocalOriginFailure().GetValue() != 2 || od.GetEnforcingConsecutiveLocalOriginFailure().GetValue() != 100 {
+		t.Errorf("local origin = split %v, failures %v, enforcing %v", od.GetSplitExternalLocalOriginErrors(), od.GetConsecutiveLocalOriginFailure(),
+			od.GetEnforcingConsecutiveLocalOriginFailure())
+	}
+	if od.GetEnforcingLocalOriginSuccessRate() == nil || od.GetEnforcingLocalOriginSuccessRate().GetValue() != 0 {
+		t.Errorf("enforcing_local_origin_success_rate = %v, want 0", od.GetEnforcingLocalOriginSuccessRate())
+	}
+	if p := c.GetCommonLbConfig().GetHealthyPanicThreshold(); p == nil || p.GetValue() != 0 {
+		t.Errorf("healthy panic threshold = %v, want 0 (minHealthPercent unset)", p)
+	}
+}
+
+// warmup becomes Envoy's slow start; maglev keeps its table size; distribute weights localities.
+func TestLoadBalancerSettingsAsIstiod(t *testing.T) {
+	cs := policyClusters(t, `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy:
+    loadBalancer:
+      warmup: {duration: 30s}
+      localityLbSetting:
+        distribute: [{from: "region1/*", to: {"region1/*": 80, "region2/*": 20}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: sleep, namespace: default}
+spec:
+  host: sleep
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user, maglev: {tableSize: 1031}}}}
+`, nil)
+	c := clusterByName(t, cs, reviewsCluster)
+	ss := c.GetLeastRequestLbConfig().GetSlowStartConfig()
+	if c.LbPolicy != cluster.Cluster_LEAST_REQUEST || ss.GetSlowStartWindow().AsDuration().Seconds() != 30 || ss.GetAggression().GetDefaultValue() != 1 ||
+		ss.GetMinWeightPercent().GetValue() != 10 {
+		t.Errorf("warmup: lb %v, slow start %v", c.LbPolicy, ss)
+	}
+	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
+		t.Error("distribute: no locality-weighted load balancing")
+	}
+	m := clusterByName(t, cs, "outbound|80||sleep.default.svc.cluster.local")
+	if m.LbPolicy != cluster.Cluster_MAGLEV || m.GetMaglevLbConfig().GetTableSize().GetValue() != 1031 {
+		t.Errorf("maglev: lb %v, config %v", m.LbPolicy, m.GetMaglevLbConfig())
+	}
+}
