@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 
@@ -23,6 +24,8 @@ type Config struct {
 	// OutboundTrafficPolicy says where sidecars send traffic to destinations they do not know, when their
 	// Sidecar does not say (default ALLOW_ANY).
 	OutboundTrafficPolicy OutboundTrafficPolicy `json:"outboundTrafficPolicy"`
+	// ExtensionProviders are the external authorization services CUSTOM AuthorizationPolicies name.
+	ExtensionProviders []ExtensionProvider `json:"extensionProviders,omitempty"`
 }
 
 // OutboundTrafficPolicy is Istio's MeshConfig.outboundTrafficPolicy.
@@ -68,6 +71,8 @@ func Parse(data []byte, cfg *Config) error {
 		DefaultConfig struct {
 			DomainSuffix string `json:"domainSuffix,omitempty"`
 		} `json:"defaultConfig"`
+		// Read apart: each entry's kind is the key beside its name.
+		ExtensionProviders json.RawMessage `json:"extensionProviders"`
 	}
 	if err := yaml.Unmarshal(data, &file); err != nil {
 		return err
@@ -97,6 +102,13 @@ func Parse(data []byte, cfg *Config) error {
 			return fmt.Errorf("field outboundTrafficPolicy.mode: %q: want %s or %s", m, AllowAny, RegistryOnly)
 		}
 		cfg.OutboundTrafficPolicy.Mode = m
+	}
+	if len(file.ExtensionProviders) > 0 && string(file.ExtensionProviders) != "null" {
+		providers, err := parseExtensionProviders(file.ExtensionProviders)
+		if err != nil {
+			return err
+		}
+		cfg.ExtensionProviders = providers
 	}
 	if errs := validation.IsDNS1123Label(cfg.RootNamespace); len(errs) > 0 {
 		return fmt.Errorf("field rootNamespace: %q: %v", cfg.RootNamespace, errs)

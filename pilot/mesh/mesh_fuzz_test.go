@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"reflect"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -20,6 +21,8 @@ func FuzzParse(f *testing.F) {
 		"rootNamespace: 7\n",
 		"{\"trustDomain\": \"td\", \"meshNetworks\": {\"n\": {}}}",
 		"a: &x [*x]\n",
+		"extensionProviders: [{name: opa, envoyExtAuthzGrpc: {service: opa.ns, port: 9191, timeout: 1s}}, {name: z, zipkin: {}}]\n",
+		"extensionProviders: [{name: h, envoyExtAuthzHttp: {service: a, port: 1, pathPrefix: /x, includeRequestHeadersInCheck: [a*]}}]\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -44,7 +47,7 @@ func FuzzParse(f *testing.F) {
 		}
 		// Overlaying the same file again changes nothing, and the result written out reads back the same.
 		again := *cfg
-		if err := Parse(data, &again); err != nil || again != *cfg {
+		if err := Parse(data, &again); err != nil || !reflect.DeepEqual(again, *cfg) {
 			t.Fatalf("second overlay: %+v, %v; want %+v", again, err, *cfg)
 		}
 		out, err := yaml.Marshal(cfg)
@@ -52,7 +55,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatal(err)
 		}
 		back := Default()
-		if err := Parse(out, back); err != nil || *back != *cfg {
+		if err := Parse(out, back); err != nil || !reflect.DeepEqual(*back, *cfg) {
 			t.Fatalf("written out as %q, read back as %+v, %v; want %+v", out, *back, err, *cfg)
 		}
 	})

@@ -3,6 +3,7 @@ package mesh
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -25,7 +26,7 @@ func TestLoadIstioMeshConfig(t *testing.T) {
 
 func TestDefaultsAndErrors(t *testing.T) {
 	cfg, err := Load("")
-	if err != nil || *cfg != *Default() || cfg.RootNamespace != "istio-system" || cfg.TrustDomain != "cluster.local" {
+	if err != nil || !reflect.DeepEqual(cfg, Default()) || cfg.RootNamespace != "istio-system" || cfg.TrustDomain != "cluster.local" {
 		t.Fatalf("defaults = %+v, %v", cfg, err)
 	}
 	err = Parse([]byte("rootNamespace: Not_Valid\n"), Default())
@@ -52,5 +53,60 @@ func TestOutboundTrafficPolicy(t *testing.T) {
 	err := Parse([]byte("outboundTrafficPolicy: {mode: ALLOW_SOME}\n"), Default())
 	if err == nil || !strings.Contains(err.Error(), "field outboundTrafficPolicy.mode") {
 		t.Errorf("unknown mode: %v", err)
+	}
+}
+
+func TestExtensionProviders(t *testing.T) {
+	cfg := Default()
+	err := Parse([]byte(`
+extensionProviders:
+- name: opa
+  envoyExtAuthzGrpc: {service: opa.authz.svc.cluster.local, port: 9191, timeout: 0.5s, failOpen: true}
+- name: oauth
+  envoyExtAuthzHttp:
+    service: authz/oauth2-proxy.authz.svc.cluster.local
+    port: 4180
+    pathPrefix: /check
+    statusOnError: "503"
+    includeRequestHeadersInCheck: [authorization, x-auth-*]
+    headersToUpstreamOnAllow: [x-user]
+- name: tracing
+  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}
+`), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opa := cfg.ExtensionProvider("opa")
+	if opa == nil || opa.Kind != KindExtAuthzGRPC || opa.EnvoyExtAuthzGRPC.Port != 9191 || !opa.EnvoyExtAuthzGRPC.FailOpen ||
+		opa.EnvoyExtAuthzGRPC.CheckTimeout().Milliseconds() != 500 {
+		t.Errorf("opa %+v", opa)
+	}
+	oauth := cfg.ExtensionProvider("oauth")
+	if oauth == nil || oauth.Kind != KindExtAuthzHTTP || oauth.EnvoyExtAuthzHTTP.PathPrefix != "/check" ||
+		oauth.EnvoyExtAuthzHTTP.CheckTimeout() != DefaultExtAuthzTimeout || len(oauth.EnvoyExtAuthzHTTP.IncludeRequestHeadersInCheck) != 2 {
+		t.Errorf("oauth %+v", oauth)
+	}
+	if tr := cfg.ExtensionProvider("tracing"); tr == nil || tr.Kind != "zipkin" || tr.EnvoyExtAuthzGRPC != nil || tr.EnvoyExtAuthzHTTP != nil {
+		t.Errorf("tracing %+v", tr)
+	}
+	if cfg.ExtensionProvider("none") != nil {
+		t.Error("an undefined provider found")
+	}
+	for _, tc := range []struct{ yaml, field string }{
+		{"extensionProviders: [{envoyExtAuthzGrpc: {service: a, port: 1}}]", "extensionProviders[0].name"},
+		{"extensionProviders: [{name: a, envoyExtAuthzGrpc: {service: a, port: 1}}, {name: a, envoyExtAuthzGrpc: {service: b, port: 1}}]", "extensionProviders[1].name"},
+		{"extensionProviders: [{name: Bad_Name, envoyExtAuthzGrpc: {service: a, port: 1}}]", "extensionProviders[0].name"},
+		{"extensionProviders: [{name: a, envoyExtAuthzGrpc: {port: 1}}]", "extensionProviders[0].envoyExtAuthzGrpc.service"},
+		{"extensionProviders: [{name: a, envoyExtAuthzGrpc: {service: a, port: 70000}}]", "extensionProviders[0].envoyExtAuthzGrpc.port"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, timeout: soon}}]", "extensionProviders[0].envoyExtAuthzHttp.timeout"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, pathPrefix: check}}]", "extensionProviders[0].envoyExtAuthzHttp.pathPrefix"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, statusOnError: teapot}}]", "extensionProviders[0].envoyExtAuthzHttp.statusOnError"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, headersToUpstreamOnAllow: ['*']}}]", "extensionProviders[0].envoyExtAuthzHttp.headersToUpstreamOnAllow"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1}, envoyExtAuthzGrpc: {service: a, port: 1}}]", "extensionProviders[0]"},
+	} {
+		err := Parse([]byte(tc.yaml), Default())
+		if err == nil || !strings.Contains(err.Error(), "field "+tc.field) {
+			t.Errorf("%s: %v, want an error naming %s", tc.yaml, err, tc.field)
+		}
 	}
 }
