@@ -39,24 +39,33 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	g := c.g
 	scope := g.scopeFor(proxy, push)
 	flavor := flavorOf(proxy)
+	// DestinationRules with a workloadSelector apply only to the proxies they select: proxies that share a
+	// selection (usually none) share the cluster list.
+	variant := strconv.Itoa(int(flavor))
+	labels := proxy.Labels
+	if sel := push.DestinationRuleSelection(scope.Namespace, proxy.Labels); sel != "" {
+		variant += "\x00" + sel
+	} else {
+		labels = nil // no selector selects the proxy: build as for any proxy of the namespace
+	}
 	var out xds.Resources
 	if w.Wildcard {
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
-		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: strconv.Itoa(int(flavor))}
+		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: variant}
 		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
 		built, err := g.clusterLists.getOrBuild(id, inputs, func() (*clusterList, error) {
 			prev, _ := g.clusterLists.latest(id)
-			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor); ok || err != nil {
+			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor, labels); ok || err != nil {
 				return next, err
 			}
-			return c.buildOutbound(scope, push, flavor)
+			return c.buildOutbound(scope, push, flavor, labels)
 		})
 		if err != nil {
 			return nil, err
 		}
 		out = built.list // shared and never modified: the extras below are merged into a new list
 	} else {
-		list, err := c.outbound(scope, push, flavor, w)
+		list, err := c.outbound(scope, push, flavor, labels, w)
 		if err != nil {
 			return nil, err
 		}
@@ -92,7 +101,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	}
 	sortByName(extra)
 	if w.Wildcard {
-		return g.sharedMerge(listID{kind: "cds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: strconv.Itoa(int(flavor))}, out, extra), nil
+		return g.sharedMerge(listID{kind: "cds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: variant}, out, extra), nil
 	}
 	return mergeByName(out, extra), nil
 }
@@ -111,12 +120,12 @@ type outboundListKey struct {
 }
 
 // outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
-// w wants.
-func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, w *xds.WatchedResource) (xds.Resources, error) {
+// w wants, for a proxy with labels (nil: one no workloadSelector selects).
+func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, labels map[string]string, w *xds.WatchedResource) (xds.Resources, error) {
 	var out xds.Resources
 	for _, svc := range scope.Services {
 		var err error
-		if out, err = c.serviceClusters(out, svc, scope, push, flavor, w); err != nil {
+		if out, err = c.serviceClusters(out, svc, scope, push, flavor, labels, w); err != nil {
 			return nil, err
 		}
 	}
@@ -126,8 +135,8 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 
 // serviceClusters appends svc's outbound clusters that w wants (nil: all) to out.
 func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service, scope *Scope, push *model.PushContext, flavor flavor,
-	w *xds.WatchedResource) (xds.Resources, error) {
-	dr := push.DestinationRule(scope.Namespace, svc)
+	labels map[string]string, w *xds.WatchedResource) (xds.Resources, error) {
+	dr := push.DestinationRuleFor(scope.Namespace, labels, svc)
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {
 			continue
@@ -169,12 +178,12 @@ type clusterList struct {
 }
 
 // buildOutbound builds the outbound clusters of every service in scope.
-func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor) (*clusterList, error) {
+func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor, labels map[string]string) (*clusterList, error) {
 	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID()}
 	for _, svc := range scope.Services {
 		n := len(l.list)
 		var err error
-		if l.list, err = c.serviceClusters(l.list, svc, scope, push, flavor, nil); err != nil {
+		if l.list, err = c.serviceClusters(l.list, svc, scope, push, flavor, labels, nil); err != nil {
 			return nil, err
 		}
 		for range len(l.list) - n {
@@ -193,7 +202,7 @@ func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, f
 // are kept, those of removed ones dropped, and added ones built, so a service add costs its own clusters
 // rather than a walk over every service of the mesh for each namespace. Services whose clusters carry their
 // endpoints are rebuilt when the endpoints changed. ok is false when a full build is needed.
-func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor) (next *clusterList, ok bool, err error) {
+func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor, labels map[string]string) (next *clusterList, ok bool, err error) {
 	if prev == nil || prev.rules != push.DestinationRulesID() || prev.mesh != push.Mesh {
 		return nil, false, nil
 	}
@@ -218,7 +227,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 	fresh := &clusterList{}
 	for _, svc := range added {
 		n := len(fresh.list)
-		if fresh.list, err = c.serviceClusters(fresh.list, svc, scope, push, flavor, nil); err != nil {
+		if fresh.list, err = c.serviceClusters(fresh.list, svc, scope, push, flavor, labels, nil); err != nil {
 			return nil, false, err
 		}
 		for range len(fresh.list) - n {

@@ -157,3 +157,34 @@ spec:
 		t.Errorf("maglev: lb %v, config %v", m.LbPolicy, m.GetMaglevLbConfig())
 	}
 }
+
+// A DestinationRule with a workloadSelector shapes the clusters of the proxies it selects only, also when
+// one generator serves both kinds of proxy from its shared lists.
+func TestWorkloadSelectorRestrictsDestinationRule(t *testing.T) {
+	push := pushFromYAML(t, []byte(policyMesh+`
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  workloadSelector: {matchLabels: {app: productpage}}
+  trafficPolicy: {loadBalancer: {simple: RANDOM}}
+`))
+	g := New(Options{})
+	lb := func(ip string, labels map[string]string, w *xds.WatchedResource) cluster.Cluster_LbPolicy {
+		cs := generate(t, g, xds.ClusterType, sidecarIn("default", ip, labels), push, w, newCluster)
+		return clusterByName(t, cs, reviewsCluster).LbPolicy
+	}
+	for _, w := range []*xds.WatchedResource{wildcard(xds.ClusterType), named(xds.ClusterType, reviewsCluster)} {
+		if got := lb("10.1.0.1", map[string]string{"app": "sleep"}, w); got != cluster.Cluster_LEAST_REQUEST {
+			t.Errorf("sleep (not selected): lb %v, want the default LEAST_REQUEST", got)
+		}
+		if got := lb("10.1.0.2", map[string]string{"app": "productpage"}, w); got != cluster.Cluster_RANDOM {
+			t.Errorf("productpage (selected): lb %v, want RANDOM", got)
+		}
+		if got := lb("10.1.0.3", map[string]string{"app": "sleep", "version": "v2"}, w); got != cluster.Cluster_LEAST_REQUEST {
+			t.Errorf("another unselected proxy after the selected one: lb %v", got)
+		}
+	}
+}

@@ -52,7 +52,7 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		var dr *model.DestinationRule
 		var subsetLabels map[string]string
 		if cn.Subset != "" {
-			dr = push.DestinationRule(proxy.Namespace, svc)
+			dr = push.DestinationRuleFor(proxy.Namespace, proxy.Labels, svc)
 			found := false
 			for _, ss := range dr.GetSubsets() {
 				if ss.Name == cn.Subset {
@@ -158,7 +158,7 @@ func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushC
 		if w.Wildcard {
 			continue
 		}
-		subsets := push.DestinationRule(proxy.Namespace, svc).GetSubsets()
+		subsets := push.DestinationRuleFor(proxy.Namespace, proxy.Labels, svc).GetSubsets()
 		for _, p := range svc.Ports {
 			for i := -1; i < len(subsets); i++ {
 				subset := ""

@@ -51,26 +51,44 @@ type DestinationRule struct {
 	Spec      *networking.DestinationRule
 	ExportTo  []string
 	Sources   []config.Key
+	// Selector is the workloadSelector's labels (nil: the rule applies to every workload). Such a rule
+	// applies only to the selected workloads of its own namespace, ahead of the rule without selector.
+	Selector map[string]string
 }
 
 type destinationRuleIndex struct {
-	// byNamespace: namespace → rules ordered most specific host first.
+	// byNamespace: namespace → rules ordered most specific host first; for one host, rules with a
+	// workloadSelector (oldest first) before the one without.
 	byNamespace map[string][]*DestinationRule
+	// selective: namespaces that hold a rule with a workloadSelector.
+	selective map[string]bool
 }
 
 func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRuleIndex {
 	all := reader.List(config.DestinationRule)
 	slices.SortFunc(all, compareConfigs)
-	idx := &destinationRuleIndex{byNamespace: map[string][]*DestinationRule{}}
-	type nsHost struct{ ns, host string }
+	idx := &destinationRuleIndex{byNamespace: map[string][]*DestinationRule{}, selective: map[string]bool{}}
+	type nsHost struct{ ns, host, selector string }
 	merged := map[nsHost]*DestinationRule{}
 	for _, c := range all {
 		spec := c.Spec.(*networking.DestinationRule)
 		host := ResolveHost(spec.Host, c.Namespace, m.DomainSuffix)
-		k := nsHost{c.Namespace, host}
+		// Rules merge only with rules of the same selector, as istiod's.
+		k := nsHost{c.Namespace, host, ""}
+		exportTo := normalizeExportTo(spec.ExportTo, c.Namespace)
+		var selector map[string]string
+		if ws := spec.GetWorkloadSelector(); ws != nil {
+			selector = ws.GetMatchLabels()
+			if selector == nil {
+				selector = map[string]string{} // an empty selector selects every workload of the namespace
+			}
+			k.selector = "\x00" + canonicalLabels(selector)
+			exportTo = []string{c.Namespace} // never exported: it names workloads of its own namespace
+			idx.selective[c.Namespace] = true
+		}
 		dr := merged[k]
 		if dr == nil {
-			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: normalizeExportTo(spec.ExportTo, c.Namespace), Sources: []config.Key{c.Key}}
+			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: exportTo, Sources: []config.Key{c.Key}, Selector: selector}
 			merged[k] = dr
 			idx.byNamespace[c.Namespace] = append(idx.byNamespace[c.Namespace], dr)
 			continue
@@ -96,19 +114,62 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 			if moreSpecific(b.Host, a.Host) {
 				return 1
 			}
-			return strings.Compare(a.Host, b.Host)
+			if c := strings.Compare(a.Host, b.Host); c != 0 {
+				return c
+			}
+			if (a.Selector != nil) != (b.Selector != nil) {
+				if a.Selector != nil {
+					return -1
+				}
+				return 1
+			}
+			return 0
 		})
 	}
 	return idx
 }
 
-func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string) *DestinationRule {
-	for _, dr := range idx.byNamespace[ns] {
-		if HostMatches(dr.Host, host) && visible(dr.ExportTo, proxyNS) {
-			return dr
+// lookup returns the rule of namespace ns that a proxy of proxyNS with labels applies to host: among the
+// visible rules of the most specific matching host, the first whose selector selects the proxy, else the
+// one without selector. found reports whether ns has a visible rule for host at all: istiod stops there
+// even when no rule of that host selects the proxy.
+func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string, labels map[string]string) (dr *DestinationRule, found bool) {
+	rules := idx.byNamespace[ns]
+	for i, r := range rules {
+		if !HostMatches(r.Host, host) || !visible(r.ExportTo, proxyNS) {
+			continue
 		}
+		for _, o := range rules[i:] {
+			if o.Host != r.Host {
+				break
+			}
+			if !visible(o.ExportTo, proxyNS) {
+				continue
+			}
+			if o.Selector == nil || labelsMatch(o.Selector, labels) {
+				return o, true
+			}
+		}
+		return nil, true
 	}
-	return nil
+	return nil, false
+}
+
+// canonicalLabels spells a label set in one way, keys sorted.
+func canonicalLabels(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(labels[k])
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // VirtualService is a VirtualService with its hosts and gateways resolved to full names.

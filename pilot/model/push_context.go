@@ -230,22 +230,50 @@ func (ps *PushContext) Namespace(name string) *config.Config {
 	return ns
 }
 
-// DestinationRule returns the DestinationRule a proxy in proxyNS applies to traffic for svc:
-// its own namespace first, then the service's namespace, then the root namespace — Istio's precedence.
+// DestinationRule returns the DestinationRule a proxy in proxyNS applies to traffic for svc, ignoring
+// rules with a workloadSelector (see DestinationRuleFor).
 func (ps *PushContext) DestinationRule(proxyNS string, svc *Service) *DestinationRule {
-	if dr := ps.destinationRules.lookup(proxyNS, proxyNS, svc.Hostname); dr != nil {
+	return ps.DestinationRuleFor(proxyNS, nil, svc)
+}
+
+// DestinationRuleFor returns the DestinationRule a proxy in proxyNS with labels applies to traffic for
+// svc: its own namespace first (a rule whose workloadSelector selects it ahead of the rule without), then
+// the service's namespace, then the root namespace — Istio's precedence. Once a namespace has a rule for
+// the host, the search stops there, as in istiod, even if none of them selects the proxy.
+func (ps *PushContext) DestinationRuleFor(proxyNS string, labels map[string]string, svc *Service) *DestinationRule {
+	if dr, found := ps.destinationRules.lookup(proxyNS, proxyNS, svc.Hostname, labels); found {
 		return dr
 	}
 	if svc.Namespace != proxyNS {
-		if dr := ps.destinationRules.lookup(svc.Namespace, proxyNS, svc.Hostname); dr != nil {
+		if dr, found := ps.destinationRules.lookup(svc.Namespace, proxyNS, svc.Hostname, labels); found {
 			return dr
 		}
 	}
 	root := ps.Mesh.RootNamespace
 	if root != proxyNS && root != svc.Namespace {
-		return ps.destinationRules.lookup(root, proxyNS, svc.Hostname)
+		dr, _ := ps.destinationRules.lookup(root, proxyNS, svc.Hostname, labels)
+		return dr
 	}
 	return nil
+}
+
+// DestinationRuleSelection names the workloadSelector rules of namespace ns that select labels ("" when
+// none does): proxies of a namespace with the same selection apply the same DestinationRules, so what is
+// built from them can be shared between them.
+func (ps *PushContext) DestinationRuleSelection(ns string, labels map[string]string) string {
+	if !ps.destinationRules.selective[ns] {
+		return ""
+	}
+	var b strings.Builder
+	for _, dr := range ps.destinationRules.byNamespace[ns] {
+		if dr.Selector != nil && labelsMatch(dr.Selector, labels) {
+			for _, k := range dr.Sources {
+				b.WriteString(k.String())
+				b.WriteByte(0)
+			}
+		}
+	}
+	return b.String()
 }
 
 // VirtualServices returns the VirtualServices bound to gateway ("mesh" for sidecars) visible in proxyNS,
