@@ -217,3 +217,50 @@ func TestValidateGoDurations(t *testing.T) {
 		t.Errorf("validate: %v\n%s", err, out)
 	}
 }
+
+// A field accepted but not implemented: validate lists it after the errors and exits 0; the server lists the
+// same text in /debug/config_errors marked as a warning, in /debug/push_status for the dashboard, and counts it.
+func TestValidateWarnings(t *testing.T) {
+	files := debugtest.Scenario()
+	files["60-cors.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cors, namespace: shop}\nspec:\n  hosts: [cart]\n" +
+		"  http:\n  - corsPolicy: {allowOrigins: [{exact: \"https://x.example\"}]}\n    route: [{destination: {host: cart}}]\n"
+	env := debugtest.Start(t, files)
+	var serverErrs []struct {
+		Warning bool
+		Field   string
+		Error   string
+	}
+	env.GetJSON(t, "/debug/config_errors", &serverErrs)
+	if len(serverErrs) != 2 || serverErrs[0].Warning || !serverErrs[1].Warning || serverErrs[1].Field != "spec.http[0].corsPolicy" {
+		t.Fatalf("config_errors = %+v", serverErrs)
+	}
+	var ps debug.PushStatus
+	env.GetJSON(t, "/debug/push_status", &ps)
+	if len(ps.Warnings) != 1 || ps.Warnings[0].Name != "cors" {
+		t.Errorf("push_status warnings = %+v", ps.Warnings)
+	}
+	if _, body := env.Get(t, "/metrics"); !strings.Contains(string(body), `sextant_config_warnings{kind="VirtualService"} 1`) {
+		t.Errorf("no warnings metric in /metrics")
+	}
+
+	out, err := run(t, "validate", "-f", filepath.Join(env.Dir, "60-cors.yaml"))
+	if err != nil {
+		t.Fatalf("validate failed on a warning only: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[0] != "warning: "+serverErrs[1].Error ||
+		!strings.HasPrefix(lines[1], "1 objects accepted, 0 documents rejected, 1 warnings") {
+		t.Errorf("validate:\n%s\nserver: %s", out, serverErrs[1].Error)
+	}
+	// With an error too, the error comes first and the exit status is non-zero.
+	out, err = run(t, "validate", "-f", env.Dir)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if err == nil || len(lines) != 3 || lines[0] != serverErrs[0].Error || !strings.HasPrefix(lines[1], "warning: ") {
+		t.Errorf("validate dir: %v\n%s", err, out)
+	}
+	out, _ = run(t, "validate", "-f", env.Dir, "-o", "json")
+	var res struct{ Rejected, Warnings []struct{ Warning bool } }
+	if json.Unmarshal([]byte(out), &res) != nil || len(res.Rejected) != 1 || len(res.Warnings) != 1 || !res.Warnings[0].Warning {
+		t.Errorf("validate json:\n%s", out)
+	}
+}

@@ -59,6 +59,9 @@ EDS and RDS cover the names the proxy's clusters and listeners refer to, as a pr
 			for _, e := range src.Errors() {
 				fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", e)
 			}
+			for _, e := range src.Warnings() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", e)
+			}
 			push := model.Build(st, m)
 			return translate(cmd.OutOrStdout(), proxy, push, types)
 		},

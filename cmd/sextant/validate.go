@@ -19,13 +19,14 @@ func validateCommand() *cobra.Command {
 		Use:   "validate -f FILE|DIR [-f ...]",
 		Short: "Check config files offline, with the errors the server would give",
 		Long: `Parse and validate YAML/JSON config the way the server's file source does (the same code, so the same
-messages, naming file, document, object and field). Exits non-zero when anything is rejected.`,
+messages, naming file, document, object and field). Fields Sextant accepts but does not implement are listed
+after the errors as warnings. Exits non-zero when anything is rejected; warnings alone exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			var rejected []*config.Error
+			var rejected, warnings []*config.Error
 			objects := 0
 			for _, p := range paths {
 				st := store.New()
@@ -34,6 +35,7 @@ messages, naming file, document, object and field). Exits non-zero when anything
 					return err
 				}
 				rejected = append(rejected, src.Errors()...)
+				warnings = append(warnings, src.Warnings()...)
 				for _, n := range src.Counts() {
 					objects += n
 				}
@@ -44,11 +46,14 @@ messages, naming file, document, object and field). Exits non-zero when anything
 					*config.Error
 					Text string `json:"error"`
 				}
-				list := []entry{}
-				for _, e := range rejected {
-					list = append(list, entry{Error: e, Text: e.Error()})
+				entries := func(errs []*config.Error) []entry {
+					list := []entry{}
+					for _, e := range errs {
+						list = append(list, entry{Error: e, Text: e.Error()})
+					}
+					return list
 				}
-				b, err := json.MarshalIndent(map[string]any{"objects": objects, "rejected": list}, "", "  ")
+				b, err := json.MarshalIndent(map[string]any{"objects": objects, "rejected": entries(rejected), "warnings": entries(warnings)}, "", "  ")
 				if err != nil {
 					return err
 				}
@@ -57,7 +62,14 @@ messages, naming file, document, object and field). Exits non-zero when anything
 				for _, e := range rejected {
 					fmt.Fprintln(out, e.Error())
 				}
-				fmt.Fprintf(out, "%d objects accepted, %d documents rejected\n", objects, len(rejected))
+				for _, e := range warnings {
+					fmt.Fprintln(out, "warning: "+e.Error())
+				}
+				fmt.Fprintf(out, "%d objects accepted, %d documents rejected", objects, len(rejected))
+				if len(warnings) > 0 {
+					fmt.Fprintf(out, ", %d warnings (fields accepted but not implemented)", len(warnings))
+				}
+				fmt.Fprintln(out)
 			}
 			if len(rejected) > 0 {
 				return fmt.Errorf("%d documents rejected", len(rejected)) // exit status 1

@@ -39,6 +39,18 @@ type Error struct {
 	// NotConfig marks input that cannot hold config at all (a FIFO or a device where a file was expected):
 	// reported, but nothing is missing because of it.
 	NotConfig bool `json:"notConfig,omitempty"`
+	// Warning marks an accepted object with a field Sextant does not implement: it is served, without that field.
+	Warning bool `json:"warning,omitempty"`
+}
+
+// ObjectWarnings returns Warnings(c) as errors marked Warning, labelled with file and index like Parse's errors.
+func ObjectWarnings(c *Config, file string, index int) []*Error {
+	var out []*Error
+	for _, w := range Warnings(c) {
+		out = append(out, &Error{File: file, Index: index, Kind: string(c.Kind), Namespace: c.Namespace, Name: c.Name,
+			Field: w.Field, Message: w.Message, Warning: true})
+	}
+	return out
 }
 
 func (e *Error) Error() string {

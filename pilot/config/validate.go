@@ -512,6 +512,67 @@ func Warnings(c *Config) []*FieldError {
 					targetRefGroupKind(r), r.GetName())
 			}
 		}
+	case *networking.VirtualService:
+		for i, r := range s.Http {
+			f := fmt.Sprintf("spec.http[%d]", i)
+			if r.Delegate != nil {
+				warn(f+".delegate", "not implemented: this rule is left out, and the routes of VirtualService %s are not merged in its place", r.Delegate.Name)
+			}
+			if r.CorsPolicy != nil {
+				warn(f+".corsPolicy", "not implemented: no CORS filter or policy is set, so preflight requests reach the service and no CORS headers are added")
+			}
+			if r.GetRetries().GetRetryRemoteLocalities().GetValue() {
+				warn(f+".retries.retryRemoteLocalities", "not implemented: retries may go to any endpoint, not preferably to other localities")
+			}
+			for j, m := range r.Match {
+				if m.StatPrefix != "" {
+					warn(fmt.Sprintf("%s.match[%d].statPrefix", f, j), "not implemented: the route gets no stat prefix of its own")
+				}
+			}
+		}
+		// A TCP or TLS match with sourceLabels or destinationSubnets is never taken: the listener has no such condition.
+		l4 := func(f string, labels map[string]string, subnets []string) {
+			if len(labels) > 0 {
+				warn(f+".sourceLabels", "not implemented for tcp and tls routes: this match never matches")
+			}
+			if len(subnets) > 0 {
+				warn(f+".destinationSubnets", "not implemented: this match never matches")
+			}
+		}
+		for i, r := range s.Tcp {
+			for j, m := range r.Match {
+				l4(fmt.Sprintf("spec.tcp[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
+			}
+		}
+		for i, r := range s.Tls {
+			for j, m := range r.Match {
+				l4(fmt.Sprintf("spec.tls[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
+			}
+		}
+	case *networking.ServiceEntry:
+		if len(s.SubjectAltNames) > 0 {
+			warn("spec.subjectAltNames", "not implemented: with ISTIO_MUTUAL the server's identity is checked against the service's namespace, not these names")
+		}
+	case *networking.Gateway:
+		for i, srv := range s.Servers {
+			tls := srv.GetTls()
+			if tls == nil {
+				continue
+			}
+			f := fmt.Sprintf("spec.servers[%d].tls", i)
+			if tls.Mode == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
+				warn(f+".mode", "AUTO_PASSTHROUGH is not implemented: this server gets no filter chain")
+			}
+			if tls.MinProtocolVersion != networking.ServerTLSSettings_TLS_AUTO {
+				warn(f+".minProtocolVersion", "not implemented: Envoy's default minimum TLS version applies")
+			}
+			if tls.MaxProtocolVersion != networking.ServerTLSSettings_TLS_AUTO {
+				warn(f+".maxProtocolVersion", "not implemented: Envoy's default maximum TLS version applies")
+			}
+			if len(tls.CipherSuites) > 0 {
+				warn(f+".cipherSuites", "not implemented: Envoy's default cipher suites apply")
+			}
+		}
 	case *networking.Sidecar:
 		if len(s.Ingress) > 0 {
 			warn("spec.ingress", "not implemented: the inbound listener takes its ports from the Services selecting the workload")

@@ -114,3 +114,74 @@ spec:
 		t.Errorf("a Sidecar Sextant honours warns: %v", warningFields(ws))
 	}
 }
+
+// Fields of VirtualService, ServiceEntry and Gateway the generators do not read are warned, each at its path.
+func TestRoutingWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"VirtualService", `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: r, namespace: shop}
+spec:
+  hosts: [reviews]
+  http:
+  - match: [{uri: {prefix: /a}, statPrefix: a}]
+    corsPolicy: {allowOrigins: [{exact: "https://x.example"}]}
+    retries: {attempts: 2, retryRemoteLocalities: true}
+    route: [{destination: {host: reviews}}]
+  - delegate: {name: inner, namespace: shop}
+  tcp:
+  - match: [{port: 9000}, {sourceLabels: {app: a}}]
+    route: [{destination: {host: reviews}}]
+  tls:
+  - match: [{sniHosts: [reviews], destinationSubnets: [10.0.0.0/8]}]
+    route: [{destination: {host: reviews}}]
+`, []string{"spec.http[0].corsPolicy", "spec.http[0].retries.retryRemoteLocalities", "spec.http[0].match[0].statPrefix",
+			"spec.http[1].delegate", "spec.tcp[0].match[1].sourceLabels", "spec.tls[0].match[0].destinationSubnets"}},
+		{"ServiceEntry", `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: se, namespace: shop}
+spec:
+  hosts: [api.example.com]
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: DNS
+  subjectAltNames: ["spiffe://cluster.local/ns/shop/sa/api"]
+`, []string{"spec.subjectAltNames"}},
+		{"Gateway", `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 443, name: https, protocol: HTTPS}
+    hosts: ["*"]
+    tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256]}
+  - port: {number: 15443, name: tls, protocol: TLS}
+    hosts: ["*.local"]
+    tls: {mode: AUTO_PASSTHROUGH}
+`, []string{"spec.servers[0].tls.minProtocolVersion", "spec.servers[0].tls.maxProtocolVersion", "spec.servers[0].tls.cipherSuites",
+			"spec.servers[1].tls.mode"}},
+	} {
+		c, err := parseOne(t, tc.doc)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := warningFields(config.Warnings(c)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: warnings on %v, want %v", tc.name, got, tc.want)
+		}
+		for _, w := range config.ObjectWarnings(c, "f.yaml", 3) {
+			if !w.Warning || w.Kind != tc.name || w.Index != 3 || !strings.Contains(w.Error(), "f.yaml: document 3 ("+tc.name) {
+				t.Errorf("%s: ObjectWarnings gives %+v", tc.name, w)
+			}
+		}
+	}
+	plain, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n  hosts: [reviews]\n  http: [{retries: {attempts: 2, retryRemoteLocalities: false}, route: [{destination: {host: reviews}}]}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := config.Warnings(plain); len(ws) != 0 {
+		t.Errorf("a VirtualService Sextant honours warns: %v", warningFields(ws))
+	}
+}

@@ -28,6 +28,8 @@ type Sources struct {
 	Mesh       *mesh.Config
 	// Rejected returns every rejected config document or object.
 	Rejected func() []*config.Error
+	// Warnings returns every accepted field Sextant does not implement, each marked Warning (optional).
+	Warnings func() []*config.Error
 	Logger   *slog.Logger
 }
 
@@ -83,7 +85,7 @@ func (d *Debug) endpoints() []endpoint {
 		{"/debug/pushz", "recent pushes with durations, and the convergence histogram", d.handlePushz},
 		{"/debug/config_dump", "generated config for a connected proxy; ?proxyID=POD.NAMESPACE&types=cds,lds", d.handleConfigDump},
 		{"/debug/authorizationz", "authorization policies per namespace", d.handleAuthorizationz},
-		{"/debug/config_errors", "rejected config with file, object and field", d.handleConfigErrors},
+		{"/debug/config_errors", "rejected config, then fields accepted but not implemented (warning: true), with file, object and field", d.handleConfigErrors},
 		{"/debug/distribution", "which proxies run an object's current generation; ?kind=&name=&namespace=", d.handleDistribution},
 		{"/debug/ui", "dashboard (HTML)", d.handleUI},
 		{"/debug/pprof/", "Go profiles", pprof.Index},

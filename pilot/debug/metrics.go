@@ -127,6 +127,7 @@ var (
 	descLastBuild    = prometheus.NewDesc("sextant_push_context_last_build_seconds", "Build time of the latest snapshot.", nil, nil)
 	descVersion      = prometheus.NewDesc("sextant_push_context_version", "Version of the current snapshot.", nil, nil)
 	descRejected     = prometheus.NewDesc("sextant_config_rejected", "Config documents or objects currently rejected, by kind (empty when unknown).", []string{"kind"}, nil)
+	descWarnings     = prometheus.NewDesc("sextant_config_warnings", "Fields of served config objects that Sextant accepts but does not implement, by kind.", []string{"kind"}, nil)
 	descServices     = prometheus.NewDesc("sextant_services", "Services in the current snapshot.", nil, nil)
 	descEndpoints    = prometheus.NewDesc("sextant_endpoints", "Endpoints in the current snapshot.", nil, nil)
 	descWorkloads    = prometheus.NewDesc("sextant_workloads", "Workloads in the current snapshot.", nil, nil)
@@ -138,7 +139,7 @@ type scrapeCollector struct{ src Sources }
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConnected, descNACKs, descBytes, descResponses, descConnects, descDisconnects,
 		descRefused, descSendTimeouts, descGenErrors, descQueue, descMerged, descBuilds, descLastBuild, descVersion,
-		descRejected, descServices, descEndpoints, descWorkloads} {
+		descRejected, descWarnings, descServices, descEndpoints, descWorkloads} {
 		ch <- d
 	}
 }
@@ -192,6 +193,15 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for k, n := range byKind {
 			gauge(descRejected, float64(n), k)
+		}
+	}
+	if c.src.Warnings != nil {
+		byKind := map[string]int{}
+		for _, e := range c.src.Warnings() {
+			byKind[e.Kind]++
+		}
+		for k, n := range byKind {
+			gauge(descWarnings, float64(n), k)
 		}
 	}
 }

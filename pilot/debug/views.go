@@ -297,6 +297,7 @@ type PushStatus struct {
 	Pipeline      map[string]any  `json:"pipeline"`
 	Connected     int             `json:"connectedProxies"`
 	Rejected      []*config.Error `json:"rejected"`
+	Warnings      []*config.Error `json:"warnings"` // fields accepted but not implemented
 	// EndpointsWaitingForPods counts pods whose endpoints are held back until the pod has an IP
 	// (/debug/endpointz names them).
 	EndpointsWaitingForPods int `json:"endpointsWaitingForPods"`
@@ -313,7 +314,7 @@ func (d *Debug) handlePushStatus(w http.ResponseWriter, _ *http.Request) {
 		EndpointsWaitingForPods: ps.EndpointsWaitingForPods(), Workloads: ps.WorkloadCount(), ConfigObjects: map[string]int{},
 		Pipeline: map[string]any{"builds": st.Builds, "fullPushes": st.FullPushes, "incrementalPushes": st.Incremental,
 			"mergedEvents": st.MergedEvents, "lastBuildSeconds": st.LastBuild.Seconds()},
-		Connected: d.src.XDS.Counters().Connected, Rejected: d.rejected()}
+		Connected: d.src.XDS.Counters().Connected, Rejected: d.rejected(), Warnings: d.warnings()}
 	slices.Sort(out.Rebuilt)
 	for _, ki := range config.Kinds() {
 		if n := d.src.Store.Count(ki.Kind); n > 0 {
@@ -328,6 +329,11 @@ func (d *Debug) rejected() []*config.Error {
 	if out == nil {
 		out = []*config.Error{}
 	}
+	sortErrors(out)
+	return out
+}
+
+func sortErrors(out []*config.Error) {
 	slices.SortStableFunc(out, func(a, b *config.Error) int {
 		if c := strings.Compare(a.File, b.File); c != 0 {
 			return c
@@ -337,6 +343,15 @@ func (d *Debug) rejected() []*config.Error {
 		}
 		return strings.Compare(a.Kind+"/"+a.Namespace+"/"+a.Name, b.Kind+"/"+b.Namespace+"/"+b.Name)
 	})
+}
+
+// warnings returns the accepted-but-unimplemented fields, sorted as rejected sorts, never nil.
+func (d *Debug) warnings() []*config.Error {
+	out := []*config.Error{}
+	if d.src.Warnings != nil {
+		out = append(out, d.src.Warnings()...)
+	}
+	sortErrors(out)
 	return out
 }
 
@@ -348,6 +363,10 @@ type configError struct {
 func (d *Debug) handleConfigErrors(w http.ResponseWriter, _ *http.Request) {
 	out := []configError{}
 	for _, e := range d.rejected() {
+		out = append(out, configError{Error: e, Text: e.Error()})
+	}
+	// Warnings follow the errors, so a client reading only the first entries still sees what was rejected.
+	for _, e := range d.warnings() {
 		out = append(out, configError{Error: e, Text: e.Error()})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -12,6 +12,7 @@ func (s *Server) registerDebug() {
 		Generators: s.Generators,
 		Mesh:       s.Mesh,
 		Rejected:   s.Rejected,
+		Warnings:   s.Warnings,
 		Logger:     s.log,
 	}).Register(s.mux)
 }

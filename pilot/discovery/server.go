@@ -235,6 +235,18 @@ func (s *Server) Rejected() []*config.Error {
 	return out
 }
 
+// Warnings returns every accepted field Sextant does not implement, from every source.
+func (s *Server) Warnings() []*config.Error {
+	var out []*config.Error
+	if s.Files != nil {
+		out = append(out, s.Files.Warnings()...)
+	}
+	if s.kube != nil {
+		out = append(out, s.kube.Warnings()...)
+	}
+	return out
+}
+
 // Summary describes what is loaded, for people.
 func (s *Server) Summary() string {
 	var b strings.Builder
@@ -256,6 +268,12 @@ func (s *Server) Summary() string {
 	fmt.Fprintf(&b, "rejected documents: %d\n", len(rejected))
 	for _, e := range rejected {
 		fmt.Fprintf(&b, "  %s\n", e.Error())
+	}
+	if warnings := s.Warnings(); len(warnings) > 0 {
+		fmt.Fprintf(&b, "warnings (accepted, not implemented): %d\n", len(warnings))
+		for _, e := range warnings {
+			fmt.Fprintf(&b, "  %s\n", e.Error())
+		}
 	}
 	return b.String()
 }

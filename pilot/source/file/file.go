@@ -88,6 +88,8 @@ type claim struct {
 	index   int
 	docHash [32]byte
 	cfg     *config.Config
+	// warnings are cfg's fields Sextant does not implement, logged once when the document was parsed.
+	warnings []*config.Error
 }
 
 // New returns a source for opts.Dir. Call Load, then Run to watch.
@@ -145,6 +147,29 @@ func (s *Source) Errors() []*config.Error {
 			return c
 		}
 		return a.Index - b.Index
+	})
+	return out
+}
+
+// Warnings returns the fields of served objects that Sextant accepts but does not implement, sorted by file,
+// index and field. Each was logged once, when its document was parsed.
+func (s *Source) Warnings() []*config.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*config.Error
+	for _, f := range s.files {
+		for _, c := range f.objects {
+			out = append(out, c.warnings...)
+		}
+	}
+	slices.SortFunc(out, func(a, b *config.Error) int {
+		if c := strings.Compare(a.File, b.File); c != 0 {
+			return c
+		}
+		if a.Index != b.Index {
+			return a.Index - b.Index
+		}
+		return strings.Compare(a.Field, b.Field)
 	})
 	return out
 }
@@ -445,7 +470,7 @@ func (s *Source) readFile(path string) {
 				// The served document keeps the object against a new one added above it in the same file.
 				errs = append(errs, duplicateError(path, prev.index, prev.cfg, i))
 			}
-			fresh[c.cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: c.cfg}
+			fresh[c.cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: c.cfg, warnings: reindex(c.warnings, i)}
 			continue
 		}
 		cfg, err := config.Parse(doc, path, i, DefaultNamespace)
@@ -461,7 +486,11 @@ func (s *Source) readFile(path string) {
 			errs = append(errs, duplicateError(path, i, cfg, prev.index))
 			continue
 		}
-		fresh[cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: cfg}
+		warnings := config.ObjectWarnings(cfg, path, i)
+		for _, w := range warnings {
+			s.opts.Logger.Warn("config field not implemented", "warning", w.Error())
+		}
+		fresh[cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: cfg, warnings: warnings}
 	}
 	if len(errs) > 0 {
 		// Keep serving what the file held before for objects its valid documents no longer define:
@@ -477,6 +506,20 @@ func (s *Source) readFile(path string) {
 	}
 	st.errors = errs
 	s.replaceClaims(path, st, fresh)
+}
+
+// reindex returns warnings labelled with document index i: an unchanged document that moved in its file.
+func reindex(warnings []*config.Error, i int) []*config.Error {
+	if len(warnings) == 0 || warnings[0].Index == i {
+		return warnings
+	}
+	out := make([]*config.Error, len(warnings))
+	for j, w := range warnings {
+		c := *w
+		c.Index = i
+		out[j] = &c
+	}
+	return out
 }
 
 // duplicateError reports document i of path defining the same object as document first.
@@ -537,7 +580,7 @@ func (s *Source) replaceClaims(path string, st *fileState, fresh map[config.Key]
 		touched[k] = true
 		// Unchanged document: keep the object already served so no event fires.
 		if old, ok := st.objects[k]; ok && old.docHash == c.docHash {
-			old.index = c.index
+			old.index, old.warnings = c.index, c.warnings
 			fresh[k] = old
 		}
 	}

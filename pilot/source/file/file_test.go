@@ -841,3 +841,68 @@ spec:
 		t.Errorf("baseEjectionTime = %v, want 1h", got)
 	}
 }
+
+// A field Sextant accepts but does not implement is served without it, listed by Warnings with file, document,
+// object and field, and logged once per parse of its document, not on every reload.
+func TestWarnings(t *testing.T) {
+	dir := t.TempDir()
+	var logs strings.Builder
+	var mu sync.Mutex
+	st := store.New()
+	src := file.New(file.Options{Dir: dir, Store: st, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	cors := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n  hosts: [r]\n" +
+		"  http:\n  - corsPolicy: {allowOrigins: [{exact: \"https://x.example\"}]}\n    route: [{destination: {host: r}}]\n"
+	p := write(t, dir, "vs.yaml", cors)
+	for range 2 {
+		if err := src.Load(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.Get(vsKey("shop", "r")) == nil || len(src.Errors()) != 0 {
+		t.Fatalf("VirtualService not served: %v", src.Errors())
+	}
+	ws := src.Warnings()
+	if len(ws) != 1 || !ws[0].Warning || ws[0].File != p || ws[0].Index != 0 || ws[0].Field != "spec.http[0].corsPolicy" ||
+		ws[0].Kind != "VirtualService" || ws[0].Name != "r" {
+		t.Fatalf("warnings = %+v", ws)
+	}
+	mu.Lock()
+	n := strings.Count(logs.String(), "config field not implemented")
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, logs.String())
+	}
+
+	// The same document moved down its file keeps its warning, at its new index; removing the field clears it.
+	write(t, dir, "vs.yaml", join(svcDoc("shop", "r", 80), cors))
+	if err := src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if ws := src.Warnings(); len(ws) != 1 || ws[0].Index != 1 {
+		t.Errorf("moved document: warnings = %+v", ws)
+	}
+	write(t, dir, "vs.yaml", vsDoc("shop", "r", "r"))
+	if err := src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n = strings.Count(logs.String(), "config field not implemented")
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("an unchanged document was logged again (%d lines)", n)
+	}
+	if ws := src.Warnings(); len(ws) != 0 {
+		t.Errorf("field removed: warnings = %+v", ws)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,7 @@ type Source struct {
 
 	mu       sync.Mutex
 	rejected map[config.Key]RejectedObject
+	warnings map[config.Key]objectWarnings
 	missing  map[config.Kind]bool // CRD kinds not watched because their CRD is not served
 }
 
@@ -105,6 +107,7 @@ func New(opts Options) (*Source, error) {
 		crds:         dynamicinformer.NewDynamicSharedInformerFactory(opts.Dynamic, opts.ResyncPeriod),
 		synced:       make(chan struct{}),
 		rejected:     map[config.Key]RejectedObject{},
+		warnings:     map[config.Key]objectWarnings{},
 		missing:      map[config.Kind]bool{},
 	}
 	if s.log == nil {
@@ -443,7 +446,53 @@ func (s *Source) upsert(kind config.Kind, obj any) {
 		return
 	}
 	s.accept(cfg.Key)
+	s.warn(cfg)
 	s.store.Upsert(store.LayerKube, cfg)
+}
+
+// objectWarnings are the unimplemented fields of one served object, as of its metadata.generation.
+type objectWarnings struct {
+	generation int64
+	list       []*config.Error
+}
+
+// warn records cfg's unimplemented fields and logs them once per generation: a resync or a status or label
+// change (same generation) stays quiet; a spec change logs what still applies.
+func (s *Source) warn(cfg *config.Config) {
+	list := config.ObjectWarnings(cfg, "kube", 0)
+	s.mu.Lock()
+	prev, seen := s.warnings[cfg.Key]
+	if len(list) == 0 {
+		delete(s.warnings, cfg.Key)
+	} else {
+		s.warnings[cfg.Key] = objectWarnings{generation: cfg.Generation, list: list}
+	}
+	s.mu.Unlock()
+	if seen && prev.generation == cfg.Generation && len(prev.list) == len(list) {
+		return
+	}
+	for _, w := range list {
+		s.log.Warn("config field not implemented", "kind", cfg.Kind, "namespace", cfg.Namespace, "name", cfg.Name,
+			"generation", cfg.Generation, "field", w.Field, "warning", w.Message)
+	}
+}
+
+// Warnings returns the fields of served objects that Sextant accepts but does not implement, sorted by key and field.
+func (s *Source) Warnings() []*config.Error {
+	s.mu.Lock()
+	var out []*config.Error
+	for _, w := range s.warnings {
+		out = append(out, w.list...)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *config.Error) int {
+		if c := config.CompareKeys(config.Key{Kind: config.Kind(a.Kind), Namespace: a.Namespace, Name: a.Name},
+			config.Key{Kind: config.Kind(b.Kind), Namespace: b.Namespace, Name: b.Name}); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Field, b.Field)
+	})
+	return out
 }
 
 func (s *Source) remove(kind config.Kind, obj any) {
@@ -468,6 +517,7 @@ func (s *Source) remove(kind config.Kind, obj any) {
 func (s *Source) forget(key config.Key) {
 	s.mu.Lock()
 	delete(s.rejected, key)
+	delete(s.warnings, key)
 	s.mu.Unlock()
 	s.store.Delete(store.LayerKube, key)
 }

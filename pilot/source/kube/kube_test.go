@@ -214,6 +214,8 @@ func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 	ki, _ := config.Info(c.Kind)
 	u.SetAPIVersion(ki.APIVersion())
 	u.SetKind(string(c.Kind))
+	// encoding/json decodes numbers as float64, which Unstructured's int64 getters do not read.
+	u.SetGeneration(c.Generation)
 	return u, nil
 }
 
@@ -953,4 +955,59 @@ func TestDecodeCRDNamesTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A field Sextant accepts but does not implement is recorded per object and logged once per generation:
+// a new resourceVersion of the same generation (a label or status change) stays quiet.
+func TestWarningsPerGeneration(t *testing.T) {
+	vs := func(rv string, gen int64, cors bool) *networkingv1.VirtualService {
+		o := newVirtualService("reviews", rv, "reviews")
+		o.Generation = gen
+		if cors {
+			o.Spec.Http[0].CorsPolicy = &networking.CorsPolicy{AllowOrigins: []*networking.StringMatch{{MatchType: &networking.StringMatch_Exact{Exact: "https://x.example"}}}}
+		}
+		return o
+	}
+	h := newHarness(t, harnessOpts{istio: []runtime.Object{vs("1", 1, true)}})
+	h.eventually("warning", func() bool { return len(h.src.Warnings()) == 1 })
+	w := h.src.Warnings()[0]
+	if !w.Warning || w.File != "kube" || w.Kind != "VirtualService" || w.Namespace != ns || w.Name != "reviews" || w.Field != "spec.http[0].corsPolicy" {
+		t.Errorf("warning = %+v", w)
+	}
+	if h.get(config.VirtualService, ns, "reviews") == nil {
+		t.Fatal("object with a warning not served")
+	}
+	count := func() int { return strings.Count(h.logs.String(), "config field not implemented") }
+
+	if err := h.updateCRD(vs("2", 1, true)); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("version 2", func() bool {
+		c := h.get(config.VirtualService, ns, "reviews")
+		return c != nil && c.ResourceVersion == "2"
+	})
+	if n := count(); n != 1 {
+		t.Errorf("logged %d times for one generation, want 1:\n%s", n, h.logs)
+	}
+	if err := h.updateCRD(vs("3", 2, true)); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("generation 2 logged", func() bool { return count() == 2 })
+	if !strings.Contains(h.logs.String(), "field=spec.http[0].corsPolicy") {
+		t.Errorf("log does not name the field:\n%s", h.logs)
+	}
+
+	// The field removed, then the object deleted: nothing is left.
+	if err := h.updateCRD(vs("4", 3, false)); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("warning cleared", func() bool { return len(h.src.Warnings()) == 0 })
+	if err := h.updateCRD(vs("5", 4, true)); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("warning back", func() bool { return len(h.src.Warnings()) == 1 })
+	if err := h.deleteCRD(config.VirtualService, "reviews"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("deleted", func() bool { return len(h.src.Warnings()) == 0 })
 }
