@@ -41,9 +41,10 @@ package envoy
 //     client certificate. Replicas of one workload (same ports, modes and policies) share the listener.
 //   - AuthorizationPolicy becomes RBAC filters on every inbound chain (rbac.go): HTTP chains get
 //     envoy.filters.http.rbac, TCP and passthrough chains envoy.filters.network.rbac with the part L4 can
-//     check; AUDIT policies a LOG filter ahead of them. CUSTOM policies are not enforced (no ext_authz); JWT
-//     (RequestAuthentication) is not implemented, so request.auth.* conditions never match. What could not
-//     be translated is logged at debug level.
+//     check; AUDIT policies a LOG filter ahead of them; CUSTOM policies ext_authz ahead of all
+//     (rbac_extauthz.go). JWT (RequestAuthentication) is not implemented, so request.auth.* conditions never
+//     match. What could not be translated is logged at debug level; a policy made to deny because it cannot
+//     be honoured, as a warning.
 //
 // Gateways (router proxies) get one listener "BIND_PORT" ("0.0.0.0_PORT" without bind) per Gateway server
 // address, for the Gateways selecting the proxy's labels:

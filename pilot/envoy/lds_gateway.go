@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"cmp"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -51,16 +50,15 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 	// Policies select a gateway's pods as they select a sidecar's (selector, or targetRefs to the Gateway
 	// API Gateway named by the pods' gateway-name label); their filters go on every chain.
 	policies := push.AuthorizationPolicies(proxy.Namespace, proxy.Labels)
+	env := newAuthzEnv(push, policies)
 	authz := gatewayAuthz{}
 	if !policies.Empty() {
 		var notes, tcpNotes []string
-		authz.http, notes = buildHTTPRBAC(policies, push.Mesh.TrustDomain)
-		authz.tcp, tcpNotes = buildTCPRBAC(policies, push.Mesh.TrustDomain)
-		for _, n := range append(notes, tcpNotes...) {
-			slog.Debug("authorization policy translated with a change", "namespace", proxy.Namespace, "proxy", proxy.ID, "note", n)
-		}
+		authz.http, notes = buildHTTPRBAC(policies, env)
+		authz.tcp, tcpNotes = buildTCPRBAC(policies, env)
+		logAuthzNotes(append(notes, tcpNotes...), "namespace", proxy.Namespace, "proxy", proxy.ID)
 	}
-	policyKey := describePolicies(policies)
+	policyKey := describePolicies(policies) + env.describe()
 	var names []string
 	byAddr := map[gatewayAddr][]gatewayServer{}
 	for _, gw := range gws {

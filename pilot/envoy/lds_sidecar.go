@@ -746,12 +746,12 @@ type inboundInputs struct {
 	ports    []inboundPort
 	mtls     model.EffectiveMTLS
 	policies model.AuthorizationPolicies
-	td       string
+	env      authzEnv
 }
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|", ns, in.td, in.mtls.Mode)
+	fmt.Fprintf(&b, "%s|%s|%s|", ns, in.env.describe(), in.mtls.Mode)
 	for _, p := range in.ports {
 		fmt.Fprintf(&b, "%d/%s/%s,", p.port, p.protocol, in.mtls.ModeForPort(p.port))
 	}
@@ -765,21 +765,19 @@ func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushCon
 		ports:    ports,
 		mtls:     push.PeerAuthentication(proxy.Namespace, labels),
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
-		td:       push.Mesh.TrustDomain,
 	}
+	in.env = newAuthzEnv(push, in.policies)
 	return l.g.cached(inboundListenerKey{push.PoliciesID(), in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
 		lis, notes := buildVirtualInbound(in)
-		for _, n := range notes {
-			slog.Debug("authorization policy translated with a change", "namespace", proxy.Namespace, "note", n)
-		}
+		logAuthzNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)
 		return lis
 	})
 }
 
 // buildVirtualInbound builds the inbound capture listener, and notes on policies it could not translate.
 func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
-	httpRBAC, notes := buildHTTPRBAC(in.policies, in.td)
-	tcpRBAC, tcpNotes := buildTCPRBAC(in.policies, in.td)
+	httpRBAC, notes := buildHTTPRBAC(in.policies, in.env)
+	tcpRBAC, tcpNotes := buildTCPRBAC(in.policies, in.env)
 	notes = append(notes, tcpNotes...)
 
 	var chains []*listener.FilterChain

@@ -10,7 +10,7 @@ package envoy
 //     policies a DENY filter, ALLOW policies an ALLOW filter, in that order (istiod's). An ALLOW filter is
 //     emitted whenever an ALLOW policy applies, even one without rules: such a policy allows nothing.
 //     AUDIT rules are translated as DENY rules are: what cannot be expressed is dropped, so they log more.
-//   - CUSTOM policies are not enforced: they are reported in the notes and skipped.
+//   - CUSTOM policies become ext_authz filters ahead of these (rbac_extauthz.go).
 //   - TCP filters keep only what L4 can check. A value that cannot be expressed (an HTTP-only field such as
 //     methods, paths, hosts, requestPrincipals, request.headers, or an invalid value) makes an ALLOW rule
 //     drop out entirely (it allows nothing), and is dropped alone from a DENY rule (which then denies more).
@@ -25,6 +25,7 @@ package envoy
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -34,10 +35,13 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extauthzhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	extauthznet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	security "istio.io/api/security/v1beta1"
 
@@ -59,38 +63,54 @@ var (
 	errUnsupported = errors.New("not supported")
 )
 
-// buildHTTPRBAC returns the RBAC HTTP filters for the policies (AUDIT, DENY, ALLOW; none when no such
-// policy applies) and notes on what could not be translated.
-func buildHTTPRBAC(policies model.AuthorizationPolicies, trustDomain string) ([]*hcm.HttpFilter, []string) {
-	rules, notes := buildRBACRules(policies, trustDomain, false)
+// buildHTTPRBAC returns the authorization HTTP filters for the policies, in istiod's order: CUSTOM (RBAC
+// shadow rules and ext_authz per provider, or a DENY RBAC filter when the provider cannot be used), then
+// RBAC for AUDIT, DENY, ALLOW; none when no policy applies. The notes say what could not be translated.
+func buildHTTPRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*hcm.HttpFilter, []string) {
+	b := &rbacBuilder{trustDomain: env.trustDomain}
 	var out []*hcm.HttpFilter
-	for _, r := range rules {
-		if r != nil {
-			out = append(out, ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{Rules: r}))
+	for _, g := range b.custom(policies.Custom, env) {
+		if g.failure != "" {
+			out = append(out, ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{Rules: g.denyRules()}))
+			continue
 		}
+		ext := proto.Clone(g.ext.http).(*extauthzhttp.ExtAuthz)
+		ext.FilterEnabledMetadata = extAuthzEnabled(httpRBACFilter, g.provider)
+		out = append(out,
+			ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{ShadowRules: g.shadowRules(), ShadowRulesStatPrefix: extAuthzShadowPrefix}),
+			ldsHTTPFilter(httpExtAuthzFilter, ext))
 	}
-	return out, notes
+	for _, r := range b.local(policies) {
+		out = append(out, ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{Rules: r}))
+	}
+	return out, b.notes
 }
 
-// buildTCPRBAC returns the RBAC network filters for the policies, with only what L4 can check.
-func buildTCPRBAC(policies model.AuthorizationPolicies, trustDomain string) ([]*listener.Filter, []string) {
-	rules, notes := buildRBACRules(policies, trustDomain, true)
+// buildTCPRBAC returns the authorization network filters for the policies, with only what L4 can check.
+func buildTCPRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*listener.Filter, []string) {
+	b := &rbacBuilder{trustDomain: env.trustDomain, forTCP: true}
 	var out []*listener.Filter
-	for _, r := range rules {
-		if r != nil {
-			out = append(out, ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: r, StatPrefix: "tcp."}))
+	for _, g := range b.custom(policies.Custom, env) {
+		if g.failure != "" {
+			out = append(out, ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: g.denyRules(), StatPrefix: "tcp."}))
+			continue
 		}
+		ext := proto.Clone(g.ext.tcp).(*extauthznet.ExtAuthz)
+		ext.FilterEnabledMetadata = extAuthzEnabled(tcpRBACFilter, g.provider)
+		out = append(out,
+			ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{ShadowRules: g.shadowRules(), StatPrefix: "tcp.", ShadowRulesStatPrefix: extAuthzShadowPrefix}),
+			ldsNetworkFilter(tcpExtAuthzFilter, ext))
 	}
-	return out, notes
+	for _, r := range b.local(policies) {
+		out = append(out, ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: r, StatPrefix: "tcp."}))
+	}
+	return out, b.notes
 }
 
-// buildRBACRules translates the AUDIT, DENY and ALLOW policies into one rule set each, in filter order. An
-// AUDIT or DENY set without a translated rule is left out: it would match nothing.
-func buildRBACRules(policies model.AuthorizationPolicies, trustDomain string, forTCP bool) (rules []*rbacpb.RBAC, notes []string) {
-	b := &rbacBuilder{trustDomain: trustDomain, forTCP: forTCP}
-	for _, c := range policies.Custom {
-		b.notef("CUSTOM policy %s skipped: external authorization is not supported", c.Key.NamespacedName())
-	}
+// local translates the AUDIT, DENY and ALLOW policies into one rule set each, in filter order. An AUDIT or
+// DENY set without a translated rule is left out: it would match nothing.
+func (b *rbacBuilder) local(policies model.AuthorizationPolicies) []*rbacpb.RBAC {
+	var rules []*rbacpb.RBAC
 	for _, a := range []struct {
 		cfgs   []*config.Config
 		action rbacpb.RBAC_Action
@@ -104,7 +124,19 @@ func buildRBACRules(policies model.AuthorizationPolicies, trustDomain string, fo
 	if len(policies.Allow) > 0 {
 		rules = append(rules, &rbacpb.RBAC{Action: rbacpb.RBAC_ALLOW, Policies: b.policies(policies.Allow, rbacpb.RBAC_ALLOW)})
 	}
-	return rules, b.notes
+	return rules
+}
+
+// logAuthzNotes logs the notes of one proxy's policies: those saying traffic is denied because a policy
+// could not be honoured as warnings, the rest at debug level.
+func logAuthzNotes(notes []string, attrs ...any) {
+	for _, n := range notes {
+		if strings.Contains(n, failClosedNote) {
+			slog.Warn("authorization policy fails closed", append(attrs, "reason", n)...)
+		} else {
+			slog.Debug("authorization policy translated with a change", append(attrs, "note", n)...)
+		}
+	}
 }
 
 // describePolicies spells out which policies (and which versions) apply, per action: a cache key for what

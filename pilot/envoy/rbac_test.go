@@ -53,7 +53,7 @@ func rbacPolicies(t *testing.T, yaml string) model.AuthorizationPolicies {
 // httpRules and tcpRules translate and decode the filters, checking each with ValidateAll.
 func httpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacpb.RBAC, []string) {
 	t.Helper()
-	filters, notes := buildHTTPRBAC(p, td)
+	filters, notes := buildHTTPRBAC(p, authzEnv{trustDomain: td})
 	var out []*rbacpb.RBAC
 	for _, f := range filters {
 		if f.Name != httpRBACFilter {
@@ -73,7 +73,7 @@ func httpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacp
 
 func tcpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacpb.RBAC, []string) {
 	t.Helper()
-	filters, notes := buildTCPRBAC(p, td)
+	filters, notes := buildTCPRBAC(p, authzEnv{trustDomain: td})
 	var out []*rbacpb.RBAC
 	for _, f := range filters {
 		if f.Name != tcpRBACFilter {
@@ -406,7 +406,7 @@ spec:
 		}
 	}
 	// No policy: no filter.
-	if f, notes := buildHTTPRBAC(model.AuthorizationPolicies{}, "cluster.local"); len(f) != 0 || len(notes) != 0 {
+	if f, notes := buildHTTPRBAC(model.AuthorizationPolicies{}, authzEnv{trustDomain: "cluster.local"}); len(f) != 0 || len(notes) != 0 {
 		t.Errorf("no policies gave %v %v", f, notes)
 	}
 }
@@ -456,26 +456,6 @@ spec:
 	if !permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{path: "/x"}) ||
 		permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{path: "/y"}) {
 		t.Error("the LOG rule does not match exactly /x")
-	}
-}
-
-func TestRBACCustomSkipped(t *testing.T) {
-	p := rbacPolicies(t, `
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: ext}
-spec:
-  action: CUSTOM
-  provider: {name: opa}
-  rules: [{}]
-`)
-	filters, notes := buildHTTPRBAC(p, "cluster.local")
-	if len(filters) != 0 {
-		t.Errorf("filters %v", filters)
-	}
-	want := []string{"http: CUSTOM policy shop/ext skipped: external authorization is not supported"}
-	if !slices.Equal(notes, want) {
-		t.Errorf("notes %v", notes)
 	}
 }
 

@@ -59,7 +59,7 @@ func TestTargetRefPolicyReachesOnlyItsGateway(t *testing.T) {
 	if len(got.Deny) != 1 || got.Deny[0].Name != "gw-deny-all" {
 		t.Fatalf("gateway pod DENY policies %v, want gw-deny-all alone", got.Deny)
 	}
-	filters, _ := buildTCPRBAC(got, "cluster.local")
+	filters, _ := buildTCPRBAC(got, authzEnv{trustDomain: "cluster.local"})
 	if len(filters) != 1 || filters[0].Name != tcpRBACFilter {
 		t.Errorf("gateway pod TCP RBAC %v", filters)
 	}
