@@ -3,6 +3,7 @@ package model
 import (
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -435,4 +436,27 @@ func (dr *DestinationRule) GetSubsets() []*networking.Subset {
 		return nil
 	}
 	return dr.Spec.Subsets
+}
+
+// CustomProviderProblem says why a CUSTOM AuthorizationPolicy's field provider.name cannot be honoured under
+// the mesh config: no provider has that name, or it is not of a kind Sextant implements (envoyExtAuthzGrpc,
+// envoyExtAuthzHttp). The generators then make the policy's rules deny what they match, so this is what an
+// operator must be told; empty for any other policy. (That the provider's service exists is checked when
+// listeners are built, against the snapshot.)
+func CustomProviderProblem(c *config.Config, m *mesh.Config) string {
+	ap, ok := c.Spec.(*security.AuthorizationPolicy)
+	if !ok || ap.Action != security.AuthorizationPolicy_CUSTOM {
+		return ""
+	}
+	name := ap.GetProvider().GetName()
+	p := m.ExtensionProvider(name)
+	switch {
+	case name == "":
+		return "action CUSTOM names no provider: the requests its rules match are denied"
+	case p == nil:
+		return "provider " + strconv.Quote(name) + " is not defined in the mesh config's extensionProviders: the requests its rules match are denied"
+	case p.EnvoyExtAuthzGRPC == nil && p.EnvoyExtAuthzHTTP == nil:
+		return "provider " + strconv.Quote(name) + " is of kind " + strconv.Quote(p.Kind) + ", not an external authorization provider Sextant implements: the requests its rules match are denied"
+	}
+	return ""
 }
