@@ -42,11 +42,14 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	// DestinationRules with a workloadSelector apply only to the proxies they select: proxies that share a
 	// selection (usually none) share the cluster list.
 	variant := strconv.Itoa(int(flavor))
-	labels := proxy.Labels
+	who := proxyView{router: proxy.Type == xds.Router}
+	if who.router {
+		variant += "gw"
+	}
 	if sel := push.DestinationRuleSelection(scope.Namespace, proxy.Labels); sel != "" {
+		// Without a selection labels stay nil: the proxy is built as any proxy of the namespace.
 		variant += "\x00" + sel
-	} else {
-		labels = nil // no selector selects the proxy: build as for any proxy of the namespace
+		who.labels = proxy.Labels
 	}
 	var out xds.Resources
 	if w.Wildcard {
@@ -55,17 +58,17 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
 		built, err := g.clusterLists.getOrBuild(id, inputs, func() (*clusterList, error) {
 			prev, _ := g.clusterLists.latest(id)
-			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor, labels); ok || err != nil {
+			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor, who); ok || err != nil {
 				return next, err
 			}
-			return c.buildOutbound(scope, push, flavor, labels)
+			return c.buildOutbound(scope, push, flavor, who)
 		})
 		if err != nil {
 			return nil, err
 		}
 		out = built.list // shared and never modified: the extras below are merged into a new list
 	} else {
-		list, err := c.outbound(scope, push, flavor, labels, w)
+		list, err := c.outbound(scope, push, flavor, who, w)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +85,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 			if !wants(w, name) {
 				continue
 			}
-			r, err := g.cached(inboundClusterKey{ip.port}, name, func() proto.Message { return buildInboundCluster(ip.port) })
+			r, err := g.cached(inboundClusterKey{ip.port, ip.protocol}, name, func() proto.Message { return buildInboundCluster(ip.port, ip.protocol) })
 			if err != nil {
 				return nil, err
 			}
@@ -112,6 +115,12 @@ func inlineEndpoints(svc *model.Service) bool {
 	return svc.Resolution == model.DNSLB || (svc.Resolution == model.ClientSideLB && svc.Source.Kind == config.ServiceEntry && svc.Selector == nil)
 }
 
+// proxyView is what of the proxy its outbound clusters depend on beyond namespace, Sidecar and flavor.
+type proxyView struct {
+	labels map[string]string // nil unless a workloadSelector DestinationRule selects the proxy
+	router bool              // a gateway: sniffed ports keep HTTP/1.1 upstream
+}
+
 // outboundListKey is what the outbound clusters of a scope are built from.
 type outboundListKey struct {
 	scope     *Scope
@@ -121,11 +130,11 @@ type outboundListKey struct {
 
 // outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
 // w wants, for a proxy with labels (nil: one no workloadSelector selects).
-func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, labels map[string]string, w *xds.WatchedResource) (xds.Resources, error) {
+func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView, w *xds.WatchedResource) (xds.Resources, error) {
 	var out xds.Resources
 	for _, svc := range scope.Services {
 		var err error
-		if out, err = c.serviceClusters(out, svc, scope, push, flavor, labels, w); err != nil {
+		if out, err = c.serviceClusters(out, svc, scope, push, flavor, who, w); err != nil {
 			return nil, err
 		}
 	}
@@ -135,8 +144,8 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 
 // serviceClusters appends svc's outbound clusters that w wants (nil: all) to out.
 func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service, scope *Scope, push *model.PushContext, flavor flavor,
-	labels map[string]string, w *xds.WatchedResource) (xds.Resources, error) {
-	dr := push.DestinationRuleFor(scope.Namespace, labels, svc)
+	who proxyView, w *xds.WatchedResource) (xds.Resources, error) {
+	dr := push.DestinationRuleFor(scope.Namespace, who.labels, svc)
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {
 			continue
@@ -154,7 +163,13 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 			if inlineEndpoints(svc) {
 				key.endpoints = push.Endpoints(svc.Key())
 			}
-			r, err := c.g.clusters.get(slotName(flavor, name), key, func() proto.Message { return buildOutboundCluster(push, key) })
+			slot := slotName(flavor, name)
+			if who.router && flavor == flavorEnvoy && port.Protocol == model.ProtocolUnset {
+				// Only a sniffed port's cluster differs at a gateway: its own slot, so that sidecars'
+				// and gateways' clusters do not replace each other.
+				key.sniffedAtGateway, slot = true, "gateway\x00"+slot
+			}
+			r, err := c.g.clusters.get(slot, key, func() proto.Message { return buildOutboundCluster(push, key) })
 			if err != nil {
 				return nil, err
 			}
@@ -178,12 +193,12 @@ type clusterList struct {
 }
 
 // buildOutbound builds the outbound clusters of every service in scope.
-func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor, labels map[string]string) (*clusterList, error) {
+func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (*clusterList, error) {
 	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID()}
 	for _, svc := range scope.Services {
 		n := len(l.list)
 		var err error
-		if l.list, err = c.serviceClusters(l.list, svc, scope, push, flavor, labels, nil); err != nil {
+		if l.list, err = c.serviceClusters(l.list, svc, scope, push, flavor, who, nil); err != nil {
 			return nil, err
 		}
 		for range len(l.list) - n {
@@ -202,7 +217,7 @@ func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, f
 // are kept, those of removed ones dropped, and added ones built, so a service add costs its own clusters
 // rather than a walk over every service of the mesh for each namespace. Services whose clusters carry their
 // endpoints are rebuilt when the endpoints changed. ok is false when a full build is needed.
-func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor, labels map[string]string) (next *clusterList, ok bool, err error) {
+func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (next *clusterList, ok bool, err error) {
 	if prev == nil || prev.rules != push.DestinationRulesID() || prev.mesh != push.Mesh {
 		return nil, false, nil
 	}
@@ -227,7 +242,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 	fresh := &clusterList{}
 	for _, svc := range added {
 		n := len(fresh.list)
-		if fresh.list, err = c.serviceClusters(fresh.list, svc, scope, push, flavor, labels, nil); err != nil {
+		if fresh.list, err = c.serviceClusters(fresh.list, svc, scope, push, flavor, who, nil); err != nil {
 			return nil, false, err
 		}
 		for range len(fresh.list) - n {
@@ -311,9 +326,15 @@ type outboundClusterKey struct {
 	flavor    flavor
 	endpoints *model.ServiceEndpoints
 	mesh      any
+	// sniffedAtGateway: a port without protocol at a gateway, which does not sniff, so its cluster does
+	// not follow the client's protocol.
+	sniffedAtGateway bool
 }
 
-type inboundClusterKey struct{ port uint32 }
+type inboundClusterKey struct {
+	port     uint32
+	protocol model.Protocol
+}
 type staticClusterKey struct{ name string }
 
 func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluster.Cluster {
@@ -349,10 +370,11 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC)
 		return c
 	}
-	applyConnectionPool(c, policy.GetConnectionPool(), k.port)
+	applyConnectionPool(c, policy.GetConnectionPool())
+	h2 := applyHTTPProtocol(c, policy.GetConnectionPool(), k.port, !k.sniffedAtGateway)
 	applyOutlierDetection(c, policy.GetOutlierDetection())
 	applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
-	applyTLS(c, policy.GetTls(), k.svc, push.Mesh.TrustDomain)
+	applyTLS(c, policy.GetTls(), k.svc, push.Mesh.TrustDomain, h2)
 	return c
 }
 
@@ -462,13 +484,11 @@ func slowStart(lb *networking.LoadBalancerSettings) *cluster.Cluster_SlowStartCo
 	return nil
 }
 
-// applyConnectionPool sets the circuit breakers (at the maximum where cp says nothing) and what cp sets.
-func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettings, port *model.Port) {
+// applyConnectionPool sets the circuit breakers (at the maximum where cp says nothing), the connect
+// timeout and TCP keepalive.
+func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettings) {
 	th := maxThresholds()
 	c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{th}}
-	if cp == nil {
-		return
-	}
 	if tcp := cp.GetTcp(); tcp != nil {
 		if tcp.MaxConnections > 0 {
 			th.MaxConnections = wrapperspb.UInt32(uint32(tcp.MaxConnections))
@@ -484,7 +504,6 @@ func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettin
 			}}
 		}
 	}
-	var httpOpts *core.HttpProtocolOptions
 	if h := cp.GetHttp(); h != nil {
 		if h.Http1MaxPendingRequests > 0 {
 			th.MaxPendingRequests = wrapperspb.UInt32(uint32(h.Http1MaxPendingRequests))
@@ -495,27 +514,88 @@ func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettin
 		if h.MaxRetries > 0 {
 			th.MaxRetries = wrapperspb.UInt32(uint32(h.MaxRetries))
 		}
-		if h.MaxRequestsPerConnection > 0 || h.IdleTimeout != nil {
-			httpOpts = &core.HttpProtocolOptions{}
-			if h.MaxRequestsPerConnection > 0 {
-				httpOpts.MaxRequestsPerConnection = wrapperspb.UInt32(uint32(h.MaxRequestsPerConnection))
-			}
-			if h.IdleTimeout != nil {
-				httpOpts.IdleTimeout = durationpb.New(h.IdleTimeout.AsDuration())
-			}
+	}
+}
+
+// applyHTTPProtocol sets the upstream HTTP protocol and its options as istiod: HTTP/2 for http2 and grpc
+// ports or h2UpgradePolicy UPGRADE, the client's protocol for a sniffed port (where sniff: sidecars) or
+// useClientProtocol, HTTP/1.1 otherwise; idle timeout, connection duration, requests per connection and
+// HTTP/2 streams from the connection pool. It reports whether the cluster speaks HTTP/2 explicitly, which
+// mesh mTLS then offers in ALPN.
+func applyHTTPProtocol(c *cluster.Cluster, cp *networking.ConnectionPoolSettings, port *model.Port, sniffs bool) (h2 bool) {
+	var opts *httpv3.HttpProtocolOptions
+	var h2opts *core.Http2ProtocolOptions
+	explicitH2 := func() {
+		h2opts = &core.Http2ProtocolOptions{}
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2opts}}}
+	}
+	downstream := func() {
+		h2opts = nil
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+			HttpProtocolOptions: &core.Http1ProtocolOptions{}, Http2ProtocolOptions: &core.Http2ProtocolOptions{}}}
+	}
+	switch {
+	case port.Protocol == model.ProtocolHTTP2 || port.Protocol == model.ProtocolGRPC:
+		opts = &httpv3.HttpProtocolOptions{}
+		explicitH2()
+	case port.Protocol == model.ProtocolUnset && sniffs:
+		opts = &httpv3.HttpProtocolOptions{}
+		downstream()
+	}
+	h := cp.GetHttp()
+	// UPGRADE names the port HTTP even when it is sniffed; an upstream protocol already chosen stays.
+	if h != nil && !h.UseClientProtocol && h.H2UpgradePolicy == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE && opts == nil {
+		opts = &httpv3.HttpProtocolOptions{}
+		explicitH2()
+	}
+	common := &core.HttpProtocolOptions{}
+	if h != nil {
+		if h.IdleTimeout != nil {
+			common.IdleTimeout = durationpb.New(h.IdleTimeout.AsDuration())
+		}
+		if h.MaxRequestsPerConnection > 0 {
+			common.MaxRequestsPerConnection = wrapperspb.UInt32(uint32(h.MaxRequestsPerConnection))
 		}
 	}
-	if httpOpts != nil && port.Protocol.IsHTTP() {
-		opts := &httpv3.HttpProtocolOptions{CommonHttpProtocolOptions: httpOpts}
-		if port.Protocol == model.ProtocolHTTP2 || port.Protocol == model.ProtocolGRPC {
-			opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}}}}
-		} else {
-			opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{}}
+	if tcp := cp.GetTcp(); tcp != nil {
+		if common.IdleTimeout == nil && tcp.IdleTimeout != nil {
+			common.IdleTimeout = durationpb.New(tcp.IdleTimeout.AsDuration())
 		}
-		a, _ := anypb.New(opts)
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
+		if tcp.MaxConnectionDuration != nil {
+			common.MaxConnectionDuration = durationpb.New(tcp.MaxConnectionDuration.AsDuration())
+		}
 	}
+	keepalive := h.GetHttp2KeepAlive()
+	if common.IdleTimeout != nil || common.MaxRequestsPerConnection != nil || common.MaxConnectionDuration != nil || h.GetMaxConcurrentStreams() > 0 || keepalive != nil {
+		if opts == nil {
+			opts = &httpv3.HttpProtocolOptions{}
+		}
+		opts.CommonHttpProtocolOptions = common
+		if h2opts != nil && h.GetMaxConcurrentStreams() > 0 {
+			h2opts.MaxConcurrentStreams = wrapperspb.UInt32(uint32(h.GetMaxConcurrentStreams()))
+		}
+		if h2opts != nil && keepalive != nil {
+			h2opts.ConnectionKeepalive = &core.KeepaliveSettings{Interval: keepalive.Interval, Timeout: keepalive.Timeout}
+		}
+	}
+	if h.GetUseClientProtocol() {
+		if opts == nil {
+			opts = &httpv3.HttpProtocolOptions{}
+		}
+		downstream()
+	}
+	if opts == nil {
+		return false
+	}
+	if opts.UpstreamProtocolOptions == nil {
+		// Envoy requires an upstream protocol once the options are present: HTTP/1.1, as without them.
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &core.Http1ProtocolOptions{}}}}
+	}
+	a, _ := anypb.New(opts)
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
+	return h2opts != nil
 }
 
 func optionalUInt32(v uint32) *wrapperspb.UInt32Value {
@@ -582,7 +662,7 @@ func enforcing(count uint32) uint32 {
 
 // applyTLS configures upstream TLS from the DestinationRule, or, when it says nothing, Istio's auto mTLS:
 // mutual TLS to endpoints labelled tlsMode=istio, plaintext to the rest.
-func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, trustDomain string) {
+func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, trustDomain string, h2 bool) {
 	if tls == nil {
 		if svc.MeshExternal || c.GetType() == cluster.Cluster_ORIGINAL_DST {
 			return
@@ -591,7 +671,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.
 			{
 				Name:            "tlsMode-istio",
 				Match:           &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}},
-				TransportSocket: tlsSocket(istioMutualTLS(c.Name, svc, trustDomain)),
+				TransportSocket: tlsSocket(istioMutualTLS(c.Name, svc, trustDomain, h2)),
 			},
 			{
 				Name:            "tlsMode-disabled",
@@ -604,7 +684,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.
 	switch tls.Mode {
 	case networking.ClientTLSSettings_DISABLE:
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
-		c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, svc, trustDomain))
+		c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, svc, trustDomain, h2))
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		ctx := &tlsv3.UpstreamTlsContext{Sni: tls.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 		if ctx.Sni == "" && !strings.HasPrefix(svc.Hostname, "*") {
@@ -652,12 +732,16 @@ func sanMatchers(sans []string) []*tlsv3.SubjectAltNameMatcher {
 
 // istioMutualTLS is the client side of mesh mTLS: the workload certificate and the mesh root from SDS,
 // and the server's identity checked against the service's namespace in the trust domain.
-func istioMutualTLS(clusterName string, svc *model.Service, trustDomain string) *tlsv3.UpstreamTlsContext {
+func istioMutualTLS(clusterName string, svc *model.Service, trustDomain string, h2 bool) *tlsv3.UpstreamTlsContext {
+	alpn := []string{"istio-peer-exchange", "istio"}
+	if h2 {
+		alpn = append(alpn, "h2") // an HTTP/2 cluster says so, as istiod's do
+	}
 	return &tlsv3.UpstreamTlsContext{
 		// Istio's SNI for mesh traffic, outbound_.PORT_.SUBSET_.HOST: gateways in AUTO_PASSTHROUGH route on it.
 		Sni: strings.ReplaceAll(clusterName, "|", "_."),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
+			AlpnProtocols:                  alpn,
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
@@ -758,9 +842,9 @@ func inlineLoadAssignment(name string, se *model.ServiceEndpoints, port uint32, 
 	return loadAssignment(name, eps, subset, flavorEnvoy)
 }
 
-func buildInboundCluster(port uint32) *cluster.Cluster {
+func buildInboundCluster(port uint32, protocol model.Protocol) *cluster.Cluster {
 	name := InboundClusterName(port)
-	return &cluster.Cluster{
+	c := &cluster.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
 		ConnectTimeout:       durationpb.New(defaultConnectTimeout),
@@ -771,6 +855,9 @@ func buildInboundCluster(port uint32) *cluster.Cluster {
 				Address: socketAddress("127.0.0.1", port)}}}},
 		}}},
 	}
+	// Towards its own workload a sidecar speaks the port's protocol too (the client's on a sniffed port).
+	applyHTTPProtocol(c, nil, &model.Port{Port: port, Protocol: protocol}, true)
+	return c
 }
 
 func buildStaticCluster(name string) *cluster.Cluster {

@@ -1,10 +1,15 @@
 package envoy
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -186,5 +191,118 @@ spec:
 		if got := lb("10.1.0.3", map[string]string{"app": "sleep", "version": "v2"}, w); got != cluster.Cluster_LEAST_REQUEST {
 			t.Errorf("another unselected proxy after the selected one: lb %v", got)
 		}
+	}
+}
+
+// upstreamProtocol reads a cluster's upstream HTTP protocol: "http2", "downstream", "http1" (explicit or
+// no options at all) and its HTTP/2 stream limit.
+func upstreamProtocol(t *testing.T, c *cluster.Cluster) (string, *httpv3.HttpProtocolOptions) {
+	t.Helper()
+	a := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+	if a == nil {
+		return "http1", nil
+	}
+	opts := &httpv3.HttpProtocolOptions{}
+	if err := a.UnmarshalTo(opts); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil:
+		return "http2", opts
+	case opts.GetUseDownstreamProtocolConfig() != nil:
+		return "downstream", opts
+	}
+	return "http1", opts
+}
+
+// mtlsALPN is the ALPN a cluster's auto-mTLS socket offers to mesh endpoints.
+func mtlsALPN(t *testing.T, c *cluster.Cluster) []string {
+	t.Helper()
+	for _, m := range c.GetTransportSocketMatches() {
+		if m.GetName() == "tlsMode-istio" {
+			ctx := &tlsv3.UpstreamTlsContext{}
+			if err := m.GetTransportSocket().GetTypedConfig().UnmarshalTo(ctx); err != nil {
+				t.Fatal(err)
+			}
+			alpn := ctx.GetCommonTlsContext().GetAlpnProtocols()
+			slices.Sort(alpn)
+			return alpn
+		}
+	}
+	t.Fatalf("%s: no mTLS socket", c.Name)
+	return nil
+}
+
+// The upstream protocol follows the port as in istiod: HTTP/2 for grpc and http2 ports (offered in the
+// mTLS ALPN), the client's protocol for a sniffed port at a sidecar (a gateway does not sniff), HTTP/1.1
+// for an http port even when a connection pool sets HTTP options; h2UpgradePolicy, maxConcurrentStreams,
+// and the TCP idle timeout and connection duration are honoured.
+func TestUpstreamHTTPProtocolAsIstiod(t *testing.T) {
+	push := pushFromYAML(t, []byte(`
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: default}
+spec:
+  clusterIP: 10.0.0.30
+  selector: {app: echo}
+  ports:
+  - {name: grpc, port: 9090}
+  - {name: h2, port: 7070, appProtocol: http2}
+  - {name: web, port: 8081}
+  - {name: http, port: 80}
+  - {name: http-up, port: 81}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: default}
+spec:
+  host: echo
+  trafficPolicy:
+    connectionPool:
+      tcp: {idleTimeout: 10m, maxConnectionDuration: 1h}
+      http: {maxRequestsPerConnection: 5}
+    portLevelSettings:
+    - port: {number: 81}
+      connectionPool: {http: {h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 100}}
+`))
+	g := New(Options{})
+	sidecar := generate(t, g, xds.ClusterType, sidecarIn("default", "10.1.0.9", map[string]string{"app": "echo"}), push, wildcard(xds.ClusterType), newCluster)
+	gateway := generate(t, g, xds.ClusterType, &xds.Proxy{Type: xds.Router, NodeID: "router~10.1.0.8~gw.default~default.svc.cluster.local", Namespace: "default"},
+		push, wildcard(xds.ClusterType), newCluster)
+	name := func(port int) string { return fmt.Sprintf("outbound|%d||echo.default.svc.cluster.local", port) }
+	cases := []struct {
+		cs       []*cluster.Cluster
+		cluster  string
+		protocol string
+	}{
+		{sidecar, name(9090), "http2"},
+		{sidecar, name(7070), "http2"},
+		{sidecar, name(8081), "downstream"},
+		{gateway, name(8081), "http1"},
+		{sidecar, name(80), "http1"},
+		{sidecar, name(81), "http2"},
+		{sidecar, InboundClusterName(9090), "http2"},
+		{sidecar, InboundClusterName(8081), "downstream"},
+		{sidecar, InboundClusterName(80), "http1"},
+	}
+	for _, c := range cases {
+		if got, _ := upstreamProtocol(t, clusterByName(t, c.cs, c.cluster)); got != c.protocol {
+			t.Errorf("%s: upstream %s, want %s", c.cluster, got, c.protocol)
+		}
+	}
+	if got := mtlsALPN(t, clusterByName(t, sidecar, name(9090))); !slices.Equal(got, []string{"h2", "istio", "istio-peer-exchange"}) {
+		t.Errorf("grpc port: mTLS ALPN %v, want h2 offered", got)
+	}
+	if got := mtlsALPN(t, clusterByName(t, sidecar, name(80))); !slices.Equal(got, []string{"istio", "istio-peer-exchange"}) {
+		t.Errorf("http port: mTLS ALPN %v", got)
+	}
+	_, up := upstreamProtocol(t, clusterByName(t, sidecar, name(81)))
+	if got := up.GetExplicitHttpConfig().GetHttp2ProtocolOptions().GetMaxConcurrentStreams().GetValue(); got != 100 {
+		t.Errorf("maxConcurrentStreams = %d, want 100", got)
+	}
+	_, http1 := upstreamProtocol(t, clusterByName(t, sidecar, name(80)))
+	common := http1.GetCommonHttpProtocolOptions()
+	if common.GetIdleTimeout().AsDuration() != 10*time.Minute || common.GetMaxConnectionDuration().AsDuration() != time.Hour || common.GetMaxRequestsPerConnection().GetValue() != 5 {
+		t.Errorf("common HTTP options = %v", common)
 	}
 }
