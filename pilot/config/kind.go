@@ -72,11 +72,55 @@ func Info(k Kind) (KindInfo, bool) {
 	return KindInfo{}, false
 }
 
+// unreadKinds are kinds Istio users apply that Sextant does not read (versions newest first). A document of
+// one is rejected, naming the kind as unread; in a cluster their objects are counted and reported, since
+// they change nothing Sextant serves and must not look as if they did.
+var unreadKinds = []KindInfo{
+	{"EnvoyFilter", "networking.istio.io", []string{"v1alpha3"}, "envoyfilters", true},
+	{"ProxyConfig", "networking.istio.io", []string{"v1beta1"}, "proxyconfigs", true},
+	{"WorkloadGroup", "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "workloadgroups", true},
+	{"RequestAuthentication", "security.istio.io", []string{"v1", "v1beta1"}, "requestauthentications", true},
+	{"Telemetry", "telemetry.istio.io", []string{"v1", "v1alpha1"}, "telemetries", true},
+	{"WasmPlugin", "extensions.istio.io", []string{"v1alpha1"}, "wasmplugins", true},
+	{"GatewayClass", "gateway.networking.k8s.io", []string{"v1", "v1beta1"}, "gatewayclasses", false},
+	{"Gateway", "gateway.networking.k8s.io", []string{"v1", "v1beta1"}, "gateways", true},
+	{"HTTPRoute", "gateway.networking.k8s.io", []string{"v1", "v1beta1"}, "httproutes", true},
+	{"GRPCRoute", "gateway.networking.k8s.io", []string{"v1", "v1alpha2"}, "grpcroutes", true},
+	{"TCPRoute", "gateway.networking.k8s.io", []string{"v1alpha2"}, "tcproutes", true},
+	{"TLSRoute", "gateway.networking.k8s.io", []string{"v1alpha2"}, "tlsroutes", true},
+	{"UDPRoute", "gateway.networking.k8s.io", []string{"v1alpha2"}, "udproutes", true},
+	{"ReferenceGrant", "gateway.networking.k8s.io", []string{"v1beta1", "v1alpha2"}, "referencegrants", true},
+	{"BackendTLSPolicy", "gateway.networking.k8s.io", []string{"v1", "v1alpha3"}, "backendtlspolicies", true},
+}
+
+// UnreadKinds returns the kinds Sextant knows of but does not read, in a stable order.
+func UnreadKinds() []KindInfo { return unreadKinds }
+
+// UnreadKindError is LookupKind's error for a kind of UnreadKinds.
+type UnreadKindError struct {
+	Kind       KindInfo
+	APIVersion string // as written
+}
+
+func (e *UnreadKindError) Error() string {
+	msg := fmt.Sprintf("kind %s of apiVersion %q is not read by Sextant: this document would have no effect", e.Kind.Kind, e.APIVersion)
+	if ki, ok := Info(e.Kind.Kind); ok {
+		// The Gateway API Gateway shares its name with Istio's: the document may mean the other one.
+		msg += fmt.Sprintf(" (Sextant reads %s of %s/%s)", ki.Kind, ki.Group, strings.Join(ki.Versions, "|"))
+	}
+	return msg
+}
+
 // LookupKind resolves apiVersion and kind as written in a document.
 func LookupKind(apiVersion, kind string) (KindInfo, error) {
 	group, version := "", apiVersion
 	if i := strings.LastIndexByte(apiVersion, '/'); i >= 0 {
 		group, version = apiVersion[:i], apiVersion[i+1:]
+	}
+	for _, ki := range unreadKinds {
+		if string(ki.Kind) == kind && ki.Group == group {
+			return KindInfo{}, &UnreadKindError{Kind: ki, APIVersion: apiVersion}
+		}
 	}
 	for _, ki := range kinds {
 		if string(ki.Kind) != kind {

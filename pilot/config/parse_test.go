@@ -1063,3 +1063,28 @@ spec:
 		t.Errorf("bad duration: %v", err)
 	}
 }
+
+// A document of a kind Istio users apply but Sextant does not read says so, at field kind, for Istio's own
+// kinds and for Gateway API kinds, including the Gateway API Gateway that shares its name with Istio's.
+func TestParseUnreadKind(t *testing.T) {
+	for _, tc := range []struct{ apiVersion, kind string }{
+		{"networking.istio.io/v1alpha3", "EnvoyFilter"},
+		{"telemetry.istio.io/v1", "Telemetry"},
+		{"security.istio.io/v1", "RequestAuthentication"},
+		{"extensions.istio.io/v1alpha1", "WasmPlugin"},
+		{"gateway.networking.k8s.io/v1", "Gateway"},
+		{"gateway.networking.k8s.io/v1", "HTTPRoute"},
+	} {
+		doc := fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: x, namespace: shop}\nspec: {}\n", tc.apiVersion, tc.kind)
+		_, err := config.Parse([]byte(doc), "f.yaml", 2, "default")
+		var ce *config.Error
+		field := "kind"
+		if tc.kind == "Gateway" {
+			field = "apiVersion" // the name is also Istio's Gateway, which the document may have meant
+		}
+		if !errors.As(err, &ce) || ce.Field != field || ce.Kind != tc.kind || ce.Name != "x" ||
+			!strings.Contains(ce.Message, "kind "+tc.kind+" of apiVersion \""+tc.apiVersion+"\" is not read by Sextant") {
+			t.Errorf("%s %s: %v", tc.apiVersion, tc.kind, err)
+		}
+	}
+}

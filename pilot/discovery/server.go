@@ -243,6 +243,10 @@ func (s *Server) Warnings() []*config.Error {
 	}
 	if s.kube != nil {
 		out = append(out, s.kube.Warnings()...)
+		for _, u := range s.kube.Unread() {
+			out = append(out, &config.Error{File: "kube", Kind: string(u.Kind), Warning: true, Message: fmt.Sprintf(
+				"%d objects of kind %s (%s) in the cluster at start: Sextant does not read this kind, so they have no effect", u.Count, u.Kind, u.APIVersion)})
+		}
 	}
 	return out
 }

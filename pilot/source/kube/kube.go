@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -77,6 +78,7 @@ type Source struct {
 	pollInterval time.Duration
 	kube         informers.SharedInformerFactory
 	crds         dynamicinformer.DynamicSharedInformerFactory
+	dynamic      dynamic.Interface
 
 	running atomic.Bool
 	synced  chan struct{} // closed once every informer started by Run has synced
@@ -85,6 +87,7 @@ type Source struct {
 	rejected map[config.Key]RejectedObject
 	warnings map[config.Key]objectWarnings
 	missing  map[config.Kind]bool // CRD kinds not watched because their CRD is not served
+	unread   []UnreadCount        // kinds Sextant does not read, found in the cluster at start
 }
 
 // New returns a Source; nothing is watched until Run.
@@ -105,6 +108,7 @@ func New(opts Options) (*Source, error) {
 		pollInterval: opts.CRDPollInterval,
 		kube:         informers.NewSharedInformerFactoryWithOptions(opts.KubeClient, opts.ResyncPeriod, informers.WithTransform(transform)),
 		crds:         dynamicinformer.NewDynamicSharedInformerFactory(opts.Dynamic, opts.ResyncPeriod),
+		dynamic:      opts.Dynamic,
 		synced:       make(chan struct{}),
 		rejected:     map[config.Key]RejectedObject{},
 		warnings:     map[config.Key]objectWarnings{},
@@ -205,6 +209,7 @@ func (s *Source) Run(ctx context.Context) {
 	if len(missing) > 0 {
 		wg.Go(func() { s.pollCRDs(ctx, missing) })
 	}
+	wg.Go(func() { s.countUnread(ctx) })
 	<-ctx.Done()
 	wg.Wait()
 	// Shutdown waits for the informers' goroutines, so none outlives Run.
@@ -243,6 +248,73 @@ func (s *Source) Rejected() []RejectedObject {
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b RejectedObject) int { return config.CompareKeys(a.Key(), b.Key()) })
 	return out
+}
+
+// UnreadCount is how many objects of a kind Sextant does not read the cluster held at start.
+type UnreadCount struct {
+	Kind       config.Kind `json:"kind"`
+	APIVersion string      `json:"apiVersion"`
+	Count      int         `json:"count"`
+}
+
+// Unread returns the kinds Sextant does not read (config.UnreadKinds) of which the cluster held objects at
+// start, with their count. Their objects change nothing Sextant serves, so they are reported, never silent.
+func (s *Source) Unread() []UnreadCount {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.unread)
+}
+
+// countUnread counts, once at start, the objects of each unread kind the cluster serves, and logs the kinds
+// that have any. Counting once is enough to tell an operator what has no effect; watching them would cost
+// informers for objects Sextant never uses.
+func (s *Source) countUnread(ctx context.Context) {
+	var found []UnreadCount
+	lists := map[string]*metav1.APIResourceList{}
+	for _, ki := range config.UnreadKinds() {
+		for _, v := range ki.Versions {
+			gv := ki.Group + "/" + v
+			l, seen := lists[gv]
+			if !seen {
+				l, _ = s.discovery.ServerResourcesForGroupVersion(gv) // not served: nothing to count
+				lists[gv] = l
+			}
+			if !hasResource(l, ki.Plural) {
+				continue
+			}
+			n, err := s.countObjects(ctx, schema.GroupVersionResource{Group: ki.Group, Version: v, Resource: ki.Plural})
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("cannot count objects of a kind Sextant does not read", "kind", ki.Kind, "apiVersion", gv, "error", err)
+				}
+				break
+			}
+			if n > 0 {
+				found = append(found, UnreadCount{Kind: ki.Kind, APIVersion: gv, Count: n})
+				s.log.Warn("kind not read by Sextant found in the cluster: its objects have no effect",
+					"kind", ki.Kind, "apiVersion", gv, "count", n)
+			}
+			break // one served version holds every object of the kind
+		}
+	}
+	s.mu.Lock()
+	s.unread = found
+	s.mu.Unlock()
+}
+
+// countObjects lists gvr in every namespace, a page at a time, and returns how many objects it holds.
+func (s *Source) countObjects(ctx context.Context, gvr schema.GroupVersionResource) (int, error) {
+	n, cont := 0, ""
+	for {
+		l, err := s.dynamic.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return 0, err
+		}
+		n += len(l.Items)
+		if cont = l.GetContinue(); cont == "" {
+			return n, nil
+		}
+	}
 }
 
 // MissingCRDs returns the CRD kinds not watched (yet) because the cluster does not serve them.

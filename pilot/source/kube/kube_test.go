@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,8 @@ type harnessOpts struct {
 	kube, istio []runtime.Object
 	resources   []*metav1.APIResourceList // nil: every CRD
 	resync      time.Duration
+	// unread are objects of kinds Sextant does not read; their resources are added to discovery.
+	unread []*unstructured.Unstructured
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -129,6 +132,14 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	seed(t, h.kube.Tracker(), o.kube)
 	seed(t, h.istio.Tracker(), o.istio)
+	for _, u := range o.unread {
+		gvr := unreadGVR(t, u)
+		if err := h.istio.Tracker().Create(gvr, u, u.GetNamespace()); err != nil {
+			t.Fatal(err)
+		}
+		o.resources = append(o.resources, &metav1.APIResourceList{GroupVersion: u.GetAPIVersion(),
+			APIResources: []metav1.APIResource{{Name: gvr.Resource, Kind: u.GetKind(), Namespaced: true}}})
+	}
 	h.disc = &lockedDiscovery{d: h.kube.Discovery().(*fakediscovery.FakeDiscovery)}
 	if o.resources == nil {
 		o.resources = crdResources()
@@ -167,7 +178,24 @@ func newDynamicFake() *dynamicfake.FakeDynamicClient {
 		ki, _ := config.Info(kind)
 		lists[crdGVR(ki)] = string(kind) + "List"
 	}
+	for _, ki := range config.UnreadKinds() {
+		for _, v := range ki.Versions {
+			lists[schema.GroupVersionResource{Group: ki.Group, Version: v, Resource: ki.Plural}] = string(ki.Kind) + "List"
+		}
+	}
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), lists)
+}
+
+// unreadGVR is the resource of u, an object of a kind Sextant does not read.
+func unreadGVR(t *testing.T, u *unstructured.Unstructured) schema.GroupVersionResource {
+	gvk := u.GroupVersionKind()
+	for _, ki := range config.UnreadKinds() {
+		if string(ki.Kind) == gvk.Kind && ki.Group == gvk.Group {
+			return schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: ki.Plural}
+		}
+	}
+	t.Fatalf("%s is not an unread kind", gvk)
+	return schema.GroupVersionResource{}
 }
 
 // seed adds objects under the resource names Sextant watches. The fakes' constructors guess the
@@ -1010,4 +1038,37 @@ func TestWarningsPerGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("deleted", func() bool { return len(h.src.Warnings()) == 0 })
+}
+
+// Objects of kinds Sextant does not read (an EnvoyFilter, Gateway API routes) are counted at start and logged
+// with their count; kinds the cluster does not serve, or serves without objects, are not reported.
+func TestUnreadKindsCounted(t *testing.T) {
+	obj := func(apiVersion, kind, name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{}}}
+		u.SetAPIVersion(apiVersion)
+		u.SetKind(kind)
+		u.SetNamespace(ns)
+		u.SetName(name)
+		return u
+	}
+	h := newHarness(t, harnessOpts{unread: []*unstructured.Unstructured{
+		obj("networking.istio.io/v1alpha3", "EnvoyFilter", "lua"),
+		obj("networking.istio.io/v1alpha3", "EnvoyFilter", "ratelimit"),
+		obj("gateway.networking.k8s.io/v1", "HTTPRoute", "web"),
+	}})
+	h.eventually("unread kinds counted", func() bool { return len(h.src.Unread()) == 2 })
+	got := h.src.Unread()
+	want := []UnreadCount{{Kind: "EnvoyFilter", APIVersion: "networking.istio.io/v1alpha3", Count: 2},
+		{Kind: "HTTPRoute", APIVersion: "gateway.networking.k8s.io/v1", Count: 1}}
+	if !slices.Equal(got, want) {
+		t.Errorf("Unread() = %+v, want %+v", got, want)
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, "kind not read by Sextant found in the cluster") || !strings.Contains(logs, "kind=EnvoyFilter") ||
+		!strings.Contains(logs, "count=2") {
+		t.Errorf("not logged with kind and count:\n%s", logs)
+	}
+	if strings.Contains(logs, "kind=Telemetry") {
+		t.Errorf("a kind the cluster does not serve was reported:\n%s", logs)
+	}
 }
