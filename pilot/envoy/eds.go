@@ -26,6 +26,8 @@ type edsKey struct {
 	endpoints *model.ServiceEndpoints
 	dr        *model.DestinationRule
 	flavor    flavor
+	// locality: the proxy's, when the rule's locality load balancing makes the assignment depend on it.
+	locality string
 }
 
 // Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.
@@ -49,10 +51,9 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		if svc == nil || svc.PortByNumber(cn.Port) == nil {
 			continue
 		}
-		var dr *model.DestinationRule
+		dr := push.DestinationRuleFor(proxy.Namespace, proxy.Labels, svc)
 		var subsetLabels map[string]string
 		if cn.Subset != "" {
-			dr = push.DestinationRuleFor(proxy.Namespace, proxy.Labels, svc)
 			found := false
 			for _, ss := range dr.GetSubsets() {
 				if ss.Name == cn.Subset {
@@ -65,12 +66,25 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		}
 		se := push.Endpoints(svc.Key())
 		key := edsKey{cluster: name, endpoints: se, dr: dr, flavor: fl}
-		r, err := g.assignments.get(slotName(fl, name), key, func() proto.Message {
+		slot := slotName(fl, name)
+		var lp localityPolicy
+		if fl == flavorEnvoy {
+			policy := effectivePolicy(dr, cn.Subset, cn.Port)
+			lp = localityPolicyOf(policy.GetLoadBalancer().GetLocalityLbSetting(), policy.GetOutlierDetection() != nil, proxy.Locality)
+			if lp.applies() {
+				// The assignment is the proxy's locality's own: a slot per locality.
+				key.locality = localityString(proxy.Locality)
+				slot = "locality " + key.locality + "\x00" + slot // Envoy's slot names carry no prefix of their own
+			}
+		}
+		r, err := g.assignments.get(slot, key, func() proto.Message {
 			var eps []*model.Endpoint
 			if se != nil {
 				eps = se.ByPort[cn.Port]
 			}
-			return loadAssignment(name, eps, subsetLabels, fl)
+			cla := loadAssignment(name, eps, subsetLabels, fl)
+			lp.apply(cla)
+			return cla
 		})
 		if err != nil {
 			return nil, err

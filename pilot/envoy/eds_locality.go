@@ -1,0 +1,146 @@
+package envoy
+
+import (
+	"math"
+	"slices"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+)
+
+// localityPolicy is what a DestinationRule's locality load balancing does to one proxy's assignments, as
+// istiod applies it: distribute weights localities by the proxy's own; otherwise, with outlier detection
+// (without it nothing marks a locality unhealthy, so Envoy would never fail over), localities get
+// priorities by how much of the proxy's locality they share, and failover names the region to try next.
+type localityPolicy struct {
+	proxy      *core.Locality
+	distribute []*networking.LocalityLoadBalancerSetting_Distribute
+	failover   []*networking.LocalityLoadBalancerSetting_Failover
+	prioritize bool
+}
+
+// localityPolicyOf is the locality policy of setting (nil: the mesh default, enabled without settings).
+func localityPolicyOf(setting *networking.LocalityLoadBalancerSetting, outlier bool, proxy *core.Locality) localityPolicy {
+	if setting != nil && setting.Enabled != nil && !setting.Enabled.GetValue() {
+		return localityPolicy{}
+	}
+	if len(setting.GetDistribute()) > 0 {
+		return localityPolicy{proxy: proxy, distribute: setting.GetDistribute()}
+	}
+	if outlier {
+		return localityPolicy{proxy: proxy, failover: setting.GetFailover(), prioritize: true}
+	}
+	return localityPolicy{}
+}
+
+func (lp localityPolicy) applies() bool { return lp.prioritize || len(lp.distribute) > 0 }
+
+func (lp localityPolicy) apply(cla *endpoint.ClusterLoadAssignment) {
+	switch {
+	case len(lp.distribute) > 0:
+		lp.applyWeights(cla)
+	case lp.prioritize:
+		lp.applyPriorities(cla)
+	}
+}
+
+// applyPriorities: 0 for the proxy's own subzone, 1 its zone, 2 its region, 3 elsewhere — 4 for a region
+// other than the one failover names for the proxy's — then renumbered from 0 without gaps, as Envoy wants.
+func (lp localityPolicy) applyPriorities(cla *endpoint.ClusterLoadAssignment) {
+	used := map[uint32]bool{}
+	for _, grp := range cla.Endpoints {
+		p := lbPriority(lp.proxy, grp.Locality)
+		if p == 3 {
+			for _, f := range lp.failover {
+				if f.From == lp.proxy.GetRegion() {
+					if grp.Locality.GetRegion() != f.To {
+						p = 4
+					}
+					break
+				}
+			}
+		}
+		grp.Priority = p
+		used[p] = true
+	}
+	levels := make([]uint32, 0, len(used))
+	for p := range used {
+		levels = append(levels, p)
+	}
+	slices.Sort(levels)
+	for _, grp := range cla.Endpoints {
+		grp.Priority = uint32(slices.Index(levels, grp.Priority))
+	}
+}
+
+func lbPriority(proxy, ep *core.Locality) uint32 {
+	switch {
+	case proxy.GetRegion() != ep.GetRegion():
+		return 3
+	case proxy.GetZone() != ep.GetZone():
+		return 2
+	case proxy.GetSubZone() != ep.GetSubZone():
+		return 1
+	}
+	return 0
+}
+
+// applyWeights applies the first distribute rule whose from matches the proxy: each to pattern's weight
+// is shared by the localities it matches (in proportion to their own weights), and localities no pattern
+// matches get no traffic.
+func (lp localityPolicy) applyWeights(cla *endpoint.ClusterLoadAssignment) {
+	for _, d := range lp.distribute {
+		if d == nil || !localityMatch(lp.proxy, d.From) {
+			continue
+		}
+		unmatched := make([]bool, len(cla.Endpoints))
+		for i := range unmatched {
+			unmatched[i] = true
+		}
+		patterns := make([]string, 0, len(d.To))
+		for p := range d.To {
+			patterns = append(patterns, p)
+		}
+		slices.Sort(patterns) // one outcome whatever the map's order: the first pattern claims a locality
+		for _, pattern := range patterns {
+			weight := d.To[pattern]
+			own := map[int]uint32{}
+			var total uint32
+			for i, grp := range cla.Endpoints {
+				if unmatched[i] && localityMatch(grp.Locality, pattern) {
+					unmatched[i] = false
+					own[i] = max(grp.LoadBalancingWeight.GetValue(), 1)
+					total += own[i]
+				}
+			}
+			for i, w := range own {
+				if share := float64(w*weight) / float64(total); share > 0 {
+					cla.Endpoints[i].LoadBalancingWeight = wrapperspb.UInt32(uint32(math.Ceil(share)))
+				}
+			}
+		}
+		for i, u := range unmatched {
+			if u {
+				cla.Endpoints[i].LbEndpoints = nil
+			}
+		}
+		return
+	}
+}
+
+// localityMatch reports whether loc matches a pattern region[/zone[/subzone]], each part exact or "*";
+// parts left out match anything.
+func localityMatch(loc *core.Locality, pattern string) bool {
+	region, rest, _ := strings.Cut(pattern, "/")
+	zone, subzone, _ := strings.Cut(rest, "/")
+	part := func(want, got string) bool { return want == "*" || want == "" || want == got }
+	return (region == "*" || region == loc.GetRegion()) && part(zone, loc.GetZone()) && part(subzone, loc.GetSubZone())
+}
+
+// localityString spells a locality region/zone/subzone.
+func localityString(l *core.Locality) string {
+	return l.GetRegion() + "/" + l.GetZone() + "/" + l.GetSubZone()
+}

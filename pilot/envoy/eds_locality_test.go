@@ -1,0 +1,116 @@
+package envoy
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// localityMesh: reviews with one endpoint in each of three localities.
+const localityMesh = `
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: default}
+spec:
+  clusterIP: 10.0.0.11
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-a, labels: {topology.kubernetes.io/region: region1, topology.kubernetes.io/zone: zone-a}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-b, labels: {topology.kubernetes.io/region: region1, topology.kubernetes.io/zone: zone-b}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-c, labels: {topology.kubernetes.io/region: region2, topology.kubernetes.io/zone: zone-c}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: reviews-1, namespace: default, labels: {kubernetes.io/service-name: reviews}}
+addressType: IPv4
+ports: [{name: http, port: 9080}]
+endpoints:
+- {addresses: [10.1.0.11], conditions: {ready: true}, nodeName: node-a}
+- {addresses: [10.1.0.12], conditions: {ready: true}, nodeName: node-b}
+- {addresses: [10.1.0.13], conditions: {ready: true}, nodeName: node-c}
+`
+
+// localityAssignment generates reviews' assignment for a sidecar in region1/zone-a under rule.
+func localityAssignment(t *testing.T, rule string) map[string]*endpoint.LocalityLbEndpoints {
+	t.Helper()
+	push := pushFromYAML(t, []byte(localityMesh+rule))
+	proxy := sidecarIn("default", "10.1.0.1", nil)
+	proxy.Locality = &core.Locality{Region: "region1", Zone: "zone-a"}
+	res, err := New(Options{}).ByTypeURL()[xds.EndpointType].Generate(proxy, push, named(xds.EndpointType, reviewsCluster), nil)
+	if err != nil || len(res) != 1 {
+		t.Fatalf("%d assignments, %v", len(res), err)
+	}
+	cla := newCLA()
+	if err := res[0].Any.UnmarshalTo(cla); err != nil {
+		t.Fatal(err)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Error(err)
+	}
+	out := map[string]*endpoint.LocalityLbEndpoints{}
+	for _, grp := range cla.Endpoints {
+		out[grp.Locality.GetRegion()+"/"+grp.Locality.GetZone()] = grp
+	}
+	return out
+}
+
+// With outlier detection, localities get priorities by what they share with the proxy's, as istiod does
+// by default; without it, every locality stays at priority 0 (Envoy could never fail over anyway).
+func TestLocalityFailoverWithOutlierDetection(t *testing.T) {
+	const rule = `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5}}
+`
+	got := localityAssignment(t, rule)
+	for loc, want := range map[string]uint32{"region1/zone-a": 0, "region1/zone-b": 1, "region2/zone-c": 2} {
+		if p := got[loc].GetPriority(); p != want {
+			t.Errorf("%s: priority %d, want %d", loc, p, want)
+		}
+	}
+	for loc, grp := range localityAssignment(t, "") {
+		if grp.GetPriority() != 0 {
+			t.Errorf("without outlier detection %s has priority %d", loc, grp.GetPriority())
+		}
+	}
+}
+
+// distribute sets the localities' weights from the proxy's locality; localities it leaves out get nothing.
+func TestLocalityDistribute(t *testing.T) {
+	got := localityAssignment(t, `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy:
+    loadBalancer:
+      localityLbSetting:
+        distribute: [{from: "region1/zone-a/*", to: {"region1/zone-a/*": 80, "region2/*": 20}}]
+`)
+	if w := got["region1/zone-a"].GetLoadBalancingWeight().GetValue(); w != 80 {
+		t.Errorf("own zone weight %d, want 80", w)
+	}
+	if w := got["region2/zone-c"].GetLoadBalancingWeight().GetValue(); w != 20 {
+		t.Errorf("region2 weight %d, want 20", w)
+	}
+	if n := len(got["region1/zone-b"].GetLbEndpoints()); n != 0 {
+		t.Errorf("a locality distribute leaves out keeps %d endpoints", n)
+	}
+}
