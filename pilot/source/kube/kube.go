@@ -285,7 +285,11 @@ func (s *Source) countUnread(ctx context.Context) {
 			n, err := s.countObjects(ctx, schema.GroupVersionResource{Group: ki.Group, Version: v, Resource: ki.Plural})
 			if err != nil {
 				if ctx.Err() == nil {
-					s.log.Warn("cannot count objects of a kind Sextant does not read", "kind", ki.Kind, "apiVersion", gv, "error", err)
+					attrs := []any{"kind", ki.Kind, "apiVersion", gv, "error", err}
+					if apierrors.IsForbidden(err) {
+						attrs = append(attrs, "hint", "grant list on "+ki.Plural+"."+ki.Group+" to have its objects reported")
+					}
+					s.log.Warn("cannot count objects of a kind Sextant does not read", attrs...)
 				}
 				break
 			}
