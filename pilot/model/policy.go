@@ -63,6 +63,11 @@ type destinationRuleIndex struct {
 	byNamespace map[string][]*DestinationRule
 	// selective: namespaces that hold a rule with a workloadSelector.
 	selective map[string]bool
+	// exact: namespace → exact host → the offset of its first rule in byNamespace. An exact host is more
+	// specific than any wildcard, so a lookup starts there; generators look a rule up per cluster.
+	exact map[string]map[string]int
+	// wildcards: namespace → the offset of its first wildcard rule in byNamespace (they sort last).
+	wildcards map[string]int
 }
 
 func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRuleIndex {
@@ -107,7 +112,8 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 		dr.Spec = ms
 		dr.Sources = append(dr.Sources, c.Key)
 	}
-	for _, rules := range idx.byNamespace {
+	idx.exact, idx.wildcards = map[string]map[string]int{}, map[string]int{}
+	for ns, rules := range idx.byNamespace {
 		slices.SortStableFunc(rules, func(a, b *DestinationRule) int {
 			if moreSpecific(a.Host, b.Host) {
 				return -1
@@ -126,6 +132,18 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 			}
 			return 0
 		})
+		exact := map[string]int{}
+		idx.wildcards[ns] = len(rules)
+		for i, r := range rules {
+			if strings.HasPrefix(r.Host, "*") {
+				idx.wildcards[ns] = i
+				break
+			}
+			if _, ok := exact[r.Host]; !ok {
+				exact[r.Host] = i
+			}
+		}
+		idx.exact[ns] = exact
 	}
 	return idx
 }
@@ -136,24 +154,36 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 // even when no rule of that host selects the proxy.
 func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string, labels map[string]string) (dr *DestinationRule, found bool) {
 	rules := idx.byNamespace[ns]
-	for i, r := range rules {
+	if i, ok := idx.exact[ns][host]; ok {
+		if dr, found := pickRule(rules[i:], proxyNS, labels); found {
+			return dr, true
+		}
+	}
+	for i, r := range rules[idx.wildcards[ns]:] {
 		if !HostMatches(r.Host, host) || !visible(r.ExportTo, proxyNS) {
 			continue
 		}
-		for _, o := range rules[i:] {
-			if o.Host != r.Host {
-				break
-			}
-			if !visible(o.ExportTo, proxyNS) {
-				continue
-			}
-			if o.Selector == nil || labelsMatch(o.Selector, labels) {
-				return o, true
-			}
-		}
-		return nil, true
+		return pickRule(rules[idx.wildcards[ns]+i:], proxyNS, labels)
 	}
 	return nil, false
+}
+
+// pickRule chooses among the rules of one host (rules[0]'s, the rules that follow it with the same host)
+// the one a proxy of proxyNS with labels applies; found is false when none of them is visible to it.
+func pickRule(rules []*DestinationRule, proxyNS string, labels map[string]string) (dr *DestinationRule, found bool) {
+	for i, r := range rules {
+		if i > 0 && r.Host != rules[0].Host {
+			break
+		}
+		if !visible(r.ExportTo, proxyNS) {
+			continue
+		}
+		found = true
+		if r.Selector == nil || labelsMatch(r.Selector, labels) {
+			return r, true
+		}
+	}
+	return nil, found
 }
 
 // canonicalLabels spells a label set in one way, keys sorted.
