@@ -154,6 +154,9 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 // even when no rule of that host selects the proxy.
 func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string, labels map[string]string) (dr *DestinationRule, found bool) {
 	rules := idx.byNamespace[ns]
+	if len(rules) == 0 {
+		return nil, false // most namespaces have no rule: spare the hostname's hashing
+	}
 	if i, ok := idx.exact[ns][host]; ok {
 		if dr, found := pickRule(rules[i:], proxyNS, labels); found {
 			return dr, true
