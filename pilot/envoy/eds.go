@@ -51,7 +51,11 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		if svc == nil || svc.PortByNumber(cn.Port) == nil {
 			continue
 		}
-		dr := push.DestinationRuleFor(proxy.Namespace, proxy.Labels, svc)
+		// The rule matters for a subset's labels and, where some rule has them, for locality settings.
+		var dr *model.DestinationRule
+		if cn.Subset != "" || push.DestinationRulesLocalityAware() {
+			dr = push.DestinationRuleFor(proxy.Namespace, proxy.Labels, svc)
+		}
 		var subsetLabels map[string]string
 		if cn.Subset != "" {
 			found := false
@@ -68,7 +72,7 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		key := edsKey{cluster: name, endpoints: se, dr: dr, flavor: fl}
 		slot := slotName(fl, name)
 		var lp localityPolicy
-		if fl == flavorEnvoy {
+		if fl == flavorEnvoy && dr != nil {
 			policy := effectivePolicy(dr, cn.Subset, cn.Port)
 			lp = localityPolicyOf(policy.GetLoadBalancer().GetLocalityLbSetting(), policy.GetOutlierDetection() != nil, proxy.Locality)
 			if lp.applies() {

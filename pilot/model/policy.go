@@ -68,6 +68,9 @@ type destinationRuleIndex struct {
 	exact map[string]map[string]int
 	// wildcards: namespace → the offset of its first wildcard rule in byNamespace (they sort last).
 	wildcards map[string]int
+	// localityAware: some rule sets outlier detection or locality load balancing, which make endpoint
+	// assignments depend on the proxy's locality; without, EDS need not look rules up for them.
+	localityAware bool
 }
 
 func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRuleIndex {
@@ -92,6 +95,7 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 			exportTo = []string{c.Namespace} // never exported: it names workloads of its own namespace
 			idx.selective[c.Namespace] = true
 		}
+		idx.localityAware = idx.localityAware || localityAware(spec)
 		dr := merged[k]
 		if dr == nil {
 			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: exportTo, Sources: []config.Key{c.Key}, Selector: selector}
@@ -187,6 +191,25 @@ func pickRule(rules []*DestinationRule, proxyNS string, labels map[string]string
 		}
 	}
 	return nil, found
+}
+
+// localityAware reports whether any traffic policy of spec sets outlier detection or locality load balancing.
+func localityAware(spec *networking.DestinationRule) bool {
+	policies := []*networking.TrafficPolicy{spec.TrafficPolicy}
+	for _, ss := range spec.Subsets {
+		policies = append(policies, ss.TrafficPolicy)
+	}
+	for _, p := range policies {
+		if p.GetOutlierDetection() != nil || p.GetLoadBalancer().GetLocalityLbSetting() != nil {
+			return true
+		}
+		for _, pl := range p.GetPortLevelSettings() {
+			if pl.GetOutlierDetection() != nil || pl.GetLoadBalancer().GetLocalityLbSetting() != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // canonicalLabels spells a label set in one way, keys sorted.

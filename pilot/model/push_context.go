@@ -257,6 +257,10 @@ func (ps *PushContext) DestinationRuleFor(proxyNS string, labels map[string]stri
 	return nil
 }
 
+// DestinationRulesLocalityAware reports whether some DestinationRule sets outlier detection or locality
+// load balancing, the settings that make an endpoint assignment depend on the proxy's locality.
+func (ps *PushContext) DestinationRulesLocalityAware() bool { return ps.destinationRules.localityAware }
+
 // DestinationRuleSelection names the workloadSelector rules of namespace ns that select labels ("" when
 // none does): proxies of a namespace with the same selection apply the same DestinationRules, so what is
 // built from them can be shared between them.
