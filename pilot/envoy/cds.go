@@ -707,12 +707,20 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.
 					PrivateKey:       &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.PrivateKey}},
 				}}
 			}
-			if tls.CaCertificates != "" || len(tls.SubjectAltNames) > 0 {
-				vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.SubjectAltNames)}
-				if tls.CaCertificates != "" {
-					vc.TrustedCa = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.CaCertificates}}
-				}
+			vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.SubjectAltNames)}
+			switch {
+			case tls.GetInsecureSkipVerify().GetValue():
+				// Asked for in so many words: the server's certificate is not checked.
+			case tls.CaCertificates != "":
+				vc.TrustedCa = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.CaCertificates}}
 				common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
+			default:
+				// No CA given: the system roots, which Istio's agent serves as file-root:system, as istiod
+				// does. Without them the server's certificate would not be checked at all.
+				common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext:         vc,
+					ValidationContextSdsSecretConfig: sdsSecret("file-root:system"),
+				}}
 			}
 		}
 		c.TransportSocket = tlsSocket(ctx)
