@@ -120,7 +120,7 @@ func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scop
 		vhds: g.usesVHDS(proxy)}
 	r, ok := g.resources.Get(key)
 	if ok && r == routeDependsOnLabel {
-		key.labels, key.labelled = labelsKey(proxy.Labels), true
+		key.labels, key.labelled = model.LabelsKey(proxy.Labels), true
 		r, ok = g.resources.Get(key)
 	}
 	if ok {
@@ -145,7 +145,7 @@ func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scop
 	}
 	if b.usedLabels && !key.labelled {
 		g.resources.Add(key, routeDependsOnLabel)
-		key.labels, key.labelled = labelsKey(proxy.Labels), true
+		key.labels, key.labelled = model.LabelsKey(proxy.Labels), true
 	}
 	if rc == nil {
 		g.resources.Add(key, routeAbsent)
@@ -161,22 +161,6 @@ func routeProxyType(p *xds.Proxy) xds.ProxyType {
 		return p.Type
 	}
 	return xds.Sidecar
-}
-
-func labelsKey(labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(labels[k])
-		b.WriteByte(0)
-	}
-	return b.String()
 }
 
 // isHTTPPort reports whether a sidecar serves the port through RDS: HTTP, HTTP2 and gRPC. Ports of unknown

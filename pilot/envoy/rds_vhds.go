@@ -44,7 +44,7 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 		}
 		lists = append(lists, list)
 		if labelled {
-			id.labels, id.labelled = labelsKey(proxy.Labels), true
+			id.labels, id.labelled = model.LabelsKey(proxy.Labels), true
 		}
 	}
 	concat := func() (xds.Resources, error) { return slices.Concat(lists...), nil }
@@ -85,7 +85,7 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 	if !built.usedLabels {
 		return built.list, false, nil
 	}
-	id.labels, id.labelled = labelsKey(proxy.Labels), true
+	id.labels, id.labelled = model.LabelsKey(proxy.Labels), true
 	if mine != nil {
 		return g.lists.put(id, inputs, mine), true, nil
 	}

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,7 +90,7 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 			if selector == nil {
 				selector = map[string]string{} // an empty selector selects every workload of the namespace
 			}
-			k.selector = "\x00" + canonicalLabels(selector)
+			k.selector = "\x00" + LabelsKey(selector)
 			exportTo = []string{c.Namespace} // never exported: it names workloads of its own namespace
 			idx.selective[c.Namespace] = true
 		}
@@ -212,8 +211,8 @@ func localityAware(spec *networking.DestinationRule) bool {
 	return false
 }
 
-// canonicalLabels spells a label set in one way, keys sorted.
-func canonicalLabels(labels map[string]string) string {
+// LabelsKey spells a label set in one way, keys sorted, for use as a cache or map key.
+func LabelsKey(labels map[string]string) string {
 	keys := make([]string, 0, len(labels))
 	for k := range labels {
 		keys = append(keys, k)
@@ -348,7 +347,6 @@ func buildSidecars(reader ConfigReader) *sidecarIndex {
 	slices.SortFunc(all, compareConfigs)
 	idx := &sidecarIndex{withSelector: map[string][]*config.Config{}, defaults: map[string]*config.Config{}}
 	for _, c := range all {
-		logWarnings(c)
 		spec := c.Spec.(*networking.Sidecar)
 		if spec.WorkloadSelector != nil && len(spec.WorkloadSelector.Labels) > 0 {
 			idx.withSelector[c.Namespace] = append(idx.withSelector[c.Namespace], c)
@@ -368,18 +366,9 @@ func buildNamespaced(reader ConfigReader, kind config.Kind) *namespacedPolicies 
 	slices.SortFunc(all, compareConfigs)
 	idx := &namespacedPolicies{byNamespace: map[string][]*config.Config{}}
 	for _, c := range all {
-		logWarnings(c)
 		idx.byNamespace[c.Namespace] = append(idx.byNamespace[c.Namespace], c)
 	}
 	return idx
-}
-
-// logWarnings reports what of c is loaded but not honoured as written (config.Warnings), once per index
-// build: the object is served, so the operator must learn from the log which of its fields are not.
-func logWarnings(c *config.Config) {
-	for _, w := range config.Warnings(c) {
-		slog.Warn("config field not honoured", "kind", c.Kind, "object", c.Key.NamespacedName(), "field", w.Field, "reason", w.Message)
-	}
 }
 
 // targetablePolicy is a policy kind that selects workloads by selector or binds to targets by targetRefs
