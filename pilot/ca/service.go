@@ -1,0 +1,140 @@
+package ca
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	pb "istio.io/api/security/v1alpha1"
+
+	"github.com/sextantmesh/sextant/pilot/authn"
+)
+
+// Request metadata keys, as Istio's clients send them (istio.io/istio pkg/security).
+const (
+	impersonatedIdentityKey = "ImpersonatedIdentity"
+	certSignerKey           = "CertSigner"
+)
+
+// Pods answers what impersonation needs to know about the cluster's pods.
+type Pods interface {
+	// Pod returns the node and service account of pod namespace/name; ok is false if it is not known.
+	Pod(namespace, name string) (node, serviceAccount string, ok bool)
+	// AccountOnNode reports whether a pod running as id (its namespace and service account) is on node.
+	AccountOnNode(node string, id authn.Identity) bool
+}
+
+// ServiceOptions configure a Service.
+type ServiceOptions struct {
+	Authority     *Authority
+	Authenticator authn.Authenticator
+	// TrustedNodeAccounts may ask for a certificate of a workload on their own node (istiod's
+	// CA_TRUSTED_NODE_ACCOUNTS): the node proxy's identity, e.g. istio-system/ztunnel.
+	TrustedNodeAccounts authn.Accounts
+	// Pods locates the caller's pod and the workloads on its node; nil refuses every impersonation.
+	Pods   Pods
+	Logger *slog.Logger
+}
+
+// Service is istio.v1.auth.IstioCertificateService.
+type Service struct {
+	pb.UnimplementedIstioCertificateServiceServer
+	opts ServiceOptions
+	log  *slog.Logger
+}
+
+// NewService returns the certificate service.
+func NewService(opts ServiceOptions) *Service {
+	if opts.Authority == nil || opts.Authenticator == nil {
+		panic("ca.NewService: Authority and Authenticator are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Service{opts: opts, log: opts.Logger}
+}
+
+// Register adds the service to g.
+func (s *Service) Register(g grpc.ServiceRegistrar) { pb.RegisterIstioCertificateServiceServer(g, s) }
+
+// CreateCertificate signs the request's CSR for the caller's own identity, or, for a trusted node
+// account, for a workload on the caller's node.
+func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
+	client := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		client = p.Addr.String()
+	}
+	caller, err := s.opts.Authenticator.Authenticate(ctx)
+	if err != nil {
+		s.log.Warn("certificate request refused: not authenticated", "client", client, "err", err)
+		return nil, status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
+	}
+	if len(caller.Identities) == 0 {
+		return nil, status.Error(codes.Unauthenticated, "authentication failed: no identity")
+	}
+	id := caller.Identities[0]
+	fields := req.GetMetadata().GetFields()
+	if signer := fields[certSignerKey].GetStringValue(); signer != "" {
+		// istiod signs with a named Kubernetes signer; Sextant has one CA. Signing with it anyway would
+		// hand out a certificate from another chain than the one asked for.
+		return nil, status.Errorf(codes.InvalidArgument, "metadata %s %q: only the mesh CA signs here, no other signer is configured", certSignerKey, signer)
+	}
+	if target := fields[impersonatedIdentityKey].GetStringValue(); target != "" {
+		impersonated, err := s.authorizeImpersonation(caller, target)
+		if err != nil {
+			// The reason goes to the log only, as istiod: it tells an attacker which pods run where.
+			s.log.Warn("certificate request refused: impersonation", "client", client, "caller", id.String(), "identity", target, "err", err)
+			return nil, status.Error(codes.Unauthenticated, "request impersonation authentication failure")
+		}
+		id = impersonated
+	}
+	ttl := time.Duration(req.GetValidityDuration()) * time.Second
+	cert, chain, err := s.opts.Authority.SignCSR([]byte(req.GetCsr()), id, ttl)
+	if err != nil {
+		s.log.Warn("certificate request refused", "client", client, "identity", id.String(), "err", err)
+		if _, ok := errors.AsType[*SignError](err); ok {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.log.Debug("certificate issued", "client", client, "identity", id.String(), "by", caller.Method,
+		"serial", cert.SerialNumber.Text(16), "notAfter", cert.NotAfter)
+	return &pb.IstioCertificateResponse{CertChain: chain}, nil
+}
+
+func (s *Service) authorizeImpersonation(caller *authn.Caller, target string) (authn.Identity, error) {
+	self := caller.Identities[0]
+	if !s.opts.TrustedNodeAccounts.Has(self) {
+		return authn.Identity{}, fmt.Errorf("%s is not a trusted node account", self.Account())
+	}
+	want, err := authn.ParseSPIFFE(target)
+	if err != nil {
+		return authn.Identity{}, err
+	}
+	if want.TrustDomain != s.opts.Authority.TrustDomain() {
+		return authn.Identity{}, fmt.Errorf("identity %s: trust domain is not %q", want, s.opts.Authority.TrustDomain())
+	}
+	if s.opts.Pods == nil {
+		return authn.Identity{}, errors.New("no pod information (impersonation needs a Kubernetes cluster)")
+	}
+	if caller.PodName == "" {
+		return authn.Identity{}, errors.New("the caller's token is not bound to a pod, so its node is unknown")
+	}
+	node, sa, ok := s.opts.Pods.Pod(self.Namespace, caller.PodName)
+	if !ok {
+		return authn.Identity{}, fmt.Errorf("pod %s/%s not found", self.Namespace, caller.PodName)
+	}
+	if sa != self.ServiceAccount {
+		return authn.Identity{}, fmt.Errorf("pod %s/%s runs as %s, not %s", self.Namespace, caller.PodName, sa, self.ServiceAccount)
+	}
+	if node == "" || !s.opts.Pods.AccountOnNode(node, want) {
+		return authn.Identity{}, fmt.Errorf("no pod of %s on node %q", want.Account(), node)
+	}
+	return want, nil
+}
