@@ -74,8 +74,9 @@ package envoy
 // for a wildcard subscription, and the names asked for, where HOST may also be a short name ("svc",
 // "svc.ns", "svc.ns.svc") completed like a pod's DNS search path; unknown names are left out. Each holds
 // a connection manager with RDS over ADS, route config name = the listener name, and the router as its
-// only filter (gRPC refuses unknown required filters). Listeners for proxyless gRPC servers (xDS-enabled
-// servers, "xds.istio.io/grpc/lds/inbound/...") are not generated.
+// only filter (gRPC refuses unknown required filters). Proxyless gRPC servers (xDS-enabled servers) get
+// the listeners "xds.istio.io/grpc/lds/inbound/IP:PORT" they ask for on the workload's ports, with its mTLS
+// mode and RBAC (lds_grpc_inbound.go).
 
 import (
 	"log/slog"

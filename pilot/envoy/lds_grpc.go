@@ -18,7 +18,8 @@ import (
 type grpcListenerKey struct{ name string }
 
 // grpcListeners returns API listeners for a proxyless gRPC client: the HTTP ports of every service in scope
-// for a wildcard subscription, plus every name asked for that resolves to a service port.
+// for a wildcard subscription, plus every name asked for that resolves to a service port; then the
+// listeners asked for by xDS-enabled gRPC servers on the workload's ports (lds_grpc_inbound.go).
 func (l listenerGenerator) grpcListeners(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource) (xds.Resources, error) {
 	var names []string
 	seen := map[string]bool{}
@@ -32,23 +33,36 @@ func (l listenerGenerator) grpcListeners(proxy *xds.Proxy, push *model.PushConte
 			}
 		}
 	}
+	var servers []string // listeners of xDS-enabled gRPC servers, asked for by name only
 	if w != nil {
 		requested := make([]string, 0, w.ResourceNames.Len())
 		for _, name := range w.ResourceNames.Sorted() {
-			if !seen[name] && grpcTarget(push, proxy.Namespace, name) != nil {
+			switch {
+			case strings.HasPrefix(name, GRPCServerListenerPrefix):
+				servers = append(servers, name)
+			case !seen[name] && grpcTarget(push, proxy.Namespace, name) != nil:
 				requested = append(requested, name)
 			}
 		}
 		slices.Sort(requested)
 		names = append(names, requested...)
 	}
-	out := make(xds.Resources, 0, len(names))
+	out := make(xds.Resources, 0, len(names)+len(servers))
 	for _, name := range names {
 		r, err := l.g.cached(grpcListenerKey{name}, name, func() proto.Message { return buildAPIListener(name) })
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)
+	}
+	for _, name := range servers {
+		r, err := l.grpcInboundListener(proxy, push, name)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			out = append(out, r)
+		}
 	}
 	return out, nil
 }

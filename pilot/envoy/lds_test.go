@@ -190,6 +190,11 @@ func checkListener(t *testing.T, l *listener.Listener, grpc bool) {
 		for _, f := range fc.Filters {
 			if f.Name == ldsHCMFilter {
 				checkHTTPFilters(t, l.Name+"/"+fc.Name, ldsDecodeHCM(t, f.GetTypedConfig()), grpc)
+			} else if grpc { // a gRPC server's chain: its connection manager, RBAC before the router
+				h := ldsDecodeHCM(t, f.GetTypedConfig())
+				if n := len(h.HttpFilters); n == 0 || h.HttpFilters[n-1].Name != ldsRouterFilterName {
+					t.Errorf("%s/%s: http filters do not end with the router", l.Name, fc.Name)
+				}
 			}
 		}
 	}
