@@ -55,7 +55,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	if w.Wildcard {
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
 		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: variant}
-		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID()}
+		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID()}
 		built, err := g.clusterLists.getOrBuild(id, inputs, func() (*clusterList, error) {
 			prev, _ := g.clusterLists.latest(id)
 			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor, who); ok || err != nil {
@@ -126,6 +126,7 @@ type outboundListKey struct {
 	scope     *Scope
 	rules     any
 	endpoints any
+	peerAuthn any
 }
 
 // outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
@@ -159,9 +160,11 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 			if !wants(w, name) {
 				continue
 			}
-			key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh}
+			key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh,
+				plaintextServer: !svc.MeshExternal && push.NamespaceMTLSMode(svc.Namespace) == model.MTLSDisable}
 			if inlineEndpoints(svc) {
 				key.endpoints = push.Endpoints(svc.Key())
+				key.peerAuthn = push.PeerAuthenticationsOf(svc.Namespace) // the endpoints' tlsMode follows them
 			}
 			slot := slotName(flavor, name)
 			if who.router && flavor == flavorEnvoy && port.Protocol == model.ProtocolUnset {
@@ -188,13 +191,14 @@ type clusterList struct {
 	rules     any
 	mesh      *mesh.Config
 	endpoints any              // the snapshot's endpoints the inline ones were built from
+	peerAuthn any              // the snapshot's PeerAuthentications auto mTLS followed
 	inline    []*model.Service // services whose clusters carry their endpoints
 	derived   bool             // from the previous list, not from a walk over every service
 }
 
 // buildOutbound builds the outbound clusters of every service in scope.
 func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (*clusterList, error) {
-	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID()}
+	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID()}
 	for _, svc := range scope.Services {
 		n := len(l.list)
 		var err error
@@ -216,7 +220,8 @@ func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, f
 // namespace, when the DestinationRules and mesh config are the same: the clusters of services that stayed
 // are kept, those of removed ones dropped, and added ones built, so a service add costs its own clusters
 // rather than a walk over every service of the mesh for each namespace. Services whose clusters carry their
-// endpoints are rebuilt when the endpoints changed. ok is false when a full build is needed.
+// endpoints are rebuilt when the endpoints changed, and those of namespaces whose PeerAuthentication mode
+// changed when the policies did (auto mTLS follows it). ok is false when a full build is needed.
 func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (next *clusterList, ok bool, err error) {
 	if prev == nil || prev.rules != push.DestinationRulesID() || prev.mesh != push.Mesh {
 		return nil, false, nil
@@ -231,10 +236,32 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 			}
 		}
 	}
+	peerAuthn := push.PeerAuthenticationsID()
+	if peerAuthn != prev.peerAuthn {
+		namespaces, all := push.NamespaceMTLSChanges(prev.peerAuthn)
+		if all {
+			return nil, false, nil // the mesh-wide mode changed: every namespace may follow it
+		}
+		if len(namespaces) > 0 {
+			for _, svc := range prev.owners {
+				if namespaces[svc.Namespace] && !removed[svc] {
+					removed[svc] = true
+					added = append(added, svc)
+				}
+			}
+		}
+		// Inline endpoints carry their tlsMode, which workload policies decide too: few services have them.
+		for _, svc := range prev.inline {
+			if !removed[svc] {
+				removed[svc] = true
+				added = append(added, svc)
+			}
+		}
+	}
 	if len(removed)+len(added) > len(scope.Services)/2 {
 		return nil, false, nil // a walk over all is as cheap
 	}
-	next = &clusterList{scope: scope, rules: prev.rules, mesh: prev.mesh, endpoints: endpoints, derived: true}
+	next = &clusterList{scope: scope, rules: prev.rules, mesh: prev.mesh, endpoints: endpoints, peerAuthn: peerAuthn, derived: true}
 	if len(removed) == 0 && len(added) == 0 {
 		next.list, next.owners, next.inline = prev.list, prev.owners, prev.inline
 		return next, true, nil
@@ -329,6 +356,11 @@ type outboundClusterKey struct {
 	// sniffedAtGateway: a port without protocol at a gateway, which does not sniff, so its cluster does
 	// not follow the client's protocol.
 	sniffedAtGateway bool
+	// plaintextServer: the service's namespace (or the mesh) disables mTLS by PeerAuthentication, so auto
+	// mTLS sends plaintext, as istiod infers it.
+	plaintextServer bool
+	// peerAuthn: for inline endpoints, the PeerAuthentications that decide their tlsMode.
+	peerAuthn any
 }
 
 type inboundClusterKey struct {
@@ -352,13 +384,13 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		if inlineEndpoints(k.svc) {
 			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 			c.EdsClusterConfig = nil
-			c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, nil)
+			c.LoadAssignment = inlineLoadAssignment(push, name, k.endpoints, k.port.Port)
 		}
 	case model.DNSLB:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STRICT_DNS}
 		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
 		c.RespectDnsTtl = true
-		c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, nil)
+		c.LoadAssignment = inlineLoadAssignment(push, name, k.endpoints, k.port.Port)
 	case model.Passthrough:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
@@ -374,7 +406,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	h2 := applyHTTPProtocol(c, policy.GetConnectionPool(), k.port, !k.sniffedAtGateway)
 	applyOutlierDetection(c, policy.GetOutlierDetection())
 	applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
-	applyTLS(c, policy.GetTls(), k.svc, push.Mesh.TrustDomain, h2)
+	applyTLS(c, policy.GetTls(), k, push.Mesh.TrustDomain, h2)
 	return c
 }
 
@@ -661,10 +693,13 @@ func enforcing(count uint32) uint32 {
 }
 
 // applyTLS configures upstream TLS from the DestinationRule, or, when it says nothing, Istio's auto mTLS:
-// mutual TLS to endpoints labelled tlsMode=istio, plaintext to the rest.
-func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, trustDomain string, h2 bool) {
+// mutual TLS to endpoints whose assignment carries tlsMode=istio (EDS drops it where the server's policy
+// disables mTLS on the endpoint's port), plaintext to the rest, and plaintext to all when the server
+// namespace's or the mesh's policy is DISABLE.
+func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundClusterKey, trustDomain string, h2 bool) {
+	svc := k.svc
 	if tls == nil {
-		if svc.MeshExternal || c.GetType() == cluster.Cluster_ORIGINAL_DST {
+		if svc.MeshExternal || c.GetType() == cluster.Cluster_ORIGINAL_DST || k.plaintextServer {
 			return
 		}
 		c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
@@ -842,12 +877,12 @@ func clusterMetadata(svc *model.Service, subset string) *core.Metadata {
 }
 
 // inlineLoadAssignment carries endpoints inside the cluster, for DNS and static clusters.
-func inlineLoadAssignment(name string, se *model.ServiceEndpoints, port uint32, subset map[string]string) *endpoint.ClusterLoadAssignment {
+func inlineLoadAssignment(push *model.PushContext, name string, se *model.ServiceEndpoints, port uint32) *endpoint.ClusterLoadAssignment {
 	var eps []*model.Endpoint
 	if se != nil {
 		eps = se.ByPort[port]
 	}
-	return loadAssignment(name, eps, subset, flavorEnvoy)
+	return loadAssignment(name, eps, nil, flavorEnvoy, serverMTLS{push})
 }
 
 func buildInboundCluster(port uint32, protocol model.Protocol) *cluster.Cluster {

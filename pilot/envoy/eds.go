@@ -28,6 +28,9 @@ type edsKey struct {
 	flavor    flavor
 	// locality: the proxy's, when the rule's locality load balancing makes the assignment depend on it.
 	locality string
+	// peerAuthn: the PeerAuthentications of the service's namespace and the mesh, which decide which
+	// endpoints keep their tlsMode (serverMTLS).
+	peerAuthn any
 }
 
 // Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.
@@ -70,6 +73,9 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		}
 		se := push.Endpoints(svc.Key())
 		key := edsKey{cluster: name, endpoints: se, dr: dr, flavor: fl}
+		if fl == flavorEnvoy {
+			key.peerAuthn = push.PeerAuthenticationsOf(svc.Namespace)
+		}
 		slot := slotName(fl, name)
 		var lp localityPolicy
 		if fl == flavorEnvoy && dr != nil {
@@ -86,7 +92,7 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 			if se != nil {
 				eps = se.ByPort[cn.Port]
 			}
-			cla := loadAssignment(name, eps, subsetLabels, fl)
+			cla := loadAssignment(name, eps, subsetLabels, fl, serverMTLS{push})
 			lp.apply(cla)
 			return cla
 		})
@@ -214,8 +220,9 @@ func clusterHost(name string) string {
 // the services returned (namespace/hostname, as in ServicesUpdated): true when every changed config is a
 // Kubernetes Service (its ports and visibility may have changed), an endpoint source (whose services are in
 // req.ServicesUpdated when their endpoints changed), or a kind that no assignment reads. DestinationRules
-// (subsets), Sidecars (scope), ServiceEntries, Namespaces, and pushes naming no config (initial, mesh)
-// rebuild everything. Without this, adding one service rebuilt and compared every sidecar's 900 assignments.
+// (subsets), Sidecars (scope), ServiceEntries, Namespaces, mesh-wide PeerAuthentications, and pushes naming
+// no config (initial, mesh) rebuild everything; a namespace's PeerAuthentication, its services' assignments.
+// Without this, adding one service rebuilt and compared every sidecar's 900 assignments.
 func endpointServicesOfConfigs(req *model.PushRequest, push *model.PushContext) (map[string]struct{}, bool) {
 	if req == nil || len(req.ConfigsUpdated) == 0 || push == nil {
 		return nil, false
@@ -228,8 +235,16 @@ func endpointServicesOfConfigs(req *model.PushRequest, push *model.PushContext) 
 		switch k.Kind {
 		case config.Service:
 			services[k.Namespace+"/"+k.Name+"."+k.Namespace+".svc."+push.Mesh.DomainSuffix] = struct{}{}
+		case config.PeerAuthentication:
+			// It decides which endpoints of its namespace's services keep tlsMode istio; mesh-wide, of all.
+			if k.Namespace == push.Mesh.RootNamespace {
+				return nil, false
+			}
+			for _, svc := range push.ServicesInNamespace(k.Namespace) {
+				services[svc.Key()] = struct{}{}
+			}
 		case config.EndpointSlice, config.Pod, config.WorkloadEntry, config.Node,
-			config.VirtualService, config.Gateway, config.AuthorizationPolicy, config.PeerAuthentication:
+			config.VirtualService, config.Gateway, config.AuthorizationPolicy:
 		default:
 			return nil, false
 		}
@@ -250,7 +265,7 @@ func (e endpointGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, r
 
 // loadAssignment groups endpoints by locality, sorted, each group weighted by the sum of its endpoints'
 // weights. Every group has a locality and a weight: gRPC clients reject or ignore groups without them.
-func loadAssignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor) *endpoint.ClusterLoadAssignment {
+func loadAssignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor, mtls serverMTLS) *endpoint.ClusterLoadAssignment {
 	groups := map[string]*endpoint.LocalityLbEndpoints{}
 	for _, ep := range eps {
 		if !selectorMatch(subsetLabels, ep.Labels) {
@@ -272,7 +287,7 @@ func loadAssignment(name string, eps []*model.Endpoint, subsetLabels map[string]
 			LoadBalancingWeight: wrapperspb.UInt32(max(ep.Weight, 1)),
 		}
 		if fl == flavorEnvoy {
-			lb.Metadata = endpointMetadata(ep)
+			lb.Metadata = endpointMetadata(ep, mtls.tlsMode(ep))
 		}
 		grp.LbEndpoints = append(grp.LbEndpoints, lb)
 	}
@@ -302,11 +317,28 @@ func healthStatus(h model.Health) core.HealthStatus {
 	return core.HealthStatus_HEALTHY
 }
 
+// serverMTLS decides an endpoint's tlsMode as istiod's mtlsChecker does: an endpoint with a sidecar keeps
+// tlsMode istio, which auto mTLS's transport socket match selects, unless its server's PeerAuthentication
+// disables mTLS on the endpoint's port (workload, port-level, namespace or mesh policy). istiod also lets a
+// DestinationRule's explicit mode decide it; that changes nothing a proxy does, since a cluster with an
+// explicit mode has one transport socket for every endpoint, so the rule is not looked up for it.
+type serverMTLS struct{ push *model.PushContext }
+
+func (m serverMTLS) tlsMode(ep *model.Endpoint) string {
+	if ep.TLSMode != model.DefaultTLSModeMesh || m.push == nil {
+		return ep.TLSMode
+	}
+	if m.push.ServerMTLSMode(ep.Namespace, ep.Labels, ep.Port) == model.MTLSDisable {
+		return "disabled"
+	}
+	return ep.TLSMode
+}
+
 // endpointMetadata carries what auto mTLS and telemetry read: the tlsMode transport socket match and
 // the workload's identity.
-func endpointMetadata(ep *model.Endpoint) *core.Metadata {
+func endpointMetadata(ep *model.Endpoint, tlsMode string) *core.Metadata {
 	md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-		"envoy.transport_socket_match": {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(ep.TLSMode)}},
+		"envoy.transport_socket_match": {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(tlsMode)}},
 	}}
 	if ep.WorkloadName != "" {
 		md.FilterMetadata["istio"] = &structpb.Struct{Fields: map[string]*structpb.Value{

@@ -59,7 +59,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		gateways:         buildGateways(reader),
 		sidecars:         buildSidecars(reader),
 		authorization:    buildNamespaced(reader, config.AuthorizationPolicy),
-		peerAuthn:        buildNamespaced(reader, config.PeerAuthentication),
+		peerAuthn:        buildPeerAuthentications(reader, m.RootNamespace, nil),
 		sortedServices:   &lazyServiceList{},
 	}
 	nsb := cowmap.New[*config.Config]().Edit()
@@ -311,7 +311,7 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 		next.authorization = buildNamespaced(reader, config.AuthorizationPolicy)
 	}
 	if rebuild[IndexPeerAuthn] {
-		next.peerAuthn = buildNamespaced(reader, config.PeerAuthentication)
+		next.peerAuthn = buildPeerAuthentications(reader, next.Mesh.RootNamespace, prev.peerAuthn)
 	}
 	for name := range rebuild {
 		next.Rebuilt = append(next.Rebuilt, name)

@@ -51,7 +51,7 @@ type PushContext struct {
 	gateways         *gatewayIndex
 	sidecars         *sidecarIndex
 	authorization    *namespacedPolicies
-	peerAuthn        *namespacedPolicies
+	peerAuthn        *peerAuthnIndex
 
 	// sortedServices is computed on first use and shared with later snapshots while services are unchanged.
 	sortedServices *lazyServiceList
@@ -358,25 +358,17 @@ func (ps *PushContext) AuthorizationPoliciesInNamespace(ns string) []*config.Con
 }
 
 // PeerAuthentication returns the mutual TLS a workload accepts: a workload policy (selector) over the
-// namespace policy over the mesh policy (root namespace); UNSET inherits; the default is PERMISSIVE.
+// namespace policy over the mesh policy (root namespace); UNSET inherits; the default is PERMISSIVE. A policy
+// with a selector in the root namespace selects nothing, as in istiod.
 func (ps *PushContext) PeerAuthentication(ns string, labels map[string]string) EffectiveMTLS {
-	var workload, namespace, meshWide *config.Config
-	for _, c := range ps.peerAuthn.byNamespace[ns] {
-		pa := c.Spec.(*security.PeerAuthentication)
-		if pa.Selector != nil && len(pa.Selector.MatchLabels) > 0 {
-			if workload == nil && labelsMatch(pa.Selector.MatchLabels, labels) {
-				workload = c
-			}
-		} else if namespace == nil {
-			namespace = c
-		}
+	idx := ps.peerAuthn
+	workload := idx.workloadPolicy(ns, labels)
+	var namespace, meshWide *config.Config
+	if e := idx.byNamespace[ns]; e != nil && ns != idx.root {
+		namespace = e.wide
 	}
-	for _, c := range ps.peerAuthn.byNamespace[ps.Mesh.RootNamespace] {
-		pa := c.Spec.(*security.PeerAuthentication)
-		if pa.Selector == nil || len(pa.Selector.MatchLabels) == 0 {
-			meshWide = c
-			break
-		}
+	if e := idx.byNamespace[idx.root]; e != nil {
+		meshWide = e.wide
 	}
 	out := EffectiveMTLS{Mode: MTLSPermissive}
 	decided := false
