@@ -254,3 +254,34 @@ func TestEnvoyCustomThenAllow(t *testing.T) {
 	}
 	envoyWant(t, envoyEvaluate(t, p, envoyRequest("GET", "/admin")), true)
 }
+
+// A DENY on /admin holds against a path that reaches /admin through dot segments: Istio normalises
+// request paths before authorization (meshConfig pathNormalization BASE, its default).
+func TestEnvoyDenyNormalisedPath(t *testing.T) {
+	t.Skip("Sextant bug: inbound HTTP connection managers lack normalize_path, which istiod sets by default; /public/../admin passes a DENY on /admin")
+	p := envoyProxy(t, envoyPolicy("no-admin", "DENY", "", `[{to: [{operation: {paths: ["/admin*"]}}]}]`), "", envoyDeadPort(t))
+	envoyWant(t, envoyEvaluate(t, p, envoyRequest("GET", "/admin")), false)
+	envoyWant(t, envoyEvaluate(t, p, envoyRequest("GET", "/public/../admin")), false)
+}
+
+// An ALLOW policy holds on the workload's port even when some service of the mesh uses that port too.
+func TestEnvoyInboundPortSharedWithAService(t *testing.T) {
+	t.Skip("Sextant bug: virtualInbound has use_original_dst, so Envoy hands an inbound connection to the outbound listener 0.0.0.0_PORT of a service on the same port, where mTLS from sleep fails and plaintext passes without RBAC (istiod's virtualInbound has no use_original_dst)")
+	catalog := `
+---
+apiVersion: v1
+kind: Service
+metadata: {name: catalog, namespace: shop}
+spec:
+  clusterIP: 10.96.0.30
+  ports: [{name: http, port: 8080}]
+`
+	p := envoyProxy(t, catalog+envoyPolicy("sleep-only", "ALLOW", "", `[{from: [{source: {principals: ["cluster.local/ns/shop/sa/sleep"]}}]}]`), "", envoyDeadPort(t))
+	envoyWant(t, envoyEvaluate(t, p, envoyRequest("GET", "/")), true)
+	other := envoyRequest("GET", "/")
+	other.TLS.Client.URISANs = []string{"spiffe://cluster.local/ns/other/sa/intruder"}
+	envoyWant(t, envoyEvaluate(t, p, other), false)
+	plaintext := envoyRequest("GET", "/")
+	plaintext.TLS = nil
+	envoyWant(t, envoyEvaluate(t, p, plaintext), false)
+}
