@@ -32,8 +32,10 @@ package envoy
 //     destinationSubnets never apply (the listeners are shared by all proxies of a namespace).
 //   - virtualInbound (0.0.0.0:15006, use_original_dst) has chains per port of the proxy's own workload
 //     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for),
-//     HTTP through a connection manager with an inline route to inbound|PORT||, anything else (unknown
-//     protocols included: no inbound sniffing) through tcp_proxy, and a passthrough chain to
+//     HTTP through a connection manager with an inline route to inbound|PORT||, anything else through
+//     tcp_proxy; a port of unknown protocol is sniffed as istiod does (HTTP chains matching the
+//     application protocol: "istio-http/*" ALPN over mTLS, "http/1.1"/"h2c" from the http_inspector in
+//     plaintext; the rest TCP), and a passthrough chain to
 //     InboundPassthroughCluster. The PeerAuthentication mode of each port decides its chains: STRICT a TLS
 //     chain only, DISABLE a plaintext chain only, PERMISSIVE both (transport_protocol "tls" / "raw_buffer"
 //     from the tls_inspector); the passthrough chain follows the workload-wide mode. TLS chains terminate

@@ -14,6 +14,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -781,31 +782,64 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	notes = append(notes, tcpNotes...)
 
 	var chains []*listener.FilterChain
+	var sniffed []uint32
 	for _, p := range in.ports {
 		if ldsReservedPorts[p.port] {
 			continue
 		}
-		name := "inbound_0.0.0.0_" + ldsPortName(p.port)
-		var filters []*listener.Filter
-		if p.protocol.IsHTTP() {
-			filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, ldsInboundManager(p.port, httpRBAC))}
-		} else {
-			cluster := InboundClusterName(p.port)
-			filters = append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}}))
+		if p.protocol == model.ProtocolUnset {
+			sniffed = append(sniffed, p.port)
 		}
-		chains = append(chains, ldsMTLSChains(name, wrapperspb.UInt32(p.port), in.mtls.ModeForPort(p.port), filters)...)
+		name := "inbound_0.0.0.0_" + ldsPortName(p.port)
+		cluster := InboundClusterName(p.port)
+		httpFilters := []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, ldsInboundManager(p.port, httpRBAC))}
+		tcpFilters := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}}))
+		port, mode := wrapperspb.UInt32(p.port), in.mtls.ModeForPort(p.port)
+		switch {
+		case p.protocol.IsHTTP():
+			chains = append(chains, ldsMTLSChains(name, port, mode, httpFilters)...)
+		case p.protocol == model.ProtocolUnset:
+			chains = append(chains, ldsSniffedChains(name, port, mode, httpFilters, tcpFilters)...)
+		default:
+			chains = append(chains, ldsMTLSChains(name, port, mode, tcpFilters)...)
+		}
 	}
 	passthrough := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}}))
 	chains = append(chains, ldsMTLSChains("inbound_passthrough", nil, in.mtls.Mode, passthrough)...)
 
+	inspectors := ldsInspectors(chains)
+	for _, f := range inspectors {
+		if f.Name == ldsHTTPInspectorFilter {
+			// It waits for the client's first bytes: a server-first protocol on another port would stall.
+			f.FilterDisabled = ldsOtherPorts(sniffed)
+		}
+	}
 	return &listener.Listener{
 		Name:             VirtualInboundListener,
 		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: core.TrafficDirection_INBOUND,
-		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, ldsInspectors(chains)...),
+		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, inspectors...),
 		FilterChains:     chains,
 	}, notes
+}
+
+// ldsOtherPorts matches connections to any destination port but those given.
+func ldsOtherPorts(ports []uint32) *listener.ListenerFilterChainMatchPredicate {
+	if len(ports) == 0 {
+		return nil
+	}
+	var ranges []*listener.ListenerFilterChainMatchPredicate
+	for _, p := range ports {
+		ranges = append(ranges, &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_DestinationPortRange{
+			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}}}) // [start, end)
+	}
+	these := ranges[0]
+	if len(ranges) > 1 {
+		these = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_OrMatch{
+			OrMatch: &listener.ListenerFilterChainMatchPredicate_MatchSet{Rules: ranges}}}
+	}
+	return &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: these}}
 }
 
 // ldsMTLSChains returns the chains for one port (nil: any port) in mode: STRICT a TLS chain, DISABLE a
@@ -833,6 +867,35 @@ func ldsMTLSChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMod
 		return []*listener.FilterChain{plain("")}
 	}
 	return []*listener.FilterChain{tls(), plain("raw_buffer")}
+}
+
+// Application protocols of HTTP on an inbound port of unknown protocol, as istiod matches them: over mesh
+// mTLS the client sidecar's ALPN says HTTP; in plaintext the http_inspector finds it (HTTP/1.0 is left to
+// the TCP chain, which the connection manager would refuse).
+var (
+	ldsInboundMTLSHTTPALPN  = []string{"istio-http/1.0", "istio-http/1.1", "istio-h2"}
+	ldsInboundPlainHTTPALPN = []string{"http/1.1", "h2c"}
+)
+
+// ldsSniffedChains returns the chains of an inbound port of unknown protocol in mode: HTTP through the
+// connection manager (HTTP RBAC), everything else through tcp (L4 RBAC), as istiod's inbound sniffing.
+// Each chain of ldsMTLSChains gains an HTTP twin matching on the application protocol.
+func ldsSniffedChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, http, tcp []*listener.Filter) []*listener.FilterChain {
+	var out []*listener.FilterChain
+	for _, c := range ldsMTLSChains(name, port, mode, tcp) {
+		h := proto.Clone(c).(*listener.FilterChain)
+		h.Name = strings.Replace(c.Name, name, name+"_http", 1)
+		h.Filters = http
+		if h.FilterChainMatch == nil {
+			h.FilterChainMatch = &listener.FilterChainMatch{}
+		}
+		h.FilterChainMatch.ApplicationProtocols = ldsInboundPlainHTTPALPN
+		if c.TransportSocket != nil {
+			h.FilterChainMatch.ApplicationProtocols = ldsInboundMTLSHTTPALPN
+		}
+		out = append(out, h, c)
+	}
+	return out
 }
 
 // ldsInboundManager sends every request to the local workload port, after the RBAC filters.

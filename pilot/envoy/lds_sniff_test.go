@@ -1,0 +1,166 @@
+package envoy
+
+import (
+	"slices"
+	"testing"
+
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// legacy-1 serves the legacy service: port 8000 "admin" has no protocol (sniffed), 9000 is TCP.
+const sniffLegacy = `
+apiVersion: v1
+kind: Pod
+metadata: {name: legacy-1, namespace: shop, labels: {app: legacy}}
+spec: {serviceAccountName: legacy}
+status: {podIP: 10.1.0.9, phase: Running, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: legacy-health, namespace: shop}
+spec:
+  selector: {matchLabels: {app: legacy}}
+  rules: [{to: [{operation: {methods: [GET], paths: [/health]}}]}]
+`
+
+var ldsLegacy = ldsSidecar("legacy-1", "10.1.0.9", map[string]string{"app": "legacy"})
+
+// sniffPick chooses the chain Envoy would for a connection to port: the most specific destination port,
+// then transport protocol, then application protocol (Envoy's filter chain match order), as the
+// tls_inspector and http_inspector report them ("" for a protocol neither recognises); nil when no chain
+// takes it (Envoy closes the connection).
+func sniffPick(t *testing.T, l *listener.Listener, port uint32, transport, alpn string) *listener.FilterChain {
+	t.Helper()
+	best, bestScore := (*listener.FilterChain)(nil), -1
+	for _, fc := range l.FilterChains {
+		m := fc.GetFilterChainMatch()
+		score := 0
+		switch p := m.GetDestinationPort(); {
+		case p == nil:
+		case p.GetValue() == port:
+			score += 4
+		default:
+			continue
+		}
+		switch m.GetTransportProtocol() {
+		case "":
+		case transport:
+			score += 2
+		default:
+			continue
+		}
+		switch {
+		case len(m.GetApplicationProtocols()) == 0:
+		case slices.Contains(m.GetApplicationProtocols(), alpn):
+			score++
+		default:
+			continue
+		}
+		if score > bestScore {
+			best, bestScore = fc, score
+		}
+	}
+	return best
+}
+
+// sniffMust is sniffPick for a connection some chain must take.
+func sniffMust(t *testing.T, l *listener.Listener, port uint32, transport, alpn string) *listener.FilterChain {
+	t.Helper()
+	fc := sniffPick(t, l, port, transport, alpn)
+	if fc == nil {
+		t.Fatalf("no chain for port %d transport %q alpn %q", port, transport, alpn)
+	}
+	return fc
+}
+
+// An inbound port of unknown protocol is sniffed: HTTP reaches a connection manager with the HTTP RBAC
+// (so a policy on paths and methods applies to it), anything else tcp_proxy with the L4 RBAC, in every
+// mTLS mode; the http_inspector runs for that port only.
+func TestListenerInboundSniffedPort(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		// connections: transport and ALPN as the inspectors report them; "" chain means none may match.
+		http, tcp [][2]string
+		refused   [][2]string
+	}{
+		{mode: "PERMISSIVE",
+			http: [][2]string{{"tls", "istio-http/1.1"}, {"tls", "istio-h2"}, {"raw_buffer", "http/1.1"}, {"raw_buffer", "h2c"}},
+			tcp:  [][2]string{{"tls", "istio"}, {"raw_buffer", ""}, {"raw_buffer", "http/1.0"}}},
+		{mode: "STRICT",
+			http:    [][2]string{{"tls", "istio-http/1.1"}, {"tls", "istio-h2"}},
+			tcp:     [][2]string{{"tls", "istio-peer-exchange"}},
+			refused: [][2]string{{"raw_buffer", "http/1.1"}, {"raw_buffer", ""}}},
+		{mode: "DISABLE",
+			http: [][2]string{{"", "http/1.1"}, {"", "h2c"}},
+			tcp:  [][2]string{{"", ""}}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			pa := `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: legacy, namespace: shop}
+spec:
+  selector: {matchLabels: {app: legacy}}
+  mtls: {mode: ` + tc.mode + `}
+`
+			push := ldsPush(t, nil, sniffLegacy, pa)
+			in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsLegacy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+			for _, c := range tc.http {
+				fc := sniffMust(t, in, 8000, c[0], c[1])
+				if names := filterNames(fc); !slices.Equal(names, []string{ldsHCMFilter}) {
+					t.Errorf("8000 %v: chain %s filters %v, want the connection manager", c, fc.Name, names)
+					continue
+				}
+				if (fc.TransportSocket != nil) != (c[0] == "tls") {
+					t.Errorf("8000 %v: chain %s terminates TLS %v", c, fc.Name, fc.TransportSocket != nil)
+				}
+				h := ldsHCMOf(t, fc)
+				if h.HttpFilters[0].Name != httpRBACFilter {
+					t.Fatalf("chain %s: http filters start with %s", fc.Name, h.HttpFilters[0].Name)
+				}
+				r := &rbachttp.RBAC{}
+				if err := h.HttpFilters[0].GetTypedConfig().UnmarshalTo(r); err != nil {
+					t.Fatal(err)
+				}
+				if r.Rules.GetAction() != rbacpb.RBAC_ALLOW || r.Rules.GetPolicies()["ns[shop]-policy[legacy-health]-rule[0]"] == nil {
+					t.Errorf("chain %s: RBAC %v, want the GET /health rule", fc.Name, r.Rules)
+				}
+				if got := h.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster(); got != InboundClusterName(8000) {
+					t.Errorf("chain %s: routes to %s", fc.Name, got)
+				}
+			}
+			for _, c := range tc.tcp {
+				fc := sniffMust(t, in, 8000, c[0], c[1])
+				if names := filterNames(fc); !slices.Equal(names, []string{tcpRBACFilter, ldsTCPProxyFilterName}) {
+					t.Errorf("8000 %v: chain %s filters %v, want L4 RBAC and tcp_proxy", c, fc.Name, names)
+				}
+			}
+			for _, c := range tc.refused {
+				if fc := sniffPick(t, in, 8000, c[0], c[1]); fc != nil {
+					t.Errorf("8000 %v: taken by chain %s, want the connection refused", c, fc.Name)
+				}
+			}
+			// The TCP port is not sniffed.
+			if fc := sniffPick(t, in, 9000, "raw_buffer", "http/1.1"); fc != nil && slices.Contains(filterNames(fc), ldsHCMFilter) {
+				t.Errorf("9000 (TCP) chain %s: a connection manager", fc.Name)
+			}
+			var inspector *listener.ListenerFilter
+			for _, f := range in.ListenerFilters {
+				if f.Name == ldsHTTPInspectorFilter {
+					inspector = f
+				}
+			}
+			if inspector == nil {
+				t.Fatal("no http_inspector")
+			}
+			not := inspector.GetFilterDisabled().GetNotMatch().GetDestinationPortRange()
+			if not.GetStart() != 8000 || not.GetEnd() != 8001 {
+				t.Errorf("http_inspector disabled %v, want on every port but 8000", inspector.GetFilterDisabled())
+			}
+		})
+	}
+}
