@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pilot/ca"
 	"github.com/sextantmesh/sextant/pilot/discovery"
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/xds"
@@ -45,7 +47,12 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 			if err := srv.Start(ctx); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "xDS (gRPC, plaintext) listening on %s\n", srv.GRPCAddr())
+			if addr := srv.GRPCAddr(); addr != "" {
+				fmt.Fprintf(out, "xDS (gRPC, plaintext, clients not authenticated: development only) listening on %s\n", addr)
+			}
+			if addr := srv.SecureGRPCAddr(); addr != "" {
+				fmt.Fprintf(out, "xDS and CA (gRPC over TLS, clients authenticated) listening on %s\n", addr)
+			}
 			fmt.Fprint(out, srv.Summary())
 			srv.Wait()
 			return nil
@@ -61,7 +68,19 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 		"become ready although an AuthorizationPolicy, PeerAuthentication or RequestAuthentication (or a config file that cannot be read) was rejected at startup; by default the server stays not ready until it is fixed")
 	f.StringVar(&args.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to watch")
 	f.StringVar(&args.MeshConfigFile, "mesh-config", "", "mesh config file (rootNamespace, trustDomain, domainSuffix)")
-	f.StringVar(&args.GRPCAddr, "grpc-addr", ":15010", "xDS gRPC listen address")
+	f.StringVar(&args.GRPCAddr, "grpc-addr", ":15010",
+		"plaintext xDS gRPC listen address; clients there are not authenticated and their node's claims are believed, for development only; empty turns it off")
+	f.StringVar(&args.SecureGRPCAddr, "secure-grpc-addr", ":15012",
+		"xDS over TLS and the CA (istio.v1.auth.IstioCertificateService); clients authenticate with a client certificate the CA issued or a service-account token; empty turns it off")
+	f.StringVar(&args.CADir, "ca-dir", "",
+		"directory of the CA's key material in Istio's cacerts layout (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem); a self-signed root is created there on first start and reused after; empty: a new root in memory on every start")
+	f.StringVar(&args.TrustedNodeAccounts, "ca-trusted-node-accounts", discovery.DefaultTrustedNodeAccounts,
+		"NAMESPACE/SERVICE_ACCOUNT list (comma-separated) of node proxies: only these may connect as a ztunnel (served every workload) or ask for certificates of workloads on their node (istiod's CA_TRUSTED_NODE_ACCOUNTS)")
+	f.StringSliceVar(&args.TokenAudiences, "token-audiences", []string{authn.DefaultAudience}, "audiences a service-account token must be issued for (one of them)")
+	f.StringSliceVar(&args.ServingDNSNames, "serving-dns-names", discovery.DefaultServingDNSNames,
+		"DNS names of the secure port's certificate (issued by the CA, renewed at half its validity): the names proxies dial")
+	f.DurationVar(&args.WorkloadCertTTL, "workload-cert-ttl", ca.DefaultWorkloadTTL, "validity of a workload certificate whose request asks for none")
+	f.DurationVar(&args.MaxWorkloadCertTTL, "max-workload-cert-ttl", ca.DefaultMaxTTL, "longest validity a certificate request may ask for; longer is refused")
 	f.StringVar(&args.HTTPAddr, "http-addr", ":15014", "HTTP listen address (/ready, /healthz, /metrics, /debug)")
 	f.DurationVar(&args.DebounceAfter, "debounce-after", 100*time.Millisecond, "quiet period after a config change before a push (endpoint changes do not extend it)")
 	f.DurationVar(&args.DebounceMax, "debounce-max", 10*time.Second, "longest a change waits while changes keep coming")

@@ -16,6 +16,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pilot/ca"
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/envoy"
 	"github.com/sextantmesh/sextant/pilot/mesh"
@@ -37,8 +39,26 @@ type Args struct {
 	Kubeconfig          string
 	InCluster           bool
 	MeshConfigFile      string
-	GRPCAddr            string
-	HTTPAddr            string
+	// GRPCAddr is the plaintext xDS address (development and tests: streams there are not
+	// authenticated and the node's claims are believed); empty turns it off.
+	GRPCAddr string
+	// SecureGRPCAddr is the address of xDS over TLS with clients authenticated, and of the CA; empty turns it off.
+	SecureGRPCAddr string
+	// CADir holds the CA's key material in Istio's cacerts layout; a self-signed root is created there on
+	// first start. Empty: a root in memory, new on every start.
+	CADir string
+	// TrustedNodeAccounts is a comma-separated NAMESPACE/SERVICE_ACCOUNT list (istiod's CA_TRUSTED_NODE_ACCOUNTS).
+	TrustedNodeAccounts string
+	// TokenAudiences a service-account token must be issued for (default istio-ca).
+	TokenAudiences []string
+	// ServingDNSNames are the names of the secure port's certificate (default DefaultServingDNSNames).
+	ServingDNSNames []string
+	// WorkloadCertTTL and MaxWorkloadCertTTL are ca.Options' DefaultTTL and MaxTTL.
+	WorkloadCertTTL    time.Duration
+	MaxWorkloadCertTTL time.Duration
+	// TokenAuthenticator verifies bearer tokens instead of the cluster's TokenReview API.
+	TokenAuthenticator authn.TokenAuthenticator
+	HTTPAddr           string
 	DebounceAfter       time.Duration
 	DebounceMax         time.Duration
 	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch.
@@ -77,15 +97,21 @@ type Server struct {
 	Generators map[string]xds.Generator
 	Envoy      *envoy.Generators
 	Ztunnel    *ztunnel.Generators
-	kube       *kube.Source
+	// CA is the mesh CA, nil when the secure port is off.
+	CA   *ca.Authority
+	kube *kube.Source
 	// startupCleared is set once the server has been ready; see notReadyReason.
 	startupCleared atomic.Bool
 
-	grpcServer   *grpc.Server
-	httpServer   *http.Server
-	grpcListener net.Listener
-	httpListener net.Listener
-	mux          *http.ServeMux
+	grpcServer       *grpc.Server
+	secureGRPCServer *grpc.Server
+	httpServer       *http.Server
+	grpcListener     net.Listener
+	secureListener   net.Listener
+	httpListener     net.Listener
+	mux              *http.ServeMux
+	serving          *ca.ServingCert
+	trustedAccounts  authn.Accounts
 
 	wg sync.WaitGroup
 }
@@ -101,11 +127,18 @@ func NewServer(args Args) (*Server, error) {
 	if _, _, err := envoy.ParseVHDSMinEnvoy(args.VHDSMinEnvoy); err != nil {
 		return nil, err
 	}
+	if args.GRPCAddr == "" && args.SecureGRPCAddr == "" {
+		return nil, errors.New("no xDS address: give --grpc-addr and/or --secure-grpc-addr")
+	}
 	m, err := mesh.Load(args.MeshConfigFile)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{args: args, log: args.Logger, Mesh: m, Store: store.New()}
+	trusted, err := authn.ParseAccounts(args.TrustedNodeAccounts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{args: args, log: args.Logger, Mesh: m, Store: store.New(), trustedAccounts: trusted}
 	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax,
 		DebounceEndpoints: args.DebounceEndpoints, DebounceFirst: args.DebounceFirst, Logger: args.Logger})
 	if args.ConfigDir != "" {
@@ -128,27 +161,62 @@ func NewServer(args Args) (*Server, error) {
 		MaxConnectionAgeGrace:    args.MaxConnectionAgeGrace,
 		MaxBytesInFlightPerProxy: args.MaxBytesInFlightPerProxy,
 		MaxRequestBytes:          args.MaxRequestBytes,
+		TrustedNodeAccounts:      trusted,
 	})
-	s.grpcServer = grpc.NewServer(s.XDS.GRPCServerOptions()...)
-	s.XDS.Register(s.grpcServer)
+	if args.GRPCAddr != "" {
+		s.grpcServer = grpc.NewServer(s.XDS.GRPCServerOptions()...)
+		s.XDS.Register(s.grpcServer)
+	}
+	if args.SecureGRPCAddr != "" {
+		if err := s.setupSecurity(); err != nil {
+			return nil, err
+		}
+	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/ready", s.handleReady)
 	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	s.registerDebug()
 	s.httpServer = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
 
-	if s.grpcListener, err = net.Listen("tcp", args.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("xDS listener: %w", err)
+	if s.grpcServer != nil {
+		if s.grpcListener, err = net.Listen("tcp", args.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("xDS listener: %w", err)
+		}
+	}
+	if err := s.listenSecure(); err != nil {
+		s.closeListeners()
+		return nil, err
 	}
 	if s.httpListener, err = net.Listen("tcp", args.HTTPAddr); err != nil {
-		s.grpcListener.Close()
+		s.closeListeners()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
 	return s, nil
 }
 
-// GRPCAddr is the address the xDS listener is bound to.
-func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
+func (s *Server) closeListeners() {
+	for _, l := range []net.Listener{s.grpcListener, s.secureListener, s.httpListener} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// GRPCAddr is the address the plaintext xDS listener is bound to, "" when it is off.
+func (s *Server) GRPCAddr() string {
+	if s.grpcListener == nil {
+		return ""
+	}
+	return s.grpcListener.Addr().String()
+}
+
+// SecureGRPCAddr is the address the secure xDS and CA listener is bound to, "" when it is off.
+func (s *Server) SecureGRPCAddr() string {
+	if s.secureListener == nil {
+		return ""
+	}
+	return s.secureListener.Addr().String()
+}
 
 // HTTPAddr is the address the HTTP listener is bound to.
 func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
@@ -180,15 +248,25 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.Pipeline.Initialize()
-	s.wg.Add(3)
+	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.watchStartupGate(ctx) }()
 	go func() { defer s.wg.Done(); s.Pipeline.Run(ctx) }()
-	go func() {
-		defer s.wg.Done()
-		if err := s.grpcServer.Serve(s.grpcListener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			s.log.Error("xDS server stopped", "err", err)
+	for _, g := range []struct {
+		srv  *grpc.Server
+		lis  net.Listener
+		name string
+	}{{s.grpcServer, s.grpcListener, "xDS server"}, {s.secureGRPCServer, s.secureListener, "secure xDS server"}} {
+		if g.srv == nil {
+			continue
 		}
-	}()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := g.srv.Serve(g.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				s.log.Error(g.name+" stopped", "err", err)
+			}
+		}()
+	}
 	if s.Files != nil {
 		s.wg.Add(1)
 		go func() {
@@ -210,13 +288,22 @@ func (s *Server) shutdown() {
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = s.XDS.Shutdown(drainCtx)
 	cancelDrain()
-	stopped := make(chan struct{})
-	go func() { s.grpcServer.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		s.grpcServer.Stop()
+	var stopping sync.WaitGroup
+	for _, g := range []*grpc.Server{s.grpcServer, s.secureGRPCServer} {
+		if g == nil {
+			continue
+		}
+		stopping.Go(func() {
+			stopped := make(chan struct{})
+			go func() { g.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				g.Stop()
+			}
+		})
 	}
+	stopping.Wait()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = s.httpServer.Shutdown(shutdownCtx)

@@ -24,7 +24,7 @@ import (
 // so /debug/config_errors and the dashboard show it.
 func TestWarningsListUnreadKinds(t *testing.T) {
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
-	s, err := NewServer(Args{ConfigDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	s, err := NewServer(Args{ConfigDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -206,6 +207,15 @@ func serve[Req interface {
 		s.refused.Add(1)
 		s.log.Warn("rejected stream: bad node", "error", err)
 		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if caller := authn.FromContext(ctx); caller != nil {
+		id, err := s.checkIdentity(caller, proxy)
+		if err != nil {
+			s.refused.Add(1)
+			s.log.Warn("rejected stream: identity check", "error", err)
+			return status.Error(codes.PermissionDenied, err.Error())
+		}
+		proxy.Identity = &id
 	}
 	proxy.Delta = delta
 	c = s.newConnection(ctx, proxy, delta, stream)

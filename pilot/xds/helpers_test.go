@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -89,6 +90,8 @@ type testEnv struct {
 	rebuild bool
 	// order, when set, reorders a generator's output (sorted by name otherwise) for the given push version.
 	order func(version uint64, res Resources)
+	// auth, when set, authenticates every stream (RegisterAuthenticated).
+	auth authn.Authenticator
 }
 
 type envOption func(*testEnv, *Options)
@@ -106,7 +109,11 @@ func newEnv(t testing.TB, initial snapshot, opts ...envOption) *testEnv {
 	}
 	e.srv = NewServer(o)
 	gs := grpc.NewServer(e.srv.GRPCServerOptions()...)
-	e.srv.Register(gs)
+	if e.auth != nil {
+		e.srv.RegisterAuthenticated(gs, e.auth)
+	} else {
+		e.srv.Register(gs)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sextantmesh/sextant/pilot/authn"
 )
 
 // ProxyType says what kind of client is connected.
@@ -49,6 +51,9 @@ type Proxy struct {
 	// Delta is true on an incremental (delta) xDS stream. Set by the transport before any generation.
 	Delta    bool
 	Locality *core.Locality
+	// Identity is the verified identity of an authenticated stream; nil on a stream that was not
+	// authenticated (the plaintext development port), where every claim above is the client's word.
+	Identity *authn.Identity
 	// Node is the node as received; read only.
 	Node *core.Node
 }

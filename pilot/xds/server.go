@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -63,6 +64,9 @@ type Options struct {
 	MaxRequestBytes int
 	// Observer, if set, is told about pushes, responses and ACKs (metrics, distribution tracking).
 	Observer Observer
+	// TrustedNodeAccounts are the identities (NAMESPACE/SERVICE_ACCOUNT) a ztunnel must have on an
+	// authenticated stream (see RegisterAuthenticated): a ztunnel is served every workload.
+	TrustedNodeAccounts authn.Accounts
 }
 
 // Server serves ADS. It implements discovery.AggregatedDiscoveryServiceServer.

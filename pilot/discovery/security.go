@@ -1,0 +1,131 @@
+package discovery
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pilot/ca"
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/source/kube"
+)
+
+// DefaultServingDNSNames are the names the serving certificate of the secure port carries: istiod's, so
+// proxies configured for istiod reach Sextant unchanged, and the Service in manifests/.
+var DefaultServingDNSNames = []string{"istiod.istio-system.svc", "sextant.istio-system.svc"}
+
+// DefaultTrustedNodeAccounts is istiod's node proxy account: ztunnel's.
+const DefaultTrustedNodeAccounts = "istio-system/ztunnel"
+
+// setupSecurity builds the CA, the authenticators and the secure gRPC server (xDS and the CA over TLS).
+func (s *Server) setupSecurity() error {
+	a := s.args
+	now := time.Now()
+	var km ca.KeyMaterial
+	if a.CADir != "" {
+		var created bool
+		var err error
+		if km, created, err = ca.LoadOrCreateDir(a.CADir, s.Mesh.TrustDomain, now); err != nil {
+			return err
+		}
+		if created {
+			s.log.Info("created a self-signed mesh CA root", "dir", a.CADir, "trustDomain", s.Mesh.TrustDomain)
+		} else {
+			s.log.Info("loaded the mesh CA", "dir", a.CADir)
+		}
+	} else {
+		var err error
+		if km, err = ca.GenerateSelfSigned(s.Mesh.TrustDomain, now); err != nil {
+			return err
+		}
+		s.log.Warn("the mesh CA root is kept in memory only: a restart makes a new root, and certificates issued before are no longer trusted; give --ca-dir to keep it")
+	}
+	authority, err := ca.New(km, ca.Options{TrustDomain: s.Mesh.TrustDomain, DefaultTTL: a.WorkloadCertTTL, MaxTTL: a.MaxWorkloadCertTTL})
+	if err != nil {
+		return err
+	}
+	names := a.ServingDNSNames
+	if len(names) == 0 {
+		names = DefaultServingDNSNames
+	}
+	serving, err := ca.NewServingCert(authority, names, 0)
+	if err != nil {
+		return err
+	}
+	chain := authn.Chain{ClientCert: &authn.ClientCertAuthenticator{TrustDomain: s.Mesh.TrustDomain}, Token: a.TokenAuthenticator}
+	if chain.Token == nil && (a.Kubeconfig != "" || a.InCluster) {
+		restConfig, err := kube.RESTConfig(a.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+		client, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+		chain.Token = authn.NewTokenReviewAuthenticator(authn.TokenReviewOptions{Client: client, TrustDomain: s.Mesh.TrustDomain,
+			Audiences: a.TokenAudiences})
+	}
+	s.CA, s.serving = authority, serving
+	s.secureGRPCServer = grpc.NewServer(append(s.XDS.GRPCServerOptions(), grpc.Creds(credentials.NewTLS(serving.TLSConfig())))...)
+	s.XDS.RegisterAuthenticated(s.secureGRPCServer, chain)
+	ca.NewService(ca.ServiceOptions{Authority: authority, Authenticator: chain, TrustedNodeAccounts: s.trustedAccounts,
+		Pods: snapshotPods{s}, Logger: s.log}).Register(s.secureGRPCServer)
+	return nil
+}
+
+// listenSecure binds the secure port; the TLS handshake runs in gRPC's transport, per connection.
+func (s *Server) listenSecure() error {
+	if s.secureGRPCServer == nil {
+		return nil
+	}
+	lis, err := net.Listen("tcp", s.args.SecureGRPCAddr)
+	if err != nil {
+		return fmt.Errorf("secure xDS listener: %w", err)
+	}
+	s.secureListener = lis
+	return nil
+}
+
+// ServingCertificate returns the secure port's current certificate (for tests and debug views).
+func (s *Server) ServingCertificate() (*tls.Certificate, error) {
+	if s.serving == nil {
+		return nil, errors.New("the secure port is off")
+	}
+	return s.serving.Certificate()
+}
+
+// snapshotPods answers impersonation checks from the current snapshot's workloads.
+type snapshotPods struct{ s *Server }
+
+func (p snapshotPods) Pod(namespace, name string) (string, string, bool) {
+	ps := p.s.Pipeline.Current()
+	if ps == nil {
+		return "", "", false
+	}
+	w := ps.Workload(model.WorkloadUID(p.s.Mesh.ClusterID, config.Key{Kind: config.Pod, Namespace: namespace, Name: name}))
+	if w == nil {
+		return "", "", false
+	}
+	return w.NodeName, w.ServiceAccount, true
+}
+
+func (p snapshotPods) AccountOnNode(node string, id authn.Identity) bool {
+	ps := p.s.Pipeline.Current()
+	if ps == nil {
+		return false
+	}
+	found := false
+	ps.AllWorkloads(func(w *model.Workload) bool {
+		found = w.Source.Kind == config.Pod && w.NodeName == node && w.Namespace == id.Namespace && w.ServiceAccount == id.ServiceAccount
+		return !found
+	})
+	return found
+}
