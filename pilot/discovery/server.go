@@ -59,8 +59,8 @@ type Args struct {
 	// TokenAuthenticator verifies bearer tokens instead of the cluster's TokenReview API.
 	TokenAuthenticator authn.TokenAuthenticator
 	HTTPAddr           string
-	DebounceAfter       time.Duration
-	DebounceMax         time.Duration
+	DebounceAfter      time.Duration
+	DebounceMax        time.Duration
 	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for the first config change after a quiet spell.

@@ -99,7 +99,7 @@ func TestAuthenticatedStreamRefusals(t *testing.T) {
 		code  codes.Code
 		want  []string
 	}{
-		"no token": {"", "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", nil, codes.Unauthenticated, []string{"no credentials"}},
+		"no token":  {"", "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", nil, codes.Unauthenticated, []string{"no credentials"}},
 		"bad token": {"stolen", "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", nil, codes.Unauthenticated, []string{"token rejected"}},
 		"another namespace": {"cart", "sidecar~10.0.0.1~vault-1.bank~bank.svc.cluster.local", nil, codes.PermissionDenied,
 			[]string{"claims namespace bank", "spiffe://cluster.local/ns/shop/sa/cart"}},
