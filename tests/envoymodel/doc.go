@@ -35,6 +35,16 @@
 //     gRPC status allows, any other denies; a failed call is an error; the timeout is the grpc_service's,
 //     200 ms by default). The model makes a real envoy.service.auth.v3.Authorization/Check call to the
 //     endpoint the grpc_service's cluster resolves to through CDS and EDS.
-//
-// jwt_authn is not modelled yet: a config with it fails Evaluate.
+//   - jwt_authn: source/extensions/filters/http/jwt_authn/filter.cc (the first rule whose match fits the
+//     request picks the requirement, none means no check; the extracted payloads go into the
+//     envoy.filters.http.jwt_authn metadata; a failure answers 401, 403 for audiences not allowed),
+//     verifier.cc (requires_all stops at the first failure; requires_any passes when one alternative
+//     does, otherwise fails with the most telling error, and treats allow_missing and
+//     allow_missing_or_failed as flags over the others' result), authenticator.cc (tokens verified
+//     from the last extracted, every one unless failures or absence are allowed; issuer admitted by the
+//     token's location, then nbf and exp with clock_skew_seconds, 60 by default, audiences, signature;
+//     a verified token sets forward_payload_header and claim_to_headers, is removed unless forward,
+//     and its payload goes under payload_in_metadata with space_delimited_claims split into lists) and
+//     extractor.cc (the provider's headers with their value prefixes, params and cookies, else the
+//     Authorization "Bearer " header and the access_token param). Keys come from local_jwks only.
 package envoymodel
