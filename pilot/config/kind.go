@@ -11,20 +11,26 @@ type Kind string
 
 // The kinds Sextant reads.
 const (
-	Namespace           Kind = "Namespace"
-	Service             Kind = "Service"
-	Pod                 Kind = "Pod"
-	Node                Kind = "Node"
-	EndpointSlice       Kind = "EndpointSlice"
-	ServiceEntry        Kind = "ServiceEntry"
-	WorkloadEntry       Kind = "WorkloadEntry"
-	DestinationRule     Kind = "DestinationRule"
-	VirtualService      Kind = "VirtualService"
-	Gateway             Kind = "Gateway"
-	Sidecar             Kind = "Sidecar"
-	AuthorizationPolicy Kind = "AuthorizationPolicy"
-	PeerAuthentication  Kind = "PeerAuthentication"
+	Namespace             Kind = "Namespace"
+	Service               Kind = "Service"
+	Pod                   Kind = "Pod"
+	Node                  Kind = "Node"
+	EndpointSlice         Kind = "EndpointSlice"
+	ServiceEntry          Kind = "ServiceEntry"
+	WorkloadEntry         Kind = "WorkloadEntry"
+	DestinationRule       Kind = "DestinationRule"
+	VirtualService        Kind = "VirtualService"
+	Gateway               Kind = "Gateway"
+	Sidecar               Kind = "Sidecar"
+	AuthorizationPolicy   Kind = "AuthorizationPolicy"
+	PeerAuthentication    Kind = "PeerAuthentication"
+	RequestAuthentication Kind = "RequestAuthentication"
 )
+
+// FetchedJWKS is no source's kind: it holds what Sextant fetched from a RequestAuthentication's jwksUri
+// (pilot/jwks stores it, one object per URI), so a key change reaches the snapshot and the proxies as any
+// config change does, while generators never do I/O. It is not in Kinds().
+const FetchedJWKS Kind = "FetchedJWKS"
 
 // KindInfo describes where a kind lives in the Kubernetes API.
 type KindInfo struct {
@@ -57,6 +63,7 @@ var kinds = []KindInfo{
 	{Sidecar, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "sidecars", true},
 	{AuthorizationPolicy, "security.istio.io", []string{"v1", "v1beta1"}, "authorizationpolicies", true},
 	{PeerAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "peerauthentications", true},
+	{RequestAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "requestauthentications", true},
 }
 
 // Kinds returns every kind Sextant reads, in a stable order.
@@ -79,7 +86,6 @@ var unreadKinds = []KindInfo{
 	{"EnvoyFilter", "networking.istio.io", []string{"v1alpha3"}, "envoyfilters", true},
 	{"ProxyConfig", "networking.istio.io", []string{"v1beta1"}, "proxyconfigs", true},
 	{"WorkloadGroup", "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "workloadgroups", true},
-	{"RequestAuthentication", "security.istio.io", []string{"v1", "v1beta1"}, "requestauthentications", true},
 	{"Telemetry", "telemetry.istio.io", []string{"v1", "v1alpha1"}, "telemetries", true},
 	{"WasmPlugin", "extensions.istio.io", []string{"v1alpha1"}, "wasmplugins", true},
 	{"GatewayClass", "gateway.networking.k8s.io", []string{"v1", "v1beta1"}, "gatewayclasses", false},

@@ -302,6 +302,8 @@ func NewIstioSpec(k Kind) proto.Message {
 		return &security.AuthorizationPolicy{}
 	case PeerAuthentication:
 		return &security.PeerAuthentication{}
+	case RequestAuthentication:
+		return &security.RequestAuthentication{}
 	}
 	panic("not an Istio kind: " + k)
 }

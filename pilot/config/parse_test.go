@@ -320,6 +320,29 @@ spec:
 			}
 		},
 	},
+	{
+		kind: config.RequestAuthentication, apiVersion: "security.istio.io/v1", namespaced: true, specType: &security.RequestAuthentication{},
+		doc: `
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata:
+  name: jwt
+spec:
+  selector:
+    matchLabels: {app: reviews}
+  jwtRules:
+  - issuer: https://issuer.example.com
+    jwksUri: https://issuer.example.com/jwks
+    fromHeaders: [{name: x-token, prefix: "Bearer "}]
+    outputClaimToHeaders: [{header: x-sub, claim: sub}]
+`,
+		check: func(t *testing.T, spec any) {
+			r := spec.(*security.RequestAuthentication).JwtRules[0]
+			if r.Issuer != "https://issuer.example.com" || r.FromHeaders[0].Prefix != "Bearer " || r.OutputClaimToHeaders[0].Claim != "sub" {
+				t.Errorf("RequestAuthentication rule = %v", r)
+			}
+		},
+	},
 }
 
 // toJSON rewrites a YAML document as indented JSON.
@@ -389,8 +412,8 @@ func TestParseEveryKind(t *testing.T) {
 			t.Errorf("kind %s has no valid document in this test", ki.Kind)
 		}
 	}
-	if len(config.Kinds()) != 13 {
-		t.Errorf("Kinds() has %d kinds, want 13", len(config.Kinds()))
+	if len(config.Kinds()) != 14 {
+		t.Errorf("Kinds() has %d kinds, want 14", len(config.Kinds()))
 	}
 }
 
@@ -1070,7 +1093,7 @@ func TestParseUnreadKind(t *testing.T) {
 	for _, tc := range []struct{ apiVersion, kind string }{
 		{"networking.istio.io/v1alpha3", "EnvoyFilter"},
 		{"telemetry.istio.io/v1", "Telemetry"},
-		{"security.istio.io/v1", "RequestAuthentication"},
+		{"networking.istio.io/v1alpha3", "WorkloadGroup"},
 		{"extensions.istio.io/v1alpha1", "WasmPlugin"},
 		{"gateway.networking.k8s.io/v1", "Gateway"},
 		{"gateway.networking.k8s.io/v1", "HTTPRoute"},

@@ -44,9 +44,9 @@ package envoy
 //   - AuthorizationPolicy becomes RBAC filters on every inbound chain (rbac.go): HTTP chains get
 //     envoy.filters.http.rbac, TCP and passthrough chains envoy.filters.network.rbac with the part L4 can
 //     check; AUDIT policies a LOG filter ahead of them; CUSTOM policies ext_authz ahead of all
-//     (rbac_extauthz.go). JWT (RequestAuthentication) is not implemented, so request.auth.* conditions never
-//     match. What could not be translated is logged at debug level; a policy made to deny because it cannot
-//     be honoured, as a warning.
+//     (rbac_extauthz.go). RequestAuthentication becomes a jwt_authn filter between ext_authz and RBAC on
+//     the HTTP chains (jwt.go). What could not be translated is logged at debug level; a policy made to
+//     deny because it cannot be honoured, as a warning.
 //
 // Gateways (router proxies) get one listener "BIND_PORT" ("0.0.0.0_PORT" without bind) per Gateway server
 // address, for the Gateways selecting the proxy's labels:
@@ -69,8 +69,9 @@ package envoy
 //   - The AuthorizationPolicies applying to the proxy (by selector on its labels, or targetRefs to the
 //     Gateway API Gateway of its gateway-name label) become the same RBAC filters as on a sidecar's inbound
 //     chains: every connection manager gets the HTTP ones, every TCP chain (plain, terminated or passthrough
-//     TLS) the network ones. The connection managers use the remote address, so remoteIpBlocks (remote_ip)
-//     match the downstream client as the gateway sees it, ipBlocks (direct_remote_ip) the peer.
+//     TLS) the network ones, and the connection managers the jwt_authn filter of the RequestAuthentications
+//     attached the same way (jwt.go). The connection managers use the remote address, so remoteIpBlocks
+//     (remote_ip) match the downstream client as the gateway sees it, ipBlocks (direct_remote_ip) the peer.
 //
 // Proxyless gRPC clients get API listeners "HOST:PORT" (no address): every HTTP/gRPC service port in scope
 // for a wildcard subscription, and the names asked for, where HOST may also be a short name ("svc",

@@ -51,8 +51,9 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 	// API Gateway named by the pods' gateway-name label); their filters go on every chain.
 	policies := push.AuthorizationPolicies(proxy.Namespace, proxy.Labels)
 	env := newAuthzEnv(push, policies)
+	env.jwt = newJWTAuthn(push, proxy.Namespace, proxy.Labels, true)
 	authz := gatewayAuthz{}
-	if !policies.Empty() {
+	if !policies.Empty() || env.jwt != nil {
 		var notes, tcpNotes []string
 		authz.http, notes = buildHTTPRBAC(policies, env)
 		authz.tcp, tcpNotes = buildTCPRBAC(policies, env)

@@ -768,6 +768,7 @@ func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushCon
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
 	}
 	in.env = newAuthzEnv(push, in.policies)
+	in.env.jwt = newJWTAuthn(push, proxy.Namespace, labels, false)
 	return l.g.cached(inboundListenerKey{push.PoliciesID(), in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
 		lis, notes := buildVirtualInbound(in)
 		logAuthzNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)

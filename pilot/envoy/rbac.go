@@ -19,8 +19,13 @@ package envoy
 //     a regex suffix, a trailing "*" as a prefix; a principal in trust domain "cluster.local" means the mesh
 //     trust domain. namespaces match the SAN regex "spiffe://.*/ns/NS/.*" ("*" in NS matches anything);
 //     serviceAccounts "NS/SA" the SAN suffix "/ns/NS/sa/SA"; trustDomains the SAN prefix "spiffe://TD/".
-//   - request.auth.* (JWT) conditions and requestPrincipals match the "istio_authn" dynamic metadata as
-//     istiod's do; Sextant has no RequestAuthentication filter, so they never match.
+//   - requestPrincipals and request.auth.* conditions match the payload the jwt_authn filter (jwt.go) puts
+//     in its dynamic metadata, "envoy.filters.http.jwt_authn" → "payload" → claim, as istiod's do:
+//     requestPrincipals and request.auth.principal "ISS/SUB" (split at the last "/") match the claims iss
+//     and sub, "*" any, "*x" and "x*" on the issuer or subject side as istiod reads them;
+//     request.auth.audiences the claim aud, request.auth.presenter azp, request.auth.claims[a][b] the
+//     nested claim a.b; each of these matches a string claim or any element of a list claim. A request
+//     without a valid token has no such metadata: they never match it.
 
 import (
 	"errors"
@@ -54,8 +59,6 @@ const (
 	tcpRBACFilter  = "envoy.filters.network.rbac"
 	// rbacDefaultTrustDomain in a principal stands for the mesh's trust domain (istiod's rule).
 	rbacDefaultTrustDomain = "cluster.local"
-	// rbacAuthnMetadata is the metadata namespace where istiod's authn filter puts JWT claims.
-	rbacAuthnMetadata = "istio_authn"
 )
 
 var (
@@ -64,8 +67,9 @@ var (
 )
 
 // buildHTTPRBAC returns the authorization HTTP filters for the policies, in istiod's order: CUSTOM (RBAC
-// shadow rules and ext_authz per provider, or a DENY RBAC filter when the provider cannot be used), then
-// RBAC for AUDIT, DENY, ALLOW; none when no policy applies. The notes say what could not be translated.
+// shadow rules and ext_authz per provider, or a DENY RBAC filter when the provider cannot be used), the
+// JWT filter of the RequestAuthentications (env.jwt), then RBAC for AUDIT, DENY, ALLOW; none when no
+// policy applies. The notes say what could not be translated.
 func buildHTTPRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*hcm.HttpFilter, []string) {
 	b := &rbacBuilder{trustDomain: env.trustDomain}
 	var out []*hcm.HttpFilter
@@ -79,6 +83,11 @@ func buildHTTPRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*hcm.H
 		out = append(out,
 			ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{ShadowRules: g.shadowRules(), ShadowRulesStatPrefix: extAuthzShadowPrefix}),
 			ldsHTTPFilter(httpExtAuthzFilter, ext))
+	}
+	if env.jwt != nil {
+		jwt, notes := env.jwt.filter()
+		out = append(out, jwt)
+		b.notes = append(b.notes, notes...)
 	}
 	for _, r := range b.local(policies) {
 		out = append(out, ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{Rules: r}))
@@ -217,7 +226,7 @@ func (b *rbacBuilder) translateRule(r *security.Rule, action rbacpb.RBAC_Action)
 		s := from.GetSource()
 		attrs := []rbacAttribute[*rbacpb.Principal]{
 			{"principals", s.GetPrincipals(), s.GetNotPrincipals(), b.srcPrincipal},
-			{"requestPrincipals", s.GetRequestPrincipals(), s.GetNotRequestPrincipals(), b.jwtMetadata("request.auth.principal")},
+			{"requestPrincipals", s.GetRequestPrincipals(), s.GetNotRequestPrincipals(), b.requestPrincipal},
 			{"namespaces", s.GetNamespaces(), s.GetNotNamespaces(), b.srcNamespace},
 			{"serviceAccounts", s.GetServiceAccounts(), s.GetNotServiceAccounts(), b.srcServiceAccount},
 			{"trustDomains", s.GetTrustDomains(), s.GetNotTrustDomains(), b.srcTrustDomain},
@@ -308,8 +317,15 @@ func (b *rbacBuilder) principalGen(key string) (func(string) (*rbacpb.Principal,
 		return b.srcPrincipal, true
 	case "source.serviceAccount":
 		return b.srcServiceAccount, true
-	case "request.auth.principal", "request.auth.audiences", "request.auth.presenter":
-		return b.jwtMetadata(key), true
+	case "request.auth.principal":
+		return b.requestPrincipal, true
+	case "request.auth.audiences":
+		return b.jwtClaim([]string{"aud"}), true
+	case "request.auth.presenter":
+		return b.jwtClaim([]string{"azp"}), true
+	}
+	if claims, ok := jwtClaimKey(key); ok {
+		return b.jwtClaim(claims), true
 	}
 	if name, ok := headerKey(key); ok {
 		return func(v string) (*rbacpb.Principal, error) {
@@ -389,18 +405,116 @@ func (b *rbacBuilder) srcTrustDomain(v string) (*rbacpb.Principal, error) {
 	return rbacAuthenticated(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + v + "/"}}), nil
 }
 
-// jwtMetadata matches a value istiod's JWT filter leaves in the istio_authn metadata.
-func (b *rbacBuilder) jwtMetadata(key string) func(string) (*rbacpb.Principal, error) {
+// requestPrincipal matches "ISS/SUB" against the token's iss and sub claims, as istiod's
+// requestPrincipalGenerator: split at the last "/" (issuers are URLs); "*" matches any token; "*x" is a
+// suffix of the issuer (or, without "/", of the subject), "x*" a prefix of the subject (or, without "/",
+// of the issuer).
+func (b *rbacBuilder) requestPrincipal(v string) (*rbacpb.Principal, error) {
+	if b.forTCP {
+		return nil, errHTTPOnly
+	}
+	anyValue := rbacRegex(".+")
+	idx := strings.LastIndex(v, "/")
+	found := idx >= 0
+	iss, sub := v, ""
+	if found {
+		iss, sub = v[:idx], v[idx+1:]
+	}
+	exact := func(s string) *matcher.StringMatcher {
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}}
+	}
+	var matchIss, matchSub *matcher.StringMatcher
+	switch {
+	case v == "*":
+		matchIss, matchSub = anyValue, anyValue
+	case strings.HasPrefix(v, "*"):
+		if !found {
+			matchIss = anyValue
+			matchSub = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Suffix{Suffix: v[1:]}}
+			break
+		}
+		matchIss = anyValue
+		if iss != "*" {
+			matchIss = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Suffix{Suffix: iss[1:]}}
+		}
+		matchSub = exact(sub)
+	case strings.HasSuffix(v, "*"):
+		if !found {
+			matchIss = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: v[:len(v)-1]}}
+			matchSub = anyValue
+			break
+		}
+		matchIss = exact(iss)
+		matchSub = anyValue
+		if sub != "*" {
+			matchSub = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: sub[:len(sub)-1]}}
+		}
+	default:
+		matchIss, matchSub = exact(iss), exact(sub)
+	}
+	claim := func(name string, m *matcher.StringMatcher) *rbacpb.Principal {
+		return rbacMetadata(jwtMetadataMatcher([]string{name},
+			&matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: m}}))
+	}
+	return rbacPrincipalAnd([]*rbacpb.Principal{claim("iss", matchIss), claim("sub", matchSub)}), nil
+}
+
+// jwtClaim matches the value of a (nested) claim, a string or any element of a list, with istiod's string
+// matching ("*" any non-empty value, a leading or trailing "*" a suffix or prefix).
+func (b *rbacBuilder) jwtClaim(path []string) func(string) (*rbacpb.Principal, error) {
 	return func(v string) (*rbacpb.Principal, error) {
 		if b.forTCP {
 			return nil, errHTTPOnly
 		}
-		return &rbacpb.Principal{Identifier: &rbacpb.Principal_Metadata{Metadata: &matcher.MetadataMatcher{
-			Filter: rbacAuthnMetadata,
-			Path:   []*matcher.MetadataMatcher_PathSegment{{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: key}}},
-			Value:  &matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: rbacStringMatcher(v, "")}},
-		}}}, nil
+		value := &matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: rbacStringMatcher(v, "")}}
+		either := &matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_OrMatch{OrMatch: &matcher.OrMatcher{
+			ValueMatchers: []*matcher.ValueMatcher{
+				{MatchPattern: &matcher.ValueMatcher_ListMatch{ListMatch: &matcher.ListMatcher{
+					MatchPattern: &matcher.ListMatcher_OneOf{OneOf: value}}}},
+				value,
+			}}}}
+		return rbacMetadata(jwtMetadataMatcher(path, either)), nil
 	}
+}
+
+// jwtMetadataMatcher matches the claim at path in the payload the jwt_authn filter leaves in its metadata.
+func jwtMetadataMatcher(path []string, value *matcher.ValueMatcher) *matcher.MetadataMatcher {
+	m := &matcher.MetadataMatcher{Filter: jwtAuthnFilter, Value: value}
+	for _, k := range append([]string{jwtPayloadKey}, path...) {
+		m.Path = append(m.Path, &matcher.MetadataMatcher_PathSegment{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: k}})
+	}
+	return m
+}
+
+func rbacMetadata(m *matcher.MetadataMatcher) *rbacpb.Principal {
+	return &rbacpb.Principal{Identifier: &rbacpb.Principal_Metadata{Metadata: m}}
+}
+
+// jwtClaimKey reads "request.auth.claims[a]" or "request.auth.claims[a][b]..." (nested claims) as istiod's
+// extractNameInNestedBrackets does: a name without brackets inside, or one bracketed name taken whole.
+func jwtClaimKey(key string) ([]string, bool) {
+	rest, ok := strings.CutPrefix(key, "request.auth.claims")
+	if !ok || !strings.HasPrefix(rest, "[") || !strings.HasSuffix(rest, "]") {
+		return nil, false
+	}
+	var claims []string
+	for s := rest; s != ""; {
+		end := strings.IndexByte(s, ']')
+		if s[0] != '[' || end < 0 || strings.IndexByte(s[1:end], '[') >= 0 {
+			// Not a sequence of [name]: istiod takes everything between the outer brackets as one name.
+			name := rest[1 : len(rest)-1]
+			if name == "" {
+				return nil, false
+			}
+			return []string{name}, true
+		}
+		if end == 1 {
+			return nil, false // an empty claim name
+		}
+		claims = append(claims, s[1:end])
+		s = s[end+1:]
+	}
+	return claims, true
 }
 
 func rbacDirectRemoteIP(v string) (*rbacpb.Principal, error) {

@@ -63,6 +63,8 @@ type authzEnv struct {
 	trustDomain string
 	// extAuthz holds the providers the proxy's CUSTOM policies name, resolved against the snapshot.
 	extAuthz map[string]*extAuthzProvider
+	// jwt is the proxy's JWT filter (jwt.go), nil when no RequestAuthentication applies.
+	jwt *jwtAuthn
 }
 
 // extAuthzProvider is one resolved provider: its filters, or why it cannot be used.
@@ -93,6 +95,7 @@ func newAuthzEnv(push *model.PushContext, policies model.AuthorizationPolicies) 
 func (e authzEnv) describe() string {
 	var b strings.Builder
 	b.WriteString(e.trustDomain)
+	b.WriteString(e.jwt.describe())
 	names := make([]string, 0, len(e.extAuthz))
 	for n := range e.extAuthz {
 		names = append(names, n)

@@ -100,6 +100,9 @@ type req struct {
 	path      string
 	host      string
 	headers   map[string]string
+	// jwt is the payload of the token the jwt_authn filter verified, as it leaves it in its dynamic
+	// metadata (nil: no valid token, no metadata).
+	jwt map[string]any
 }
 
 // allowed evaluates the filters in order as Envoy does: a DENY filter denies what matches one of its
@@ -174,7 +177,7 @@ func identifies(t *testing.T, p *rbacpb.Principal, r req) bool {
 	case *rbacpb.Principal_Header:
 		return headerMatches(t, x.Header, r)
 	case *rbacpb.Principal_Metadata:
-		return false // no JWT filter: istio_authn metadata is never set
+		return jwtMetadataMatches(t, x.Metadata, r.jwt)
 	}
 	t.Fatalf("evaluator: unsupported principal %v", p)
 	return false

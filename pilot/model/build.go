@@ -46,6 +46,7 @@ const (
 	IndexSidecars         = "sidecars"
 	IndexAuthorization    = "authorizationPolicies"
 	IndexPeerAuthn        = "peerAuthentications"
+	IndexRequestAuthn     = "requestAuthentications"
 )
 
 // Build makes the first snapshot from everything the reader holds.
@@ -60,6 +61,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		sidecars:         buildSidecars(reader),
 		authorization:    buildNamespaced(reader, config.AuthorizationPolicy),
 		peerAuthn:        buildPeerAuthentications(reader, m.RootNamespace, nil),
+		requestAuthn:     buildRequestAuthn(reader),
 		sortedServices:   &lazyServiceList{},
 	}
 	nsb := cowmap.New[*config.Config]().Edit()
@@ -165,7 +167,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	ps.BuiltAt = time.Now()
 	ps.BuildDuration = time.Since(start)
 	ps.Rebuilt = []string{IndexServices, IndexEndpoints, IndexWorkloads, IndexNamespaces, IndexDestinationRules,
-		IndexVirtualServices, IndexGateways, IndexSidecars, IndexAuthorization, IndexPeerAuthn}
+		IndexVirtualServices, IndexGateways, IndexSidecars, IndexAuthorization, IndexPeerAuthn, IndexRequestAuthn}
 	return ps
 }
 
@@ -290,6 +292,8 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 			rebuild[IndexAuthorization] = true
 		case config.PeerAuthentication:
 			rebuild[IndexPeerAuthn] = true
+		case config.RequestAuthentication, config.FetchedJWKS:
+			rebuild[IndexRequestAuthn] = true
 		}
 	}
 	if len(rebuild) > 0 {
@@ -312,6 +316,9 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 	}
 	if rebuild[IndexPeerAuthn] {
 		next.peerAuthn = buildPeerAuthentications(reader, next.Mesh.RootNamespace, prev.peerAuthn)
+	}
+	if rebuild[IndexRequestAuthn] {
+		next.requestAuthn = buildRequestAuthn(reader)
 	}
 	for name := range rebuild {
 		next.Rebuilt = append(next.Rebuilt, name)

@@ -52,6 +52,7 @@ type PushContext struct {
 	sidecars         *sidecarIndex
 	authorization    *namespacedPolicies
 	peerAuthn        *peerAuthnIndex
+	requestAuthn     *requestAuthnIndex
 
 	// sortedServices is computed on first use and shared with later snapshots while services are unchanged.
 	sortedServices *lazyServiceList
@@ -413,8 +414,11 @@ func (ps *PushContext) VirtualServicesID() any { return ps.virtualServices }
 // GatewaysID identifies the Gateway index.
 func (ps *PushContext) GatewaysID() any { return ps.gateways }
 
-// PoliciesID identifies the AuthorizationPolicy and PeerAuthentication indexes together.
-func (ps *PushContext) PoliciesID() any { return [2]any{ps.authorization, ps.peerAuthn} }
+// PoliciesID identifies the AuthorizationPolicy, PeerAuthentication and RequestAuthentication indexes
+// together (the last with the key sets fetched for it).
+func (ps *PushContext) PoliciesID() any {
+	return [3]any{ps.authorization, ps.peerAuthn, ps.requestAuthn}
+}
 
 // WorkloadsID identifies the workload index.
 func (ps *PushContext) WorkloadsID() any { return ps.workloads }

@@ -55,6 +55,8 @@ func toConfig(obj any) (*config.Config, error) {
 		kind, meta, spec = config.AuthorizationPolicy, &o.ObjectMeta, &o.Spec
 	case *securityv1.PeerAuthentication:
 		kind, meta, spec = config.PeerAuthentication, &o.ObjectMeta, &o.Spec
+	case *securityv1.RequestAuthentication:
+		kind, meta, spec = config.RequestAuthentication, &o.ObjectMeta, &o.Spec
 	default:
 		return nil, fmt.Errorf("unexpected object type %T", obj)
 	}

@@ -53,6 +53,10 @@ var crdTypes = map[config.Kind]func() (runtime.Object, *metav1.ObjectMeta, any){
 		o := &securityv1.PeerAuthentication{}
 		return o, &o.ObjectMeta, &o.Spec
 	},
+	config.RequestAuthentication: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &securityv1.RequestAuthentication{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
 }
 
 func crdGVR(ki config.KindInfo) schema.GroupVersionResource {

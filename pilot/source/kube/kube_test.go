@@ -400,6 +400,9 @@ func everyKind() (kube, istio []runtime.Object) {
 		&securityv1.PeerAuthentication{ObjectMeta: meta("strict", "1"), Spec: security.PeerAuthentication{
 			Mtls: &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT},
 		}},
+		&securityv1.RequestAuthentication{ObjectMeta: meta("jwt", "1"), Spec: security.RequestAuthentication{
+			JwtRules: []*security.JWTRule{{Issuer: "https://issuer.example.com", JwksUri: "https://issuer.example.com/jwks"}},
+		}},
 	}
 	return kube, istio
 }
@@ -660,7 +663,7 @@ func TestMissingCRDIsSkippedThenPickedUp(t *testing.T) {
 	h := newHarness(t, harnessOpts{istio: istio, resources: res})
 
 	// Missing CRDs must not hold back readiness: newHarness has already waited for sync.
-	want := []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication, config.VirtualService}
+	want := []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication, config.RequestAuthentication, config.VirtualService}
 	if got := h.src.MissingCRDs(); !equalKinds(got, want) {
 		t.Errorf("MissingCRDs = %v, want %v", got, want)
 	}
@@ -673,20 +676,20 @@ func TestMissingCRDIsSkippedThenPickedUp(t *testing.T) {
 	// Let a few polls pass: the warning is logged once per kind, not per poll.
 	time.Sleep(100 * time.Millisecond)
 	logs := h.logs.String()
-	if n := strings.Count(logs, "CRD not installed"); n != 3 {
-		t.Errorf("%d CRD warnings, want 3 (one per missing kind):\n%s", n, logs)
+	if n := strings.Count(logs, "CRD not installed"); n != 4 {
+		t.Errorf("%d CRD warnings, want 4 (one per missing kind):\n%s", n, logs)
 	}
 	if !strings.Contains(logs, "kind=VirtualService") || !strings.Contains(logs, "resource=virtualservices.networking.istio.io") {
 		t.Errorf("warning does not name the missing CRD:\n%s", logs)
 	}
 
-	h.disc.set(crdResources(config.AuthorizationPolicy, config.PeerAuthentication))
+	h.disc.set(crdResources(config.AuthorizationPolicy, config.PeerAuthentication, config.RequestAuthentication))
 	h.eventually("VirtualService after its CRD appears", func() bool { return h.get(config.VirtualService, ns, "reviews") != nil })
 	h.eventually("the pickup to be logged after sync", func() bool {
 		return strings.Contains(h.logs.String(), `msg="CRD installed; now watching it" source=kube kind=VirtualService`)
 	})
 	h.eventually("MissingCRDs to shrink", func() bool {
-		return equalKinds(h.src.MissingCRDs(), []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication})
+		return equalKinds(h.src.MissingCRDs(), []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication, config.RequestAuthentication})
 	})
 
 	// The newly started informer follows changes like any other.
