@@ -30,7 +30,8 @@ package envoy
 //     sniffed as istiod does: HTTP (http_inspector) goes through RDS under the port number like an HTTP
 //     port, anything else through tcp_proxy. VirtualService tcp/tls matches on sourceLabels or
 //     destinationSubnets never apply (the listeners are shared by all proxies of a namespace).
-//   - virtualInbound (0.0.0.0:15006, use_original_dst) has chains per port of the proxy's own workload
+//   - virtualInbound (0.0.0.0:15006, the original_dst listener filter but no use_original_dst: a hand-off
+//     would skip its mTLS and RBAC for a port an outbound listener also has) has chains per port of the proxy's own workload
 //     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for),
 //     HTTP through a connection manager with an inline route to inbound|PORT||, anything else through
 //     tcp_proxy; a port of unknown protocol is sniffed as istiod does (HTTP chains matching the

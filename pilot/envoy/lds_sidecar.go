@@ -815,10 +815,12 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 			f.FilterDisabled = ldsOtherPorts(sniffed)
 		}
 	}
+	// No use_original_dst (istiod has none either): it would hand a connection to the outbound listener
+	// 0.0.0.0_PORT of any service on the same port, past this listener's mTLS and RBAC. The original_dst
+	// listener filter alone restores the destination the chains match on.
 	return &listener.Listener{
 		Name:             VirtualInboundListener,
 		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
-		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: core.TrafficDirection_INBOUND,
 		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, inspectors...),
 		FilterChains:     chains,

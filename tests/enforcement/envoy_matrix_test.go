@@ -266,7 +266,6 @@ func TestEnvoyDenyNormalisedPath(t *testing.T) {
 
 // An ALLOW policy holds on the workload's port even when some service of the mesh uses that port too.
 func TestEnvoyInboundPortSharedWithAService(t *testing.T) {
-	t.Skip("Sextant bug: virtualInbound has use_original_dst, so Envoy hands an inbound connection to the outbound listener 0.0.0.0_PORT of a service on the same port, where mTLS from sleep fails and plaintext passes without RBAC (istiod's virtualInbound has no use_original_dst)")
 	catalog := `
 ---
 apiVersion: v1
