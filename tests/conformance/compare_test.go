@@ -26,7 +26,7 @@ func sextantDefaults(t *testing.T) (*Case, *Output) {
 
 func normalised(t *testing.T, o *Output) Snapshot {
 	t.Helper()
-	s, err := o.Normalise()
+	s, err := o.Normalise(Proxy{Type: "sidecar", IP: "10.1.0.1"}, ProbesOf(o.Listeners))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,20 +67,25 @@ func compareCase(t *testing.T, c *Case) []Difference {
 	}
 	var diffs []Difference
 	for _, p := range c.Proxies {
-		snap, err := sx[p.Name].Normalise()
+		probes := ProbesOf(ist[p.Name].Listeners, sx[p.Name].Listeners)
+		istSnap, err := ist[p.Name].Normalise(p, probes)
+		if err != nil {
+			t.Fatalf("istiod %s: %v", p.Name, err)
+		}
+		snap, err := sx[p.Name].Normalise(p, probes)
 		if err != nil {
 			t.Fatalf("sextant %s: %v", p.Name, err)
 		}
-		if len(ist[p.Name]) == 0 {
+		if len(istSnap) == 0 {
 			t.Fatalf("istiod gave proxy %s nothing to compare: the case does not exercise it", p.Name)
 		}
-		diffs = append(diffs, Compare(c.Name, p.Name, ist[p.Name], snap)...)
+		diffs = append(diffs, Compare(c.Name, p.Name, istSnap, snap)...)
 		if *dumpDir != "" {
 			dir := filepath.Join(*dumpDir, c.Name)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			for side, s := range map[string]Snapshot{"istiod": ist[p.Name], "sextant": snap} {
+			for side, s := range map[string]Snapshot{"istiod": istSnap, "sextant": snap} {
 				if err := os.WriteFile(filepath.Join(dir, p.Name+"."+side+".txt"), []byte(s.Text()), 0o644); err != nil {
 					t.Fatal(err)
 				}

@@ -11,8 +11,8 @@ import (
 )
 
 // RenderIstiod runs istiod's generators in-process (its fake discovery server, mesh config defaults) on the
-// case and returns each proxy's normalised snapshot, by proxy name.
-func RenderIstiod(t test.Failer, c *Case) (map[string]Snapshot, error) {
+// case and returns each proxy's output, by proxy name.
+func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 	kube, istio, err := splitConfig(c.Config)
 	if err != nil {
 		return nil, err
@@ -22,7 +22,7 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]Snapshot, error) {
 		return nil, err
 	}
 	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{KubernetesObjectString: kube, Configs: configs})
-	out := map[string]Snapshot{}
+	out := map[string]*Output{}
 	for _, p := range c.Proxies {
 		proxy := &model.Proxy{
 			Type:            model.SidecarProxy,
@@ -43,11 +43,8 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]Snapshot, error) {
 			proxy.Type = model.Router
 		}
 		proxy = s.SetupProxy(proxy)
-		snap, err := normalise(s.Clusters(proxy), s.Endpoints(proxy), s.Routes(proxy))
-		if err != nil {
-			return nil, err
-		}
-		out[p.Name] = snap
+		out[p.Name] = &Output{Clusters: s.Clusters(proxy), Endpoints: s.Endpoints(proxy), Routes: s.Routes(proxy),
+			Listeners: s.Listeners(proxy)}
 	}
 	return out, nil
 }

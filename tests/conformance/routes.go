@@ -268,7 +268,11 @@ func destination(name string) string {
 	if !ok {
 		return name
 	}
-	s := k.Host + ":" + strconv.FormatUint(uint64(k.Port), 10)
+	host := k.Host
+	if k.Inbound {
+		host = "inbound"
+	}
+	s := host + ":" + strconv.FormatUint(uint64(k.Port), 10)
 	if k.Subset != "" {
 		s += "/" + k.Subset
 	}
@@ -290,9 +294,13 @@ func routeActionFields(f Fields, p string, a *route.RouteAction) {
 	if a.GetIdleTimeout() != nil {
 		f[p+"idle_timeout"] = a.GetIdleTimeout().AsDuration().String()
 	}
-	// Without max_stream_duration Envoy neither caps streams nor reads grpc-timeout headers.
+	// Without max_stream_duration Envoy neither caps streams nor reads grpc-timeout headers; a cap of 0s is
+	// no cap.
 	msd := a.GetMaxStreamDuration()
 	f[p+"max_stream_duration"] = durationOr(msd.GetMaxStreamDuration(), "none")
+	if f[p+"max_stream_duration"] == "0s" {
+		f[p+"max_stream_duration"] = "none"
+	}
 	f[p+"grpc_timeout_header_max"] = durationOr(msd.GetGrpcTimeoutHeaderMax(), "header ignored")
 	if rp := a.GetRetryPolicy(); rp != nil {
 		retryFields(f, p, rp)

@@ -27,18 +27,19 @@ import (
 // difference like any other.
 const KindRejected Kind = "rejected"
 
-// Output is what one proxy receives from Sextant, as Envoy resources.
+// Output is what one proxy receives from a control plane, as Envoy resources.
 type Output struct {
 	Clusters  []*cluster.Cluster
 	Endpoints []*endpoint.ClusterLoadAssignment
 	Routes    []*route.RouteConfiguration
-	// Rejected lists the file source's errors for the case's config.
+	Listeners []*listener.Listener
+	// Rejected lists the file source's errors for the case's config (Sextant only).
 	Rejected []string
 }
 
-// Normalise turns Sextant's output into a snapshot.
-func (o *Output) Normalise() (Snapshot, error) {
-	snap, err := normalise(o.Clusters, o.Endpoints, o.Routes)
+// Normalise turns a proxy's output into a snapshot, asking its listeners the probes' questions.
+func (o *Output) Normalise(p Proxy, probes Probes) (Snapshot, error) {
+	snap, err := normalise(o, p, probes)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +142,7 @@ func generate(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.Pus
 		if err := r.Any.UnmarshalTo(&l); err != nil {
 			return nil, err
 		}
+		o.Listeners = append(o.Listeners, &l)
 		rdsNames = append(rdsNames, routeNames(&l)...)
 	}
 	slices.Sort(rdsNames)

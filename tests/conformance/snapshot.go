@@ -5,10 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 )
 
 // Kind is what a normalised resource describes.
@@ -41,7 +37,11 @@ func (k Key) String() string {
 	if k.Inbound {
 		host = "inbound"
 	}
-	s := string(k.Kind) + " " + host + ":" + strconv.FormatUint(uint64(k.Port), 10)
+	port := strconv.FormatUint(uint64(k.Port), 10)
+	if k.Kind == KindListener && k.Port == 0 {
+		port = "other-port"
+	}
+	s := string(k.Kind) + " " + host + ":" + port
 	if k.Subset != "" {
 		s += " " + k.Subset
 	}
@@ -74,16 +74,17 @@ func (d Difference) String() string {
 	return fmt.Sprintf("%s\n    istiod:  %s\n    sextant: %s", d.ID(), d.Istiod, d.Sextant)
 }
 
-// normalise is the one path both control planes' output goes through.
-func normalise(clusters []*cluster.Cluster, assignments []*endpoint.ClusterLoadAssignment,
-	routes []*route.RouteConfiguration) (Snapshot, error) {
+// normalise is the one path both control planes' output goes through. probes are the destinations asked of
+// the listeners, gathered from both sides (ProbesOf).
+func normalise(o *Output, p Proxy, probes Probes) (Snapshot, error) {
 	s := Snapshot{}
-	if err := normaliseClusters(s, clusters); err != nil {
+	if err := normaliseClusters(s, o.Clusters); err != nil {
 		return nil, err
 	}
-	normaliseEndpoints(s, assignments)
+	normaliseEndpoints(s, o.Endpoints)
 	resolveEndpointTransport(s)
-	normaliseRoutes(s, routes, routeHosts(s))
+	normaliseRoutes(s, o.Routes, routeHosts(s))
+	normaliseListeners(s, o.Listeners, p.Type, p.IP, probes)
 	return s, nil
 }
 

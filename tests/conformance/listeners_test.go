@@ -1,0 +1,252 @@
+package conformance
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// listenerSnapshots normalises two outputs for the defaults case's first proxy, asking the listeners of both
+// the same probes, as the suite does.
+func listenerSnapshots(t *testing.T, c *Case, a, b *Output) (Snapshot, Snapshot) {
+	t.Helper()
+	probes := ProbesOf(a.Listeners, b.Listeners)
+	sa, err := a.Normalise(c.Proxies[0], probes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := b.Normalise(c.Proxies[0], probes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa, sb
+}
+
+func cloneOutput(o *Output) *Output {
+	c := *o
+	c.Listeners = nil
+	for _, l := range o.Listeners {
+		c.Listeners = append(c.Listeners, proto.Clone(l).(*listener.Listener))
+	}
+	return &c
+}
+
+// Renaming every listener, chain and filter and reordering the chains changes no connection's fate, so
+// it is no difference.
+func TestListenerNamesAndOrderAreNoDifference(t *testing.T) {
+	c, out := sextantDefaults(t)
+	renamed := cloneOutput(out)
+	for i, l := range renamed.Listeners {
+		l.Name = "listener-" + string(rune('a'+i))
+		slices.Reverse(l.FilterChains)
+		for j, fc := range l.FilterChains {
+			fc.Name = "chain-" + string(rune('a'+j))
+			for _, f := range fc.Filters {
+				if !telemetryFilters[f.Name] {
+					f.Name = "renamed"
+				}
+			}
+		}
+	}
+	a, b := listenerSnapshots(t, c, out, renamed)
+	if d := Compare(c.Name, "p", a, b); len(d) != 0 {
+		t.Fatalf("renaming listeners and chains gave differences: %v", d)
+	}
+}
+
+// Dropping the plaintext chain of an inbound port (PERMISSIVE becomes STRICT) must show on that port, for
+// plaintext traffic: a connection that reached the application is now closed.
+func TestListenerInboundModeChangeIsNamed(t *testing.T) {
+	c, out := sextantDefaults(t)
+	strict := cloneOutput(out)
+	var port uint32
+	for _, l := range strict.Listeners {
+		if _, p := listenerAddress(l.GetAddress()); p != inboundCapturePort {
+			continue
+		}
+		var kept []*listener.FilterChain
+		for _, fc := range l.FilterChains {
+			m := fc.GetFilterChainMatch()
+			if m.GetDestinationPort() != nil && m.GetTransportProtocol() == "raw_buffer" && port == 0 {
+				port = m.GetDestinationPort().GetValue()
+				continue
+			}
+			kept = append(kept, fc)
+		}
+		l.FilterChains = kept
+	}
+	if port == 0 {
+		t.Fatal("no plaintext inbound chain in Sextant's defaults output")
+	}
+	a, b := listenerSnapshots(t, c, out, strict)
+	want := Key{Kind: KindListener, Inbound: true, Port: port}
+	var named bool
+	for _, d := range Compare(c.Name, "p", a, b) {
+		if d.Key == want && d.Field == "http" && strings.HasSuffix(d.Sextant, "closed") && !strings.HasSuffix(d.Istiod, "closed") {
+			named = true
+		}
+		if d.Key.Port != port {
+			t.Errorf("difference on another port: %s", d)
+		}
+	}
+	if !named {
+		t.Fatalf("dropping the plaintext chain of inbound port %d named no closed plaintext connection on %s", port, want)
+	}
+}
+
+// Envoy does not fall back to the chains without a port when a port has chains of its own but none
+// matches: the connection gets the default chain, here none.
+func TestSelectChainFollowsEnvoysPortRule(t *testing.T) {
+	tcp := func(cluster string) []*listener.Filter {
+		a, err := anypb.New(&tcpproxy.TcpProxy{StatPrefix: "s", ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: cluster}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []*listener.Filter{{Name: "tcp", ConfigType: &listener.Filter_TypedConfig{TypedConfig: a}}}
+	}
+	l := &listener.Listener{FilterChains: []*listener.FilterChain{
+		{FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(8080), TransportProtocol: "tls"},
+			Filters: tcp("outbound|8080||a.ns.svc.cluster.local")},
+		{FilterChainMatch: &listener.FilterChainMatch{TransportProtocol: "raw_buffer"}, Filters: tcp("PassthroughCluster")},
+	}}
+	if fc := selectChain(l, trafficClass{name: "tcp"}, "10.0.0.1", 8080); fc != nil {
+		t.Errorf("plaintext to port 8080 got chain %v, want none (no fallback to the port-less chains)", fc)
+	}
+	if fc := selectChain(l, trafficClass{name: "tcp"}, "10.0.0.1", 9090); fc == nil || tcpDestinationOf(t, fc) != "passthrough (original destination)" {
+		t.Errorf("plaintext to port 9090 got %v, want the port-less plaintext chain", fc)
+	}
+	if fc := selectChain(l, tlsClass("a"), "10.0.0.1", 8080); fc == nil || tcpDestinationOf(t, fc) != "a.ns.svc.cluster.local:8080" {
+		t.Errorf("TLS to port 8080 got %v, want its chain", fc)
+	}
+}
+
+func tcpDestinationOf(t *testing.T, fc *listener.FilterChain) string {
+	t.Helper()
+	var tp tcpproxy.TcpProxy
+	if err := fc.GetFilters()[0].GetTypedConfig().UnmarshalTo(&tp); err != nil {
+		t.Fatal(err)
+	}
+	return tcpDestinations(&tp)
+}
+
+func principalName(exact string) *rbacpb.Principal {
+	return &rbacpb.Principal{Identifier: &rbacpb.Principal_Authenticated_{Authenticated: &rbacpb.Principal_Authenticated{
+		PrincipalName: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: exact}}}}}
+}
+
+func pathPrefix(p string) *rbacpb.Permission {
+	return &rbacpb.Permission{Rule: &rbacpb.Permission_UrlPath{UrlPath: &matcher.PathMatcher{Rule: &matcher.PathMatcher_Path{
+		Path: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: p}}}}}}
+}
+
+func methodIs(m string) *rbacpb.Permission {
+	return &rbacpb.Permission{Rule: &rbacpb.Permission_Header{Header: &route.HeaderMatcher{Name: ":method",
+		HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_Exact{Exact: m}}}}}}
+}
+
+// withHTTPRBAC puts rules before the router of every inbound HTTP chain of o.
+func withHTTPRBAC(t *testing.T, o *Output, rules *rbacpb.RBAC) *Output {
+	t.Helper()
+	out := cloneOutput(o)
+	cfg, err := anypb.New(&rbachttp.RBAC{Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range out.Listeners {
+		if _, p := listenerAddress(l.GetAddress()); p != inboundCapturePort {
+			continue
+		}
+		for _, fc := range l.FilterChains {
+			for _, f := range fc.Filters {
+				var m hcm.HttpConnectionManager
+				if f.GetTypedConfig().UnmarshalTo(&m) != nil {
+					continue
+				}
+				m.HttpFilters = append([]*hcm.HttpFilter{{Name: "envoy.filters.http.rbac",
+					ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: cfg}}}, m.HttpFilters...)
+				a, err := anypb.New(&m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.ConfigType = &listener.Filter_TypedConfig{TypedConfig: a}
+			}
+		}
+	}
+	return out
+}
+
+// One AuthorizationPolicy spelled two ways (policy names, principal order, a principal list or one or_ids,
+// nested and_rules) allows the same requests and must compare equal; a changed principal must not.
+func TestRBACComparesPoliciesNotSpelling(t *testing.T) {
+	c, out := sextantDefaults(t)
+	sleep, other := "spiffe://cluster.local/ns/default/sa/sleep", "spiffe://cluster.local/ns/default/sa/other"
+	istiodStyle := &rbacpb.RBAC{Action: rbacpb.RBAC_ALLOW, Policies: map[string]*rbacpb.Policy{
+		"ns[default]-policy[reviews]-rule[0]": {
+			Principals: []*rbacpb.Principal{{Identifier: &rbacpb.Principal_AndIds{AndIds: &rbacpb.Principal_Set{Ids: []*rbacpb.Principal{
+				{Identifier: &rbacpb.Principal_OrIds{OrIds: &rbacpb.Principal_Set{Ids: []*rbacpb.Principal{principalName(sleep), principalName(other)}}}},
+			}}}}},
+			Permissions: []*rbacpb.Permission{{Rule: &rbacpb.Permission_AndRules{AndRules: &rbacpb.Permission_Set{Rules: []*rbacpb.Permission{
+				{Rule: &rbacpb.Permission_OrRules{OrRules: &rbacpb.Permission_Set{Rules: []*rbacpb.Permission{methodIs("GET")}}}},
+				{Rule: &rbacpb.Permission_AndRules{AndRules: &rbacpb.Permission_Set{Rules: []*rbacpb.Permission{
+					pathPrefix("/api"), {Rule: &rbacpb.Permission_Any{Any: true}}, {Rule: &rbacpb.Permission_DestinationPort{DestinationPort: 9080}},
+				}}}},
+			}}}}},
+		},
+	}}
+	sextantStyle := func(second string) *rbacpb.RBAC {
+		return &rbacpb.RBAC{Action: rbacpb.RBAC_ALLOW, Policies: map[string]*rbacpb.Policy{
+			"default/reviews#0": {
+				Principals: []*rbacpb.Principal{principalName(second), principalName(sleep)},
+				Permissions: []*rbacpb.Permission{{Rule: &rbacpb.Permission_AndRules{AndRules: &rbacpb.Permission_Set{Rules: []*rbacpb.Permission{
+					{Rule: &rbacpb.Permission_DestinationPort{DestinationPort: 9080}}, pathPrefix("/api"), methodIs("GET"),
+				}}}}},
+			},
+		}}
+	}
+	a, b := listenerSnapshots(t, c, withHTTPRBAC(t, out, istiodStyle), withHTTPRBAC(t, out, sextantStyle(other)))
+	if d := Compare(c.Name, "p", a, b); len(d) != 0 {
+		t.Fatalf("the same policy spelled differently gave differences: %v", d)
+	}
+	a, b = listenerSnapshots(t, c, withHTTPRBAC(t, out, istiodStyle), withHTTPRBAC(t, out, sextantStyle("spiffe://cluster.local/ns/default/sa/admin")))
+	diffs := Compare(c.Name, "p", a, b)
+	var lost, gained bool
+	for _, d := range diffs {
+		if d.Key.Kind != KindListener || !strings.HasPrefix(d.Field, "http.rbac.ALLOW{") {
+			t.Errorf("difference outside the RBAC policies: %s", d)
+		}
+		lost = lost || strings.Contains(d.Field, "sa/other") && d.Istiod == "yes" && d.Sextant == unset
+		gained = gained || strings.Contains(d.Field, "sa/admin") && d.Istiod == unset && d.Sextant == "yes"
+	}
+	if !lost || !gained {
+		t.Fatalf("changing one principal gave %v, want the old policy on istiod's side only and the new on Sextant's", diffs)
+	}
+}
+
+// A DENY policy is not an ALLOW policy with the same matchers.
+func TestRBACActionIsCompared(t *testing.T) {
+	rules := func(action rbacpb.RBAC_Action) *rbacpb.RBAC {
+		return &rbacpb.RBAC{Action: action, Policies: map[string]*rbacpb.Policy{"p": {
+			Principals: []*rbacpb.Principal{{Identifier: &rbacpb.Principal_Any{Any: true}}}, Permissions: []*rbacpb.Permission{pathPrefix("/admin")},
+		}}}
+	}
+	a, b := Fields{}, Fields{}
+	rbacFields(a, "", rules(rbacpb.RBAC_DENY), nil, "", map[string]int{})
+	rbacFields(b, "", rules(rbacpb.RBAC_ALLOW), nil, "", map[string]int{})
+	key := Key{Kind: KindListener, Inbound: true, Port: 8080}
+	d := Compare("c", "p", Snapshot{key: a}, Snapshot{key: b})
+	if len(d) != 4 { // rbac.DENY and its policy on one side, rbac.ALLOW and its policy on the other
+		t.Fatalf("DENY against ALLOW gave %v", d)
+	}
+}
