@@ -73,7 +73,8 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.StringVar(&args.SecureGRPCAddr, "secure-grpc-addr", ":15012",
 		"xDS over TLS and the CA (istio.v1.auth.IstioCertificateService); clients authenticate with a client certificate the CA issued or a service-account token; empty turns it off")
 	f.StringVar(&args.CADir, "ca-dir", "",
-		"directory of the CA's key material in Istio's cacerts layout (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem); a self-signed root is created there on first start and reused after; empty: a new root in memory on every start")
+		"directory of the CA's key material in Istio's cacerts layout (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem); a self-signed root is created there on first start and reused after; empty: with a cluster, the Secret cacerts (plugged in) or istio-ca-secret (created on first start, shared by replicas) in --ca-namespace, as istiod; without one, a new root in memory on every start")
+	f.StringVar(&args.CANamespace, "ca-namespace", discovery.DefaultCANamespace, "namespace of the CA's Secrets (cacerts, istio-ca-secret)")
 	f.StringVar(&args.TrustedNodeAccounts, "ca-trusted-node-accounts", discovery.DefaultTrustedNodeAccounts,
 		"NAMESPACE/SERVICE_ACCOUNT list (comma-separated) of node proxies: only these may connect as a ztunnel (served every workload) or ask for certificates of workloads on their node (istiod's CA_TRUSTED_NODE_ACCOUNTS)")
 	f.StringSliceVar(&args.TokenAudiences, "token-audiences", []string{authn.DefaultAudience}, "audiences a service-account token must be issued for (one of them)")

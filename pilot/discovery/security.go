@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -22,6 +23,9 @@ import (
 // proxies configured for istiod reach Sextant unchanged, and the Service in manifests/.
 var DefaultServingDNSNames = []string{"istiod.istio-system.svc", "sextant.istio-system.svc"}
 
+// DefaultCANamespace is where the CA's Secrets are, as istiod's (its own namespace).
+const DefaultCANamespace = "istio-system"
+
 // DefaultTrustedNodeAccounts is istiod's node proxy account: ztunnel's.
 const DefaultTrustedNodeAccounts = "istio-system/ztunnel"
 
@@ -29,8 +33,19 @@ const DefaultTrustedNodeAccounts = "istio-system/ztunnel"
 func (s *Server) setupSecurity() error {
 	a := s.args
 	now := time.Now()
+	var client kubernetes.Interface
+	if a.Kubeconfig != "" || a.InCluster {
+		restConfig, err := kube.RESTConfig(a.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+		if client, err = kubernetes.NewForConfig(restConfig); err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+	}
 	var km ca.KeyMaterial
-	if a.CADir != "" {
+	switch {
+	case a.CADir != "":
 		var created bool
 		var err error
 		if km, created, err = ca.LoadOrCreateDir(a.CADir, s.Mesh.TrustDomain, now); err != nil {
@@ -41,7 +56,20 @@ func (s *Server) setupSecurity() error {
 		} else {
 			s.log.Info("loaded the mesh CA", "dir", a.CADir)
 		}
-	} else {
+	case client != nil:
+		ns := a.CANamespace
+		if ns == "" {
+			ns = DefaultCANamespace
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var from string
+		var err error
+		if km, from, err = ca.LoadOrCreateSecret(ctx, client, ns, s.Mesh.TrustDomain, now); err != nil {
+			return fmt.Errorf("mesh CA: %w", err)
+		}
+		s.log.Info("loaded the mesh CA", "secret", from)
+	default:
 		var err error
 		if km, err = ca.GenerateSelfSigned(s.Mesh.TrustDomain, now); err != nil {
 			return err
@@ -61,15 +89,7 @@ func (s *Server) setupSecurity() error {
 		return err
 	}
 	chain := authn.Chain{ClientCert: &authn.ClientCertAuthenticator{TrustDomain: s.Mesh.TrustDomain}, Token: a.TokenAuthenticator}
-	if chain.Token == nil && (a.Kubeconfig != "" || a.InCluster) {
-		restConfig, err := kube.RESTConfig(a.Kubeconfig)
-		if err != nil {
-			return fmt.Errorf("kubernetes: %w", err)
-		}
-		client, err := kubernetes.NewForConfig(restConfig)
-		if err != nil {
-			return fmt.Errorf("kubernetes: %w", err)
-		}
+	if chain.Token == nil && client != nil {
 		chain.Token = authn.NewTokenReviewAuthenticator(authn.TokenReviewOptions{Client: client, TrustDomain: s.Mesh.TrustDomain,
 			Audiences: a.TokenAudiences})
 	}

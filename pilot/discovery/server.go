@@ -45,8 +45,11 @@ type Args struct {
 	// SecureGRPCAddr is the address of xDS over TLS with clients authenticated, and of the CA; empty turns it off.
 	SecureGRPCAddr string
 	// CADir holds the CA's key material in Istio's cacerts layout; a self-signed root is created there on
-	// first start. Empty: a root in memory, new on every start.
+	// first start. Empty: with a cluster, the Secrets cacerts or istio-ca-secret in CANamespace (the
+	// latter created on first start, as istiod); without one, a root in memory, new on every start.
 	CADir string
+	// CANamespace is the namespace of the CA's Secrets (default DefaultCANamespace).
+	CANamespace string
 	// TrustedNodeAccounts is a comma-separated NAMESPACE/SERVICE_ACCOUNT list (istiod's CA_TRUSTED_NODE_ACCOUNTS).
 	TrustedNodeAccounts string
 	// TokenAudiences a service-account token must be issued for (default istio-ca).
