@@ -284,3 +284,42 @@ spec:
 	plaintext.TLS = nil
 	envoyWant(t, envoyEvaluate(t, p, plaintext), false)
 }
+
+// HTTP rules hold on a port of unknown protocol: Istio sniffs HTTP there (plaintext HTTP/1.1 and h2c,
+// and over mTLS the istio-http ALPN its clients send) and applies the path rules.
+func TestEnvoySniffedPort(t *testing.T) {
+	legacy := `
+---
+apiVersion: v1
+kind: Service
+metadata: {name: frontend-legacy, namespace: shop}
+spec:
+  clusterIP: 10.96.0.21
+  selector: {app: frontend}
+  ports: [{name: legacy, port: 9090, targetPort: 9091}]
+`
+	p := envoyProxy(t, legacy+envoyPolicy("no-admin", "DENY", "", `[{to: [{operation: {paths: ["/admin*"]}}]}]`), "", envoyDeadPort(t))
+	for _, tc := range []struct {
+		name  string
+		tls   []string // ALPN over mTLS; nil for plaintext
+		http2 bool
+	}{
+		{"plaintext HTTP/1.1", nil, false},
+		{"plaintext h2c", nil, true},
+		{"mTLS istio-http/1.1", []string{"istio-http/1.1", "istio", "http/1.1"}, false},
+		{"mTLS istio-h2", []string{"istio-h2", "istio", "h2"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for path, allowed := range map[string]bool{"/admin": false, "/": true} {
+				r := envoyRequest("GET", path)
+				r.DestinationPort, r.HTTP2 = 9091, tc.http2
+				if tc.tls == nil {
+					r.TLS = nil
+				} else {
+					r.TLS.ALPN = tc.tls
+				}
+				envoyWant(t, envoyEvaluate(t, p, r), allowed)
+			}
+		})
+	}
+}

@@ -133,8 +133,14 @@ type detected struct {
 func (s *stream) runListenerFilters(l *listener.Listener, original netip.AddrPort) (restored bool, err error) {
 	det := detected{}
 	for _, f := range l.GetListenerFilters() {
-		if f.GetFilterDisabled() != nil {
-			return false, notModelled("listener %s: listener filter %s has filter_disabled", l.GetName(), f.GetName())
+		if pred := f.GetFilterDisabled(); pred != nil {
+			off, err := s.listenerFilterDisabled(pred)
+			if err != nil {
+				return false, fmt.Errorf("listener %s filter %s: %w", l.GetName(), f.GetName(), err)
+			}
+			if off {
+				continue
+			}
 		}
 		switch f.GetTypedConfig().GetTypeUrl() {
 		case originalDstFilter:
@@ -420,4 +426,34 @@ func (s *stream) handshake(fc *listener.FilterChain) (bool, error) {
 		return true, nil
 	}
 	return false, notModelled("chain %s: transport socket %s", fc.GetName(), typeURL)
+}
+
+// listenerFilterDisabled is ListenerFilterMatcher over the connection's local address (as the original_dst
+// filter before it left it).
+func (s *stream) listenerFilterDisabled(p *listener.ListenerFilterChainMatchPredicate) (bool, error) {
+	switch r := p.GetRule().(type) {
+	case *listener.ListenerFilterChainMatchPredicate_AnyMatch:
+		return r.AnyMatch, nil
+	case *listener.ListenerFilterChainMatchPredicate_NotMatch:
+		v, err := s.listenerFilterDisabled(r.NotMatch)
+		return !v, err
+	case *listener.ListenerFilterChainMatchPredicate_OrMatch:
+		for _, q := range r.OrMatch.GetRules() {
+			if v, err := s.listenerFilterDisabled(q); err != nil || v {
+				return v, err
+			}
+		}
+		return false, nil
+	case *listener.ListenerFilterChainMatchPredicate_AndMatch:
+		for _, q := range r.AndMatch.GetRules() {
+			if v, err := s.listenerFilterDisabled(q); err != nil || !v {
+				return false, err
+			}
+		}
+		return true, nil
+	case *listener.ListenerFilterChainMatchPredicate_DestinationPortRange:
+		port := int32(s.local.Port())
+		return r.DestinationPortRange.GetStart() <= port && port < r.DestinationPortRange.GetEnd(), nil
+	}
+	return false, notModelled("listener filter predicate %T", p.GetRule())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -405,5 +406,44 @@ func TestExtAuthz(t *testing.T) {
 	}
 	if r := allow.last.Load(); r.GetAttributes().GetRequest().GetHttp().GetPath() != "/admin" || r.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress() != "10.0.0.9" {
 		t.Errorf("check request %v", r)
+	}
+}
+
+// http_inspector reports http/1.1 or h2c for plaintext HTTP unless its filter_disabled predicate holds for
+// the connection's (restored) local address; chains then match on those application protocols.
+func TestHTTPInspectorAndFilterDisabled(t *testing.T) {
+	tcpChain := func(name string, port int, protos string) string {
+		m := `"destination_port": ` + strconv.Itoa(port)
+		if protos != "" {
+			m += `, "application_protocols": ` + protos
+		}
+		return `{"name": "` + name + `", "filter_chain_match": {` + m + `}, "filters": [{"name": "tcp", "typed_config": {
+		  "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "` + name + `"}}]}`
+	}
+	l := parseListener(t, `{"name": "in", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 15006}},
+	  "listener_filters": [
+	    {"name": "o", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}},
+	    {"name": "h", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector"},
+	     "filter_disabled": {"not_match": {"destination_port_range": {"start": 9000, "end": 9001}}}}],
+	  "filter_chains": [`+strings.Join([]string{
+		tcpChain("sniffed-http", 9000, `["http/1.1", "h2c"]`), tcpChain("sniffed-tcp", 9000, ""),
+		tcpChain("other-http", 9100, `["http/1.1", "h2c"]`), tcpChain("other-tcp", 9100, ""),
+	}, ",")+`]}`)
+	var clusters []*cluster.Cluster
+	for _, n := range []string{"sniffed-http", "sniffed-tcp", "other-http", "other-tcp"} {
+		clusters = append(clusters, parseCluster(t, `{"name": "`+n+`", "type": "STATIC"}`))
+	}
+	p, err := New(Resources{Listeners: []*listener.Listener{l}, Clusters: clusters})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		port  uint32
+		http2 bool
+		want  string
+	}{{9000, false, "sniffed-http"}, {9000, true, "sniffed-http"}, {9100, false, "other-tcp"}} {
+		if res := eval(t, p, Request{DestinationPort: tc.port, HTTP2: tc.http2}); res.Cluster != tc.want {
+			t.Errorf("port %d h2 %v: %s, want %s", tc.port, tc.http2, res, tc.want)
+		}
 	}
 }
