@@ -100,6 +100,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -259,6 +260,23 @@ func ldsRDSManager(statPrefix, routeName string, filters []*hcm.HttpFilter) *hcm
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
 			ConfigSource: adsSource(), RouteConfigName: routeName}},
 		HttpFilters: filters,
+	}
+}
+
+// ldsNormalizePaths applies the mesh's pathNormalization as istiod does on every connection manager, so that
+// routes and RBAC see /a/../b as /b (Envoy leaves paths as sent by default).
+func ldsNormalizePaths(hc *hcm.HttpConnectionManager, normalization string) {
+	hc.PathWithEscapedSlashesAction = hcm.HttpConnectionManager_KEEP_UNCHANGED
+	switch normalization {
+	case mesh.PathNormalizationNone:
+		hc.NormalizePath = wrapperspb.Bool(false)
+	case mesh.PathNormalizationMergeSlashes:
+		hc.NormalizePath, hc.MergeSlashes = wrapperspb.Bool(true), true
+	case mesh.PathNormalizationDecodeAndMergeSlashes:
+		hc.NormalizePath, hc.MergeSlashes = wrapperspb.Bool(true), true
+		hc.PathWithEscapedSlashesAction = hcm.HttpConnectionManager_UNESCAPE_AND_FORWARD
+	default: // BASE, DEFAULT, and unset (the default)
+		hc.NormalizePath = wrapperspb.Bool(true)
 	}
 }
 

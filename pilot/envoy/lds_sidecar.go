@@ -291,7 +291,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				additional = append(additional, ip)
 			}
 		}
-		r, err := g.outboundListenerResource(scope, ol, additional)
+		r, err := g.outboundListenerResource(scope, ol, additional, push.Mesh.PathNormalization.Normalization)
 		if err != nil {
 			return nil, err
 		}
@@ -302,10 +302,10 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 }
 
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
-func (g *Generators) outboundListenerResource(scope *Scope, ol *outboundListener, additional []string) (*xds.Resource, error) {
+func (g *Generators) outboundListenerResource(scope *Scope, ol *outboundListener, additional []string, paths string) (*xds.Resource, error) {
 	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar}
-	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional), func() (*xds.Resource, error) {
-		return marshal(ol.name, ol.build(additional))
+	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*xds.Resource, error) {
+		return marshal(ol.name, ol.build(additional, paths))
 	})
 }
 
@@ -407,7 +407,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 			freshNames[name] = true
 			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port, chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
 				vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
-			r, err := g.outboundListenerResource(scope, ol, nil)
+			r, err := g.outboundListenerResource(scope, ol, nil, push.Mesh.PathNormalization.Normalization)
 			if err != nil {
 				return nil, false, err
 			}
@@ -450,11 +450,12 @@ type chainPlan struct {
 	dests []tcpDest // tcp_proxy
 }
 
-func (c chainPlan) build() *listener.FilterChain {
+func (c chainPlan) build(paths string) *listener.FilterChain {
 	m := &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(c.port), PrefixRanges: c.vips,
 		ApplicationProtocols: c.alpn, ServerNames: c.sni}
 	if c.http {
 		hc := ldsRDSManager("outbound_"+c.name, ldsPortName(c.port), ldsEnvoyHTTPFilters())
+		ldsNormalizePaths(hc, paths)
 		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
 	}
 	return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsTCPProxyFilter(c.dests[0].name, c.dests)}}
@@ -497,10 +498,10 @@ func (ol *outboundListener) describe(additional []string) string {
 }
 
 // build makes the listener.
-func (ol *outboundListener) build(additional []string) *listener.Listener {
+func (ol *outboundListener) build(additional []string, paths string) *listener.Listener {
 	chains := make([]*listener.FilterChain, len(ol.chains))
 	for i, c := range ol.chains {
-		chains[i] = c.build()
+		chains[i] = c.build(paths)
 	}
 	lis := &listener.Listener{
 		Name:             ol.name,
@@ -748,11 +749,12 @@ type inboundInputs struct {
 	mtls     model.EffectiveMTLS
 	policies model.AuthorizationPolicies
 	env      authzEnv
+	paths    string // mesh pathNormalization
 }
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|", ns, in.env.describe(), in.mtls.Mode)
+	fmt.Fprintf(&b, "%s|%s|%s|%s|", ns, in.env.describe(), in.mtls.Mode, in.paths)
 	for _, p := range in.ports {
 		fmt.Fprintf(&b, "%d/%s/%s,", p.port, p.protocol, in.mtls.ModeForPort(p.port))
 	}
@@ -766,6 +768,7 @@ func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushCon
 		ports:    ports,
 		mtls:     push.PeerAuthentication(proxy.Namespace, labels),
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
+		paths:    push.Mesh.PathNormalization.Normalization,
 	}
 	in.env = newAuthzEnv(push, in.policies)
 	in.env.jwt = newJWTAuthn(push, proxy.Namespace, labels, false)
@@ -793,7 +796,9 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		}
 		name := "inbound_0.0.0.0_" + ldsPortName(p.port)
 		cluster := InboundClusterName(p.port)
-		httpFilters := []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, ldsInboundManager(p.port, httpRBAC))}
+		manager := ldsInboundManager(p.port, httpRBAC)
+		ldsNormalizePaths(manager, in.paths)
+		httpFilters := []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)}
 		tcpFilters := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}}))
 		port, mode := wrapperspb.UInt32(p.port), in.mtls.ModeForPort(p.port)
 		switch {

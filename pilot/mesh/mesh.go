@@ -26,7 +26,26 @@ type Config struct {
 	OutboundTrafficPolicy OutboundTrafficPolicy `json:"outboundTrafficPolicy"`
 	// ExtensionProviders are the external authorization services CUSTOM AuthorizationPolicies name.
 	ExtensionProviders []ExtensionProvider `json:"extensionProviders,omitempty"`
+	// PathNormalization says how proxies normalise request paths before routing and authorization match
+	// them (default BASE), so a policy on /admin also governs /public/../admin.
+	PathNormalization PathNormalization `json:"pathNormalization"`
 }
+
+// PathNormalization is Istio's MeshConfig.pathNormalization.
+type PathNormalization struct {
+	// Normalization is NONE, BASE (RFC 3986 normalisation; DEFAULT means the same), MERGE_SLASHES, or
+	// DECODE_AND_MERGE_SLASHES.
+	Normalization string `json:"normalization,omitempty"`
+}
+
+// The path normalisations, spelled as in Istio's YAML.
+const (
+	PathNormalizationNone                  = "NONE"
+	PathNormalizationBase                  = "BASE"
+	PathNormalizationDefault               = "DEFAULT"
+	PathNormalizationMergeSlashes          = "MERGE_SLASHES"
+	PathNormalizationDecodeAndMergeSlashes = "DECODE_AND_MERGE_SLASHES"
+)
 
 // OutboundTrafficPolicy is Istio's MeshConfig.outboundTrafficPolicy.
 type OutboundTrafficPolicy struct {
@@ -43,7 +62,7 @@ const (
 // Default returns Istio's defaults.
 func Default() *Config {
 	return &Config{RootNamespace: "istio-system", TrustDomain: "cluster.local", DomainSuffix: "cluster.local", ClusterID: "Kubernetes",
-		OutboundTrafficPolicy: OutboundTrafficPolicy{Mode: AllowAny}}
+		OutboundTrafficPolicy: OutboundTrafficPolicy{Mode: AllowAny}, PathNormalization: PathNormalization{Normalization: PathNormalizationBase}}
 }
 
 // Load reads a mesh config file. Fields Sextant does not use (the rest of Istio's MeshConfig) are ignored,
@@ -102,6 +121,16 @@ func Parse(data []byte, cfg *Config) error {
 			return fmt.Errorf("field outboundTrafficPolicy.mode: %q: want %s or %s", m, AllowAny, RegistryOnly)
 		}
 		cfg.OutboundTrafficPolicy.Mode = m
+	}
+	if n := file.PathNormalization.Normalization; n != "" {
+		switch n {
+		case PathNormalizationNone, PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes:
+			cfg.PathNormalization.Normalization = n
+		default:
+			// An unknown value must not silently leave paths unnormalised: authorization would match less.
+			return fmt.Errorf("field pathNormalization.normalization: %q: want one of %s, %s, %s, %s, %s", n, PathNormalizationNone,
+				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
+		}
 	}
 	if len(file.ExtensionProviders) > 0 && string(file.ExtensionProviders) != "null" {
 		providers, err := parseExtensionProviders(file.ExtensionProviders)

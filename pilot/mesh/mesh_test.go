@@ -110,3 +110,17 @@ extensionProviders:
 		}
 	}
 }
+
+func TestPathNormalization(t *testing.T) {
+	if got := Default().PathNormalization.Normalization; got != PathNormalizationBase {
+		t.Errorf("default normalization %q, want %s", got, PathNormalizationBase)
+	}
+	cfg := Default()
+	if err := Parse([]byte("pathNormalization: {normalization: MERGE_SLASHES}\n"), cfg); err != nil || cfg.PathNormalization.Normalization != PathNormalizationMergeSlashes {
+		t.Errorf("MERGE_SLASHES read as %q, %v", cfg.PathNormalization.Normalization, err)
+	}
+	err := Parse([]byte("pathNormalization: {normalization: LOOSE}\n"), Default())
+	if err == nil || !strings.Contains(err.Error(), "field pathNormalization.normalization") {
+		t.Errorf("unknown normalization: %v", err)
+	}
+}
