@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,12 +39,22 @@ type sextant struct {
 	caDir string
 }
 
-func startSextant(t *testing.T) *sextant {
+// startSextant serves examples/bookinfo with the CA in a directory of its own; the tokens known are
+// productpage's and extra.
+func startSextant(t *testing.T, extra ...tokens) *sextant {
 	t.Helper()
 	caDir := filepath.Join(t.TempDir(), "cacerts")
-	srv, err := discovery.NewServer(discovery.Args{ConfigDir: "../../../examples/bookinfo", SecureGRPCAddr: "127.0.0.1:0",
+	configDir, err := filepath.Abs("../../../examples/bookinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := tokens{"productpage-token": productpage}
+	for _, e := range extra {
+		maps.Copy(known, e)
+	}
+	srv, err := discovery.NewServer(discovery.Args{ConfigDir: configDir, SecureGRPCAddr: "127.0.0.1:0",
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CADir: caDir, TrustedNodeAccounts: discovery.DefaultTrustedNodeAccounts,
-		TokenAuthenticator: tokens{"productpage-token": productpage}})
+		TokenAuthenticator: known})
 	if err != nil {
 		t.Fatal(err)
 	}
