@@ -43,11 +43,16 @@ type sextant struct {
 // productpage's and extra.
 func startSextant(t *testing.T, extra ...tokens) *sextant {
 	t.Helper()
-	caDir := filepath.Join(t.TempDir(), "cacerts")
 	configDir, err := filepath.Abs("../../../examples/bookinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startSextantWith(t, configDir, extra...)
+}
+
+func startSextantWith(t *testing.T, configDir string, extra ...tokens) *sextant {
+	t.Helper()
+	caDir := filepath.Join(t.TempDir(), "cacerts")
 	known := tokens{"productpage-token": productpage}
 	for _, e := range extra {
 		maps.Copy(known, e)
