@@ -57,8 +57,11 @@ func (s *stream) jwtAuthn(name string, c *jwtpb.JwtAuthentication) (bool, error)
 	if c.GetFilterStateRules() != nil {
 		return false, notModelled("jwt_authn %s: filter_state_rules", name)
 	}
-	if c.GetBypassCorsPreflight() {
-		return false, notModelled("jwt_authn %s: bypass_cors_preflight", name)
+	// A CORS preflight carries no credentials: with bypass_cors_preflight it passes whatever the rules say.
+	if c.GetBypassCorsPreflight() && s.headers.first(":method") == "OPTIONS" &&
+		s.headers.first("origin") != "" && s.headers.first("access-control-request-method") != "" {
+		s.tracef("%s: CORS preflight bypassed", name)
+		return true, nil
 	}
 	if s.route != nil && s.route.GetTypedPerFilterConfig()[name] != nil {
 		return false, notModelled("jwt_authn %s: per-route requirement", name)

@@ -103,6 +103,7 @@ func TestJWTAuthn(t *testing.T) {
 			map[string][]string{"x-jwt": {"Token " + sg.token(t, claims(nil))}}, "/", 0},
 		{"custom location only: the Authorization header is not read", `"from_headers": [{"name": "x-jwt"}],`, required, bearer(sg.token(t, claims(nil))), "/", 401},
 		{"cookie", `"from_cookies": ["session"],`, required, map[string][]string{"cookie": {"a=b; session=" + sg.token(t, claims(nil))}}, "/", 0},
+		{"CORS preflight without bypass", "", required, map[string][]string{"origin": {"https://a"}, "access-control-request-method": {"GET"}}, "/", 401},
 		{"rule does not match: no check", "", `[{"match": {"prefix": "/api"}, "requires": {"provider_name": "p"}}]`, nil, "/", 0},
 		{"allow_missing_or_failed lets a bad token by", "", `[{"match": {"prefix": "/"}, "requires": {"allow_missing_or_failed": {}}}]`, bearer("x.y.z"), "/", 0},
 		{"requires_all needs each", `"forward": true,`, `[{"match": {"prefix": "/"}, "requires": {"requires_all": {"requirements": [{"provider_name": "p"}, {"provider_and_audiences": {"provider_name": "p", "audiences": ["bank"]}}]}}}]`,
@@ -145,4 +146,15 @@ func TestJWTPayloadMetadataAndRBAC(t *testing.T) {
 	if res.Status != 403 || !strings.Contains(res.By, "rbac") {
 		t.Errorf("no token: %s", res)
 	}
+}
+
+func TestJWTBypassCORSPreflight(t *testing.T) {
+	sg := newSigner(t)
+	cfg := strings.Replace(jwtFilterConfig(sg.jwks(), "", `[{"match": {"prefix": "/"}, "requires": {"provider_name": "p"}}]`),
+		`"rules":`, `"bypass_cors_preflight": true, "rules":`, 1)
+	p := inbound(t, "", cfg)
+	preflight := map[string][]string{"origin": {"https://a"}, "access-control-request-method": {"GET"}}
+	wantAllowed(t, eval(t, p, Request{Method: "OPTIONS", Headers: preflight}), true)
+	wantAllowed(t, eval(t, p, Request{Method: "GET", Headers: preflight}), false)
+	wantAllowed(t, eval(t, p, Request{Method: "OPTIONS"}), false)
 }
