@@ -653,10 +653,6 @@ func Warnings(c *Config) []*FieldError {
 				l4(fmt.Sprintf("spec.tls[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
 			}
 		}
-	case *networking.ServiceEntry:
-		if len(s.SubjectAltNames) > 0 {
-			warn("spec.subjectAltNames", "not implemented: with ISTIO_MUTUAL the server's identity is checked against the service's namespace, not these names")
-		}
 	case *networking.Gateway:
 		for i, srv := range s.Servers {
 			tls := srv.GetTls()

@@ -55,7 +55,8 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	if w.Wildcard {
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
 		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: variant}
-		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID()}
+		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID(),
+			accounts: push.ServiceAccountsID()}
 		built, err := g.clusterLists.getOrBuild(id, inputs, func() (*clusterList, error) {
 			prev, _ := g.clusterLists.latest(id)
 			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor, who); ok || err != nil {
@@ -127,6 +128,7 @@ type outboundListKey struct {
 	rules     any
 	endpoints any
 	peerAuthn any
+	accounts  any
 }
 
 // outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
@@ -147,6 +149,7 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service, scope *Scope, push *model.PushContext, flavor flavor,
 	who proxyView, w *xds.WatchedResource) (xds.Resources, error) {
 	dr := push.DestinationRuleFor(scope.Namespace, who.labels, svc)
+	accounts := joinAccounts(push.ServiceAccounts(svc))
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {
 			continue
@@ -161,7 +164,8 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 				continue
 			}
 			key := outboundClusterKey{svc: svc, port: port, subset: subset, dr: dr, flavor: flavor, mesh: push.Mesh,
-				plaintextServer: !svc.MeshExternal && push.NamespaceMTLSMode(svc.Namespace) == model.MTLSDisable}
+				plaintextServer: !svc.MeshExternal && push.NamespaceMTLSMode(svc.Namespace) == model.MTLSDisable,
+				accounts:        accounts}
 			if inlineEndpoints(svc) {
 				key.endpoints = push.Endpoints(svc.Key())
 				key.peerAuthn = push.PeerAuthenticationsOf(svc.Namespace) // the endpoints' tlsMode follows them
@@ -192,13 +196,15 @@ type clusterList struct {
 	mesh      *mesh.Config
 	endpoints any              // the snapshot's endpoints the inline ones were built from
 	peerAuthn any              // the snapshot's PeerAuthentications auto mTLS followed
+	accounts  any              // the snapshot's service accounts mesh mTLS checks
 	inline    []*model.Service // services whose clusters carry their endpoints
 	derived   bool             // from the previous list, not from a walk over every service
 }
 
 // buildOutbound builds the outbound clusters of every service in scope.
 func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (*clusterList, error) {
-	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID()}
+	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID(),
+		accounts: push.ServiceAccountsID()}
 	for _, svc := range scope.Services {
 		n := len(l.list)
 		var err error
@@ -224,6 +230,11 @@ func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, f
 // changed when the policies did (auto mTLS follows it). ok is false when a full build is needed.
 func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (next *clusterList, ok bool, err error) {
 	if prev == nil || prev.rules != push.DestinationRulesID() || prev.mesh != push.Mesh {
+		return nil, false, nil
+	}
+	if prev.accounts != push.ServiceAccountsID() {
+		// Some service's accounts changed (rare: a workload with a new identity); a full walk finds it, and
+		// the per-cluster cache rebuilds only the clusters whose accounts differ.
 		return nil, false, nil
 	}
 	removed, added := scopeChanges(prev.scope.Services, scope.Services)
@@ -261,7 +272,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 	if len(removed)+len(added) > len(scope.Services)/2 {
 		return nil, false, nil // a walk over all is as cheap
 	}
-	next = &clusterList{scope: scope, rules: prev.rules, mesh: prev.mesh, endpoints: endpoints, peerAuthn: peerAuthn, derived: true}
+	next = &clusterList{scope: scope, rules: prev.rules, mesh: prev.mesh, endpoints: endpoints, peerAuthn: peerAuthn, accounts: prev.accounts, derived: true}
 	if len(removed) == 0 && len(added) == 0 {
 		next.list, next.owners, next.inline = prev.list, prev.owners, prev.inline
 		return next, true, nil
@@ -361,6 +372,8 @@ type outboundClusterKey struct {
 	plaintextServer bool
 	// peerAuthn: for inline endpoints, the PeerAuthentications that decide their tlsMode.
 	peerAuthn any
+	// accounts: the service's identities, which mesh mTLS checks (joinAccounts).
+	accounts string
 }
 
 type inboundClusterKey struct {
@@ -406,7 +419,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	h2 := applyHTTPProtocol(c, policy.GetConnectionPool(), k.port, !k.sniffedAtGateway)
 	applyOutlierDetection(c, policy.GetOutlierDetection())
 	applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
-	applyTLS(c, policy.GetTls(), k, push.Mesh.TrustDomain, h2)
+	applyTLS(c, policy.GetTls(), k, h2)
 	return c
 }
 
@@ -695,9 +708,10 @@ func enforcing(count uint32) uint32 {
 // applyTLS configures upstream TLS from the DestinationRule, or, when it says nothing, Istio's auto mTLS:
 // mutual TLS to endpoints whose assignment carries tlsMode=istio (EDS drops it where the server's policy
 // disables mTLS on the endpoint's port), plaintext to the rest, and plaintext to all when the server
-// namespace's or the mesh's policy is DISABLE.
-func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundClusterKey, trustDomain string, h2 bool) {
+// namespace's or the mesh's policy is DISABLE. Mesh mTLS accepts exactly the service's accounts.
+func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundClusterKey, h2 bool) {
 	svc := k.svc
+	accounts := splitAccounts(k.accounts)
 	if tls == nil {
 		if svc.MeshExternal || c.GetType() == cluster.Cluster_ORIGINAL_DST || k.plaintextServer {
 			return
@@ -706,7 +720,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 			{
 				Name:            "tlsMode-istio",
 				Match:           &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}},
-				TransportSocket: tlsSocket(istioMutualTLS(c.Name, svc, trustDomain, h2)),
+				TransportSocket: tlsSocket(istioMutualTLS(c.Name, "", accounts, h2)),
 			},
 			{
 				Name:            "tlsMode-disabled",
@@ -719,11 +733,27 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 	switch tls.Mode {
 	case networking.ClientTLSSettings_DISABLE:
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
-		c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, svc, trustDomain, h2))
+		// The rule's names, else the service's accounts; its SNI, else Istio's own.
+		sans := tls.SubjectAltNames
+		if len(sans) == 0 {
+			sans = accounts
+		}
+		c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, tls.Sni, sans, h2))
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		ctx := &tlsv3.UpstreamTlsContext{Sni: tls.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
-		if ctx.Sni == "" && !strings.HasPrefix(svc.Hostname, "*") {
-			ctx.Sni = svc.Hostname
+		sans := tls.SubjectAltNames
+		if len(sans) == 0 && svc.Source.Kind == config.ServiceEntry {
+			sans = accounts // a ServiceEntry's subjectAltNames (and its endpoints' accounts), as istiod
+		}
+		if tls.Sni == "" {
+			// As istiod: the SNI is each request's Host, and without names to check the certificate must
+			// match that Host (unless checking is off).
+			setUpstreamHTTPOptions(c, func(o *core.UpstreamHttpProtocolOptions) {
+				o.AutoSni = true
+				if len(sans) == 0 && !tls.GetInsecureSkipVerify().GetValue() {
+					o.AutoSanValidation = true
+				}
+			})
 		}
 		common := ctx.CommonTlsContext
 		switch {
@@ -732,7 +762,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 				common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret("kubernetes://" + tls.CredentialName)}
 			}
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.SubjectAltNames)},
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)},
 				ValidationContextSdsSecretConfig: sdsSecret("kubernetes://" + tls.CredentialName + "-cacert"),
 			}}
 		default:
@@ -742,7 +772,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 					PrivateKey:       &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.PrivateKey}},
 				}}
 			}
-			vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.SubjectAltNames)}
+			vc := &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)}
 			switch {
 			case tls.GetInsecureSkipVerify().GetValue():
 				// Asked for in so many words: the server's certificate is not checked.
@@ -762,35 +792,70 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 	}
 }
 
-func sanMatchers(sans []string) []*tlsv3.SubjectAltNameMatcher {
-	var out []*tlsv3.SubjectAltNameMatcher
+// setUpstreamHTTPOptions edits the cluster's upstream HTTP options (auto SNI, SAN validation), adding the
+// HTTP protocol options if the cluster has none: Envoy reads them for TCP proxying too.
+func setUpstreamHTTPOptions(c *cluster.Cluster, edit func(*core.UpstreamHttpProtocolOptions)) {
+	const key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	opts := &httpv3.HttpProtocolOptions{}
+	if a := c.TypedExtensionProtocolOptions[key]; a != nil {
+		if err := a.UnmarshalTo(opts); err != nil {
+			opts = &httpv3.HttpProtocolOptions{}
+		}
+	}
+	if opts.UpstreamProtocolOptions == nil {
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &core.Http1ProtocolOptions{}}}}
+	}
+	if opts.UpstreamHttpProtocolOptions == nil {
+		opts.UpstreamHttpProtocolOptions = &core.UpstreamHttpProtocolOptions{}
+	}
+	edit(opts.UpstreamHttpProtocolOptions)
+	a, _ := anypb.New(opts)
+	if c.TypedExtensionProtocolOptions == nil {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{}
+	}
+	c.TypedExtensionProtocolOptions[key] = a
+}
+
+// sanMatchers checks the peer's certificate for one of the names, in a SAN of any type, as istiod's
+// match_subject_alt_names does (an IP or email SAN matches too).
+func sanMatchers(sans []string) []*matcher.StringMatcher {
+	out := make([]*matcher.StringMatcher, 0, len(sans))
 	for _, s := range sans {
-		out = append(out, &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_DNS,
-			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}}})
-		out = append(out, &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_URI,
-			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}}})
+		out = append(out, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}})
 	}
 	return out
 }
 
-// istioMutualTLS is the client side of mesh mTLS: the workload certificate and the mesh root from SDS,
-// and the server's identity checked against the service's namespace in the trust domain.
-func istioMutualTLS(clusterName string, svc *model.Service, trustDomain string, h2 bool) *tlsv3.UpstreamTlsContext {
+// joinAccounts and splitAccounts carry a service's accounts in a comparable cache key.
+func joinAccounts(accounts []string) string { return strings.Join(accounts, "\n") }
+
+func splitAccounts(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// istioMutualTLS is the client side of mesh mTLS: the workload certificate and the mesh root from SDS, and
+// the server's identity checked against sans (none: any identity the mesh root signed, as istiod when a
+// service has no known accounts). sni "" is Istio's own, outbound_.PORT_.SUBSET_.HOST, on which gateways in
+// AUTO_PASSTHROUGH route.
+func istioMutualTLS(clusterName, sni string, sans []string, h2 bool) *tlsv3.UpstreamTlsContext {
 	alpn := []string{"istio-peer-exchange", "istio"}
 	if h2 {
 		alpn = append(alpn, "h2") // an HTTP/2 cluster says so, as istiod's do
 	}
+	if sni == "" {
+		sni = strings.ReplaceAll(clusterName, "|", "_.")
+	}
 	return &tlsv3.UpstreamTlsContext{
-		// Istio's SNI for mesh traffic, outbound_.PORT_.SUBSET_.HOST: gateways in AUTO_PASSTHROUGH route on it.
-		Sni: strings.ReplaceAll(clusterName, "|", "_."),
+		Sni: sni,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  alpn,
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-					SanType: tlsv3.SubjectAltNameMatcher_URI,
-					Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + trustDomain + "/ns/" + svc.Namespace + "/sa/"}},
-				}}},
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)},
 				ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 			}},
 		},

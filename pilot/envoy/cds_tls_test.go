@@ -35,7 +35,7 @@ func TestSimpleTLSWithoutCAVerifiesAgainstSystemRoots(t *testing.T) {
 	if combined == nil || combined.GetValidationContextSdsSecretConfig().GetName() != "file-root:system" {
 		t.Fatalf("validation = %v, want the system roots (file-root:system)", ctx.GetCommonTlsContext().GetValidationContextType())
 	}
-	if sans := combined.GetDefaultValidationContext().GetMatchTypedSubjectAltNames(); len(sans) == 0 {
+	if sans := combined.GetDefaultValidationContext().GetMatchSubjectAltNames(); len(sans) == 0 {
 		t.Error("the SANs are not checked with the system roots")
 	}
 

@@ -62,6 +62,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		authorization:    buildNamespaced(reader, config.AuthorizationPolicy),
 		peerAuthn:        buildPeerAuthentications(reader, m.RootNamespace, nil),
 		requestAuthn:     buildRequestAuthn(reader),
+		accounts:         &accountsGeneration{},
 		sortedServices:   &lazyServiceList{},
 	}
 	nsb := cowmap.New[*config.Config]().Edit()
@@ -790,9 +791,14 @@ func (u *updater) finish() {
 			r.workload = u.workload
 			return func(i int) { computed[i] = computeEndpoints(affected[i], r) }
 		})
+		accountsChanged := false
 		for i, s := range affected {
 			key, eps := s.Key(), computed[i]
-			if old, ok := u.endpoints.Get(key); ok && endpointsEqual(old, eps) {
+			old, ok := u.endpoints.Get(key)
+			if !ok || !slices.Equal(old.ServiceAccounts, eps.ServiceAccounts) {
+				accountsChanged = true
+			}
+			if ok && endpointsEqual(old, eps) {
 				if !slices.Equal(old.podRefs, eps.podRefs) || !slices.Equal(old.WaitingForPods, eps.WaitingForPods) {
 					// Only the pods it waits for changed (a cluster's slice named a pod not yet known):
 					// recorded, so the pod's arrival refreshes the service; nothing to push now.
@@ -802,6 +808,12 @@ func (u *updater) finish() {
 			}
 			u.setEndpoints(key, s.Namespace, eps)
 			u.res.ServicesUpdated[key] = struct{}{}
+		}
+		if accountsChanged {
+			// Clients check the servers' identities against these (SANs in their clusters): as in istiod,
+			// a change is a full push, not an endpoint update.
+			u.next.accounts = &accountsGeneration{}
+			u.res.Full = true
 		}
 	}
 	if u.services != nil {
@@ -829,7 +841,7 @@ func (u *updater) finish() {
 
 // endpointsEqual reports whether a and b serve the same endpoints (the pods they refer to aside).
 func endpointsEqual(a, b *ServiceEndpoints) bool {
-	if len(a.ByPort) != len(b.ByPort) {
+	if len(a.ByPort) != len(b.ByPort) || !slices.Equal(a.ServiceAccounts, b.ServiceAccounts) {
 		return false
 	}
 	for port, ea := range a.ByPort {

@@ -59,6 +59,9 @@ type ServiceEndpoints struct {
 	Service string
 	// ByPort holds, per service port number, the endpoints sorted by address.
 	ByPort map[uint32][]*Endpoint
+	// ServiceAccounts are the identities (SPIFFE URIs, sorted) a client accepts from the service's servers
+	// under mesh mTLS, as istiod's: those of every endpoint, and those the service declares.
+	ServiceAccounts []string
 	// WaitingForPods names the pods (in the service's namespace, sorted) whose endpoints a cluster's
 	// EndpointSlice lists but that are not known with an IP yet: their endpoints are held back until they are.
 	WaitingForPods []string
@@ -133,6 +136,18 @@ func tlsMode(labels map[string]string) string {
 	return "disabled"
 }
 
+// workloadEntryTLSMode is istiod's for a WorkloadEntry (or a ServiceEntry endpoint): its tlsMode label, else
+// mesh mTLS when it names a service account (its workload has an identity), else none.
+func workloadEntryTLSMode(we *networking.WorkloadEntry) string {
+	if v, ok := we.Labels[LabelTLSMode]; ok {
+		return v
+	}
+	if we.ServiceAccount != "" {
+		return DefaultTLSModeMesh
+	}
+	return "disabled"
+}
+
 func networkOf(labels map[string]string, explicit string, m *mesh.Config) string {
 	if explicit != "" {
 		return explicit
@@ -176,6 +191,7 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 			}
 		}
 	}
+	out.ServiceAccounts = serviceAccountsOf(svc, out, m.TrustDomain)
 	slices.Sort(out.podRefs)
 	out.podRefs = slices.Compact(out.podRefs)
 	slices.Sort(out.WaitingForPods)
@@ -320,7 +336,7 @@ func workloadEntryEndpoint(we *networking.WorkloadEntry, svc *Service, p *Port, 
 		Health:         Healthy,
 		Weight:         weight,
 		Network:        networkOf(we.Labels, we.Network, m),
-		TLSMode:        tlsMode(we.Labels),
+		TLSMode:        workloadEntryTLSMode(we),
 		ServiceAccount: we.ServiceAccount,
 		Namespace:      ns,
 		WorkloadName:   name,
@@ -393,4 +409,21 @@ func podHealth(pod *corev1.Pod) Health {
 		return Healthy
 	}
 	return Unhealthy
+}
+
+// serviceAccountsOf gathers the identities of se's endpoints and those svc declares, sorted and without
+// repeats (istiod's PushContext.ServiceAccounts).
+func serviceAccountsOf(svc *Service, se *ServiceEndpoints, trustDomain string) []string {
+	out := slices.Clone(svc.ServiceAccounts)
+	var lastNS, lastSA string // endpoints of one service mostly share an account: spell it once
+	for _, eps := range se.ByPort {
+		for _, ep := range eps {
+			if ep.ServiceAccount != "" && (ep.ServiceAccount != lastSA || ep.Namespace != lastNS) {
+				lastNS, lastSA = ep.Namespace, ep.ServiceAccount
+				out = append(out, SpiffeID(trustDomain, ep.Namespace, ep.ServiceAccount))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

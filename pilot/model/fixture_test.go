@@ -66,12 +66,17 @@ func httpPort(port int32) corev1.ServicePort {
 }
 
 func (m *meshFixture) pod(ns, name, ip, node string, ready bool, labels map[string]string) {
+	m.podAs(ns, name, ip, node, ready, labels, "sa-"+name)
+}
+
+// podAs puts a pod running as service account sa.
+func (m *meshFixture) podAs(ns, name, ip, node string, ready bool, labels map[string]string, sa string) {
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-		Spec:   corev1.PodSpec{NodeName: node, ServiceAccountName: "sa-" + name},
+		Spec:   corev1.PodSpec{NodeName: node, ServiceAccountName: sa},
 		Status: corev1.PodStatus{PodIP: ip, Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
 	m.put(config.Pod, ns, name, labels, pod)
 }

@@ -248,13 +248,14 @@ func TestUpdateEndpointOnlyIsIncremental(t *testing.T) {
 	m := newMesh(t)
 	m.node("n1", "r", "z")
 	m.service("ns", "api", "10.0.0.1", map[string]string{"app": "api"}, nil, httpPort(80))
-	m.pod("ns", "api-1", "10.1.0.1", "n1", true, map[string]string{"app": "api"})
+	// The pods share a service account, as a deployment's do: a new one would change the service's identities.
+	m.podAs("ns", "api-1", "10.1.0.1", "n1", true, map[string]string{"app": "api"}, "api")
 	m.slice("ns", "api-x", "api", "http", 80, sliceEndpoint{ip: "10.1.0.1", pod: "api-1", node: "n1", ready: true})
 	ps := model.Build(m.store, mesh.Default())
 
 	key := config.Key{Kind: config.EndpointSlice, Namespace: "ns", Name: "api-x"}
 	old := m.store.Get(key)
-	m.pod("ns", "api-2", "10.1.0.2", "n1", true, map[string]string{"app": "api"})
+	m.podAs("ns", "api-2", "10.1.0.2", "n1", true, map[string]string{"app": "api"}, "api")
 	m.slice("ns", "api-x", "api", "http", 80, sliceEndpoint{ip: "10.1.0.1", pod: "api-1", node: "n1", ready: true},
 		sliceEndpoint{ip: "10.1.0.2", pod: "api-2", node: "n1", ready: false})
 	next, res := model.Update(ps, m.store, []model.Change{

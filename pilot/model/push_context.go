@@ -53,6 +53,8 @@ type PushContext struct {
 	authorization    *namespacedPolicies
 	peerAuthn        *peerAuthnIndex
 	requestAuthn     *requestAuthnIndex
+	// accounts changes identity whenever some service's ServiceAccounts do.
+	accounts *accountsGeneration
 
 	// sortedServices is computed on first use and shared with later snapshots while services are unchanged.
 	sortedServices *lazyServiceList
@@ -163,6 +165,21 @@ func (ps *PushContext) ServicesInNamespace(ns string) []*Service {
 	svcs, _ := ps.servicesByNamespace.Get(ns)
 	return svcs
 }
+
+// accountsGeneration is a fresh pointer for each snapshot in which some service's accounts changed.
+type accountsGeneration struct{ _ byte }
+
+// ServiceAccounts returns the identities a client accepts from svc's servers under mesh mTLS (istiod's
+// PushContext.ServiceAccounts): every endpoint's, and those the service declares. Sorted; do not modify.
+func (ps *PushContext) ServiceAccounts(svc *Service) []string {
+	if se := ps.Endpoints(svc.Key()); se != nil {
+		return se.ServiceAccounts
+	}
+	return svc.ServiceAccounts
+}
+
+// ServiceAccountsID changes whenever some service's ServiceAccounts do; comparable, meant for equality.
+func (ps *PushContext) ServiceAccountsID() any { return ps.accounts }
 
 // Endpoints returns the endpoints of the service with key namespace/hostname.
 func (ps *PushContext) Endpoints(serviceKey string) *ServiceEndpoints {

@@ -101,7 +101,11 @@ type Service struct {
 	// ExportTo lists the namespaces the service is visible in; "*" means everywhere.
 	ExportTo []string
 	// Selector selects the workloads (pods, WorkloadEntries) behind the service in its namespace.
-	Selector          map[string]string
+	Selector map[string]string
+	// ServiceAccounts are identities the service declares besides its endpoints': a ServiceEntry's
+	// subjectAltNames, a Kubernetes Service's alpha.istio.io/canonical-serviceaccounts and
+	// alpha.istio.io/kubernetes-serviceaccounts annotations (as SPIFFE URIs).
+	ServiceAccounts   []string
 	Labels            map[string]string
 	Annotations       map[string]string
 	CreationTimestamp time.Time
@@ -208,6 +212,7 @@ func servicesFromKube(c *config.Config, m *mesh.Config) []*Service {
 		CreationTimestamp: c.CreationTimestamp,
 		Resolution:        ClientSideLB,
 		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace),
+		ServiceAccounts:   annotatedServiceAccounts(c, m),
 	}
 	if ks.Spec.ClusterIP == corev1.ClusterIPNone {
 		svc.Resolution = Passthrough
@@ -319,6 +324,7 @@ func servicesFromServiceEntry(c *config.Config, m *mesh.Config) []*Service {
 			Annotations:       c.Annotations,
 			CreationTimestamp: c.CreationTimestamp,
 			inlineEndpoints:   se.Endpoints,
+			ServiceAccounts:   se.SubjectAltNames,
 		})
 	}
 	return out
@@ -355,4 +361,30 @@ func labelsMatch(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// Annotations of a Kubernetes Service naming the identities of its workloads, read as istiod does.
+const (
+	AnnotationCanonicalServiceAccounts  = "alpha.istio.io/canonical-serviceaccounts"
+	AnnotationKubernetesServiceAccounts = "alpha.istio.io/kubernetes-serviceaccounts"
+)
+
+// annotatedServiceAccounts returns the identities a Kubernetes Service's annotations declare: canonical ones
+// as written, Kubernetes service account names as SPIFFE URIs of the service's namespace.
+func annotatedServiceAccounts(c *config.Config, m *mesh.Config) []string {
+	var out []string
+	if v := c.Annotations[AnnotationCanonicalServiceAccounts]; v != "" {
+		out = append(out, strings.Split(v, ",")...)
+	}
+	if v := c.Annotations[AnnotationKubernetesServiceAccounts]; v != "" {
+		for _, sa := range strings.Split(v, ",") {
+			out = append(out, SpiffeID(m.TrustDomain, c.Namespace, sa))
+		}
+	}
+	return out
+}
+
+// SpiffeID is the identity of service account sa of namespace ns in trustDomain.
+func SpiffeID(trustDomain, ns, sa string) string {
+	return "spiffe://" + trustDomain + "/ns/" + ns + "/sa/" + sa
 }

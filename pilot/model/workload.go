@@ -93,7 +93,7 @@ func workloadFromConfig(c *config.Config, r *resolver) *Workload {
 			ServiceAccount: s.ServiceAccount,
 			Network:        networkOf(s.Labels, s.Network, m),
 			Ready:          true,
-			TLSMode:        tlsMode(s.Labels),
+			TLSMode:        workloadEntryTLSMode(s),
 			ContainerPorts: s.Ports,
 		}
 		if s.Address != "" {
