@@ -322,3 +322,58 @@ spec:
 		})
 	}
 }
+
+// ipBlocks match the connection's peer; remoteIpBlocks the client address the sidecar takes from
+// X-Forwarded-For (the last entry, with no trusted hops configured).
+func TestEnvoyIPBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name, source string
+		xff          string
+		allowed      bool
+	}{
+		{"ipBlocks: peer inside", `ipBlocks: ["10.1.0.0/16"]`, "", true},
+		{"ipBlocks: X-Forwarded-For does not count", `ipBlocks: ["192.168.0.0/16"]`, "192.168.1.7", false},
+		{"remoteIpBlocks: from X-Forwarded-For", `remoteIpBlocks: ["192.168.0.0/16"]`, "1.2.3.4, 192.168.1.7", true},
+		{"remoteIpBlocks: only the last entry counts", `remoteIpBlocks: ["192.168.0.0/16"]`, "192.168.1.7, 1.2.3.4", false},
+		{"remoteIpBlocks: without the header, the peer", `remoteIpBlocks: ["10.1.0.0/16"]`, "", true},
+		{"notIpBlocks", `notIpBlocks: ["10.1.0.1/32"]`, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := envoyProxy(t, envoyPolicy("ips", "ALLOW", "", `[{from: [{source: {`+tc.source+`}}]}]`), "", envoyDeadPort(t))
+			r := envoyRequest("GET", "/")
+			if tc.xff != "" {
+				r.Headers = map[string][]string{"x-forwarded-for": {tc.xff}}
+			}
+			envoyWant(t, envoyEvaluate(t, p, r), tc.allowed)
+		})
+	}
+}
+
+// On a TCP port the rules are checked per connection by the network RBAC filter: principals hold over
+// mTLS, and a plaintext connection has none.
+func TestEnvoyTCPPrincipals(t *testing.T) {
+	db := `
+---
+apiVersion: v1
+kind: Service
+metadata: {name: frontend-db, namespace: shop}
+spec:
+  clusterIP: 10.96.0.22
+  selector: {app: frontend}
+  ports: [{name: tcp-db, port: 5432, targetPort: 5433}]
+`
+	p := envoyProxy(t, db+envoyPolicy("sleep-only", "ALLOW", "", `[{from: [{source: {principals: ["cluster.local/ns/shop/sa/sleep"]}}]}]`), "", envoyDeadPort(t))
+	conn := func(principal string, tls bool) envoymodel.Request {
+		r := envoyRequest("", "/")
+		r.DestinationPort = 5433
+		r.TLS.ALPN = []string{"istio-peer-exchange", "istio"}
+		r.TLS.Client.URISANs = []string{principal}
+		if !tls {
+			r.TLS = nil
+		}
+		return r
+	}
+	envoyWant(t, envoyEvaluate(t, p, conn(envoySleepID, true)), true)
+	envoyWant(t, envoyEvaluate(t, p, conn("spiffe://cluster.local/ns/other/sa/x", true)), false)
+	envoyWant(t, envoyEvaluate(t, p, conn("", false)), false)
+}

@@ -23,6 +23,9 @@ func (s *stream) httpConnectionManager(name string, c *hcm.HttpConnectionManager
 	if c.GetUseRemoteAddress().GetValue() && c.GetXffNumTrustedHops() > 0 {
 		return notModelled("HCM %s: use_remote_address with xff_num_trusted_hops", name)
 	}
+	if len(c.GetEarlyHeaderMutationExtensions()) > 0 || c.GetLocalReplyConfig() != nil || c.GetStripPortMode() != nil {
+		return notModelled("HCM %s: early_header_mutation_extensions, local_reply_config or strip port modes", name)
+	}
 	rc, err := s.routeConfig(name, c)
 	if err != nil {
 		return err
