@@ -30,7 +30,9 @@ type Sources struct {
 	Rejected func() []*config.Error
 	// Warnings returns every accepted field Sextant does not implement, each marked Warning (optional).
 	Warnings func() []*config.Error
-	Logger   *slog.Logger
+	// Collectors are further metrics of the server's parts, registered with the rest (optional).
+	Collectors []prometheus.Collector
+	Logger     *slog.Logger
 }
 
 // Debug serves /metrics, /debug/pprof/ and the JSON debug views, and tracks distribution.

@@ -108,6 +108,7 @@ func newRegistry(m *metrics, src Sources) *prometheus.Registry {
 		&scrapeCollector{src: src},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(src.Collectors...)
 	return reg
 }
 

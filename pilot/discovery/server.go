@@ -20,6 +20,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/ca"
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/envoy"
+	"github.com/sextantmesh/sextant/pilot/jwks"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/push"
 	"github.com/sextantmesh/sextant/pilot/source/file"
@@ -100,6 +101,8 @@ type Server struct {
 	Generators map[string]xds.Generator
 	Envoy      *envoy.Generators
 	Ztunnel    *ztunnel.Generators
+	// JWKS fetches the key sets RequestAuthentication rules name by URI into the store.
+	JWKS *jwks.Fetcher
 	// CA is the mesh CA, nil when the secure port is off.
 	CA   *ca.Authority
 	kube *kube.Source
@@ -144,6 +147,7 @@ func NewServer(args Args) (*Server, error) {
 	s := &Server{args: args, log: args.Logger, Mesh: m, Store: store.New(), trustedAccounts: trusted}
 	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax,
 		DebounceEndpoints: args.DebounceEndpoints, DebounceFirst: args.DebounceFirst, Logger: args.Logger})
+	s.JWKS = jwks.New(jwks.Options{Store: s.Store, Mesh: m, Logger: args.Logger})
 	if args.ConfigDir != "" {
 		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger, MaxFileBytes: args.ConfigMaxFileBytes,
 			MaxTotalBytes: args.ConfigMaxTotalBytes})
@@ -250,6 +254,16 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.startKube(ctx); err != nil {
 		return err
 	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.JWKS.Run(ctx) }()
+	// The first snapshot waits (bounded) for the key sets the loaded rules name, so tokens are verified
+	// from the first push rather than rejected until the fetches end.
+	select {
+	case <-s.JWKS.FirstFetches():
+	case <-time.After(s.Mesh.JWKSFetch.Settings().MaxTimeout):
+		s.log.Warn("JWT key sets still being fetched; their tokens are rejected until they arrive")
+	case <-ctx.Done():
+	}
 	s.Pipeline.Initialize()
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.watchStartupGate(ctx) }()
@@ -331,6 +345,7 @@ func (s *Server) Warnings() []*config.Error {
 	if s.Files != nil {
 		out = append(out, s.Files.Warnings()...)
 	}
+	out = append(out, s.JWKS.Problems()...)
 	if s.kube != nil {
 		out = append(out, s.kube.Warnings()...)
 		for _, u := range s.kube.Unread() {

@@ -29,6 +29,8 @@ type Config struct {
 	// PathNormalization says how proxies normalise request paths before routing and authorization match
 	// them (default BASE), so a policy on /admin also governs /public/../admin.
 	PathNormalization PathNormalization `json:"pathNormalization"`
+	// JWKSFetch bounds the fetching of RequestAuthentication key sets (a Sextant field; see JWKSFetch).
+	JWKSFetch JWKSFetch `json:"jwksFetch"`
 }
 
 // PathNormalization is Istio's MeshConfig.pathNormalization.
@@ -132,6 +134,10 @@ func Parse(data []byte, cfg *Config) error {
 				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
 		}
 	}
+	if err := file.JWKSFetch.validate(); err != nil {
+		return err
+	}
+	cfg.JWKSFetch.overlay(file.JWKSFetch)
 	if len(file.ExtensionProviders) > 0 && string(file.ExtensionProviders) != "null" {
 		providers, err := parseExtensionProviders(file.ExtensionProviders)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadIstioMeshConfig(t *testing.T) {
@@ -122,5 +123,30 @@ func TestPathNormalization(t *testing.T) {
 	err := Parse([]byte("pathNormalization: {normalization: LOOSE}\n"), Default())
 	if err == nil || !strings.Contains(err.Error(), "field pathNormalization.normalization") {
 		t.Errorf("unknown normalization: %v", err)
+	}
+}
+
+func TestJWKSFetchSettings(t *testing.T) {
+	if got := Default().JWKSFetch.Settings(); got.Timeout != 5*time.Second || got.RefreshInterval != 20*time.Minute ||
+		got.RetryInterval != time.Minute || got.MaxStale != 168*time.Hour || got.MaxBytes != 1<<20 || got.MaxTimeout != 30*time.Second {
+		t.Errorf("defaults %+v", got)
+	}
+	cfg := Default()
+	if err := Parse([]byte("jwksFetch: {timeout: 2s, maxBytes: 4096, refreshInterval: 5m}\n"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.JWKSFetch.Settings(); got.Timeout != 2*time.Second || got.MaxBytes != 4096 || got.RefreshInterval != 5*time.Minute ||
+		got.RetryInterval != time.Minute {
+		t.Errorf("parsed %+v", got)
+	}
+	for doc, field := range map[string]string{
+		"jwksFetch: {timeout: soon}\n":     "jwksFetch.timeout",
+		"jwksFetch: {maxStale: -1h}\n":     "jwksFetch.maxStale",
+		"jwksFetch: {maxBytes: -1}\n":      "jwksFetch.maxBytes",
+		"jwksFetch: {retryInterval: 0s}\n": "jwksFetch.retryInterval",
+	} {
+		if err := Parse([]byte(doc), Default()); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%q: %v, want an error naming %s", doc, err, field)
+		}
 	}
 }
