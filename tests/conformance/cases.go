@@ -13,12 +13,15 @@ import (
 
 // Case is one directory under cases/: config.yaml holds the objects as a user writes them (Kubernetes objects
 // and Istio config, one multi-document file), proxies.yaml the proxies whose configuration is compared and,
-// optionally, shared YAML files (paths relative to the case) that come before config.yaml.
+// optionally, shared YAML files (paths relative to the case) that come before config.yaml; an optional
+// mesh.yaml the mesh config both control planes get.
 type Case struct {
 	Name    string
 	Dir     string
 	Config  string
 	Proxies []Proxy
+	// Mesh is the case's mesh config (mesh.yaml, Istio's MeshConfig as a user writes it), "" for the defaults.
+	Mesh string
 }
 
 // Proxy is a sidecar (the default) or a gateway (type router) of the mesh.
@@ -80,6 +83,11 @@ func LoadCase(dir string) (*Case, error) {
 	}
 	docs = append(docs, string(cfg))
 	c := &Case{Name: filepath.Base(dir), Dir: dir, Config: strings.Join(docs, "\n---\n"), Proxies: file.Proxies}
+	if m, err := os.ReadFile(filepath.Join(dir, "mesh.yaml")); err == nil {
+		c.Mesh = string(m)
+	} else if !os.IsNotExist(err) {
+		return nil, err
+	}
 	for i, p := range c.Proxies {
 		if p.Name == "" || p.Namespace == "" || p.IP == "" {
 			return nil, fmt.Errorf("%s/proxies.yaml: proxy %d needs name, namespace and ip", dir, i)

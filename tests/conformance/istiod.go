@@ -1,16 +1,18 @@
 package conformance
 
 import (
+	"fmt"
 	"time"
 
 	"istio.io/istio/pilot/pkg/config/kube/crd"
 	"istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pilot/test/xds"
 	"istio.io/istio/pkg/config"
+	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/test"
 )
 
-// RenderIstiod runs istiod's generators in-process (its fake discovery server, mesh config defaults) on the
+// RenderIstiod runs istiod's generators in-process (its fake discovery server, the case's mesh config over the defaults) on the
 // case and returns each proxy's output, by proxy name.
 func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 	kube, istio, err := splitConfig(c.Config)
@@ -21,7 +23,15 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{KubernetesObjectString: kube, Configs: configs})
+	opts := xds.FakeOptions{KubernetesObjectString: kube, Configs: configs}
+	if c.Mesh != "" {
+		m, err := mesh.ApplyMeshConfigDefaults(c.Mesh)
+		if err != nil {
+			return nil, fmt.Errorf("mesh.yaml: %w", err)
+		}
+		opts.MeshConfig = m
+	}
+	s := xds.NewFakeDiscoveryServer(t, opts)
 	out := map[string]*Output{}
 	for _, p := range c.Proxies {
 		proxy := &model.Proxy{

@@ -210,15 +210,20 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		return
 	}
 	capture := findListener(listeners, func(_ string, p uint32, _ *listener.Listener) bool { return p == outboundCapturePort })
+	// use_original_dst on the outbound capture listener is what hands connections on; without it the
+	// capture listener's own chains take everything.
+	handOff := capture.GetUseOriginalDst().GetValue()
 	ports := make([]uint32, 0, len(probes.Outbound))
 	for p := range probes.Outbound {
 		ports = append(ports, p)
 	}
 	for _, port := range ports {
 		for _, ip := range probes.Outbound[port] {
-			l := outboundListener(listeners, ip, port)
-			if l == nil {
-				l = capture
+			l := capture
+			if handOff {
+				if to := outboundListener(listeners, ip, port); to != nil {
+					l = to
+				}
 			}
 			probeListener(out, Key{Kind: KindListener, Host: outboundHostText(ip), Port: port}, l, ip, port, classesFor(port))
 		}
@@ -231,7 +236,15 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		if port == 0 {
 			dst = otherPort
 		}
-		probeListener(out, Key{Kind: KindListener, Inbound: true, Port: port}, inbound, proxyIP, dst, inboundClasses)
+		l := inbound
+		// With use_original_dst the capture listener hands the connection to a listener of its original
+		// destination (the pod's IP:PORT, else 0.0.0.0:PORT) when there is one: an outbound listener, then.
+		if inbound.GetUseOriginalDst().GetValue() {
+			if to := outboundListener(listeners, proxyIP, dst); to != nil {
+				l = to
+			}
+		}
+		probeListener(out, Key{Kind: KindListener, Inbound: true, Port: port}, l, proxyIP, dst, inboundClasses)
 	}
 }
 
@@ -790,6 +803,12 @@ func hcmFields(f Fields, p string, m *hcm.HttpConnectionManager, port uint32) {
 		if hf.GetDisabled() {
 			name += "(disabled)"
 		}
+		// Filters that act only where a route or the request asks for them are compared on their own, so the
+		// list keeps the order of those that act on every request.
+		if own, ok := ownFieldFilters[name]; ok {
+			f[h+own] = "present"
+			continue
+		}
 		filters = append(filters, name)
 		switch x := msg.(type) {
 		case *rbachttp.RBAC:
@@ -799,6 +818,11 @@ func hcmFields(f Fields, p string, m *hcm.HttpConnectionManager, port uint32) {
 		}
 	}
 	f[h+"filters"] = strings.Join(filters, ",")
+	for _, own := range ownFieldFilters {
+		if _, ok := f[h+own]; !ok {
+			f[h+own] = "absent"
+		}
+	}
 	f[h+"codec"] = m.GetCodecType().String()
 	f[h+"use_remote_address"] = strconv.FormatBool(m.GetUseRemoteAddress().GetValue())
 	f[h+"xff_num_trusted_hops"] = strconv.FormatUint(uint64(m.GetXffNumTrustedHops()), 10)
@@ -854,6 +878,13 @@ func extAuthzFields(f Fields, p string, x *extauthzhttp.ExtAuthz) {
 	if x.GetIncludePeerCertificate() {
 		f[p+".peer_certificate"] = "true"
 	}
+}
+
+// ownFieldFilters are the HTTP filters recorded as a field of their own: CORS (acts on a route's CORS
+// policy) and Istio's ALPN override (sets the upstream mTLS ALPN from the request's HTTP version).
+var ownFieldFilters = map[string]string{
+	"cors": "cors_filter",
+	"istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig": "istio_alpn_filter",
 }
 
 // shortFilterName names an HTTP filter by its config type: envoy.extensions.filters.http.fault.v3.HTTPFault

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -248,5 +249,42 @@ func TestRBACActionIsCompared(t *testing.T) {
 	d := Compare("c", "p", Snapshot{key: a}, Snapshot{key: b})
 	if len(d) != 4 { // rbac.DENY and its policy on one side, rbac.ALLOW and its policy on the other
 		t.Fatalf("DENY against ALLOW gave %v", d)
+	}
+}
+
+// With use_original_dst on the inbound capture listener, Envoy hands an inbound connection to a listener
+// of its original destination: a port some service also serves outbound then skips the inbound chains
+// (their mTLS and RBAC).
+func TestInboundHandOffFollowsUseOriginalDst(t *testing.T) {
+	c, out := sextantDefaults(t)
+	probes := ProbesOf(out.Listeners)
+	if len(probes.Inbound) == 0 {
+		t.Fatal("no inbound port in Sextant's defaults output")
+	}
+	port := probes.Inbound[0]
+	tp, err := anypb.New(&tcpproxy.TcpProxy{StatPrefix: "s", ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: "PassthroughCluster"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An outbound listener on 0.0.0.0 of the port the workload serves.
+	outboundOnPort := &listener.Listener{Name: "0.0.0.0_x", Address: &core.Address{Address: &core.Address_SocketAddress{
+		SocketAddress: &core.SocketAddress{Address: "0.0.0.0", PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}},
+		BindToPort: wrapperspb.Bool(false), FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{Name: "tcp",
+			ConfigType: &listener.Filter_TypedConfig{TypedConfig: tp}}}}}}
+	without := cloneOutput(out)
+	without.Listeners = append(without.Listeners, outboundOnPort)
+	handsOff := cloneOutput(without)
+	for _, l := range handsOff.Listeners {
+		if _, p := listenerAddress(l.GetAddress()); p == inboundCapturePort {
+			l.UseOriginalDst = wrapperspb.Bool(true)
+		}
+	}
+	a, b := listenerSnapshots(t, c, without, handsOff)
+	key := Key{Kind: KindListener, Inbound: true, Port: port}
+	if got := b[key]["mtls-http"]; got != "plaintext → tcp passthrough (original destination)" {
+		t.Errorf("inbound %d with use_original_dst: mtls-http %q, want the outbound listener's passthrough", port, got)
+	}
+	if a[key]["mtls-http"] == b[key]["mtls-http"] {
+		t.Errorf("inbound %d: use_original_dst changed nothing (%s)", port, a[key]["mtls-http"])
 	}
 }

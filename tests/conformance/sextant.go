@@ -72,7 +72,13 @@ func RenderSextant(c *Case, tmp string) (map[string]*Output, error) {
 	for _, e := range src.Errors() {
 		rejected = append(rejected, strings.ReplaceAll(e.Error(), dir+string(os.PathSeparator), ""))
 	}
-	push := model.Build(st, mesh.Default())
+	meshConfig := mesh.Default()
+	if c.Mesh != "" {
+		if err := mesh.Parse([]byte(c.Mesh), meshConfig); err != nil {
+			return nil, fmt.Errorf("mesh.yaml: %w", err)
+		}
+	}
+	push := model.Build(st, meshConfig)
 	gens := envoy.New(envoy.Options{VHDSMinEnvoy: "off"}).ByTypeURL()
 	out := map[string]*Output{}
 	for _, p := range c.Proxies {
