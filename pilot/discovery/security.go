@@ -26,6 +26,9 @@ var DefaultServingDNSNames = []string{"istiod.istio-system.svc", "sextant.istio-
 // DefaultCANamespace is where the CA's Secrets are, as istiod's (its own namespace).
 const DefaultCANamespace = "istio-system"
 
+// RootPublisherLease is the Lease that elects the replica publishing the ConfigMap istio-ca-root-cert.
+const RootPublisherLease = "sextant-ca-root-publisher"
+
 // DefaultTrustedNodeAccounts is istiod's node proxy account: ztunnel's.
 const DefaultTrustedNodeAccounts = "istio-system/ztunnel"
 
@@ -43,6 +46,10 @@ func (s *Server) setupSecurity() error {
 			return fmt.Errorf("kubernetes: %w", err)
 		}
 	}
+	ns := a.CANamespace
+	if ns == "" {
+		ns = DefaultCANamespace
+	}
 	var km ca.KeyMaterial
 	switch {
 	case a.CADir != "":
@@ -57,10 +64,6 @@ func (s *Server) setupSecurity() error {
 			s.log.Info("loaded the mesh CA", "dir", a.CADir)
 		}
 	case client != nil:
-		ns := a.CANamespace
-		if ns == "" {
-			ns = DefaultCANamespace
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var from string
@@ -94,6 +97,10 @@ func (s *Server) setupSecurity() error {
 			Audiences: a.TokenAudiences})
 	}
 	s.CA, s.serving = authority, serving
+	if client != nil {
+		s.rootPublisher = ca.NewRootPublisher(ca.RootPublisherOptions{Client: client, RootPEM: authority.RootPEM(),
+			LeaseNamespace: ns, LeaseName: RootPublisherLease, Logger: s.log})
+	}
 	s.secureGRPCServer = grpc.NewServer(append(s.XDS.GRPCServerOptions(), grpc.Creds(credentials.NewTLS(serving.TLSConfig())))...)
 	s.XDS.RegisterAuthenticated(s.secureGRPCServer, chain)
 	ca.NewService(ca.ServiceOptions{Authority: authority, Authenticator: chain, TrustedNodeAccounts: s.trustedAccounts,

@@ -117,6 +117,7 @@ type Server struct {
 	httpListener     net.Listener
 	mux              *http.ServeMux
 	serving          *ca.ServingCert
+	rootPublisher    *ca.RootPublisher
 	trustedAccounts  authn.Accounts
 
 	wg sync.WaitGroup
@@ -265,6 +266,10 @@ func (s *Server) Start(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	s.Pipeline.Initialize()
+	if s.rootPublisher != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.rootPublisher.Run(ctx) }()
+	}
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.watchStartupGate(ctx) }()
 	go func() { defer s.wg.Done(); s.Pipeline.Run(ctx) }()
