@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -109,22 +110,20 @@ func (s *stream) networkExtAuthz(name string, c *extauthznet.ExtAuthz) (bool, er
 	return false, nil
 }
 
-func socketAddress(a interface {
-	String() string
-}, port uint16) *core.Address {
+func socketAddress(ap netip.AddrPort) *core.Address {
 	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-		Address: a.String(), PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(port)}}}}
+		Address: ap.Addr().String(), PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(ap.Port())}}}}
 }
 
 // attributes are the connection's peers as CheckRequestUtils fills them.
 func (s *stream) attributes() *authv3.CheckRequest {
-	src := &authv3.AttributeContext_Peer{Address: socketAddress(s.remote.Addr(), s.remote.Port())}
+	src := &authv3.AttributeContext_Peer{Address: socketAddress(s.remote)}
 	if s.tls != nil && s.tls.Client != nil && len(s.tls.Client.URISANs) > 0 {
 		src.Principal = s.tls.Client.URISANs[0]
 	}
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source:      src,
-		Destination: &authv3.AttributeContext_Peer{Address: socketAddress(s.local.Addr(), s.local.Port())},
+		Destination: &authv3.AttributeContext_Peer{Address: socketAddress(s.local)},
 	}}
 }
 

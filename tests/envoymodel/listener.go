@@ -123,7 +123,8 @@ func (s *stream) connect() error {
 	return s.runNetworkFilters(fc)
 }
 
-// tlsDetected is what tls_inspector saw: the ClientHello, set on the stream by runListenerFilters.
+// detected is what the listener filters found: the transport protocol, and the ClientHello's SNI and ALPN
+// (or the HTTP version http_inspector saw).
 type detected struct {
 	transport string
 	alpn      []string

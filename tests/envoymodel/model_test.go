@@ -447,3 +447,26 @@ func TestHTTPInspectorAndFilterDisabled(t *testing.T) {
 		}
 	}
 }
+
+// An authorization cluster the model cannot call as Envoy would (not HTTP/2, TLS to the endpoint) is an
+// error, not a guessed answer.
+func TestExtAuthzClusterNotModelled(t *testing.T) {
+	addr := startAuthz(t, &authzServer{allow: true})
+	for name, mutate := range map[string]func(*cluster.Cluster){
+		"HTTP/1.1 cluster": func(c *cluster.Cluster) { c.TypedExtensionProtocolOptions = nil },
+		"TLS to the endpoint": func(c *cluster.Cluster) {
+			c.TransportSocket = parseCluster(t, `{"name": "x", "transport_socket": {"name": "tls", "typed_config": {
+			  "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"}}}`).TransportSocket
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := extAuthzProxy(t, addr, "")
+			mutate(p.clusters["authz"])
+			_, err := p.Evaluate(context.Background(), Request{DestinationIP: "10.0.0.2", DestinationPort: 8080, SourceIP: "10.0.0.9", Path: "/admin"})
+			var u *unsupported
+			if !errors.As(err, &u) {
+				t.Errorf("err = %v, want a not-modelled error", err)
+			}
+		})
+	}
+}
