@@ -1,0 +1,165 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	pb "istio.io/api/security/v1alpha1"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sextantmesh/sextant/pilot/ca"
+	"github.com/sextantmesh/sextant/pilot/discovery"
+)
+
+// startSecureSextant runs the discovery server as the least-privilege account with only the secure port.
+func startSecureSextant(t *testing.T, kubeconfig string) *discovery.Server {
+	t.Helper()
+	logger, _ := newLogger(t)
+	srv, err := discovery.NewServer(discovery.Args{Kubeconfig: kubeconfig, SecureGRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		TrustedNodeAccounts: discovery.DefaultTrustedNodeAccounts, DebounceAfter: 50 * time.Millisecond, DebounceMax: time.Second, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); srv.Wait() })
+	timer := time.AfterFunc(2*time.Minute, cancel)
+	defer timer.Stop()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatalf("sextant did not start: %v", err)
+	}
+	return srv
+}
+
+func serviceAccountToken(t *testing.T, s *apiServer, ns, sa string, audiences ...string) string {
+	t.Helper()
+	_, err := s.Kube.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	exp := int64(3600)
+	tr, err := s.Kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	must(t, err)
+	return tr.Status.Token
+}
+
+// TestSecurePortWithTheRealAPIServer: tokens are checked with the real TokenReview API, the CA's root
+// is kept in istio-ca-secret and shared by a second replica, the root is published to namespaces, all
+// as the least-privilege service account of manifests/.
+func TestSecurePortWithTheRealAPIServer(t *testing.T) {
+	s := startAPIServer(t)
+	_, kubeconfig := leastPrivilege(t, s)
+	s.EnsureNamespace("shop")
+	srv := startSecureSextant(t, kubeconfig)
+	ctx := context.Background()
+
+	secret, err := s.Kube.CoreV1().Secrets("istio-system").Get(ctx, ca.SelfSignedSecret, metav1.GetOptions{})
+	must(t, err)
+	root := secret.Data[ca.RootFile]
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(root) {
+		t.Fatal("istio-ca-secret holds no root")
+	}
+	cc, err := grpc.NewClient(srv.SecureGRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: pool, ServerName: "istiod.istio-system.svc"})))
+	must(t, err)
+	t.Cleanup(func() { cc.Close() })
+	certs := pb.NewIstioCertificateServiceClient(cc)
+	bearer := func(token string) context.Context {
+		if token == "" {
+			return ctx
+		}
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	must(t, err)
+	csr := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+
+	cart := serviceAccountToken(t, s, "shop", "cart", "istio-ca")
+	resp, err := certs.CreateCertificate(bearer(cart), &pb.IstioCertificateRequest{Csr: csr})
+	if err != nil {
+		t.Fatalf("certificate with a real token: %v", err)
+	}
+	block, _ := pem.Decode([]byte(resp.GetCertChain()[0]))
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	must(t, err)
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Errorf("certificate for %v", leaf.URIs)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("leaf does not verify against istio-ca-secret's root: %v", err)
+	}
+
+	// A token of the API server's own audience, a revoked token (its service account deleted) and none.
+	otherAudience := serviceAccountToken(t, s, "shop", "cart", "https://kubernetes.default.svc")
+	revoked := serviceAccountToken(t, s, "shop", "gone", "istio-ca")
+	must(t, s.Kube.CoreV1().ServiceAccounts("shop").Delete(ctx, "gone", metav1.DeleteOptions{}))
+	for name, tc := range map[string]struct{ token, want string }{
+		"other audience": {otherAudience, "is invalid for the target audiences [\"istio-ca\"]"},
+		"revoked":        {revoked, "rejected by the Kubernetes API server"},
+		"no token":       {"", "no credentials"},
+	} {
+		_, err := certs.CreateCertificate(bearer(tc.token), &pb.IstioCertificateRequest{Csr: csr})
+		if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want Unauthenticated saying %q", name, err, tc.want)
+		}
+	}
+
+	// xDS with the token: the node must be in the token's namespace.
+	ads := discoverypb.NewAggregatedDiscoveryServiceClient(cc)
+	stream := func(nodeID string) error {
+		st, err := ads.StreamAggregatedResources(bearer(cart))
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&discoverypb.DiscoveryRequest{Node: &core.Node{Id: nodeID}, TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil {
+			return err
+		}
+		_, err = st.Recv()
+		return err
+	}
+	if err := stream("sidecar~10.1.0.1~cart-1.shop~shop.svc.cluster.local"); err != nil {
+		t.Errorf("xDS with its own namespace: %v", err)
+	}
+	if err := stream("sidecar~10.1.0.1~cart-1.bank~bank.svc.cluster.local"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("xDS claiming another namespace: %v, want PermissionDenied", err)
+	}
+	if err := stream("ztunnel~10.1.0.1~ztunnel-x.shop~shop.svc.cluster.local"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a forged ztunnel: %v, want PermissionDenied", err)
+	}
+
+	// The root in a namespace created now, within 5 s.
+	s.EnsureNamespace("late")
+	created := time.Now()
+	eventually(t, 5*time.Second, "istio-ca-root-cert in a new namespace", func() bool {
+		cm, err := s.Kube.CoreV1().ConfigMaps("late").Get(ctx, ca.RootConfigMap, metav1.GetOptions{})
+		return err == nil && cm.Data[ca.RootConfigMapKey] == string(root)
+	})
+	t.Logf("istio-ca-root-cert in a new namespace %s after it was created", time.Since(created).Round(time.Millisecond))
+
+	// A second replica (or a restart) signs with the same root.
+	second := startSecureSextant(t, kubeconfig)
+	if string(second.CA.RootPEM()) != string(root) || string(srv.CA.RootPEM()) != string(root) {
+		t.Error("the second replica has another root")
+	}
+}
