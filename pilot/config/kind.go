@@ -25,6 +25,8 @@ const (
 	AuthorizationPolicy   Kind = "AuthorizationPolicy"
 	PeerAuthentication    Kind = "PeerAuthentication"
 	RequestAuthentication Kind = "RequestAuthentication"
+	// Secret holds the certificates Gateway and DestinationRule credentialName name, served over SDS.
+	Secret Kind = "Secret"
 )
 
 // FetchedJWKS is no source's kind: it holds what Sextant fetched from a RequestAuthentication's jwksUri
@@ -64,6 +66,7 @@ var kinds = []KindInfo{
 	{AuthorizationPolicy, "security.istio.io", []string{"v1", "v1beta1"}, "authorizationpolicies", true},
 	{PeerAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "peerauthentications", true},
 	{RequestAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "requestauthentications", true},
+	{Secret, "", []string{"v1"}, "secrets", true},
 }
 
 // Kinds returns every kind Sextant reads, in a stable order.

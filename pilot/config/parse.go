@@ -210,6 +210,9 @@ func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config
 		}
 		meta := objectMeta(obj)
 		meta.Namespace = env.Metadata.Namespace
+		if s, ok := obj.(*corev1.Secret); ok {
+			mergeStringData(s)
+		}
 		spec = obj
 	} else {
 		var d istioDocument
@@ -251,6 +254,21 @@ func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config
 	return cfg, nil
 }
 
+// mergeStringData does what the API server does on write: stringData entries are written into data, over
+// an entry of the same key. A file Secret then reads as the same Secret applied to a cluster.
+func mergeStringData(s *corev1.Secret) {
+	if len(s.StringData) == 0 {
+		return
+	}
+	if s.Data == nil {
+		s.Data = make(map[string][]byte, len(s.StringData))
+	}
+	for k, v := range s.StringData {
+		s.Data[k] = []byte(v)
+	}
+	s.StringData = nil
+}
+
 func newKubeObject(k Kind) any {
 	switch k {
 	case Namespace:
@@ -263,6 +281,8 @@ func newKubeObject(k Kind) any {
 		return &corev1.Node{}
 	case EndpointSlice:
 		return &discoveryv1.EndpointSlice{}
+	case Secret:
+		return &corev1.Secret{}
 	}
 	panic("not a Kubernetes core kind: " + k)
 }
@@ -278,6 +298,8 @@ func objectMeta(obj any) *metav1.ObjectMeta {
 	case *corev1.Node:
 		return &o.ObjectMeta
 	case *discoveryv1.EndpointSlice:
+		return &o.ObjectMeta
+	case *corev1.Secret:
 		return &o.ObjectMeta
 	}
 	panic(fmt.Sprintf("no metadata for %T", obj))

@@ -343,6 +343,28 @@ spec:
 			}
 		},
 	},
+	{
+		// stringData is written into data, over an entry of the same key, as the API server does.
+		kind: config.Secret, apiVersion: "v1", namespaced: true, specType: &corev1.Secret{},
+		doc: `
+apiVersion: v1
+kind: Secret
+metadata:
+  name: ingress-cert
+type: kubernetes.io/tls
+data:
+  tls.crt: Y2VydA==
+  tls.key: b2xk
+stringData:
+  tls.key: key
+`,
+		check: func(t *testing.T, spec any) {
+			s := spec.(*corev1.Secret)
+			if string(s.Data["tls.crt"]) != "cert" || string(s.Data["tls.key"]) != "key" || s.StringData != nil || s.Type != corev1.SecretTypeTLS {
+				t.Errorf("Secret = %v", s)
+			}
+		},
+	},
 }
 
 // toJSON rewrites a YAML document as indented JSON.
@@ -412,8 +434,8 @@ func TestParseEveryKind(t *testing.T) {
 			t.Errorf("kind %s has no valid document in this test", ki.Kind)
 		}
 	}
-	if len(config.Kinds()) != 14 {
-		t.Errorf("Kinds() has %d kinds, want 14", len(config.Kinds()))
+	if len(config.Kinds()) != 15 {
+		t.Errorf("Kinds() has %d kinds, want 15", len(config.Kinds()))
 	}
 }
 

@@ -37,6 +37,9 @@ func Validate(c *Config) error {
 		return validateEndpointSlice(s)
 	case *corev1.Pod, *corev1.Node, *corev1.Namespace:
 		return nil
+	case *corev1.Secret:
+		// Its content is checked where a credentialName refers to it: a Secret no one serves may hold anything.
+		return nil
 	case *networking.ServiceEntry:
 		return validateServiceEntry(s)
 	case *networking.WorkloadEntry:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	security "istio.io/api/security/v1beta1"
@@ -512,12 +513,58 @@ func (d *Debug) handleConfigDump(w http.ResponseWriter, r *http.Request) {
 			if r == nil || r.Any == nil || !wr.Subscribed(r.Name) {
 				continue
 			}
-			tc.Resources = append(tc.Resources, anyJSON(r.Name, r.Any))
+			a := r.Any
+			if wr.TypeURL == xds.SecretType {
+				a = redactSecret(a)
+			}
+			tc.Resources = append(tc.Resources, anyJSON(r.Name, a))
 		}
 		out.Configs = append(out.Configs, tc)
 	}
 	slices.SortFunc(out.Configs, func(a, b TypedConfig) int { return strings.Compare(a.Type, b.Type) })
 	writeJSON(w, http.StatusOK, out)
+}
+
+// redacted replaces key material in dumps, as Envoy's own config_dump writes it.
+const redacted = "[redacted]"
+
+// redactSecret returns an SDS secret without its private key, password or key provider config: a dump is
+// for reading, and key material never leaves the process except to the proxy it is for. Certificates,
+// public, stay. A secret that cannot be read is replaced whole.
+func redactSecret(a *anypb.Any) *anypb.Any {
+	s := &tlsv3.Secret{}
+	if err := a.UnmarshalTo(s); err != nil {
+		out, _ := anypb.New(&tlsv3.Secret{Name: redacted})
+		return out
+	}
+	hide := func(d *core.DataSource) *core.DataSource {
+		if d == nil {
+			return nil
+		}
+		return &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: redacted}}
+	}
+	if c := s.GetTlsCertificate(); c != nil {
+		c.PrivateKey, c.Password = hide(c.PrivateKey), hide(c.Password)
+		if p := c.PrivateKeyProvider; p != nil {
+			c.PrivateKeyProvider = &tlsv3.PrivateKeyProvider{ProviderName: p.ProviderName}
+		}
+	}
+	if k := s.GetSessionTicketKeys(); k != nil {
+		for i := range k.Keys {
+			k.Keys[i] = hide(k.Keys[i])
+		}
+	}
+	if g := s.GetGenericSecret(); g != nil {
+		g.Secret = hide(g.Secret)
+		for name := range g.Secrets {
+			g.Secrets[name] = hide(g.Secrets[name])
+		}
+	}
+	out, err := anypb.New(s)
+	if err != nil {
+		out, _ = anypb.New(&tlsv3.Secret{Name: redacted})
+	}
+	return out
 }
 
 // anyJSON renders a resource as Envoy's config_dump does: protojson with "@type". A type not linked into

@@ -358,6 +358,9 @@ func (s *Server) Warnings() []*config.Error {
 				"%d objects of kind %s (%s) in the cluster at start: Sextant does not read this kind, so they have no effect", u.Count, u.Kind, u.APIVersion)})
 		}
 	}
+	if ps := s.Pipeline.Current(); ps != nil {
+		out = append(out, ps.CredentialProblems(time.Now())...)
+	}
 	return out
 }
 

@@ -759,11 +759,11 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 		switch {
 		case tls.CredentialName != "":
 			if tls.Mode == networking.ClientTLSSettings_MUTUAL {
-				common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret("kubernetes://" + tls.CredentialName)}
+				common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{credentialSecret(tls.CredentialName, false)}
 			}
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)},
-				ValidationContextSdsSecretConfig: sdsSecret("kubernetes://" + tls.CredentialName + "-cacert"),
+				ValidationContextSdsSecretConfig: credentialSecret(tls.CredentialName, true),
 			}}
 		default:
 			if tls.Mode == networking.ClientTLSSettings_MUTUAL {

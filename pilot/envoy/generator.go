@@ -29,6 +29,8 @@ type Options struct {
 	// stream gets its sidecar virtual hosts over VHDS rather than inside the route configurations
 	// (default "1.38": older Envoys reject VHDS over ADS). "off" never uses VHDS.
 	VHDSMinEnvoy string
+	// SecretAuthorizer, if set, must allow an identity before it is served a key pair over SDS.
+	SecretAuthorizer SecretAuthorizer
 }
 
 // Generators builds Envoy resources. It is safe for concurrent use by many pushes.
@@ -64,6 +66,8 @@ type Generators struct {
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
+	// secretAuthorizer is Options.SecretAuthorizer.
+	secretAuthorizer SecretAuthorizer
 }
 
 // slots keeps one marshaled resource per name together with the key it was built from. A changed key
@@ -254,7 +258,8 @@ func New(opts Options) *Generators {
 		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
 		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
-		clusterLists: newGenerations[listID, *clusterList](), listenerLists: newGenerations[listID, *listenerList]()}
+		clusterLists: newGenerations[listID, *clusterList](), listenerLists: newGenerations[listID, *listenerList](),
+		secretAuthorizer: opts.SecretAuthorizer}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)
@@ -299,6 +304,7 @@ func (g *Generators) ByTypeURL() map[string]xds.Generator {
 		xds.ListenerType:    listenerGenerator{g},
 		xds.RouteType:       routeGenerator{g},
 		xds.VirtualHostType: virtualHostGenerator{g},
+		xds.SecretType:      secretGenerator{g},
 	}
 }
 

@@ -333,13 +333,12 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 		return ctx
 	case tls.GetCredentialName() != "":
-		cred := "kubernetes://" + tls.CredentialName
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{ldsADSSecret(cred)}
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{credentialSecret(tls.CredentialName, false)}
 		if mutual {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         gatewaySANValidation(tls.SubjectAltNames),
-					ValidationContextSdsSecretConfig: ldsADSSecret(cred + "-cacert"),
+					ValidationContextSdsSecretConfig: credentialSecret(tls.CredentialName, true),
 				}}
 		}
 	default:

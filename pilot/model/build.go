@@ -32,6 +32,8 @@ type UpdateResult struct {
 	ServicesUpdated map[string]struct{}
 	// WorkloadsUpdated holds the uids of workloads added, changed or removed.
 	WorkloadsUpdated map[string]struct{}
+	// SecretsUpdated holds namespace/name of Secrets added, changed or removed: only SDS is pushed for them.
+	SecretsUpdated map[string]struct{}
 }
 
 // Index names, reported in PushContext.Rebuilt.
@@ -47,6 +49,7 @@ const (
 	IndexAuthorization    = "authorizationPolicies"
 	IndexPeerAuthn        = "peerAuthentications"
 	IndexRequestAuthn     = "requestAuthentications"
+	IndexCredentials      = "credentials"
 )
 
 // Build makes the first snapshot from everything the reader holds.
@@ -63,6 +66,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		peerAuthn:        buildPeerAuthentications(reader, m.RootNamespace, nil),
 		requestAuthn:     buildRequestAuthn(reader),
 		accounts:         &accountsGeneration{},
+		credentials:      buildCredentials(reader),
 		sortedServices:   &lazyServiceList{},
 	}
 	nsb := cowmap.New[*config.Config]().Edit()
@@ -295,6 +299,8 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 			rebuild[IndexPeerAuthn] = true
 		case config.RequestAuthentication, config.FetchedJWKS:
 			rebuild[IndexRequestAuthn] = true
+		case config.Secret:
+			u.secretChanged(ch)
 		}
 	}
 	if len(rebuild) > 0 {
@@ -345,6 +351,7 @@ type updater struct {
 	byAddr                   *cowmap.Builder[[]string]
 	byService                *cowmap.Builder[[]string]
 	namespaces               *cowmap.Builder[*config.Config]
+	credentials              *cowmap.Builder[*Credential]
 
 	// affected services need their endpoints recomputed.
 	affected map[string]*Service
@@ -836,6 +843,9 @@ func (u *updater) finish() {
 	}
 	if u.namespaces != nil {
 		u.next.namespaces = u.namespaces.Map()
+	}
+	if u.credentials != nil {
+		u.next.credentials = u.credentials.Map()
 	}
 }
 

@@ -55,6 +55,8 @@ type PushContext struct {
 	requestAuthn     *requestAuthnIndex
 	// accounts changes identity whenever some service's ServiceAccounts do.
 	accounts *accountsGeneration
+	// credentials: NAMESPACE/NAME → every Secret, parsed when first asked for.
+	credentials *cowmap.Map[*Credential]
 
 	// sortedServices is computed on first use and shared with later snapshots while services are unchanged.
 	sortedServices *lazyServiceList

@@ -281,7 +281,7 @@ func (p *Pipeline) apply(pending map[config.Key]*model.Change, start time.Time) 
 	}
 	p.opts.Logger.Debug("snapshot published", "version", next.Version, "full", res.Full, "changes", len(changes),
 		"rebuilt", next.Rebuilt, "servicesUpdated", len(res.ServicesUpdated), "build", next.BuildDuration)
-	if !res.Full && len(res.ServicesUpdated) == 0 && len(res.WorkloadsUpdated) == 0 {
+	if !res.Full && len(res.ServicesUpdated) == 0 && len(res.WorkloadsUpdated) == 0 && len(res.SecretsUpdated) == 0 {
 		return // nothing a proxy sees changed (e.g. a pod annotation)
 	}
 	p.notify(&model.PushRequest{

@@ -39,6 +39,8 @@ func toConfig(obj any) (*config.Config, error) {
 		kind, meta, spec = config.Node, &o.ObjectMeta, o
 	case *discoveryv1.EndpointSlice:
 		kind, meta, spec = config.EndpointSlice, &o.ObjectMeta, o
+	case *corev1.Secret:
+		kind, meta, spec = config.Secret, &o.ObjectMeta, o
 	case *networkingv1.ServiceEntry:
 		kind, meta, spec = config.ServiceEntry, &o.ObjectMeta, &o.Spec
 	case *networkingv1.WorkloadEntry:
@@ -81,6 +83,8 @@ func transform(obj any) (any, error) {
 		return slimPod(o), nil
 	case *corev1.Node:
 		return slimNode(o), nil
+	case *corev1.Secret:
+		return slimSecret(o), nil
 	case metav1.Object:
 		stripMeta(o)
 	}
@@ -151,6 +155,30 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 				ports = append(ports, corev1.ContainerPort{Name: cp.Name, ContainerPort: cp.ContainerPort, Protocol: cp.Protocol})
 			}
 			out.Spec.Containers[i] = corev1.Container{Name: c.Name, Ports: ports}
+		}
+	}
+	return out
+}
+
+// secretKeys are the Secret entries a certificate, its key, a CA bundle, a CRL or an OCSP staple are read
+// from (istiod's layouts: kubernetes.io/tls and generic).
+var secretKeys = map[string]bool{"tls.crt": true, "tls.key": true, "ca.crt": true, "ca.crl": true, "tls.ocsp-staple": true,
+	"cert": true, "key": true, "cacert": true, "crl": true}
+
+// slimSecret keeps the entries of secretKeys; the names of the others stay, without their values, so a
+// Secret that holds no certificate can be reported with what it does hold. Any Secret in the cluster may
+// be large (a kubeconfig, a bundle of files) and only those entries are ever served.
+func slimSecret(s *corev1.Secret) *corev1.Secret {
+	out := &corev1.Secret{TypeMeta: s.TypeMeta, ObjectMeta: slimMeta(&s.ObjectMeta), Type: s.Type}
+	out.Annotations = nil // never read; kubectl's copy of the whole Secret would hold its data
+	if len(s.Data) > 0 {
+		out.Data = make(map[string][]byte, len(s.Data))
+		for k, v := range s.Data {
+			if secretKeys[k] {
+				out.Data[k] = v
+			} else {
+				out.Data[k] = nil
+			}
 		}
 	}
 	return out

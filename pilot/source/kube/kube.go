@@ -12,13 +12,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -445,6 +448,20 @@ func (s *Source) watch(kind config.Kind) (cache.ResourceEventHandlerRegistration
 	})
 }
 
+// secretFieldSelector leaves out the two kinds of Secret that are both common and large and that no
+// credentialName can name, as istiod does: Helm release records and service-account tokens.
+var secretFieldSelector = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("type", "helm.sh/release.v1"),
+	fields.OneTermNotEqualSelector("type", string(corev1.SecretTypeServiceAccountToken))).String()
+
+// newSecretInformer watches Secrets of every namespace but the types of secretFieldSelector; the
+// factory's transform (slimSecret) keeps only the keys a certificate is read from.
+func newSecretInformer(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+	return coreinformers.NewFilteredSecretInformer(client, metav1.NamespaceAll, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(o *metav1.ListOptions) { o.FieldSelector = secretFieldSelector })
+}
+
 var forbiddenVerb = regexp.MustCompile(`cannot (\w+) resource`)
 
 // watchErrorHandler logs a denied permission once per kind, naming the verb and the resource, instead of
@@ -494,6 +511,8 @@ func (s *Source) informer(kind config.Kind) cache.SharedIndexInformer {
 		return s.kube.Core().V1().Nodes().Informer()
 	case config.EndpointSlice:
 		return s.kube.Discovery().V1().EndpointSlices().Informer()
+	case config.Secret:
+		return s.kube.InformerFor(&corev1.Secret{}, newSecretInformer)
 	}
 	if _, ok := crdTypes[kind]; ok {
 		ki, _ := config.Info(kind)

@@ -382,6 +382,8 @@ func everyKind() (kube, istio []runtime.Object) {
 		newPod("reviews-1", "1"),
 		newNode("node-1"),
 		newSlice("reviews-abc", "1", "10.1.0.5"),
+		&corev1.Secret{ObjectMeta: meta("ingress-cert", "1"), Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": []byte("cert"), "tls.key": []byte("key")}},
 	}
 	istio = []runtime.Object{
 		&networkingv1.ServiceEntry{ObjectMeta: meta("external", "1"), Spec: networking.ServiceEntry{
@@ -405,6 +407,41 @@ func everyKind() (kube, istio []runtime.Object) {
 		}},
 	}
 	return kube, istio
+}
+
+// Secrets are listed without the two common large kinds no credentialName can name, and cached with only
+// the entries a certificate is read from.
+func TestSecretsListedByTypeAndSlimmed(t *testing.T) {
+	secret := &corev1.Secret{ObjectMeta: meta("ingress-cert", "1"), Type: corev1.SecretTypeTLS, Data: map[string][]byte{
+		"tls.crt": []byte("cert"), "tls.key": []byte("key"), "ca.crt": []byte("ca"), "bundle.tar": make([]byte, 1<<20)}}
+	secret.Annotations = map[string]string{"note": "x"}
+	h := newHarness(t, harnessOpts{kube: []runtime.Object{secret}})
+
+	c := h.store.Get(config.Key{Kind: config.Secret, Namespace: ns, Name: "ingress-cert"})
+	if c == nil {
+		t.Fatalf("Secret not in store\n%s", h.logs)
+	}
+	got := c.Spec.(*corev1.Secret)
+	if string(got.Data["tls.crt"]) != "cert" || string(got.Data["tls.key"]) != "key" || string(got.Data["ca.crt"]) != "ca" {
+		t.Errorf("certificate entries = %q", got.Data)
+	}
+	if v, ok := got.Data["bundle.tar"]; !ok || v != nil {
+		t.Errorf("bundle.tar: present %v, %d bytes; want its name kept without its value", ok, len(v))
+	}
+	if got.Annotations != nil || got.Type != corev1.SecretTypeTLS {
+		t.Errorf("annotations %v, type %q", got.Annotations, got.Type)
+	}
+	var selector string
+	for _, a := range h.kube.Actions() {
+		if l, ok := a.(k8stesting.ListAction); ok && a.GetResource().Resource == "secrets" {
+			selector = l.GetListRestrictions().Fields.String()
+		}
+	}
+	for _, want := range []string{"type!=helm.sh/release.v1", "type!=kubernetes.io/service-account-token"} {
+		if !strings.Contains(selector, want) {
+			t.Errorf("secrets listed with field selector %q, want it to hold %q", selector, want)
+		}
+	}
 }
 
 func TestInitialSyncEveryKind(t *testing.T) {
