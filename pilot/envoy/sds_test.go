@@ -211,7 +211,9 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 
 type denyAll struct{}
 
-func (denyAll) MayReadSecrets(authn.Identity) (bool, string) { return false, "not allowed to list secrets" }
+func (denyAll) MayReadSecrets(authn.Identity) (bool, string) {
+	return false, "not allowed to list secrets"
+}
 
 func TestSDSAuthorizerGuardsKeysNotCAs(t *testing.T) {
 	cert, key := testCert(t, "a.example.com", time.Now().Add(time.Hour))
