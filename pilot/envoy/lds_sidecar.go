@@ -234,7 +234,8 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			switch p.Protocol {
 			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
 				if claim(vips, p.Port, "http") {
-					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true})
+					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true,
+						route: hostPort(svc.Hostname, p.Port)})
 				} else {
 					built.contested[ol.name] = true
 				}
@@ -446,15 +447,17 @@ type chainPlan struct {
 	vips  []*core.CidrRange
 	alpn  []string // sniffed HTTP
 	sni   []string
-	http  bool      // an HTTP connection manager on route configuration PORT; else tcp_proxy to dests
+	http  bool      // an HTTP connection manager on route configuration PORT (or route); else tcp_proxy to dests
 	dests []tcpDest // tcp_proxy
+	// route names the route configuration of sniffed HTTP, istiod's HOST:PORT: only the service's routes.
+	route string
 }
 
 func (c chainPlan) build(paths string) *listener.FilterChain {
 	m := &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(c.port), PrefixRanges: c.vips,
 		ApplicationProtocols: c.alpn, ServerNames: c.sni}
 	if c.http {
-		hc := ldsRDSManager("outbound_"+c.name, ldsPortName(c.port), ldsEnvoyHTTPFilters())
+		hc := ldsRDSManager("outbound_"+c.name, cmp.Or(c.route, ldsPortName(c.port)), ldsEnvoyHTTPFilters())
 		ldsNormalizePaths(hc, paths)
 		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
 	}
@@ -481,6 +484,8 @@ func (ol *outboundListener) describe(additional []string) string {
 		}
 		b.WriteByte('|')
 		b.WriteString(strings.Join(c.alpn, ","))
+		b.WriteByte('|')
+		b.WriteString(c.route)
 		b.WriteByte('|')
 		b.WriteString(strings.Join(c.sni, ","))
 		b.WriteByte('|')

@@ -164,3 +164,36 @@ spec:
 		})
 	}
 }
+
+// The outbound sniffed chain's route configuration "HOST:PORT" exists: the service's routes alone,
+// answering any Host, for Envoys with and without VHDS; other names of that form do not.
+func TestRouteSniffedPort(t *testing.T) {
+	push := ldsPush(t, nil, `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: legacy, namespace: shop}
+spec:
+  hosts: [legacy]
+  http:
+  - match: [{uri: {prefix: /v2}}]
+    route: [{destination: {host: legacy, port: {number: 8000}}}]
+    timeout: 3s
+`)
+	const name = "legacy.shop.svc.cluster.local:8000"
+	for _, proxy := range []*xds.Proxy{ldsFrontend, envoyProxy("shop", map[string]string{"app": "frontend"}, true, 1, 38)} {
+		g := New(Options{})
+		got := generateRoutes(t, g, proxy, push, named(xds.RouteType, name, "legacy.shop.svc.cluster.local:9000",
+			"reviews.shop.svc.cluster.local:9080", "nowhere.shop.svc.cluster.local:8000", "legacy.shop.svc.cluster.local:x"))
+		if len(got) != 1 || got[0].Name != name {
+			t.Fatalf("delta %v: route configurations %v, want %s alone", proxy.Delta, got, name)
+		}
+		vh := got[0].VirtualHosts
+		if len(vh) != 1 || !slices.Equal(vh[0].Domains, []string{"*"}) || got[0].Vhds != nil {
+			t.Fatalf("delta %v: virtual hosts %v, want the service's alone on *", proxy.Delta, vh)
+		}
+		if r := vh[0].Routes[0]; r.GetMatch().GetPrefix() != "/v2" || r.GetRoute().GetTimeout().AsDuration().Seconds() != 3 ||
+			r.GetRoute().GetCluster() != "outbound|8000||legacy.shop.svc.cluster.local" {
+			t.Errorf("delta %v: first route %v, want the VirtualService's", proxy.Delta, r)
+		}
+	}
+}

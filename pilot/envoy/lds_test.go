@@ -438,11 +438,12 @@ func TestListenerSidecarOutbound(t *testing.T) {
 		t.Errorf("mongo match %v", mongo.FilterChainMatch)
 	}
 
-	// Sniffed port: HTTP by ALPN through RDS "8000", the rest TCP; the http_inspector on that listener only.
+	// Sniffed port: HTTP by ALPN through RDS "HOST:8000" (istiod's name), the rest TCP; the http_inspector on
+	// that listener only.
 	legacy := ldsFind(t, ls, "10.0.0.25_8000")
 	sniffed := ldsChain(t, legacy, "10.0.0.25_8000_http")
 	if !slices.Equal(sniffed.FilterChainMatch.ApplicationProtocols, []string{"http/1.0", "http/1.1", "h2c"}) ||
-		ldsHCMOf(t, sniffed).GetRds().GetRouteConfigName() != "8000" {
+		ldsHCMOf(t, sniffed).GetRds().GetRouteConfigName() != "legacy.shop.svc.cluster.local:8000" {
 		t.Errorf("sniffed chain %v", sniffed)
 	}
 	if got := ldsTCPProxyOf(t, ldsChain(t, legacy, "10.0.0.25_8000")).GetCluster(); got != "outbound|8000||legacy.shop.svc.cluster.local" {

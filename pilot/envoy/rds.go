@@ -6,8 +6,8 @@ package envoy
 //     number ("9080"). It has a virtual host "HOSTNAME:PORT" per service in scope with an HTTP port PORT,
 //     then "allow_any" (domain "*") to PassthroughCluster, or under the outbound traffic policy
 //     REGISTRY_ONLY "block_all", which answers 502 (Scope.RegistryOnly). HTTP means HTTP, HTTP2 and GRPC
-//     (Protocol.IsHTTP). Unlike istiod, a port of unknown protocol is not sniffed: the listener generator
-//     proxies it as TCP, so it has no routes here either.
+//     (Protocol.IsHTTP). A port of unknown protocol is sniffed by its outbound listener, whose HTTP chain
+//     names "HOSTNAME:PORT" (istiod's name): that service's virtual host alone, domain "*", no catch-all.
 //   - Gateways (rds_gateway.go): "http.PORT" for plain HTTP servers and
 //     "https.PORT.PORTNAME.GATEWAY.NAMESPACE" for HTTPS servers that terminate TLS.
 //   - Proxyless gRPC: "HOST:PORT" as the client's target names its API listener (HOST may be short; also
@@ -213,7 +213,7 @@ type serviceDep struct {
 func (b *routeBuilder) sidecarRouteConfig(name string) *route.RouteConfiguration {
 	port, ok := routePort(name)
 	if !ok {
-		return nil
+		return b.sniffedRouteConfig(name)
 	}
 	vhosts, found := b.sidecarVirtualHosts(port)
 	if !found {
@@ -228,7 +228,10 @@ func (b *routeBuilder) sidecarRouteConfig(name string) *route.RouteConfiguration
 // the whole table.
 func (b *routeBuilder) sidecarVHDSRouteConfig(name string) *route.RouteConfiguration {
 	port, ok := routePort(name)
-	if !ok || !b.scopeHasHTTPPort(port) {
+	if !ok {
+		return b.sniffedRouteConfig(name)
+	}
+	if !b.scopeHasHTTPPort(port) {
 		return nil
 	}
 	return &route.RouteConfiguration{
@@ -237,6 +240,34 @@ func (b *routeBuilder) sidecarVHDSRouteConfig(name string) *route.RouteConfigura
 		Vhds: &route.Vhds{ConfigSource: &core.ConfigSource{
 			ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
 			ResourceApiVersion:    core.ApiVersion_V3,
+		}},
+		ValidateClusters: wrapperspb.Bool(false),
+	}
+}
+
+// sniffedRouteConfig builds "HOST:PORT", the route configuration of the sniffed HTTP chain of a service
+// port of unknown protocol, as istiod: the service's virtual host alone, answering any Host (the listener
+// is the service's own), without a catch-all. nil when the service in scope has no such port.
+func (b *routeBuilder) sniffedRouteConfig(name string) *route.RouteConfiguration {
+	host, ps, err := net.SplitHostPort(name)
+	if err != nil {
+		return nil
+	}
+	port, ok := routePort(ps)
+	svc := b.scope.Service(host)
+	if !ok || svc == nil {
+		return nil
+	}
+	if sp := svc.PortByNumber(port); sp == nil || sp.Protocol != model.ProtocolUnset {
+		return nil
+	}
+	return &route.RouteConfiguration{
+		Name: name,
+		VirtualHosts: []*route.VirtualHost{{
+			Name:                       hostPort(svc.Hostname, port),
+			Domains:                    []string{"*"},
+			Routes:                     b.serviceRoutes(svc, port),
+			IncludeRequestAttemptCount: true,
 		}},
 		ValidateClusters: wrapperspb.Bool(false),
 	}
