@@ -52,14 +52,20 @@ func startSextant(t *testing.T, extra ...tokens) *sextant {
 
 func startSextantWith(t *testing.T, configDir string, extra ...tokens) *sextant {
 	t.Helper()
-	caDir := filepath.Join(t.TempDir(), "cacerts")
 	known := tokens{"productpage-token": productpage}
 	for _, e := range extra {
 		maps.Copy(known, e)
 	}
-	srv, err := discovery.NewServer(discovery.Args{ConfigDir: configDir, SecureGRPCAddr: "127.0.0.1:0",
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CADir: caDir, TrustedNodeAccounts: discovery.DefaultTrustedNodeAccounts,
-		TokenAuthenticator: known})
+	return startSextantArgs(t, discovery.Args{ConfigDir: configDir, TokenAuthenticator: known})
+}
+
+// startSextantArgs starts Sextant with args, on loopback ports, with the CA in a directory of its own.
+func startSextantArgs(t *testing.T, args discovery.Args) *sextant {
+	t.Helper()
+	caDir := filepath.Join(t.TempDir(), "cacerts")
+	args.SecureGRPCAddr, args.GRPCAddr, args.HTTPAddr, args.CADir = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", caDir
+	args.TrustedNodeAccounts = discovery.DefaultTrustedNodeAccounts
+	srv, err := discovery.NewServer(args)
 	if err != nil {
 		t.Fatal(err)
 	}
