@@ -153,6 +153,10 @@ func validateServiceEntry(s *networking.ServiceEntry) error {
 	if len(s.Endpoints) > 0 && s.WorkloadSelector != nil {
 		return fieldErr("spec.workloadSelector", "cannot be set together with spec.endpoints")
 	}
+	if s.Resolution == networking.ServiceEntry_DNS_ROUND_ROBIN && len(s.Endpoints) > 1 {
+		// As Istio's validation: the proxy uses one address at a time (an Envoy LOGICAL_DNS cluster).
+		return fieldErr("spec.endpoints", "resolution DNS_ROUND_ROBIN takes at most one endpoint, not %d", len(s.Endpoints))
+	}
 	for i, ep := range s.Endpoints {
 		f := fmt.Sprintf("spec.endpoints[%d]", i)
 		if s.Resolution == networking.ServiceEntry_STATIC && ep.Address != "" {

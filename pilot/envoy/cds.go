@@ -113,7 +113,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 // inlineEndpoints reports whether a service's cluster carries its endpoints itself: DNS clusters, and
 // ServiceEntries with resolution STATIC that list their endpoints (no workloadSelector).
 func inlineEndpoints(svc *model.Service) bool {
-	return svc.Resolution == model.DNSLB || (svc.Resolution == model.ClientSideLB && svc.Source.Kind == config.ServiceEntry && svc.Selector == nil)
+	return svc.Resolution.ByDNS() || (svc.Resolution == model.ClientSideLB && svc.Source.Kind == config.ServiceEntry && svc.Selector == nil)
 }
 
 // proxyView is what of the proxy its outbound clusters depend on beyond namespace, Sidecar and flavor.
@@ -404,6 +404,12 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
 		c.RespectDnsTtl = true
 		c.LoadAssignment = inlineLoadAssignment(push, name, k.endpoints, k.port.Port)
+	case model.DNSRoundRobinLB:
+		// One address of the name at a time, as istiod's DNS_ROUND_ROBIN.
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_LOGICAL_DNS}
+		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+		c.RespectDnsTtl = true
+		c.LoadAssignment = logicalDNSAssignment(inlineLoadAssignment(push, name, k.endpoints, k.port.Port))
 	case model.Passthrough:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
@@ -948,6 +954,22 @@ func inlineLoadAssignment(push *model.PushContext, name string, se *model.Servic
 		eps = se.ByPort[port]
 	}
 	return loadAssignment(name, eps, nil, flavorEnvoy, serverMTLS{push})
+}
+
+// logicalDNSAssignment keeps the first endpoint of an assignment: Envoy rejects a LOGICAL_DNS cluster with more
+// than one. Validation refuses a DNS_ROUND_ROBIN ServiceEntry listing several; only workloads a selector picks
+// can make more, and the first (by locality, then address) is the one resolved then.
+func logicalDNSAssignment(cla *endpoint.ClusterLoadAssignment) *endpoint.ClusterLoadAssignment {
+	if len(cla.Endpoints) == 0 {
+		return cla
+	}
+	first := cla.Endpoints[0]
+	if len(cla.Endpoints) > 1 || len(first.LbEndpoints) > 1 {
+		one := first.LbEndpoints[0]
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{Locality: first.Locality, LbEndpoints: []*endpoint.LbEndpoint{one},
+			LoadBalancingWeight: one.LoadBalancingWeight}}
+	}
+	return cla
 }
 
 func buildInboundCluster(port uint32, protocol model.Protocol) *cluster.Cluster {

@@ -165,7 +165,7 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 	out := &ServiceEndpoints{Service: svc.Key(), ByPort: make(map[uint32][]*Endpoint, len(svc.Ports))}
 	switch svc.Source.Kind {
 	case config.Service:
-		if svc.Resolution == DNSLB {
+		if svc.Resolution.ByDNS() {
 			addInlineEndpoints(out, svc, m)
 			break
 		}
@@ -180,7 +180,7 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 		case svc.Selector != nil:
 			addWorkloadEntryEndpoints(out, svc, reader, m)
 			addPodEndpoints(out, svc, r)
-		case svc.Resolution == DNSLB:
+		case svc.Resolution.ByDNS():
 			// No endpoints listed: the proxy resolves the host itself.
 			for _, p := range svc.Ports {
 				port := p.Port

@@ -77,14 +77,18 @@ type Port struct {
 type Resolution int
 
 const (
-	ClientSideLB Resolution = iota // endpoints known to the control plane (EDS)
-	DNSLB                          // proxies resolve hostnames (STRICT_DNS)
-	Passthrough                    // original destination (headless, resolution NONE)
+	ClientSideLB    Resolution = iota // endpoints known to the control plane (EDS)
+	DNSLB                             // proxies resolve hostnames, using every address (STRICT_DNS)
+	Passthrough                       // original destination (headless, resolution NONE)
+	DNSRoundRobinLB                   // proxies resolve the hostname, one address at a time (LOGICAL_DNS)
 )
 
 func (r Resolution) String() string {
-	return [...]string{"ClientSideLB", "DNS", "Passthrough"}[r]
+	return [...]string{"ClientSideLB", "DNS", "Passthrough", "DNSRoundRobin"}[r]
 }
+
+// ByDNS reports whether proxies resolve the service's hostnames themselves.
+func (r Resolution) ByDNS() bool { return r == DNSLB || r == DNSRoundRobinLB }
 
 // Service is one hostname in one namespace, from a Kubernetes Service or a ServiceEntry host.
 type Service struct {
@@ -294,8 +298,10 @@ func servicesFromServiceEntry(c *config.Config, m *mesh.Config) []*Service {
 	sortPorts(ports)
 	res := ClientSideLB
 	switch se.Resolution {
-	case networking.ServiceEntry_DNS, networking.ServiceEntry_DNS_ROUND_ROBIN:
+	case networking.ServiceEntry_DNS:
 		res = DNSLB
+	case networking.ServiceEntry_DNS_ROUND_ROBIN:
+		res = DNSRoundRobinLB
 	case networking.ServiceEntry_NONE:
 		res = Passthrough
 	}
