@@ -19,10 +19,13 @@ package envoy
 //     the LOG action: it has no access log to mark). Header matchers gRPC refuses (":scheme", "grpc-*")
 //     would make it reject the whole listener: an ALLOW rule using one is dropped (it allows nothing), a
 //     DENY rule using one denies every request. JWT conditions (request.auth.*, requestPrincipals) never
-//     match in gRPC's RBAC: a proxyless server validates no token.
+//     match in gRPC's RBAC: a proxyless server validates no token. So a RequestAuthentication on the
+//     workload denies every request that carries a token where its rules look (fail closed, reported):
+//     none can be told valid. Requests without a token pass, as Istio's do.
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -58,6 +61,7 @@ const (
 	grpcRBACAllowFilter  = httpRBACFilter
 	grpcRBACDenyFilter   = httpRBACFilter + ".DENY"
 	grpcRBACCustomFilter = httpRBACFilter + ".CUSTOM"
+	grpcRBACJWTFilter    = httpRBACFilter + ".JWT"
 )
 
 // grpcTLSModeLabel is the label that tells clients to send mTLS to a workload (auto mTLS).
@@ -85,6 +89,7 @@ func (l listenerGenerator) grpcInboundListener(proxy *xds.Proxy, push *model.Pus
 	mode := grpcServerMTLS(push.PeerAuthentication(proxy.Namespace, labels).ModeForPort(port), labels)
 	policies := push.AuthorizationPolicies(proxy.Namespace, labels)
 	env := newAuthzEnv(push, policies)
+	env.jwt = newJWTAuthn(push, proxy.Namespace, labels, false)
 	desc := string(mode) + "|" + env.describe() + describePolicies(policies)
 	return l.g.cached(grpcInboundKey{push.PoliciesID(), name, desc}, name, func() proto.Message {
 		lis, notes := buildGRPCServerListener(name, host, port, mode, policies, env)
@@ -180,6 +185,9 @@ func grpcServerTLS() *tlsv3.DownstreamTlsContext {
 func buildGRPCRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*hcm.HttpFilter, []string) {
 	b := &rbacBuilder{trustDomain: env.trustDomain}
 	var out []*hcm.HttpFilter
+	if r := grpcUnverifiableTokens(b, env.jwt); r != nil {
+		out = append(out, ldsHTTPFilter(grpcRBACJWTFilter, &rbachttp.RBAC{Rules: grpcRBACRefusable(b, r)}))
+	}
 	custom := &rbacpb.RBAC{Action: rbacpb.RBAC_DENY, Policies: map[string]*rbacpb.Policy{}}
 	for _, g := range b.custom(policies.Custom, env) {
 		if g.failure == "" { // custom() reported the others already
@@ -206,6 +214,45 @@ func buildGRPCRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*hcm.H
 		out = append(out, ldsHTTPFilter(name, &rbachttp.RBAC{Rules: grpcRBACRefusable(b, r)}))
 	}
 	return out, b.notes
+}
+
+// grpcUnverifiableTokens denies the requests that carry a token where a RequestAuthentication rule looks
+// for one: a proxyless server has no JWT filter, so it can tell a valid token from a forged one no more
+// than Istio's 401 for an invalid token requires. Requests without a token pass, as Istio's do (and
+// requestPrincipals never match them). Query parameters do not exist in gRPC; cookies are the "cookie"
+// header.
+func grpcUnverifiableTokens(b *rbacBuilder, j *jwtAuthn) *rbacpb.RBAC {
+	if j == nil {
+		return nil
+	}
+	r := &rbacpb.RBAC{Action: rbacpb.RBAC_DENY, Policies: map[string]*rbacpb.Policy{}}
+	for _, jr := range j.rules {
+		var headers []string
+		for _, h := range jr.rule.GetFromHeaders() {
+			headers = append(headers, strings.ToLower(h.GetName()))
+		}
+		if len(jr.rule.GetFromCookies()) > 0 {
+			headers = append(headers, "cookie")
+		}
+		if len(jr.rule.GetFromHeaders()) == 0 && len(jr.rule.GetFromCookies()) == 0 && len(jr.rule.GetFromParams()) == 0 {
+			headers = append(headers, "authorization") // Envoy's default location; its access_token parameter has no gRPC form
+		}
+		var present []*rbacpb.Principal
+		for _, h := range slices.Compact(slices.Sorted(slices.Values(headers))) {
+			present = append(present, &rbacpb.Principal{Identifier: &rbacpb.Principal_Header{Header: rbacHeaderMatcher(h, "*", false)}})
+		}
+		if len(present) == 0 {
+			continue
+		}
+		name := fmt.Sprintf("ns[%s]-requestauthentication[%s]-rule[%d]", jr.source.Namespace, jr.source.Name, jr.index)
+		r.Policies[name] = &rbacpb.Policy{Permissions: []*rbacpb.Permission{rbacPermissionAny()}, Principals: []*rbacpb.Principal{rbacPrincipalOr(present)}}
+		b.notef("%sRequestAuthentication %s rule %d (issuer %q): a proxyless gRPC server cannot validate tokens; requests carrying one in %v are denied",
+			failClosedNote, jr.source.NamespacedName(), jr.index, jr.rule.GetIssuer(), headers)
+	}
+	if len(r.Policies) == 0 {
+		return nil
+	}
+	return r
 }
 
 // grpcRBACRefusable rewrites the policies of r that use a header gRPC refuses in RBAC (":scheme" or a

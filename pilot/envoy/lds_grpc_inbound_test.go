@@ -10,7 +10,9 @@ import (
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	security "istio.io/api/security/v1beta1"
 
+	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -149,7 +151,10 @@ spec:
   rules: [{when: [{key: "request.headers[:scheme]", values: ["https"]}]}]
 `)
 	policies := push.AuthorizationPolicies("shop", map[string]string{"app": "mysql"})
-	filters, notes := buildGRPCRBAC(policies, newAuthzEnv(push, policies))
+	env := newAuthzEnv(push, policies)
+	env.jwt = &jwtAuthn{rules: []jwtRule{{rule: &security.JWTRule{Issuer: "https://issuer.example",
+		FromHeaders: []*security.JWTHeader{{Name: "X-Token"}}}, source: config.Key{Namespace: "shop", Name: "jwt"}}}}
+	filters, notes := buildGRPCRBAC(policies, env)
 	var names []string
 	rules := map[string]*rbacpb.RBAC{}
 	for _, f := range filters {
@@ -163,8 +168,12 @@ spec:
 		}
 		rules[f.Name] = r.Rules
 	}
-	if want := []string{grpcRBACCustomFilter, grpcRBACDenyFilter, grpcRBACAllowFilter}; !slices.Equal(names, want) {
+	if want := []string{grpcRBACJWTFilter, grpcRBACCustomFilter, grpcRBACDenyFilter, grpcRBACAllowFilter}; !slices.Equal(names, want) {
 		t.Fatalf("filters %v, want %v", names, want)
+	}
+	jwt := rules[grpcRBACJWTFilter].Policies["ns[shop]-requestauthentication[jwt]-rule[0]"]
+	if h := jwt.GetPrincipals()[0].GetOrIds().GetIds()[0].GetHeader(); h.GetName() != "x-token" || !h.GetPresentMatch() {
+		t.Errorf("JWT: %v, want requests with header x-token denied", jwt)
 	}
 	if r := rules[grpcRBACCustomFilter]; r.Action != rbacpb.RBAC_DENY || len(r.Policies) != 1 {
 		t.Errorf("CUSTOM as DENY: %v", r)
@@ -176,7 +185,7 @@ spec:
 	if p := rules[grpcRBACAllowFilter].Policies; p["ns[shop]-policy[allow-scheme]-rule[0]"] != nil || len(p) != 1 {
 		t.Errorf("ALLOW policies %v, want mysql's alone (the :scheme rule dropped)", p)
 	}
-	for _, want := range []string{"CUSTOM policies [shop/ext]", "AUDIT policies [shop/audit] not applied", `grpc-timeout`, `":scheme"`} {
+	for _, want := range []string{"RequestAuthentication shop/jwt rule 0", "CUSTOM policies [shop/ext]", "AUDIT policies [shop/audit] not applied", `grpc-timeout`, `":scheme"`} {
 		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("no note saying %q in %q", want, notes)
 		}

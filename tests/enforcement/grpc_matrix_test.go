@@ -1,6 +1,11 @@
 package enforcement
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"fmt"
+	"math/big"
 	"testing"
 )
 
@@ -14,6 +19,9 @@ import (
 //     was not configured") and has no access log, so audited requests pass unmarked.
 //   - CUSTOM: a proxyless server has no ext_authz client here, so Sextant makes CUSTOM policies deny what
 //     their rules match (fail closed).
+//   - JWT: grpc-go has no jwt_authn filter and its RBAC never matches metadata (internal/xds/rbac/matchers.go,
+//     Principal_Metadata: "neverMatcher"), so requestPrincipals and request.auth.* never match, and a
+//     RequestAuthentication makes Sextant deny requests that carry a token (none can be validated).
 //   - Every gRPC request is a POST (A41: ":method can be hard-coded to POST").
 
 // grpcRow is one entry of the matrix: the Istio YAML applied, and the calls with what Istio's
@@ -24,6 +32,17 @@ type grpcRow struct {
 	labels string // extra pod labels, YAML lines under metadata.labels
 	calls  []grpcCall
 }
+
+// grpcJWKS is a key set with one RSA public key (no token in these rows is signed by it).
+var grpcJWKS = func() string {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		panic(err)
+	}
+	enc := base64.RawURLEncoding
+	e := big.NewInt(int64(key.E)).Bytes()
+	return fmt.Sprintf(`{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"k1","n":%q,"e":%q}]}`, enc.EncodeToString(key.N.Bytes()), enc.EncodeToString(e))
+}()
 
 // grpcStrict is the namespace-wide PeerAuthentication STRICT.
 const grpcStrict = `apiVersion: security.istio.io/v1
@@ -339,6 +358,41 @@ spec:
         paths: ["/grpc.health.v1.Health/List"]
 `),
 		calls: []grpcCall{{method: "List", want: grpcDenied}, {method: "Check", want: grpcAllowed}},
+	},
+	{
+		// No JWT filter in gRPC (see the top of this file): a token cannot be told valid, so it is refused.
+		name: "RequestAuthentication: a token gRPC cannot validate is refused, no token passes",
+		yaml: `apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata:
+  name: jwt
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: echo
+  jwtRules:
+  - issuer: https://issuer.example
+    jwks: '` + grpcJWKS + `'
+  - issuer: https://other.example
+    jwks: '` + grpcJWKS + `'
+    fromHeaders:
+    - name: x-jwt
+`,
+		calls: []grpcCall{
+			{method: "Check", headers: []string{"authorization", "Bearer eyJhbGciOiJSUzI1NiJ9.e30.c2ln"}, want: grpcDenied},
+			{method: "Check", headers: []string{"x-jwt", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln"}, want: grpcDenied},
+			{method: "Check", want: grpcAllowed},
+		},
+	},
+	{
+		name: "requestPrincipals never match without a JWT filter: ALLOW denies",
+		yaml: grpcPolicy("allow-jwt", "ALLOW", `  rules:
+  - from:
+    - source:
+        requestPrincipals: ["*"]
+`),
+		calls: []grpcCall{{method: "Check", want: grpcDenied}},
 	},
 	{
 		// gRPC ignores RBAC's LOG action (see the top of this file): AUDIT denies nothing.
