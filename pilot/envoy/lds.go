@@ -96,6 +96,7 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -207,17 +208,36 @@ func ldsADSSecret(name string) *tlsv3.SdsSecretConfig {
 	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: adsSource()}
 }
 
-// ldsMeshDownstreamTLS terminates mesh mTLS: the workload certificate, client certificates required and
-// validated against the mesh root.
-func ldsMeshDownstreamTLS() *tlsv3.DownstreamTlsContext {
+// ldsMeshCiphers are the cipher suites istiod's inbound mesh mTLS offers: ECDHE and AES-GCM only.
+var ldsMeshCiphers = []string{
+	"ECDHE-ECDSA-AES256-GCM-SHA384",
+	"ECDHE-RSA-AES256-GCM-SHA384",
+	"ECDHE-ECDSA-AES128-GCM-SHA256",
+	"ECDHE-RSA-AES128-GCM-SHA256",
+	"AES256-GCM-SHA384",
+	"AES128-GCM-SHA256",
+}
+
+// ldsMeshDownstreamTLS terminates mesh mTLS: the workload certificate, client certificates required,
+// validated against the mesh root and holding a SPIFFE identity of trustDomain (the root may sign other
+// trust domains too, whose workloads are not this mesh's).
+func ldsMeshDownstreamTLS(trustDomain string) *tlsv3.DownstreamTlsContext {
 	return &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			AlpnProtocols:                  ldsMeshInboundALPN,
+			AlpnProtocols: ldsMeshInboundALPN,
+			TlsParams: &tlsv3.TlsParameters{
+				CipherSuites:              ldsMeshCiphers,
+				TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+				TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
+			},
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
+					DefaultValidationContext: &tlsv3.CertificateValidationContext{
+						MatchSubjectAltNames: []*matcher.StringMatcher{{
+							MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + trustDomain + "/"}}},
+					},
 					ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 				}},
 		},

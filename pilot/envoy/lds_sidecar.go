@@ -808,15 +808,15 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		port, mode := wrapperspb.UInt32(p.port), in.mtls.ModeForPort(p.port)
 		switch {
 		case p.protocol.IsHTTP():
-			chains = append(chains, ldsMTLSChains(name, port, mode, httpFilters)...)
+			chains = append(chains, ldsMTLSChains(name, port, mode, in.env.trustDomain, httpFilters)...)
 		case p.protocol == model.ProtocolUnset:
-			chains = append(chains, ldsSniffedChains(name, port, mode, httpFilters, tcpFilters)...)
+			chains = append(chains, ldsSniffedChains(name, port, mode, in.env.trustDomain, httpFilters, tcpFilters)...)
 		default:
-			chains = append(chains, ldsMTLSChains(name, port, mode, tcpFilters)...)
+			chains = append(chains, ldsMTLSChains(name, port, mode, in.env.trustDomain, tcpFilters)...)
 		}
 	}
 	passthrough := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}}))
-	chains = append(chains, ldsMTLSChains("inbound_passthrough", nil, in.mtls.Mode, passthrough)...)
+	chains = append(chains, ldsMTLSChains("inbound_passthrough", nil, in.mtls.Mode, in.env.trustDomain, passthrough)...)
 
 	inspectors := ldsInspectors(chains)
 	for _, f := range inspectors {
@@ -856,14 +856,15 @@ func ldsOtherPorts(ports []uint32) *listener.ListenerFilterChainMatchPredicate {
 }
 
 // ldsMTLSChains returns the chains for one port (nil: any port) in mode: STRICT a TLS chain, DISABLE a
-// plaintext chain, PERMISSIVE both, told apart by transport protocol.
-func ldsMTLSChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, filters []*listener.Filter) []*listener.FilterChain {
+// plaintext chain, PERMISSIVE both, told apart by transport protocol. TLS chains accept only client
+// certificates of trustDomain.
+func ldsMTLSChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, trustDomain string, filters []*listener.Filter) []*listener.FilterChain {
 	tls := func() *listener.FilterChain {
 		return &listener.FilterChain{
 			Name:             name + "_tls",
 			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: port, TransportProtocol: "tls"},
 			Filters:          filters,
-			TransportSocket:  ldsDownstreamTLSSocket(ldsMeshDownstreamTLS()),
+			TransportSocket:  ldsDownstreamTLSSocket(ldsMeshDownstreamTLS(trustDomain)),
 		}
 	}
 	plain := func(transport string) *listener.FilterChain {
@@ -893,9 +894,9 @@ var (
 // ldsSniffedChains returns the chains of an inbound port of unknown protocol in mode: HTTP through the
 // connection manager (HTTP RBAC), everything else through tcp (L4 RBAC), as istiod's inbound sniffing.
 // Each chain of ldsMTLSChains gains an HTTP twin matching on the application protocol.
-func ldsSniffedChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, http, tcp []*listener.Filter) []*listener.FilterChain {
+func ldsSniffedChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, trustDomain string, http, tcp []*listener.Filter) []*listener.FilterChain {
 	var out []*listener.FilterChain
-	for _, c := range ldsMTLSChains(name, port, mode, tcp) {
+	for _, c := range ldsMTLSChains(name, port, mode, trustDomain, tcp) {
 		h := proto.Clone(c).(*listener.FilterChain)
 		h.Name = strings.Replace(c.Name, name, name+"_http", 1)
 		h.Filters = http

@@ -940,3 +940,41 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 		t.Errorf("%d of 250 lists were derived from the previous one; want many", derived)
 	}
 }
+
+// Inbound mesh mTLS accepts only client certificates of the mesh's trust domain, with istiod's ciphers: a
+// root that also signs another trust domain must not let its workloads in.
+func TestListenerInboundMTLSTrustDomain(t *testing.T) {
+	for _, td := range []string{"cluster.local", "example.org"} {
+		t.Run(td, func(t *testing.T) {
+			m := mesh.Default()
+			m.TrustDomain = td
+			push := ldsPush(t, m)
+			for _, proxy := range []*xds.Proxy{ldsReviews, ldsFrontend} {
+				in := ldsFind(t, ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+				tlsChains := 0
+				for _, fc := range in.FilterChains {
+					if fc.TransportSocket == nil {
+						continue
+					}
+					tlsChains++
+					ctx := &tlsv3.DownstreamTlsContext{}
+					if err := fc.TransportSocket.GetTypedConfig().UnmarshalTo(ctx); err != nil {
+						t.Fatal(err)
+					}
+					sans := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext().GetMatchSubjectAltNames()
+					if len(sans) != 1 || sans[0].GetPrefix() != "spiffe://"+td+"/" {
+						t.Errorf("%s chain %s: SAN matchers %v, want the prefix spiffe://%s/", proxy.Name, fc.Name, sans, td)
+					}
+					params := ctx.GetCommonTlsContext().GetTlsParams()
+					if !slices.Equal(params.GetCipherSuites(), ldsMeshCiphers) || params.GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2 ||
+						params.GetTlsMaximumProtocolVersion() != tlsv3.TlsParameters_TLSv1_3 {
+						t.Errorf("%s chain %s: TLS parameters %v", proxy.Name, fc.Name, params)
+					}
+				}
+				if tlsChains == 0 {
+					t.Errorf("%s: no TLS chain", proxy.Name)
+				}
+			}
+		})
+	}
+}
