@@ -8,6 +8,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,9 +52,9 @@ func (k *envoyJWTKey) token(t *testing.T, claims map[string]any) string {
 	return in + "." + base64.RawURLEncoding.EncodeToString(sig)
 }
 
-// envoyRequestAuthn is a RequestAuthentication for the frontend trusting the issuer with the key set.
-func envoyRequestAuthn(jwks string) string {
-	b, _ := json.Marshal(jwks)
+// envoyRequestAuthn is a RequestAuthentication for the frontend trusting the issuer, its keys given by
+// keys: `jwks: ...` inline or `jwksUri: ...`.
+func envoyRequestAuthn(keys string) string {
 	return `
 ---
 apiVersion: security.istio.io/v1
@@ -60,8 +64,25 @@ spec:
   selector: {matchLabels: {app: frontend}}
   jwtRules:
   - issuer: ` + envoyIssuer + `
-    jwks: ` + string(b) + `
+    ` + keys + `
 `
+}
+
+func envoyInlineJWKS(jwks string) string {
+	b, _ := json.Marshal(jwks)
+	return "jwks: " + string(b)
+}
+
+// envoyServeJWKS serves the key set on loopback, counting the fetches.
+func envoyServeJWKS(t *testing.T, jwks string, fetches *atomic.Int32) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(jwks))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/jwks.json"
 }
 
 // JWT: with a RequestAuthentication, a request carrying an invalid token is rejected (401) and one with
@@ -83,18 +104,26 @@ func TestEnvoyJWT(t *testing.T) {
 		"no token":      "",
 	}
 	requireAlice := envoyPolicy("alice-only", "ALLOW", "", `[{from: [{source: {requestPrincipals: ["`+envoyIssuer+`/alice"]}}]}]`)
+	var fetches atomic.Int32
+	served := "jwksUri: " + envoyServeJWKS(t, key.jwks(), &fetches)
+	unreachable := "jwksUri: http://127.0.0.1:" + strconv.Itoa(envoyDeadPort(t)) + "/jwks.json"
 	for _, tc := range []struct {
 		name     string
+		keys     string
 		policies string
 		want     map[string]int // token → HTTP status the request gets, 0 for forwarded
 	}{
-		{"requestPrincipals required", requireAlice, map[string]int{
+		{"JWKS on loopback, requestPrincipals required", served, requireAlice, map[string]int{
 			"valid": 0, "expired": 401, "wrong issuer": 401, "wrong key": 401, "other subject": 403, "no token": 403}},
-		{"authentication only", "", map[string]int{
+		{"JWKS on loopback, authentication only", served, "", map[string]int{
 			"valid": 0, "expired": 401, "wrong issuer": 401, "wrong key": 401, "other subject": 0, "no token": 0}},
+		{"inline JWKS, requestPrincipals required", envoyInlineJWKS(key.jwks()), requireAlice, map[string]int{
+			"valid": 0, "expired": 401, "wrong issuer": 401, "wrong key": 401, "other subject": 403, "no token": 403}},
+		// Keys that cannot be fetched reject every token of the issuer, as istiod does.
+		{"JWKS unreachable", unreachable, requireAlice, map[string]int{"valid": 401, "no token": 403}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := envoyProxy(t, envoyRequestAuthn(key.jwks())+tc.policies, "", envoyDeadPort(t))
+			p := envoyProxy(t, envoyRequestAuthn(tc.keys)+tc.policies, "", envoyDeadPort(t))
 			for name, status := range tc.want {
 				t.Run(name, func(t *testing.T) {
 					r := envoyRequest("GET", "/")
@@ -114,5 +143,8 @@ func TestEnvoyJWT(t *testing.T) {
 				})
 			}
 		})
+	}
+	if fetches.Load() == 0 {
+		t.Error("the key set on loopback was never fetched")
 	}
 }

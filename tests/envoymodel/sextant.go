@@ -1,10 +1,13 @@
 package envoymodel
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sextantmesh/sextant/pilot/envoy"
+	"github.com/sextantmesh/sextant/pilot/jwks"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/source/file"
@@ -39,8 +43,10 @@ type Generated struct {
 
 // Generate renders a sidecar's resources through Sextant's public API, as `sextant translate` does: the
 // YAML config is written into dir and loaded by the file source, the mesh config parsed over the
-// defaults, the snapshot built and the Envoy generators asked in the order a proxy asks (clusters and
-// listeners, then the endpoints and routes they name). Every resource must pass ValidateAll.
+// defaults, the key sets the RequestAuthentications name fetched (as the discovery server does before
+// its first snapshot), the snapshot built and the Envoy generators asked in the order a proxy asks
+// (clusters and listeners, then the endpoints and routes they name). Every resource must pass
+// ValidateAll.
 func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 	cfgDir := filepath.Join(dir, "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
@@ -66,6 +72,21 @@ func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 	}
 	for _, e := range src.Warnings() {
 		out.Warnings = append(out.Warnings, e.Error())
+	}
+	// As the discovery server does, fetch the key sets the RequestAuthentications' jwksUri (or issuers)
+	// name before the first snapshot, bounded in time.
+	fetcher := jwks.New(jwks.Options{Store: st, Mesh: m, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { fetcher.Run(ctx); close(done) }()
+	select {
+	case <-fetcher.FirstFetches():
+	case <-time.After(30 * time.Second):
+	}
+	cancel()
+	<-done
+	for _, p := range fetcher.Problems() {
+		out.Warnings = append(out.Warnings, p.Error())
 	}
 	push := model.Build(st, m)
 
