@@ -4,12 +4,19 @@ package integration
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +31,7 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sextantmesh/sextant/pilot/ca"
@@ -62,12 +70,53 @@ func serviceAccountToken(t *testing.T, s *apiServer, ns, sa string, audiences ..
 	return tr.Status.Token
 }
 
+// expiredToken signs, with the API server's own service-account key, a token for ns/sa of audience
+// istio-ca that expired a minute ago: TokenRequest cannot make one shorter than ten minutes.
+func expiredToken(t *testing.T, s *apiServer, ns, sa string) string {
+	t.Helper()
+	acct, err := s.Kube.CoreV1().ServiceAccounts(ns).Get(context.Background(), sa, metav1.GetOptions{})
+	must(t, err)
+	keyPEM, err := os.ReadFile(filepath.Join(s.Dir, "sa.key"))
+	must(t, err)
+	block, _ := pem.Decode(keyPEM)
+	key, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+	must(t, err)
+	now := time.Now()
+	claims, err := json.Marshal(map[string]any{
+		"iss": "https://kubernetes.default.svc.cluster.local", "sub": "system:serviceaccount:" + ns + ":" + sa,
+		"aud": []string{"istio-ca"}, "iat": now.Add(-time.Hour).Unix(), "nbf": now.Add(-time.Hour).Unix(), "exp": now.Add(-time.Minute).Unix(),
+		"kubernetes.io": map[string]any{"namespace": ns, "serviceaccount": map[string]any{"name": sa, "uid": string(acct.UID)}},
+	})
+	must(t, err)
+	enc := base64.RawURLEncoding.EncodeToString
+	signing := enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc(claims)
+	digest := sha256.Sum256([]byte(signing))
+	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
+	must(t, err)
+	return signing + "." + enc(sig)
+}
+
+// allowSecretsRead lets the service account list and watch Secrets, which the Kubernetes source reads
+// for SDS and manifests/ do not grant yet: without it the source never syncs.
+func allowSecretsRead(t *testing.T, s *apiServer) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := s.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-secrets-read"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = s.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-secrets-read"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "test-secrets-read"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "istio-system", Name: "sextant"}}}, metav1.CreateOptions{})
+	must(t, err)
+}
+
 // TestSecurePortWithTheRealAPIServer: tokens are checked with the real TokenReview API, the CA's root
 // is kept in istio-ca-secret and shared by a second replica, the root is published to namespaces, all
 // as the least-privilege service account of manifests/.
 func TestSecurePortWithTheRealAPIServer(t *testing.T) {
 	s := startAPIServer(t)
 	_, kubeconfig := leastPrivilege(t, s)
+	allowSecretsRead(t, s)
 	s.EnsureNamespace("shop")
 	srv := startSecureSextant(t, kubeconfig)
 	ctx := context.Background()
@@ -113,10 +162,12 @@ func TestSecurePortWithTheRealAPIServer(t *testing.T) {
 	// A token of the API server's own audience, a revoked token (its service account deleted) and none.
 	otherAudience := serviceAccountToken(t, s, "shop", "cart", "https://kubernetes.default.svc")
 	revoked := serviceAccountToken(t, s, "shop", "gone", "istio-ca")
+	expired := expiredToken(t, s, "shop", "cart")
 	must(t, s.Kube.CoreV1().ServiceAccounts("shop").Delete(ctx, "gone", metav1.DeleteOptions{}))
 	for name, tc := range map[string]struct{ token, want string }{
 		"other audience": {otherAudience, "is invalid for the target audiences [\"istio-ca\"]"},
 		"revoked":        {revoked, "rejected by the Kubernetes API server"},
+		"expired":        {expired, "service account token has expired"},
 		"no token":       {"", "no credentials"},
 	} {
 		_, err := certs.CreateCertificate(bearer(tc.token), &pb.IstioCertificateRequest{Csr: csr})
