@@ -82,7 +82,9 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 		"DNS names of the secure port's certificate (issued by the CA, renewed at half its validity): the names proxies dial")
 	f.DurationVar(&args.WorkloadCertTTL, "workload-cert-ttl", ca.DefaultWorkloadTTL, "validity of a workload certificate whose request asks for none")
 	f.DurationVar(&args.MaxWorkloadCertTTL, "max-workload-cert-ttl", ca.DefaultMaxTTL, "longest validity a certificate request may ask for; longer is refused")
-	f.StringVar(&args.HTTPAddr, "http-addr", ":15014", "HTTP listen address (/ready, /healthz, /metrics, /debug)")
+	f.StringVar(&args.HTTPAddr, "http-addr", ":15014", "HTTP listen address (/ready, /healthz, /metrics open; /debug for loopback callers, or with a service-account token)")
+	f.StringSliceVar(&args.DebugAdminNamespaces, "debug-admin-namespaces", nil,
+		"namespaces whose service-account tokens may read every /debug view, beside the mesh root namespace; other namespaces' tokens read only the config_dump of their own proxies")
 	f.DurationVar(&args.DebounceAfter, "debounce-after", 100*time.Millisecond, "quiet period after a config change before a push (endpoint changes do not extend it)")
 	f.DurationVar(&args.DebounceMax, "debounce-max", 10*time.Second, "longest a change waits while changes keep coming")
 	f.DurationVar(&args.DebounceEndpoints, "debounce-endpoints", time.Millisecond, "how long endpoint-only changes are held from the first of a batch (at most --debounce-after)")

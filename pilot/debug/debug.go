@@ -33,6 +33,8 @@ type Sources struct {
 	// Collectors are further metrics of the server's parts, registered with the rest (optional).
 	Collectors []prometheus.Collector
 	Logger     *slog.Logger
+	// Access guards /debug/* (nil: open to every caller, for tests that need no guard).
+	Access *Access
 }
 
 // Debug serves /metrics, /debug/pprof/ and the JSON debug views, and tracks distribution.
@@ -95,20 +97,23 @@ func (d *Debug) endpoints() []endpoint {
 	}
 }
 
-// Register adds every handler to mux.
+// Register adds every handler to mux: /metrics open, every /debug path behind Sources.Access.
 func (d *Debug) Register(mux *http.ServeMux) {
 	mux.Handle("/metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{Registry: d.registry}))
+	guard := func(path string, h http.HandlerFunc) { mux.Handle(path, d.src.Access.wrap(h)) }
 	for _, e := range d.endpoints() {
 		if e.handler != nil {
-			mux.HandleFunc(e.Path, e.handler)
+			guard(e.Path, e.handler)
 		}
 	}
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug", d.handleIndex)
-	mux.HandleFunc("/debug/{$}", d.handleIndex)
+	guard("/debug/pprof/cmdline", pprof.Cmdline)
+	guard("/debug/pprof/profile", pprof.Profile)
+	guard("/debug/pprof/symbol", pprof.Symbol)
+	guard("/debug/pprof/trace", pprof.Trace)
+	guard("/debug", d.handleIndex)
+	guard("/debug/{$}", d.handleIndex)
+	// Any other /debug path answers 404 to the authorized only, so the guard says first what it needs.
+	guard("/debug/", http.NotFound)
 }
 
 func (d *Debug) handleIndex(w http.ResponseWriter, _ *http.Request) {

@@ -469,6 +469,11 @@ func (d *Debug) handleConfigDump(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no connected proxy "+id)
 		return
 	}
+	if ns := callerNamespace(r.Context()); ns != "" && c.Namespace != ns {
+		writeError(w, http.StatusForbidden, "config_dump of proxy "+c.ProxyID+" needs a token of its namespace "+c.Namespace+
+			" or of an admin namespace; this token's is "+ns)
+		return
+	}
 	ps := d.current(w)
 	if ps == nil {
 		return

@@ -96,7 +96,7 @@ func (s *Server) setupSecurity() error {
 		chain.Token = authn.NewTokenReviewAuthenticator(authn.TokenReviewOptions{Client: client, TrustDomain: s.Mesh.TrustDomain,
 			Audiences: a.TokenAudiences})
 	}
-	s.CA, s.serving = authority, serving
+	s.CA, s.serving, s.tokens = authority, serving, chain.Token
 	if client != nil {
 		s.rootPublisher = ca.NewRootPublisher(ca.RootPublisherOptions{Client: client, RootPEM: authority.RootPEM(),
 			LeaseNamespace: ns, LeaseName: RootPublisherLease, Logger: s.log})

@@ -62,9 +62,11 @@ type Args struct {
 	MaxWorkloadCertTTL time.Duration
 	// TokenAuthenticator verifies bearer tokens instead of the cluster's TokenReview API.
 	TokenAuthenticator authn.TokenAuthenticator
-	HTTPAddr           string
-	DebounceAfter      time.Duration
-	DebounceMax        time.Duration
+	// DebugAdminNamespaces may read every /debug view with a token, beside the mesh root namespace.
+	DebugAdminNamespaces []string
+	HTTPAddr             string
+	DebounceAfter        time.Duration
+	DebounceMax          time.Duration
 	// DebounceEndpoints is how long endpoint-only changes are held from the first of a batch.
 	DebounceEndpoints time.Duration
 	// DebounceFirst is the quiet period for the first config change after a quiet spell.
@@ -90,8 +92,10 @@ type Args struct {
 
 // Server is a running (or ready to run) discovery server.
 type Server struct {
-	args     Args
-	log      *slog.Logger
+	args Args
+	log  *slog.Logger
+	// tokens verifies bearer tokens (xDS, the CA, /debug); nil without a cluster.
+	tokens   authn.TokenAuthenticator
 	Mesh     *mesh.Config
 	Store    *store.Store
 	Pipeline *push.Pipeline

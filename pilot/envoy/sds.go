@@ -168,12 +168,12 @@ func (s secretGenerator) generate(proxy *xds.Proxy, push *model.PushContext, w *
 			log.Warn("secret not served: secrets go only to authenticated streams (xDS over TLS, port 15012), never on the plaintext port")
 			return nil
 		}
+		if only != nil && (ref.namespace != "" && ref.namespace != ns || !only(ref)) {
+			continue // a push for changed Secrets: the rest was answered (or refused, and logged) before
+		}
 		if ref.namespace != "" && ref.namespace != ns {
 			log.Warn("secret not served: it names another namespace than the proxy's verified identity",
 				"identity", proxy.Identity.String(), "namespace", ref.namespace)
-			continue
-		}
-		if only != nil && !only(ref) {
 			continue
 		}
 		log = log.With("namespace", ns)
