@@ -660,6 +660,10 @@ func Warnings(c *Config) []*FieldError {
 				l4(fmt.Sprintf("spec.tls[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
 			}
 		}
+	case *networking.ServiceEntry:
+		if s.Resolution == networking.ServiceEntry_DYNAMIC_DNS {
+			warn("spec.resolution", "DYNAMIC_DNS is not implemented (no dynamic forward proxy): requests to these hosts fail")
+		}
 	case *networking.Gateway:
 		for i, srv := range s.Servers {
 			tls := srv.GetTls()

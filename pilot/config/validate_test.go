@@ -149,6 +149,14 @@ spec:
   resolution: DNS
   subjectAltNames: ["spiffe://cluster.local/ns/shop/sa/api"]
 `, nil}, // subjectAltNames is honoured: mesh mTLS and TLS origination check the server against these names
+		{"ServiceEntry", `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: se, namespace: shop}
+spec:
+  hosts: ["*.api.example.com"]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: DYNAMIC_DNS
+`, []string{"spec.resolution"}},
 		{"Gateway", `apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: shop}
