@@ -377,3 +377,24 @@ spec:
 	envoyWant(t, envoyEvaluate(t, p, conn("spiffe://cluster.local/ns/other/sa/x", true)), false)
 	envoyWant(t, envoyEvaluate(t, p, conn("", false)), false)
 }
+
+// Mesh mTLS admits only certificates of the mesh's trust domain: a workload of another trust domain
+// signed by the same root cannot pass itself off under a policy, nor without one.
+func TestEnvoyForeignTrustDomain(t *testing.T) {
+	for name, policies := range map[string]string{
+		"no policy":           "",
+		"ALLOW any principal": envoyPolicy("any", "ALLOW", "", `[{from: [{source: {principals: ["*"]}}]}]`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := envoyProxy(t, policies, "", envoyDeadPort(t))
+			envoyWant(t, envoyEvaluate(t, p, envoyRequest("GET", "/")), true)
+			r := envoyRequest("GET", "/")
+			r.TLS.Client.URISANs = []string{"spiffe://elsewhere.example/ns/shop/sa/sleep"}
+			res := envoyEvaluate(t, p, r)
+			envoyWant(t, res, false)
+			if res.Decision != envoymodel.ConnectionClosed {
+				t.Errorf("want the handshake to fail: %s", res)
+			}
+		})
+	}
+}

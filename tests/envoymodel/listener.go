@@ -419,8 +419,15 @@ func (s *stream) handshake(fc *listener.FilterChain) (bool, error) {
 			s.closeConn("filter chain "+fc.GetName(), "TLS handshake: SNI required")
 			return false, nil
 		}
-		if s.req.TLS.Client != nil && ctx.GetCommonTlsContext().GetValidationContextType() == nil {
-			return false, notModelled("chain %s: a client certificate without a validation context", fc.GetName())
+		if c := s.req.TLS.Client; c != nil {
+			ok, reason, err := clientCertificateAccepted(ctx.GetCommonTlsContext(), c)
+			if err != nil {
+				return false, fmt.Errorf("chain %s: %w", fc.GetName(), err)
+			}
+			if !ok {
+				s.closeConn("filter chain "+fc.GetName(), "TLS handshake: "+reason)
+				return false, nil
+			}
 		}
 		s.tls = s.req.TLS
 		s.tracef("TLS terminated (client certificate: %v)", s.req.TLS.Client != nil)
@@ -457,4 +464,58 @@ func (s *stream) listenerFilterDisabled(p *listener.ListenerFilterChainMatchPred
 		return r.DestinationPortRange.GetStart() <= port && port < r.DestinationPortRange.GetEnd(), nil
 	}
 	return false, notModelled("listener filter predicate %T", p.GetRule())
+}
+
+// clientCertificateAccepted is DefaultCertValidator's check of a client certificate the mesh CA signed (the
+// model does not check chains): match_typed_subject_alt_names when set, else match_subject_alt_names
+// over every SAN; untrusted certificates are accepted under ACCEPT_UNTRUSTED.
+func clientCertificateAccepted(common *tlsv3.CommonTlsContext, c *Certificate) (bool, string, error) {
+	var v *tlsv3.CertificateValidationContext
+	switch t := common.GetValidationContextType().(type) {
+	case *tlsv3.CommonTlsContext_ValidationContext:
+		v = t.ValidationContext
+	case *tlsv3.CommonTlsContext_CombinedValidationContext:
+		v = t.CombinedValidationContext.GetDefaultValidationContext()
+	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
+		// The SDS secret holds only the roots here; nothing beyond the chain is checked.
+		return true, "", nil
+	default:
+		return false, "", notModelled("a client certificate without a validation context")
+	}
+	if len(v.GetVerifyCertificateSpki())+len(v.GetVerifyCertificateHash()) > 0 || v.GetCrl() != nil || v.GetCustomValidatorConfig() != nil {
+		return false, "", notModelled("validation context with SPKI or hash pins, a CRL or a custom validator")
+	}
+	if v.GetTrustChainVerification() == tlsv3.CertificateValidationContext_ACCEPT_UNTRUSTED {
+		return true, "", nil
+	}
+	if typed := v.GetMatchTypedSubjectAltNames(); len(typed) > 0 {
+		for _, m := range typed {
+			var sans []string
+			switch m.GetSanType() {
+			case tlsv3.SubjectAltNameMatcher_URI:
+				sans = c.URISANs
+			case tlsv3.SubjectAltNameMatcher_DNS:
+				sans = c.DNSSANs
+			default:
+				return false, "", notModelled("SAN type %v", m.GetSanType())
+			}
+			for _, san := range sans {
+				if ok, err := matchString(m.GetMatcher(), san); err != nil || ok {
+					return ok, "", err
+				}
+			}
+		}
+		return false, "no SAN of the client certificate matches match_typed_subject_alt_names", nil
+	}
+	if plain := v.GetMatchSubjectAltNames(); len(plain) > 0 {
+		for _, m := range plain {
+			for _, san := range append(append([]string{}, c.URISANs...), c.DNSSANs...) {
+				if ok, err := matchString(m, san); err != nil || ok {
+					return ok, "", err
+				}
+			}
+		}
+		return false, "no SAN of the client certificate matches match_subject_alt_names", nil
+	}
+	return true, "", nil
 }

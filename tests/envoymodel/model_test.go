@@ -115,7 +115,9 @@ func TestFilterChainSelection(t *testing.T) {
 	    {"name": "p8080-tls", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "tls"},
 	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "tls8080"}}],
 	     "transport_socket": {"name": "tls", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
-	       "require_client_certificate": true, "common_tls_context": {"validation_context": {}}}}},
+	       "require_client_certificate": true, "common_tls_context": {"combined_validation_context": {
+	         "default_validation_context": {"match_subject_alt_names": [{"prefix": "spiffe://td/"}]},
+	         "validation_context_sds_secret_config": {"name": "ROOTCA"}}}}}},
 	    {"name": "p8080-plain", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "raw_buffer"},
 	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "plain8080"}}]},
 	    {"name": "any-plain", "filter_chain_match": {"transport_protocol": "raw_buffer"},
@@ -140,6 +142,8 @@ func TestFilterChainSelection(t *testing.T) {
 		{"plaintext to 8080", Request{}, Forwarded, "plain8080"},
 		{"mTLS to 8080", Request{TLS: peer}, Forwarded, "tls8080"},
 		{"TLS without client certificate fails the handshake", Request{TLS: &TLS{}}, ConnectionClosed, ""},
+		{"client certificate of another trust domain fails the handshake",
+			Request{TLS: &TLS{Client: &Certificate{URISANs: []string{"spiffe://other/ns/a/sa/b"}}}}, ConnectionClosed, ""},
 		{"plaintext to another port takes the port-less chain", Request{DestinationPort: 7070}, Forwarded, "passthrough"},
 		// The port-9000 chain is the most specific by port; its source range does not fit and Envoy does
 		// not go back to the port-less chains.
