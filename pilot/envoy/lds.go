@@ -99,6 +99,7 @@ import (
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
@@ -283,9 +284,14 @@ func ldsRDSManager(statPrefix, routeName string, filters []*hcm.HttpFilter) *hcm
 	}
 }
 
-// ldsNormalizePaths applies the mesh's pathNormalization as istiod does on every connection manager, so that
-// routes and RBAC see /a/../b as /b (Envoy leaves paths as sent by default).
-func ldsNormalizePaths(hc *hcm.HttpConnectionManager, normalization string) {
+// ldsMeshHTTPManager applies what istiod sets on every connection manager of a sidecar or gateway:
+// WebSocket upgrades allowed; no stream idle timeout (Envoy's 5 minutes would reset long polls and quiet
+// gRPC streams); "Expect: 100-continue" forwarded to the upstream, which answers it; and the mesh's
+// pathNormalization, so that routes and RBAC see /a/../b as /b (Envoy leaves paths as sent by default).
+func ldsMeshHTTPManager(hc *hcm.HttpConnectionManager, normalization string) {
+	hc.UpgradeConfigs = []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+	hc.StreamIdleTimeout = durationpb.New(0)
+	hc.Proxy_100Continue = true
 	hc.PathWithEscapedSlashesAction = hcm.HttpConnectionManager_KEEP_UNCHANGED
 	switch normalization {
 	case mesh.PathNormalizationNone:

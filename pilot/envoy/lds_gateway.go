@@ -171,7 +171,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 			if len(chains) == 0 {
 				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
 				hc.UseRemoteAddress = wrapperspb.Bool(true)
-				ldsNormalizePaths(hc, push.Mesh.PathNormalization.Normalization)
+				ldsMeshHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
 				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}})
 			}
 		case gatewayTCP:
@@ -213,7 +213,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 				if isHTTPS {
 					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
 					hc.UseRemoteAddress = wrapperspb.Bool(true)
-					ldsNormalizePaths(hc, push.Mesh.PathNormalization.Normalization)
+					ldsMeshHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
 					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
 				} else if dests := gatewayTCPDestinations(push, gs, gwName, port); len(dests) > 0 {
 					filters = authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))

@@ -458,7 +458,7 @@ func (c chainPlan) build(paths string) *listener.FilterChain {
 		ApplicationProtocols: c.alpn, ServerNames: c.sni}
 	if c.http {
 		hc := ldsRDSManager("outbound_"+c.name, cmp.Or(c.route, ldsPortName(c.port)), ldsEnvoyHTTPFilters())
-		ldsNormalizePaths(hc, paths)
+		ldsMeshHTTPManager(hc, paths)
 		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
 	}
 	return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsTCPProxyFilter(c.dests[0].name, c.dests)}}
@@ -802,7 +802,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		name := "inbound_0.0.0.0_" + ldsPortName(p.port)
 		cluster := InboundClusterName(p.port)
 		manager := ldsInboundManager(p.port, httpRBAC)
-		ldsNormalizePaths(manager, in.paths)
+		ldsMeshHTTPManager(manager, in.paths)
 		httpFilters := []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)}
 		tcpFilters := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}}))
 		port, mode := wrapperspb.UInt32(p.port), in.mtls.ModeForPort(p.port)

@@ -978,3 +978,33 @@ func TestListenerInboundMTLSTrustDomain(t *testing.T) {
 		})
 	}
 }
+
+// Every connection manager of a sidecar (outbound and inbound) and of a gateway allows WebSocket upgrades,
+// has no stream idle timeout and forwards "Expect: 100-continue", as istiod's.
+func TestListenerHTTPManagerDefaults(t *testing.T) {
+	push := ldsPush(t, nil)
+	for _, proxy := range []*xds.Proxy{ldsReviews, ldsFrontend, ldsGateway} {
+		managers := 0
+		for _, l := range ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)) {
+			for _, fc := range l.FilterChains {
+				if fc.Filters[len(fc.Filters)-1].Name != ldsHCMFilter {
+					continue
+				}
+				managers++
+				hc := ldsHCMOf(t, fc)
+				if len(hc.UpgradeConfigs) != 1 || hc.UpgradeConfigs[0].GetUpgradeType() != "websocket" || hc.UpgradeConfigs[0].GetEnabled() != nil {
+					t.Errorf("%s %s chain %s: upgrades %v, want websocket", proxy.Name, l.Name, fc.Name, hc.UpgradeConfigs)
+				}
+				if d := hc.GetStreamIdleTimeout(); d == nil || d.AsDuration() != 0 {
+					t.Errorf("%s %s chain %s: stream_idle_timeout %v, want 0s (none)", proxy.Name, l.Name, fc.Name, d)
+				}
+				if !hc.Proxy_100Continue {
+					t.Errorf("%s %s chain %s: proxy_100_continue false", proxy.Name, l.Name, fc.Name)
+				}
+			}
+		}
+		if managers == 0 {
+			t.Errorf("%s: no connection manager", proxy.Name)
+		}
+	}
+}
