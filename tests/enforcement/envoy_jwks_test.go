@@ -21,7 +21,7 @@ func envoyJWKSValue(k *envoyJWTKey) string {
 	return string(b)
 }
 
-// Keys Sextant could not fetch (here: a jwksUri nobody serves, and no fetcher) make the rule reject every
+// Keys Sextant could not fetch (here: a jwksUri on a host that does not resolve) make the rule reject every
 // token, even one its issuer signed, as istiod's fake key set does; a request without a token still
 // reaches authorization. Several rules: a token of any of their issuers passes; presence REQUIRED makes
 // its token mandatory.
