@@ -364,6 +364,7 @@ func (s *Server) Warnings() []*config.Error {
 	}
 	if ps := s.Pipeline.Current(); ps != nil {
 		out = append(out, ps.CredentialProblems(time.Now())...)
+		out = append(out, ps.AuthorizationProblems()...)
 	}
 	return out
 }

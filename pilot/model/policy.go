@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -481,6 +482,27 @@ func (dr *DestinationRule) GetSubsets() []*networking.Subset {
 		return nil
 	}
 	return dr.Spec.Subsets
+}
+
+// AuthorizationProblems reports each CUSTOM AuthorizationPolicy whose provider the mesh config cannot honour
+// (its rules then deny what they match), as warnings for /debug/config_errors, in namespace and name order.
+func (ps *PushContext) AuthorizationProblems() []*config.Error {
+	if ps.authorization == nil {
+		return nil
+	}
+	var out []*config.Error
+	for _, cfgs := range ps.authorization.byNamespace {
+		for _, c := range cfgs {
+			if msg := CustomProviderProblem(c, ps.Mesh); msg != "" {
+				out = append(out, &config.Error{File: c.Source, Kind: string(c.Kind), Namespace: c.Namespace, Name: c.Name,
+					Field: "spec.provider.name", Message: msg, Warning: true})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *config.Error) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return out
 }
 
 // CustomProviderProblem says why a CUSTOM AuthorizationPolicy's field provider.name cannot be honoured under
