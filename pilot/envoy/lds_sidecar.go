@@ -801,7 +801,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		}
 		name := "inbound_0.0.0.0_" + ldsPortName(p.port)
 		cluster := InboundClusterName(p.port)
-		manager := ldsInboundManager(p.port, httpRBAC)
+		manager := ldsInboundManager(p.port, p.protocol, httpRBAC)
 		ldsMeshHTTPManager(manager, in.paths)
 		httpFilters := []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)}
 		tcpFilters := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}}))
@@ -912,9 +912,16 @@ func ldsSniffedChains(name string, port *wrapperspb.UInt32Value, mode model.MTLS
 	return out
 }
 
-// ldsInboundManager sends every request to the local workload port, after the RBAC filters.
-func ldsInboundManager(port uint32, rbac []*hcm.HttpFilter) *hcm.HttpConnectionManager {
+// ldsInboundManager sends every request to the local workload port, after the RBAC filters, with istiod's
+// inbound default route: no timeout, a gRPC client's grpc-timeout header honoured, and a request retried
+// twice when the connection to the application resets before it is sent (not on gRPC ports, where a
+// stream may be reset after part of it went out).
+func ldsInboundManager(port uint32, protocol model.Protocol, rbac []*hcm.HttpFilter) *hcm.HttpConnectionManager {
 	cluster := InboundClusterName(port)
+	var retry *route.RetryPolicy
+	if protocol != model.ProtocolGRPC {
+		retry = &route.RetryPolicy{RetryOn: "reset-before-request", NumRetries: wrapperspb.UInt32(2)}
+	}
 	filters := append(slices.Clone(rbac), ldsEnvoyHTTPFilters()...)
 	return &hcm.HttpConnectionManager{
 		CodecType:  hcm.HttpConnectionManager_AUTO,
@@ -930,6 +937,9 @@ func ldsInboundManager(port uint32, rbac []*hcm.HttpFilter) *hcm.HttpConnectionM
 					Action: &route.Route_Route{Route: &route.RouteAction{
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster},
 						Timeout:          durationpb.New(0),
+						MaxStreamDuration: &route.RouteAction_MaxStreamDuration{
+							MaxStreamDuration: durationpb.New(0), GrpcTimeoutHeaderMax: durationpb.New(0)},
+						RetryPolicy: retry,
 					}},
 					Decorator: &route.Decorator{Operation: cluster + "/*"},
 				}},

@@ -1008,3 +1008,38 @@ func TestListenerHTTPManagerDefaults(t *testing.T) {
 		}
 	}
 }
+
+// The inbound route is istiod's default inbound route: a gRPC client's grpc-timeout header honoured (no cap),
+// two retries when the application's connection resets before the request is sent, none on a gRPC port.
+func TestListenerInboundDefaultRoute(t *testing.T) {
+	push := ldsPush(t, nil)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	seen := map[uint32]bool{}
+	for _, fc := range in.FilterChains {
+		if fc.Filters[len(fc.Filters)-1].Name != ldsHCMFilter {
+			continue
+		}
+		port := fc.GetFilterChainMatch().GetDestinationPort().GetValue()
+		seen[port] = true
+		action := ldsHCMOf(t, fc).GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute()
+		msd := action.GetMaxStreamDuration()
+		if msd.GetGrpcTimeoutHeaderMax() == nil || msd.GetGrpcTimeoutHeaderMax().AsDuration() != 0 ||
+			msd.GetMaxStreamDuration() == nil || msd.GetMaxStreamDuration().AsDuration() != 0 {
+			t.Errorf("chain %s: max_stream_duration %v, want 0s with grpc_timeout_header_max 0s", fc.Name, msd)
+		}
+		retry := action.GetRetryPolicy()
+		switch port {
+		case 9080: // HTTP
+			if retry.GetRetryOn() != "reset-before-request" || retry.GetNumRetries().GetValue() != 2 {
+				t.Errorf("chain %s: retry policy %v, want reset-before-request x2", fc.Name, retry)
+			}
+		case 17070: // gRPC
+			if retry != nil {
+				t.Errorf("chain %s: retry policy %v on a gRPC port", fc.Name, retry)
+			}
+		}
+	}
+	if !seen[9080] || !seen[17070] {
+		t.Fatalf("HTTP chains on ports %v, want 9080 and 17070", seen)
+	}
+}
