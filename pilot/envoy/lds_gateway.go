@@ -358,13 +358,12 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 	return ctx
 }
 
+// gatewaySANValidation accepts a client certificate with any SAN (DNS, URI, IP, email) equal to one of sans,
+// as istiod's untyped SAN matchers.
 func gatewaySANValidation(sans []string) *tlsv3.CertificateValidationContext {
 	v := &tlsv3.CertificateValidationContext{}
 	for _, san := range sans {
-		for _, t := range []tlsv3.SubjectAltNameMatcher_SanType{tlsv3.SubjectAltNameMatcher_DNS, tlsv3.SubjectAltNameMatcher_URI} {
-			v.MatchTypedSubjectAltNames = append(v.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{
-				SanType: t, Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}}})
-		}
+		v.MatchSubjectAltNames = append(v.MatchSubjectAltNames, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}})
 	}
 	return v
 }

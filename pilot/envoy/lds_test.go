@@ -1043,3 +1043,32 @@ func TestListenerInboundDefaultRoute(t *testing.T) {
 		t.Fatalf("HTTP chains on ports %v, want 9080 and 17070", seen)
 	}
 }
+
+// A MUTUAL gateway server's subjectAltNames match a client certificate's SAN of any type (an IP or email
+// SAN too), as istiod's.
+func TestListenerGatewayMutualSANs(t *testing.T) {
+	push := ldsPush(t, nil, `
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: mutual, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 9443, name: https-mutual, protocol: HTTPS}
+    hosts: ["*"]
+    tls: {mode: MUTUAL, credentialName: mutual-cert, subjectAltNames: [client.example.com, 10.0.0.7]}
+`)
+	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType)), "0.0.0.0_9443")
+	ctx := &tlsv3.DownstreamTlsContext{}
+	if err := l.FilterChains[0].GetTransportSocket().GetTypedConfig().UnmarshalTo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vc := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext()
+	var got []string
+	for _, m := range vc.GetMatchSubjectAltNames() {
+		got = append(got, m.GetExact())
+	}
+	if !slices.Equal(got, []string{"client.example.com", "10.0.0.7"}) || len(vc.GetMatchTypedSubjectAltNames()) != 0 {
+		t.Errorf("SAN matchers %v, typed %v: want any-type exact matchers for client.example.com and 10.0.0.7", got, vc.GetMatchTypedSubjectAltNames())
+	}
+}
