@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"hash/maphash"
 	"io"
@@ -21,6 +22,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -179,6 +181,11 @@ type proxy struct {
 	ip    string
 	node  *core.Node
 	delta bool
+	// addr is where start connected; tls, when set, is the secure port's client configuration (-secure).
+	addr string
+	tls  *tls.Config
+	// sa is the service account the proxy claims (node metadata SERVICE_ACCOUNT), its pod's.
+	sa string
 
 	bytes, responses, nacks atomic.Int64
 
@@ -206,7 +213,8 @@ type proxy struct {
 	goawayAt atomic.Int64
 }
 
-func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels map[string]string) *proxy {
+// newProxy's service account is the pod's: its service's name for sidecars, ztunnel for ztunnels.
+func newProxy(h *harness, id int, kind proxyKind, ns, sa, podName, ip string, labels map[string]string) *proxy {
 	typ := "sidecar"
 	if kind == kindZtunnel {
 		typ = "ztunnel"
@@ -217,11 +225,11 @@ func newProxy(h *harness, id int, kind proxyKind, ns, podName, ip string, labels
 	}
 	md, err := structpb.NewStruct(map[string]any{
 		"NAMESPACE": ns, "INSTANCE_IPS": ip, "LABELS": lbl, "NAME": podName, "CLUSTER_ID": "Kubernetes",
-		"NODE_NAME": fmt.Sprintf("node-%d", id%4), "ISTIO_VERSION": "1.32.0",
+		"NODE_NAME": fmt.Sprintf("node-%d", id%4), "ISTIO_VERSION": "1.32.0", "SERVICE_ACCOUNT": sa,
 	})
 	must(err)
 	return &proxy{
-		h: h, id: id, kind: kind, ns: ns, ip: ip, delta: kind == kindZtunnel || h.cfg.Delta,
+		h: h, id: id, kind: kind, ns: ns, ip: ip, sa: sa, delta: kind == kindZtunnel || h.cfg.Delta,
 		node: &core.Node{Id: fmt.Sprintf("%s~%s~%s.%s~%s.svc.cluster.local", typ, ip, podName, ns, ns), Metadata: md,
 			UserAgentName: "envoy", UserAgentVersionType: &core.Node_UserAgentBuildVersion{UserAgentBuildVersion: &core.BuildVersion{
 				Version: &typev3.SemanticVersion{MajorNumber: h.cfg.EnvoyVersion[0], MinorNumber: h.cfg.EnvoyVersion[1]}}}},
@@ -240,9 +248,10 @@ const envoyWindow = 256 << 20
 func (p *proxy) start(addr string) error {
 	p.mu.Lock()
 	p.started = time.Now()
+	p.addr = addr
 	p.mu.Unlock()
 	if p.delta {
-		stream, err := dialDelta(addr)
+		stream, err := dialDelta(addr, p.tls)
 		if err != nil {
 			return err
 		}
@@ -267,7 +276,11 @@ func (p *proxy) start(addr string) error {
 		go p.runDelta(stream)
 		return nil
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if p.tls != nil {
+		creds = credentials.NewTLS(p.tls)
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
 		// Envoy's HTTP/2 windows are fixed (256 MiB by default) and it sends no bandwidth-probing PINGs;
 		// gRPC-Go's client would, after every response.

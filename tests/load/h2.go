@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -61,12 +62,23 @@ const h2StreamID = 1
 
 // dialDelta connects to addr and opens the delta ADS stream. Windows are Envoy's defaults (envoyWindow) and,
 // as in Envoy, fixed: no bandwidth-probing PINGs.
-func dialDelta(addr string) (*h2Stream, error) { return dialDeltaWindow(addr, envoyWindow) }
+// With tlsCfg (nil: plaintext) the connection is TLS, as to the secure port.
+func dialDelta(addr string, tlsCfg *tls.Config) (*h2Stream, error) {
+	return dialDeltaWindow(addr, envoyWindow, tlsCfg)
+}
 
 // dialDeltaWindow is dialDelta with HTTP/2 stream and connection windows of window bytes (at least 65,535,
 // the protocol's default).
-func dialDeltaWindow(addr string, window uint32) (*h2Stream, error) {
-	conn, err := net.Dial("tcp", addr)
+func dialDeltaWindow(addr string, window uint32, tlsCfg *tls.Config) (*h2Stream, error) {
+	var conn net.Conn
+	var err error
+	scheme := "http"
+	if tlsCfg != nil {
+		conn, err = tls.Dial("tcp", addr, tlsCfg)
+		scheme = "https"
+	} else {
+		conn, err = net.Dial("tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +91,7 @@ func dialDeltaWindow(addr string, window uint32) (*h2Stream, error) {
 	var hdr bytes.Buffer
 	enc := hpack.NewEncoder(&hdr)
 	for _, f := range []hpack.HeaderField{
-		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: deltaMethod},
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: scheme}, {Name: ":path", Value: deltaMethod},
 		{Name: ":authority", Value: addr}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
 		{Name: "user-agent", Value: "sextant-load"},
 	} {

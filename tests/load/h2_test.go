@@ -71,12 +71,12 @@ func TestH2StreamWithGRPCServer(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 
-	s, err := dialDelta(lis.Addr().String())
+	s, err := dialDelta(lis.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.conn.Close()
-	p := newProxy(&harness{cfg: Config{EnvoyVersion: [2]uint32{1, 38}}}, 0, kindSidecar, "ns", "p", "10.0.0.1", nil)
+	p := newProxy(&harness{cfg: Config{EnvoyVersion: [2]uint32{1, 38}}}, 0, kindSidecar, "ns", "sa", "p", "10.0.0.1", nil)
 	names := make([]string, 30000)
 	for i := range names {
 		names[i] = fmt.Sprintf("outbound|80||service-%d.ns.svc.cluster.local", i)

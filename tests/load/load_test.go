@@ -213,3 +213,36 @@ func TestDestinationRuleDecodes(t *testing.T) {
 		t.Fatalf("decoded %v %s/%s, maxConnections %v", gvk, o.GetNamespace(), o.GetName(), got)
 	}
 }
+
+// TestSmallRunSecure runs the cold start over the secure port, delta and SotW: every proxy must get its
+// whole configuration, so the TLS handshake, the client certificate and the identity check (the node's
+// NAMESPACE and SERVICE_ACCOUNT against the certificate) all passed.
+func TestSmallRunSecure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the server")
+	}
+	for _, delta := range []bool{true, false} {
+		t.Run(map[bool]string{true: "delta", false: "sotw"}[delta], func(t *testing.T) {
+			cfg := Config{
+				Shape:        meshShape{Services: 10, PodsPerService: 3, Namespaces: 3, Policies: true, RoutingEvery: 5},
+				Sidecars:     10,
+				Delta:        delta,
+				Secure:       true,
+				EnvoyVersion: [2]uint32{1, 38},
+				Reps:         1,
+				Debounce:     20 * time.Millisecond,
+				Timeout:      20 * time.Second,
+				Quiet:        80 * time.Millisecond,
+				Scenarios:    []string{"cold"},
+				WorkDir:      t.TempDir(),
+			}
+			rep, err := Run(context.Background(), cfg, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Results) == 0 || rep.Results[0].Scenario != "cold-start" || rep.Results[0].Proxies != 10 || rep.Results[0].Missed != 0 {
+				t.Fatalf("cold start over the secure port: %+v (errors %v)", rep.Results, rep.Errors)
+			}
+		})
+	}
+}

@@ -28,6 +28,8 @@ type Config struct {
 	Sidecars int       `json:"sidecars"`
 	Ztunnels int       `json:"ztunnels"`
 	Delta    bool      `json:"delta"`
+	// Secure: the fleet connects to the secure port over TLS with client certificates (secure.go).
+	Secure bool `json:"secure,omitempty"`
 	// EnvoyVersion is the MAJOR.MINOR the simulated sidecars report (node.user_agent_build_version).
 	EnvoyVersion   [2]uint32     `json:"envoyVersion"`
 	NackFraction   float64       `json:"nackFraction"`
@@ -119,6 +121,8 @@ type harness struct {
 	// extraSeq numbers the clients scenarios add beside the fleet (slow-clients, ztunnel-on-demand), so
 	// each has an identity of its own. Only the harness's goroutine uses it.
 	extraSeq int
+	// caDir is the CA's key material the server was given (-secure).
+	caDir string
 }
 
 func (h *harness) nextMarker() int64 { return h.marker.Add(1) }
@@ -136,6 +140,9 @@ func main() {
 	flag.IntVar(&cfg.Shape.RoutingEvery, "routing-every", 10, "a VirtualService for every K-th service (0: none)")
 	flag.IntVar(&cfg.Sidecars, "sidecars", 300, "simulated Envoy sidecars")
 	flag.IntVar(&cfg.Ztunnels, "ztunnels", 0, "simulated ztunnels (delta, wildcard Address + Authorization)")
+	flag.BoolVar(&cfg.Secure, "secure", false, "the fleet (cold start and its reconnects) connects to the secure port over TLS, trusting the root "+
+		"the server writes to --ca-dir, each proxy with a client certificate for its namespace and service account signed from that "+
+		"key material; the extra clients of slow-clients and ztunnel-on-demand stay on the plaintext port")
 	flag.StringVar(&mode, "mode", "delta", "sidecar protocol: delta or sotw")
 	flag.StringVar(&envoyVersion, "envoy-version", "1.38", "Envoy version the sidecars report (MAJOR.MINOR); from 1.38 the server sends their virtual hosts over VHDS")
 	flag.Float64Var(&cfg.NackFraction, "nack", 0, "fraction of responses the sidecars NACK (0..1)")
@@ -310,10 +317,21 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	}
 	logPath := filepath.Join(work, "server.log")
 	t0 = time.Now()
-	srv, err := startServer(bin, sourceArgs, logPath, cfg.Debounce, cfg.SendTimeout, cfg.ServerArgs...)
+	serverArgs := cfg.ServerArgs
+	var secureAddr string
+	if cfg.Secure {
+		var secureArgs []string
+		var err error
+		if secureAddr, h.caDir, secureArgs, err = secureServerArgs(work); err != nil {
+			return nil, err
+		}
+		serverArgs = append(slices.Clone(serverArgs), secureArgs...)
+	}
+	srv, err := startServer(bin, sourceArgs, logPath, cfg.Debounce, cfg.SendTimeout, serverArgs...)
 	if err != nil {
 		return nil, err
 	}
+	srv.secureAddr = secureAddr
 	h.srv = srv
 	defer srv.stop()
 	rep.StartupMs = float64(time.Since(t0).Microseconds()) / 1000
@@ -408,15 +426,22 @@ func (h *harness) coldStart() (*Result, error) {
 		if len(s.pods) == 0 {
 			pd = &pod{name: fmt.Sprintf("%s-sidecar-%d", s.name, i), ip: h.mesh.nextIP()}
 		}
-		h.sidecars = append(h.sidecars, newProxy(h, i, kindSidecar, s.ns, pd.name, pd.ip,
+		h.sidecars = append(h.sidecars, newProxy(h, i, kindSidecar, s.ns, s.name, pd.name, pd.ip,
 			map[string]string{"app": s.name, "version": "v1", "security.istio.io/tlsMode": "istio"}))
 		pods++
 	}
 	for i := 0; i < h.cfg.Ztunnels; i++ {
 		ip := fmt.Sprintf("192.168.%d.%d", i/250, i%250+1)
-		h.ztunnels = append(h.ztunnels, newProxy(h, 100000+i, kindZtunnel, "istio-system", fmt.Sprintf("ztunnel-%d", i), ip, nil))
+		h.ztunnels = append(h.ztunnels, newProxy(h, 100000+i, kindZtunnel, "istio-system", "ztunnel", fmt.Sprintf("ztunnel-%d", i), ip, nil))
 	}
 	all := h.all()
+	addr := h.srv.grpcAddr
+	if h.cfg.Secure {
+		if err := issueClientCerts(h.caDir, all); err != nil {
+			return nil, err
+		}
+		addr = h.srv.secureAddr
+	}
 	st0, fleet0 := h.srv.stats(), procCPUSeconds("self", h.srv.clkTck)
 	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
 	start := time.Now()
@@ -426,7 +451,7 @@ func (h *harness) coldStart() (*Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.start(h.srv.grpcAddr); err != nil {
+			if err := p.start(addr); err != nil {
 				errs <- err
 			}
 		}()

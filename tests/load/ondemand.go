@@ -29,7 +29,7 @@ func (h *harness) ztunnelOnDemand() (*Result, error) {
 		return nil, nil
 	}
 	h.extraSeq++
-	node := newProxy(h, 300000+h.extraSeq, kindZtunnel, "istio-system", fmt.Sprintf("ztunnel-ondemand-%d", h.extraSeq),
+	node := newProxy(h, 300000+h.extraSeq, kindZtunnel, "istio-system", "ztunnel", fmt.Sprintf("ztunnel-ondemand-%d", h.extraSeq),
 		fmt.Sprintf("192.168.254.%d", h.extraSeq%250+1), nil).node
 	cc, err := grpc.NewClient("passthrough:///"+h.srv.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))

@@ -79,7 +79,7 @@ func TestResumeAfterGoAway(t *testing.T) {
 	defer cancel()
 	h := &harness{cfg: Config{Delta: true, EnvoyVersion: [2]uint32{1, 36}}, ctx: ctx, dec: newDecoder(),
 		byType: map[string]*atomic.Int64{}, srv: &serverProc{grpcAddr: lis.Addr().String()}}
-	p := newProxy(h, 0, kindSidecar, "ns", "p", "10.0.0.1", nil)
+	p := newProxy(h, 0, kindSidecar, "ns", "sa", "p", "10.0.0.1", nil)
 	defer p.stop()
 	if err := p.start(h.srv.grpcAddr); err != nil {
 		t.Fatal(err)

@@ -21,9 +21,11 @@ import (
 type serverProc struct {
 	cmd      *exec.Cmd
 	grpcAddr string
-	httpAddr string
-	log      *os.File
-	clkTck   float64
+	// secureAddr is the secure port's address, "" unless -secure.
+	secureAddr string
+	httpAddr   string
+	log        *os.File
+	clkTck     float64
 }
 
 // buildServer compiles cmd/sextant into dir and returns the binary's path.

@@ -103,7 +103,7 @@ func (h *harness) healthyFetch() (sample, warmingFigures, error) {
 	h.quiet(h.cfg.Quiet, 5*time.Second)
 	s := h.mesh.svcs[0]
 	h.extraSeq++
-	p := newProxy(h, 200000+h.extraSeq, kindSidecar, s.ns, fmt.Sprintf("%s-fetch-%d", s.name, h.extraSeq), h.mesh.nextIP(),
+	p := newProxy(h, 200000+h.extraSeq, kindSidecar, s.ns, s.name, fmt.Sprintf("%s-fetch-%d", s.name, h.extraSeq), h.mesh.nextIP(),
 		map[string]string{"app": s.name, "version": "v1", "security.istio.io/tlsMode": "istio"})
 	st0, fleet0 := h.srv.stats(), procCPUSeconds("self", h.srv.clkTck)
 	t0 := h.typeBytes()
@@ -154,8 +154,8 @@ func (h *harness) openStuck(n int, tmpl *proxy, eds, rds []string, vhds bool) ([
 	var out []*stuckClient
 	for range n {
 		h.extraSeq++
-		p := newProxy(h, 200000+h.extraSeq, kindSidecar, tmpl.ns, fmt.Sprintf("stuck-%d", h.extraSeq), h.mesh.nextIP(), nil)
-		s, err := dialDeltaWindow(h.srv.grpcAddr, 65535)
+		p := newProxy(h, 200000+h.extraSeq, kindSidecar, tmpl.ns, tmpl.sa, fmt.Sprintf("stuck-%d", h.extraSeq), h.mesh.nextIP(), nil)
+		s, err := dialDeltaWindow(h.srv.grpcAddr, 65535, nil)
 		if err != nil {
 			closeStuck(out)
 			return nil, err
