@@ -55,7 +55,8 @@ package envoy
 //   - HTTPS servers (tls mode SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL) get a chain each,
 //     server_names = the server's hosts (none for "*"), terminating TLS with the SDS secret
 //     "kubernetes://CREDENTIAL" over ADS (MUTUAL also validates clients with "kubernetes://CREDENTIAL-cacert"
-//     and the server's subjectAltNames; ISTIO_MUTUAL uses the mesh "default" and "ROOTCA"), and RDS
+//     and the server's subjectAltNames, of any SAN type; ISTIO_MUTUAL uses the mesh "default" and "ROOTCA"
+//     and the subjectAltNames), and RDS
 //     GatewayRouteName: "https.PORT.PORTNAME.GATEWAY.NAMESPACE", istiod's name, which uses the server's
 //     port name. Servers with file certificates (serverCertificate/privateKey, no credentialName) use the
 //     files. minProtocolVersion and cipherSuites are not applied.

@@ -327,7 +327,7 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)}
 		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
+				DefaultValidationContext:         gatewaySANValidation(tls.SubjectAltNames),
 				ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 			}}
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)

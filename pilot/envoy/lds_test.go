@@ -1044,9 +1044,15 @@ func TestListenerInboundDefaultRoute(t *testing.T) {
 	}
 }
 
-// A MUTUAL gateway server's subjectAltNames match a client certificate's SAN of any type (an IP or email
-// SAN too), as istiod's.
+// A MUTUAL or ISTIO_MUTUAL gateway server's subjectAltNames match a client certificate's SAN of any type (an
+// IP or email SAN too), as istiod's.
 func TestListenerGatewayMutualSANs(t *testing.T) {
+	for _, mode := range []string{"MUTUAL, credentialName: mutual-cert", "ISTIO_MUTUAL"} {
+		t.Run(strings.Fields(mode)[0], func(t *testing.T) { testGatewayMutualSANs(t, mode) })
+	}
+}
+
+func testGatewayMutualSANs(t *testing.T, mode string) {
 	push := ldsPush(t, nil, `
 apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -1056,7 +1062,7 @@ spec:
   servers:
   - port: {number: 9443, name: https-mutual, protocol: HTTPS}
     hosts: ["*"]
-    tls: {mode: MUTUAL, credentialName: mutual-cert, subjectAltNames: [client.example.com, 10.0.0.7]}
+    tls: {mode: `+mode+`, subjectAltNames: [client.example.com, 10.0.0.7]}
 `)
 	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType)), "0.0.0.0_9443")
 	ctx := &tlsv3.DownstreamTlsContext{}
