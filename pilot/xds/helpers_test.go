@@ -389,12 +389,18 @@ func (c *client[Req, Resp]) send(req *Req) {
 
 func (c *client[Req, Resp]) recv() *Resp {
 	c.t.Helper()
+	return c.recvWithin(waitFor)
+}
+
+// recvWithin is recv for a response that takes long to build or decode (e.g. a request for 100k names).
+func (c *client[Req, Resp]) recvWithin(d time.Duration) *Resp {
+	c.t.Helper()
 	select {
 	case r := <-c.resps:
 		return r
 	case err := <-c.errc:
 		c.t.Fatalf("stream ended: %v", err)
-	case <-time.After(waitFor):
+	case <-time.After(d):
 		c.t.Fatal("no response")
 	}
 	return nil
