@@ -133,6 +133,17 @@ func (a gatewayAuthz) tcpFilters(proxy *listener.Filter) []*listener.Filter {
 	return append(slices.Clone(a.tcp), proxy)
 }
 
+// ldsGatewayHTTPManager sets what istiod sets on a gateway's connection managers besides the mesh defaults:
+// the client address is the peer's, and a mutual-TLS client's certificate details replace any
+// X-Forwarded-Client-Cert the client sent (SANITIZE_SET: subject, certificate, DNS and URI SANs).
+func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string) {
+	ldsMeshHTTPManager(hc, paths)
+	hc.UseRemoteAddress = wrapperspb.Bool(true)
+	hc.ForwardClientCertDetails = hcm.HttpConnectionManager_SANITIZE_SET
+	hc.SetCurrentClientCertDetails = &hcm.HttpConnectionManager_SetCurrentClientCertDetails{
+		Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
+}
+
 // buildGatewayListener builds the listener BIND_PORT (0.0.0.0_PORT) for the servers on addr, nil when none
 // yields a chain. The first server's class (HTTP, TLS, TCP) decides; servers of another class are ignored.
 func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz) *listener.Listener {
@@ -170,8 +181,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 		case gatewayHTTP:
 			if len(chains) == 0 {
 				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
-				hc.UseRemoteAddress = wrapperspb.Bool(true)
-				ldsMeshHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
+				ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
 				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}})
 			}
 		case gatewayTCP:
@@ -212,8 +222,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 				var filters []*listener.Filter
 				if isHTTPS {
 					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
-					hc.UseRemoteAddress = wrapperspb.Bool(true)
-					ldsMeshHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
+					ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
 					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
 				} else if dests := gatewayTCPDestinations(push, gs, gwName, port); len(dests) > 0 {
 					filters = authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))

@@ -85,3 +85,33 @@ func TestVirtualInboundDoesNotHandOffConnections(t *testing.T) {
 		}
 	}
 }
+
+// A gateway's connection managers replace the X-Forwarded-Client-Cert a client sends with the details of its
+// verified certificate, as istiod's (SANITIZE_SET): a client cannot forge the header.
+func TestGatewayConnectionManagersSanitizeClientCert(t *testing.T) {
+	push := ldsPush(t, nil)
+	checked := 0
+	for _, l := range ldsGenerate(t, New(Options{}), ldsGateway, push, nil) {
+		for _, fc := range l.FilterChains {
+			for _, f := range fc.Filters {
+				if f.Name != ldsHCMFilter {
+					continue
+				}
+				hc := &hcm.HttpConnectionManager{}
+				if err := f.GetTypedConfig().UnmarshalTo(hc); err != nil {
+					t.Fatal(err)
+				}
+				checked++
+				d := hc.GetSetCurrentClientCertDetails()
+				if hc.ForwardClientCertDetails != hcm.HttpConnectionManager_SANITIZE_SET || !d.GetSubject().GetValue() || !d.GetCert() ||
+					!d.GetDns() || !d.GetUri() || !hc.GetUseRemoteAddress().GetValue() {
+					t.Errorf("%s / %s: forward_client_cert %v, set_current_client_cert %v, use_remote_address %v; want SANITIZE_SET with "+
+						"subject, cert, dns, uri, and the peer's address", l.Name, fc.Name, hc.ForwardClientCertDetails, d, hc.GetUseRemoteAddress())
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no gateway connection manager checked")
+	}
+}
