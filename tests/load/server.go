@@ -80,7 +80,9 @@ func startServer(bin string, sourceArgs []string, logPath string, debounce, send
 		return nil, err
 	}
 	args := append([]string{"discovery"}, sourceArgs...)
-	args = append(args, "--grpc-addr", grpcAddr, "--http-addr", httpAddr)
+	// The secure port stays off unless -secure asks for it (extra, later, wins): a fixed :15012 would collide
+	// with any other server on the machine.
+	args = append(args, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--secure-grpc-addr", "")
 	if debounce > 0 {
 		args = append(args, "--debounce-after", debounce.String())
 	}
