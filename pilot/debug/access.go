@@ -3,6 +3,7 @@ package debug
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -91,7 +92,7 @@ func (a *Access) wrap(h http.Handler) http.Handler {
 		}
 		if !namespacePaths[r.URL.Path] {
 			writeError(w, http.StatusForbidden, "debug endpoints: "+caller.Identities[0].String()+" may read only "+
-				strings.Join(slices.Sorted(mapKeys(namespacePaths)), ", ")+" of proxies in namespace "+ns+
+				strings.Join(slices.Sorted(maps.Keys(namespacePaths)), ", ")+" of proxies in namespace "+ns+
 				"; every view needs an identity of "+strings.Join(a.AdminNamespaces, ", "))
 			return
 		}
@@ -113,14 +114,4 @@ func bearerToken(r *http.Request) (string, error) {
 		return "", errors.New(`Authorization: want "Bearer TOKEN"`)
 	}
 	return strings.TrimSpace(token), nil
-}
-
-func mapKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
