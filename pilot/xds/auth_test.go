@@ -123,6 +123,21 @@ func TestAuthenticatedStreamRefusals(t *testing.T) {
 	}
 }
 
+// A sidecar with a valid identity must not get the mesh's workloads by asking for the ztunnel types.
+func TestAuthenticatedSidecarCannotSubscribeToWorkloadTypes(t *testing.T) {
+	e := newEnv(t, authSnapshot, withAuth("istio-system/ztunnel"))
+	for _, typeURL := range []string{AddressType, AuthorizationType} {
+		c := e.deltaAs(t, "cart")
+		c.send(&discovery.DeltaDiscoveryRequest{Node: node("sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", nil), TypeUrl: typeURL})
+		wantRefused(t, c.end(), codes.PermissionDenied, "not a ztunnel", typeURL)
+		s := e.sotwAs(t, "cart")
+		ask(s, node("sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", nil), ClusterType, nil, nil)
+		s.recv()
+		ask(s, nil, typeURL, nil, nil)
+		wantRefused(t, s.end(), codes.PermissionDenied, "not a ztunnel")
+	}
+}
+
 func TestTrustedZtunnelIsServed(t *testing.T) {
 	e := newEnv(t, authSnapshot, withAuth("istio-system/ztunnel"))
 	c := e.deltaAs(t, "ztunnel")

@@ -414,6 +414,12 @@ func (c *Connection) requestGenerator(typeURL string) (Generator, error) {
 	if typeURL == "" {
 		return nil, status.Error(codes.InvalidArgument, "request has no type_url")
 	}
+	// The workload types hold every workload and policy of the mesh: on an authenticated stream only a
+	// ztunnel, whose identity admission checked against the trusted node accounts, may subscribe to them.
+	if (typeURL == AddressType || typeURL == AuthorizationType) && c.proxy.Identity != nil && c.proxy.Type != Ztunnel {
+		return nil, status.Errorf(codes.PermissionDenied, "node %q is a %s, not a ztunnel: %s is served to ztunnels of a trusted node "+
+			"account only", logText(c.proxy.NodeID), c.proxy.Type, typeURL)
+	}
 	gen := c.srv.opts.Generators[typeURL]
 	// Logged once per type, for the first few types only: a client choosing a new type URL per request
 	// must not grow the map or the log without end.
