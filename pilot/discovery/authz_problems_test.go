@@ -55,3 +55,28 @@ spec:
 		t.Errorf("authorization warnings %q, want exactly one (for shop/ext)", found)
 	}
 }
+
+// A mesh config field Sextant does not implement is a warning of the server, naming the file and the field.
+func TestUnimplementedMeshConfigFieldIsReported(t *testing.T) {
+	meshFile := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(meshFile, []byte("trustDomain: cluster.local\ntrustDomainAliases: [old.example.org]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := discovery.NewServer(discovery.Args{ConfigDir: t.TempDir(), MeshConfigFile: meshFile, GRPCAddr: "127.0.0.1:0",
+		HTTPAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range srv.Warnings() {
+		if w.Kind == "MeshConfig" {
+			got = append(got, w.Error())
+			if w.Field != "trustDomainAliases" || w.File != meshFile || !w.Warning {
+				t.Errorf("warning %+v, want one on field trustDomainAliases of %s", w, meshFile)
+			}
+		}
+	}
+	if len(got) != 1 {
+		t.Errorf("mesh config warnings %q, want one", got)
+	}
+}

@@ -145,6 +145,9 @@ func NewServer(args Args) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(m.Unimplemented) > 0 {
+		args.Logger.Warn("mesh config fields Sextant does not implement have no effect", "file", args.MeshConfigFile, "fields", m.Unimplemented)
+	}
 	trusted, err := authn.ParseAccounts(args.TrustedNodeAccounts)
 	if err != nil {
 		return nil, err
@@ -355,6 +358,10 @@ func (s *Server) Warnings() []*config.Error {
 		out = append(out, s.Files.Warnings()...)
 	}
 	out = append(out, s.JWKS.Problems()...)
+	for _, field := range s.Mesh.Unimplemented {
+		out = append(out, &config.Error{File: s.args.MeshConfigFile, Kind: "MeshConfig", Field: field, Warning: true,
+			Message: "Sextant does not implement this mesh config field; it has no effect"})
+	}
 	if s.kube != nil {
 		out = append(out, s.kube.Warnings()...)
 		for _, u := range s.kube.Unread() {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -31,6 +32,9 @@ type Config struct {
 	PathNormalization PathNormalization `json:"pathNormalization"`
 	// JWKSFetch bounds the fetching of RequestAuthentication key sets (a Sextant field; see JWKSFetch).
 	JWKSFetch JWKSFetch `json:"jwksFetch"`
+	// Unimplemented lists the fields of the mesh config file Sextant does not read (Istio's MeshConfig has many
+	// more), "defaultConfig.NAME" for proxy defaults, so that they are reported rather than silently ignored.
+	Unimplemented []string `json:"-"`
 }
 
 // PathNormalization is Istio's MeshConfig.pathNormalization.
@@ -60,6 +64,16 @@ const (
 	AllowAny     = "ALLOW_ANY"
 	RegistryOnly = "REGISTRY_ONLY"
 )
+
+// readFields are the top-level fields Parse reads.
+var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "domainSuffix": true, "clusterID": true, "network": true,
+	"outboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true, "jwksFetch": true, "defaultConfig": true}
+
+func (c *Config) addUnimplemented(name string) {
+	if i, found := slices.BinarySearch(c.Unimplemented, name); !found {
+		c.Unimplemented = slices.Insert(c.Unimplemented, i, name)
+	}
+}
 
 // Default returns Istio's defaults.
 func Default() *Config {
@@ -97,6 +111,24 @@ func Parse(data []byte, cfg *Config) error {
 	}
 	if err := yaml.Unmarshal(data, &file); err != nil {
 		return err
+	}
+	var top map[string]json.RawMessage
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		return err
+	}
+	for name, raw := range top {
+		switch {
+		case name == "defaultConfig":
+			var proxy map[string]json.RawMessage
+			_ = json.Unmarshal(raw, &proxy) // its shape was checked above
+			for field := range proxy {
+				if field != "domainSuffix" {
+					cfg.addUnimplemented("defaultConfig." + field)
+				}
+			}
+		case !readFields[name]:
+			cfg.addUnimplemented(name)
+		}
 	}
 	if file.RootNamespace != "" {
 		cfg.RootNamespace = file.RootNamespace

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,23 @@ func TestJWKSFetchSettings(t *testing.T) {
 		if err := Parse([]byte(doc), Default()); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%q: %v, want an error naming %s", doc, err, field)
 		}
+	}
+}
+
+// Fields of Istio's MeshConfig that Sextant does not read are listed, so that they are reported instead of
+// silently having no effect.
+func TestUnimplementedFieldsAreListed(t *testing.T) {
+	cfg := Default()
+	data := "trustDomain: example.org\ntrustDomainAliases: [old.example.org]\nenableTracing: true\n" +
+		"defaultConfig:\n  domainSuffix: corp.local\n  holdApplicationUntilProxyStarts: true\n"
+	if err := Parse([]byte(data), cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"defaultConfig.holdApplicationUntilProxyStarts", "enableTracing", "trustDomainAliases"}
+	if !slices.Equal(cfg.Unimplemented, want) {
+		t.Errorf("unimplemented %q, want %q", cfg.Unimplemented, want)
+	}
+	if err := Parse([]byte("enableTracing: false\n"), cfg); err != nil || len(cfg.Unimplemented) != 3 {
+		t.Errorf("after a second overlay naming one again: %q, %v", cfg.Unimplemented, err)
 	}
 }
