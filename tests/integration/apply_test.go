@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -75,5 +76,46 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestManifestsServeOnlyAuthenticatedXDS: a cluster installed from manifests/ must not expose the plaintext xDS
+// port, where a client's node claims are believed; proxies reach Sextant on 15012 only.
+func TestManifestsServeOnlyAuthenticatedXDS(t *testing.T) {
+	var args []string
+	var ports []int64
+	for _, file := range manifestFiles(t) {
+		objs, err := kubeenv.ReadFile(file)
+		must(t, err)
+		for _, obj := range objs {
+			switch obj.GetKind() {
+			case "Deployment":
+				containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+				for _, c := range containers {
+					a, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
+					args = append(args, a...)
+					cp, _, _ := unstructured.NestedSlice(c.(map[string]any), "ports")
+					for _, p := range cp {
+						n, _, _ := unstructured.NestedInt64(p.(map[string]any), "containerPort")
+						ports = append(ports, n)
+					}
+				}
+			case "Service":
+				sp, _, _ := unstructured.NestedSlice(obj.Object, "spec", "ports")
+				for _, p := range sp {
+					n, _, _ := unstructured.NestedInt64(p.(map[string]any), "port")
+					ports = append(ports, n)
+				}
+			}
+		}
+	}
+	if !slices.Contains(args, "--grpc-addr=") {
+		t.Errorf("the Deployment's args %q do not turn the plaintext xDS port off (--grpc-addr=)", args)
+	}
+	if !slices.Contains(args, "--secure-grpc-addr=:15012") {
+		t.Errorf("the Deployment's args %q do not serve xDS on 15012", args)
+	}
+	if slices.Contains(ports, 15010) {
+		t.Errorf("manifests expose port 15010 (plaintext, unauthenticated xDS): ports %v", ports)
 	}
 }
