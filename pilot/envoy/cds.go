@@ -10,6 +10,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	proxyprotocol "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -426,7 +427,41 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	applyOutlierDetection(c, policy.GetOutlierDetection())
 	applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
 	applyTLS(c, policy.GetTls(), k, h2)
+	applyProxyProtocol(c, policy.GetProxyProtocol())
 	return c
+}
+
+// applyProxyProtocol sends a PROXY protocol header at the start of every upstream connection, as istiod:
+// each transport socket the cluster may pick (its own, or each match's; raw buffer when it has none) is
+// wrapped, so the header goes first and TLS, if any, follows.
+func applyProxyProtocol(c *cluster.Cluster, pp *networking.TrafficPolicy_ProxyProtocol) {
+	if pp == nil {
+		return
+	}
+	wrap := func(inner *core.TransportSocket) *core.TransportSocket {
+		a, _ := anypb.New(&proxyprotocol.ProxyProtocolUpstreamTransport{
+			Config:          &core.ProxyProtocolConfig{Version: proxyProtocolVersion(pp.Version)},
+			TransportSocket: inner,
+		})
+		return &core.TransportSocket{Name: "envoy.transport_sockets.upstream_proxy_protocol", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
+	}
+	if c.TransportSocket == nil && len(c.TransportSocketMatches) == 0 {
+		c.TransportSocket = wrap(rawBufferSocket())
+		return
+	}
+	if c.TransportSocket != nil {
+		c.TransportSocket = wrap(c.TransportSocket)
+	}
+	for _, m := range c.TransportSocketMatches {
+		m.TransportSocket = wrap(m.TransportSocket)
+	}
+}
+
+func proxyProtocolVersion(v networking.TrafficPolicy_ProxyProtocol_VERSION) core.ProxyProtocolConfig_Version {
+	if v == networking.TrafficPolicy_ProxyProtocol_V2 {
+		return core.ProxyProtocolConfig_V2
+	}
+	return core.ProxyProtocolConfig_V1
 }
 
 // maxThresholds are istiod's circuit-breaker defaults: every limit at the maximum, since Envoy's own
@@ -914,7 +949,7 @@ func mergePolicy(base, over *networking.TrafficPolicy) *networking.TrafficPolicy
 		return over
 	}
 	out := &networking.TrafficPolicy{LoadBalancer: base.LoadBalancer, ConnectionPool: base.ConnectionPool,
-		OutlierDetection: base.OutlierDetection, Tls: base.Tls, PortLevelSettings: base.PortLevelSettings}
+		OutlierDetection: base.OutlierDetection, Tls: base.Tls, ProxyProtocol: base.ProxyProtocol, PortLevelSettings: base.PortLevelSettings}
 	if over.LoadBalancer != nil {
 		out.LoadBalancer = over.LoadBalancer
 	}
@@ -926,6 +961,9 @@ func mergePolicy(base, over *networking.TrafficPolicy) *networking.TrafficPolicy
 	}
 	if over.Tls != nil {
 		out.Tls = over.Tls
+	}
+	if over.ProxyProtocol != nil {
+		out.ProxyProtocol = over.ProxyProtocol
 	}
 	if len(over.PortLevelSettings) > 0 {
 		out.PortLevelSettings = over.PortLevelSettings
