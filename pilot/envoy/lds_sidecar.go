@@ -231,6 +231,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			if len(dests) == 0 {
 				dests = []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
 			}
+			portOnly := true // a chain taking every connection to the listener on this port
 			switch p.Protocol {
 			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
 				if claim(vips, p.Port, "http") {
@@ -239,10 +240,17 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				} else {
 					built.contested[ol.name] = true
 				}
-			case model.ProtocolTLS, model.ProtocolHTTPS: // SNI: the VirtualService's tls routes, then the host
+			case model.ProtocolTLS, model.ProtocolHTTPS:
+				// As istiod: the VirtualService's tls routes by SNI, else the service's own chain; without a VIP
+				// (or with an address block) only the SNI tells the hosts sharing the port apart, so only
+				// connections naming the host reach it and the rest fall through to the traffic policy.
 				routes := sniRoutes(push, vs, scope.Namespace, model.MeshGateway, p.Port, nil)
-				if len(vips) == 0 { // without a VIP the SNI tells the hosts sharing the port apart
-					routes = append(routes, sniRoute{sni: []string{svc.Hostname}, dests: dests})
+				switch {
+				case len(routes) > 0:
+					portOnly = false
+				case len(vips) == 0 || block:
+					routes = []sniRoute{{sni: []string{svc.Hostname}, dests: dests}}
+					portOnly = false
 				}
 				for _, r := range routes {
 					var sni []string
@@ -260,11 +268,25 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 					addChain(ol, svc, chainPlan{name: name + "/" + strings.Join(sni, ","), port: p.Port, vips: vips, sni: sni, dests: r.dests})
 				}
 			}
+			if !portOnly {
+				continue
+			}
 			if claim(vips, p.Port, "") {
 				addChain(ol, svc, chainPlan{name: name, port: p.Port, vips: vips, dests: dests})
 			} else {
 				built.contested[ol.name] = true
 			}
+		}
+	}
+	// A listener whose chains all match on more than the port (SNI, application protocol, address block)
+	// sends what none takes where the capture listener would: Envoy closes a connection no chain matches.
+	catchAll := PassthroughCluster
+	if scope.RegistryOnly {
+		catchAll = BlackHoleCluster
+	}
+	for _, ol := range byName {
+		if len(ol.chains) > 0 && !slices.ContainsFunc(ol.chains, func(c chainPlan) bool { return c.takesPort(ol.ip) }) {
+			ol.chains = append(ol.chains, chainPlan{name: "PassthroughFilterChain", port: ol.port, dests: []tcpDest{{catchAll, 100}}})
 		}
 	}
 
@@ -451,6 +473,12 @@ type chainPlan struct {
 	dests []tcpDest // tcp_proxy
 	// route names the route configuration of sniffed HTTP, istiod's HOST:PORT: only the service's routes.
 	route string
+}
+
+// takesPort reports whether the chain takes every connection reaching listener address ip on its port: it
+// matches on no server name or application protocol, and on no address block narrower than the listener's.
+func (c chainPlan) takesPort(ip string) bool {
+	return len(c.sni) == 0 && len(c.alpn) == 0 && (ip != "0.0.0.0" || len(c.vips) == 0)
 }
 
 func (c chainPlan) build(paths string) *listener.FilterChain {

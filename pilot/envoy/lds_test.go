@@ -456,8 +456,9 @@ func TestListenerSidecarOutbound(t *testing.T) {
 		t.Errorf("TCP listener filters %v", got)
 	}
 
-	// TLS ServiceEntry without VIP: SNI per host, the VirtualService's route first, the oldest host keeps
-	// the port-only fallback; the tls_inspector.
+	// TLS ServiceEntry without VIP: SNI per host (the VirtualService's route for payments), and a connection
+	// naming neither host goes where the capture listener sends it (istiod's PassthroughFilterChain), not to
+	// a host; the tls_inspector.
 	tls := ldsFind(t, ls, "0.0.0.0_443")
 	if got := ldsChain(t, tls, "0.0.0.0_443/payments.example.com").FilterChainMatch.ServerNames; !slices.Equal(got, []string{"payments.example.com"}) {
 		t.Errorf("payments SNI %v", got)
@@ -465,8 +466,13 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "0.0.0.0_443/refunds.example.com")).GetCluster(); got != "outbound|443||refunds.example.com" {
 		t.Errorf("refunds cluster %q", got)
 	}
-	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "0.0.0.0_443")).GetCluster(); got != "outbound|443||payments.example.com" {
-		t.Errorf("443 fallback %q", got)
+	for _, fc := range tls.FilterChains {
+		if len(fc.FilterChainMatch.GetServerNames()) == 0 && fc.Name != "PassthroughFilterChain" {
+			t.Errorf("443 chain %s takes connections without a host's SNI", fc.Name)
+		}
+	}
+	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
+		t.Errorf("443 fallthrough %q", got)
 	}
 	if got := listenerFilterNames(tls); !slices.Equal(got, []string{ldsTLSInspectorFilter}) {
 		t.Errorf("443 listener filters %v", got)
@@ -485,6 +491,24 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	block := ldsChain(t, ldsFind(t, ls, "0.0.0.0_5432"), "192.168.10.0/24_5432")
 	if r := block.FilterChainMatch.PrefixRanges; len(r) != 1 || r[0].AddressPrefix != "192.168.10.0" || r[0].PrefixLen.GetValue() != 24 {
 		t.Errorf("address block match %v", r)
+	}
+	if got := ldsTCPProxyOf(t, ldsChain(t, ldsFind(t, ls, "0.0.0.0_5432"), "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
+		t.Errorf("5432 outside the block goes to %q", got)
+	}
+}
+
+// TestListenerTLSWithoutVIPRegistryOnly: under REGISTRY_ONLY a connection to a TLS port without a VIP that
+// names no known host is refused (BlackHoleCluster), as the capture listener refuses unknown destinations.
+func TestListenerTLSWithoutVIPRegistryOnly(t *testing.T) {
+	m := mesh.Default()
+	m.OutboundTrafficPolicy.Mode = mesh.RegistryOnly
+	ls := ldsGenerate(t, New(Options{}), ldsFrontend, ldsPush(t, m), wildcard(xds.ListenerType))
+	tls := ldsFind(t, ls, "0.0.0.0_443")
+	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != BlackHoleCluster {
+		t.Errorf("443 fallthrough %q, want %s", got, BlackHoleCluster)
+	}
+	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "0.0.0.0_443/refunds.example.com")).GetCluster(); got != "outbound|443||refunds.example.com" {
+		t.Errorf("refunds cluster %q", got)
 	}
 }
 
