@@ -22,11 +22,19 @@ const (
 	certSignerKey           = "CertSigner"
 )
 
+// Pod is what impersonation needs to know about the caller's pod.
+type Pod struct {
+	UID            string
+	NodeName       string
+	ServiceAccount string
+}
+
 // Pods answers what impersonation needs to know about the cluster's pods.
 type Pods interface {
-	// Pod returns the node and service account of pod namespace/name; ok is false if it is not known.
-	Pod(namespace, name string) (node, serviceAccount string, ok bool)
-	// AccountOnNode reports whether a pod running as id (its namespace and service account) is on node.
+	// Pod returns pod namespace/name; ok is false if it is not known.
+	Pod(namespace, name string) (pod Pod, ok bool)
+	// AccountOnNode reports whether a pod running as id (its namespace and service account) is on node
+	// and has not failed.
 	AccountOnNode(node string, id authn.Identity) bool
 }
 
@@ -126,15 +134,21 @@ func (s *Service) authorizeImpersonation(caller *authn.Caller, target string) (a
 	if caller.PodName == "" {
 		return authn.Identity{}, errors.New("the caller's token is not bound to a pod, so its node is unknown")
 	}
-	node, sa, ok := s.opts.Pods.Pod(self.Namespace, caller.PodName)
+	pod, ok := s.opts.Pods.Pod(self.Namespace, caller.PodName)
 	if !ok {
 		return authn.Identity{}, fmt.Errorf("pod %s/%s not found", self.Namespace, caller.PodName)
 	}
-	if sa != self.ServiceAccount {
-		return authn.Identity{}, fmt.Errorf("pod %s/%s runs as %s, not %s", self.Namespace, caller.PodName, sa, self.ServiceAccount)
+	if pod.UID != caller.PodUID {
+		// The pod was replaced by one of the same name, perhaps on another node, and the view of the
+		// cluster is behind the token (or ahead of it): its node says nothing about the caller's.
+		return authn.Identity{}, fmt.Errorf("pod %s/%s has UID %q, but the token was issued for UID %q", self.Namespace, caller.PodName,
+			pod.UID, caller.PodUID)
 	}
-	if node == "" || !s.opts.Pods.AccountOnNode(node, want) {
-		return authn.Identity{}, fmt.Errorf("no pod of %s on node %q", want.Account(), node)
+	if pod.ServiceAccount != self.ServiceAccount {
+		return authn.Identity{}, fmt.Errorf("pod %s/%s runs as %s, not %s", self.Namespace, caller.PodName, pod.ServiceAccount, self.ServiceAccount)
+	}
+	if pod.NodeName == "" || !s.opts.Pods.AccountOnNode(pod.NodeName, want) {
+		return authn.Identity{}, fmt.Errorf("no pod of %s on node %q", want.Account(), pod.NodeName)
 	}
 	return want, nil
 }

@@ -31,17 +31,17 @@ func (m tokens) AuthenticateToken(_ context.Context, token string) (*authn.Calle
 	return nil, errors.New("token rejected")
 }
 
-// pods is a fixed cluster: pod namespace/name → node and service account.
-type pods map[string][2]string
+// pods is a fixed cluster: pod namespace/name → its UID, node and service account.
+type pods map[string]Pod
 
-func (p pods) Pod(ns, name string) (string, string, bool) {
+func (p pods) Pod(ns, name string) (Pod, bool) {
 	v, ok := p[ns+"/"+name]
-	return v[0], v[1], ok
+	return v, ok
 }
 
 func (p pods) AccountOnNode(node string, id authn.Identity) bool {
 	for k, v := range p {
-		if v[0] == node && strings.HasPrefix(k, id.Namespace+"/") && v[1] == id.ServiceAccount {
+		if v.NodeName == node && strings.HasPrefix(k, id.Namespace+"/") && v.ServiceAccount == id.ServiceAccount {
 			return true
 		}
 	}
@@ -67,13 +67,16 @@ func startCA(t *testing.T) *caServer {
 	svc := NewService(ServiceOptions{
 		Authority: a,
 		Authenticator: authn.Chain{ClientCert: &authn.ClientCertAuthenticator{TrustDomain: "cluster.local"}, Token: tokens{
-			"cart-token":    {Identities: []authn.Identity{workload}, Method: "token", PodName: "cart-1"},
-			"ztunnel-token": {Identities: []authn.Identity{ztunnel}, Method: "token", PodName: "ztunnel-a"},
-			"fake-ztunnel":  {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "ztunnel"}}, PodName: "z"},
+			"cart-token":    {Identities: []authn.Identity{workload}, Method: "token", PodName: "cart-1", PodUID: "uid-cart-1"},
+			"ztunnel-token": {Identities: []authn.Identity{ztunnel}, Method: "token", PodName: "ztunnel-a", PodUID: "uid-ztunnel-a"},
+			// Issued for a ztunnel-a that was deleted since; the pod of that name now is another one.
+			"replaced-ztunnel-token": {Identities: []authn.Identity{ztunnel}, Method: "token", PodName: "ztunnel-a", PodUID: "uid-ztunnel-a-before"},
+			"fake-ztunnel": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "ztunnel"}},
+				PodName: "z", PodUID: "uid-z"},
 		}},
 		TrustedNodeAccounts: authn.Accounts{"istio-system/ztunnel": true},
-		Pods: pods{"istio-system/ztunnel-a": {"node-a", "ztunnel"}, "shop/cart-1": {"node-a", "cart"},
-			"shop/z": {"node-a", "ztunnel"}, "bank/vault-1": {"node-b", "vault"}},
+		Pods: pods{"istio-system/ztunnel-a": {"uid-ztunnel-a", "node-a", "ztunnel"}, "shop/cart-1": {"uid-cart-1", "node-a", "cart"},
+			"shop/z": {"uid-z", "node-a", "ztunnel"}, "bank/vault-1": {"uid-vault-1", "node-b", "vault"}},
 	})
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(serving.TLSConfig())))
 	svc.Register(g)
@@ -147,6 +150,8 @@ func TestCreateCertificateRefusals(t *testing.T) {
 			codes.Unauthenticated, "impersonation"},
 		"workload on another node": {withToken("ztunnel-token"), map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/bank/sa/vault"},
 			codes.Unauthenticated, "impersonation"},
+		"node account's pod replaced since its token": {withToken("replaced-ztunnel-token"),
+			map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/shop/sa/cart"}, codes.Unauthenticated, "impersonation"},
 		"another signer": {withToken("cart-token"), map[string]string{"CertSigner": "kubernetes.io/kube-apiserver-client"}, codes.InvalidArgument, "signer"},
 	} {
 		md := &structpb.Struct{Fields: map[string]*structpb.Value{}}

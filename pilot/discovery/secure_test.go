@@ -44,7 +44,11 @@ var testTokens = tokens{
 	"productpage": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "bookinfo", ServiceAccount: "bookinfo-productpage"}},
 		Method: "token", PodName: "productpage-v1-0000"},
 	"ztunnel": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "ztunnel"}},
-		Method: "token", PodName: "ztunnel-a"},
+		Method: "token", PodName: "ztunnel-a", PodUID: "6f1c0c7e-ztunnel-a"},
+	// Issued for an earlier pod named ztunnel-a, deleted since (the API server would refuse it too; a
+	// view of the cluster that is behind must not rely on that).
+	"ztunnel-earlier-pod": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "ztunnel"}},
+		Method: "token", PodName: "ztunnel-a", PodUID: "0d9e7b2a-earlier"},
 }
 
 const ztunnelPod = `apiVersion: v1
@@ -52,6 +56,7 @@ kind: Pod
 metadata:
   name: ztunnel-a
   namespace: istio-system
+  uid: 6f1c0c7e-ztunnel-a
 spec:
   nodeName: node-a
   serviceAccountName: ztunnel
@@ -206,6 +211,70 @@ func TestCADirKeepsTheRootAcrossRestarts(t *testing.T) {
 			if _, err := c.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: name}); err != nil {
 				t.Errorf("serving certificate as %s: %v", name, err)
 			}
+		}
+	}
+}
+
+// Pods on node-a beside bookinfo's: one scheduled but without an IP yet, one that has failed.
+const nodeAPods = `apiVersion: v1
+kind: Pod
+metadata:
+  name: checkout-0
+  namespace: shop
+  uid: 3a7d-checkout-0
+spec:
+  nodeName: node-a
+  serviceAccountName: checkout
+  containers:
+  - name: app
+    image: checkout
+status:
+  phase: Pending
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: report-29
+  namespace: shop
+  uid: 91bc-report-29
+spec:
+  nodeName: node-a
+  serviceAccountName: report
+  containers:
+  - name: app
+    image: report
+status:
+  phase: Failed
+  podIP: 10.1.0.77
+`
+
+// TestZtunnelImpersonationFollowsThePodsOnItsNode: the node is the caller's pod's, the pod must be the
+// one the token was issued for, and a workload counts from when it is scheduled until it fails (istiod's
+// node authorizer).
+func TestZtunnelImpersonationFollowsThePodsOnItsNode(t *testing.T) {
+	configDir := copyDir(t, "../../examples/bookinfo")
+	if err := os.WriteFile(filepath.Join(configDir, "60-ztunnel.yaml"), []byte(ztunnelPod+"---\n"+nodeAPods), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	caDir := filepath.Join(t.TempDir(), "ca")
+	srv := startSecure(t, configDir, caDir)
+	certs := pb.NewIstioCertificateServiceClient(dialSecure(t, srv, caDir))
+	impersonate := func(token, id string) (*pb.IstioCertificateResponse, error) {
+		return certs.CreateCertificate(bearer(token), &pb.IstioCertificateRequest{Csr: csr(t),
+			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"ImpersonatedIdentity": structpb.NewStringValue(id)}}})
+	}
+	if resp, err := impersonate("ztunnel", "spiffe://cluster.local/ns/shop/sa/checkout"); err != nil {
+		t.Errorf("ztunnel for a pod on its node that has no IP yet: %v", err)
+	} else if got := leafURI(t, resp); got != "spiffe://cluster.local/ns/shop/sa/checkout" {
+		t.Errorf("certificate for %s", got)
+	}
+	for name, tc := range map[string]struct{ token, id string }{
+		"a failed pod's account":              {"ztunnel", "spiffe://cluster.local/ns/shop/sa/report"},
+		"token of an earlier pod of the name": {"ztunnel-earlier-pod", "spiffe://cluster.local/ns/bookinfo/sa/bookinfo-productpage"},
+	} {
+		if _, err := impersonate(tc.token, tc.id); status.Code(err) != codes.Unauthenticated ||
+			!strings.Contains(err.Error(), "request impersonation authentication failure") {
+			t.Errorf("%s: %v, want Unauthenticated (impersonation refused)", name, err)
 		}
 	}
 }

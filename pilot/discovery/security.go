@@ -10,12 +10,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/ca"
 	"github.com/sextantmesh/sextant/pilot/config"
-	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/source/kube"
 )
 
@@ -104,7 +104,7 @@ func (s *Server) setupSecurity() error {
 	s.secureGRPCServer = grpc.NewServer(append(s.XDS.GRPCServerOptions(), grpc.Creds(credentials.NewTLS(serving.TLSConfig())))...)
 	s.XDS.RegisterAuthenticated(s.secureGRPCServer, chain)
 	ca.NewService(ca.ServiceOptions{Authority: authority, Authenticator: chain, TrustedNodeAccounts: s.trustedAccounts,
-		Pods: snapshotPods{s}, Logger: s.log}).Register(s.secureGRPCServer)
+		Pods: storePods{s}, Logger: s.log}).Register(s.secureGRPCServer)
 	return nil
 }
 
@@ -129,30 +129,37 @@ func (s *Server) ServingCertificate() (*tls.Certificate, error) {
 	return s.serving.Certificate()
 }
 
-// snapshotPods answers impersonation checks from the current snapshot's workloads.
-type snapshotPods struct{ s *Server }
+// storePods answers impersonation checks from the store, the latest view of the cluster: a pod counts
+// from when it is scheduled (it has no IP yet when its node proxy first asks for its certificate) until
+// it has failed, as istiod's node authorizer.
+type storePods struct{ s *Server }
 
-func (p snapshotPods) Pod(namespace, name string) (string, string, bool) {
-	ps := p.s.Pipeline.Current()
-	if ps == nil {
-		return "", "", false
+func (p storePods) Pod(namespace, name string) (ca.Pod, bool) {
+	c := p.s.Store.Get(config.Key{Kind: config.Pod, Namespace: namespace, Name: name})
+	if c == nil {
+		return ca.Pod{}, false
 	}
-	w := ps.Workload(model.WorkloadUID(p.s.Mesh.ClusterID, config.Key{Kind: config.Pod, Namespace: namespace, Name: name}))
-	if w == nil {
-		return "", "", false
+	pod, ok := c.Spec.(*corev1.Pod)
+	if !ok {
+		return ca.Pod{}, false
 	}
-	return w.NodeName, w.ServiceAccount, true
+	return ca.Pod{UID: c.UID, NodeName: pod.Spec.NodeName, ServiceAccount: podServiceAccount(pod)}, true
 }
 
-func (p snapshotPods) AccountOnNode(node string, id authn.Identity) bool {
-	ps := p.s.Pipeline.Current()
-	if ps == nil {
-		return false
+func (p storePods) AccountOnNode(node string, id authn.Identity) bool {
+	for _, c := range p.s.Store.ListNamespace(config.Pod, id.Namespace) {
+		pod, ok := c.Spec.(*corev1.Pod)
+		if ok && pod.Spec.NodeName == node && pod.Status.Phase != corev1.PodFailed && podServiceAccount(pod) == id.ServiceAccount {
+			return true
+		}
 	}
-	found := false
-	ps.AllWorkloads(func(w *model.Workload) bool {
-		found = w.Source.Kind == config.Pod && w.NodeName == node && w.Namespace == id.Namespace && w.ServiceAccount == id.ServiceAccount
-		return !found
-	})
-	return found
+	return false
+}
+
+// podServiceAccount is the account a pod runs as; Kubernetes' admission defaults an empty one to "default".
+func podServiceAccount(pod *corev1.Pod) string {
+	if pod.Spec.ServiceAccountName == "" {
+		return "default"
+	}
+	return pod.Spec.ServiceAccountName
 }
