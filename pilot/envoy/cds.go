@@ -1010,23 +1010,34 @@ func logicalDNSAssignment(cla *endpoint.ClusterLoadAssignment) *endpoint.Cluster
 	return cla
 }
 
+// buildInboundCluster forwards to the workload at the connection's original destination (its pod IP and
+// port), as istiod's inbound clusters do under the default inbound traffic policy (PASSTHROUGH): an
+// application listening on the pod IP alone is reached, not only one on 127.0.0.1.
 func buildInboundCluster(port uint32, protocol model.Protocol) *cluster.Cluster {
 	name := InboundClusterName(port)
 	c := &cluster.Cluster{
 		Name:                 name,
-		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
+		LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
 		ConnectTimeout:       durationpb.New(defaultConnectTimeout),
+		// The hosts are the workload's own addresses: never clean them up (istiod's ~292 years).
+		CleanupInterval: &durationpb.Duration{Seconds: inboundCleanupSeconds},
+		// Bound to 127.0.0.6 so that iptables does not capture the sidecar's own connection to the pod IP.
+		UpstreamBindConfig: &core.BindConfig{SourceAddress: socketAddress(inboundPassthroughBindIP, 0).GetSocketAddress()},
 		// istiod's inbound clusters lift the circuit breakers too, so the proxy never limits its own workload.
 		CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{maxThresholds()}},
-		LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
-			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-				Address: socketAddress("127.0.0.1", port)}}}},
-		}}},
 	}
 	// Towards its own workload a sidecar speaks the port's protocol too (the client's on a sniffed port).
 	applyHTTPProtocol(c, nil, &model.Port{Port: port, Protocol: protocol}, true)
 	return c
 }
+
+// inboundPassthroughBindIP is the source address of a sidecar's connections to its own workload, which
+// Istio's iptables rules let pass unredirected.
+const inboundPassthroughBindIP = "127.0.0.6"
+
+// inboundCleanupSeconds is the longest whole-second time.Duration, as istiod sets it.
+const inboundCleanupSeconds = (math.MaxInt64 - 999999999) / int64(time.Second)
 
 func buildStaticCluster(name string) *cluster.Cluster {
 	c := &cluster.Cluster{Name: name, ConnectTimeout: durationpb.New(defaultConnectTimeout)}
@@ -1038,7 +1049,7 @@ func buildStaticCluster(name string) *cluster.Cluster {
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
 		if name == InboundPassthroughCluster {
 			// Istio binds inbound passthrough connections to 127.0.0.6 so they are not redirected again.
-			c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()}
+			c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress(inboundPassthroughBindIP, 0).GetSocketAddress()}
 		}
 	}
 	return c

@@ -95,6 +95,29 @@ func TestCDSGolden(t *testing.T) {
 	golden(t, "cds", "grpc-shop", grpc)
 }
 
+// A sidecar's inbound clusters forward to the connection's original destination, the workload's pod IP
+// and port (istiod's default inbound traffic policy), from 127.0.0.6 so that iptables lets the
+// connection through; they carry no endpoint list of their own.
+func TestCDSInboundOriginalDestination(t *testing.T) {
+	push := cdsPush(t)
+	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	for _, name := range []string{"inbound|7070||", "inbound|8080||"} {
+		c := clusterByName(t, cs, name)
+		if c.GetType() != cluster.Cluster_ORIGINAL_DST || c.LbPolicy != cluster.Cluster_CLUSTER_PROVIDED {
+			t.Errorf("%s: type %v lb %v, want ORIGINAL_DST and CLUSTER_PROVIDED", name, c.GetType(), c.LbPolicy)
+		}
+		if c.LoadAssignment != nil {
+			t.Errorf("%s: endpoints %v, want none (the original destination)", name, c.LoadAssignment)
+		}
+		if got := c.GetUpstreamBindConfig().GetSourceAddress(); got.GetAddress() != "127.0.0.6" || got.GetPortValue() != 0 {
+			t.Errorf("%s: bound to %v, want 127.0.0.6", name, got)
+		}
+		if got := c.GetCleanupInterval().GetSeconds(); got < 9223372035 {
+			t.Errorf("%s: hosts cleaned up after %ds", name, got)
+		}
+	}
+}
+
 func TestCDSClusters(t *testing.T) {
 	push := cdsPush(t)
 	g := New(Options{})
