@@ -829,8 +829,34 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 				}}
 			}
 		}
+		if h2 {
+			common.AlpnProtocols = []string{"h2"} // an HTTP/2 cluster says so, as istiod's do
+		}
 		c.TransportSocket = tlsSocket(ctx)
+		// The connection managers' istio.alpn filter would replace this ALPN with Istio's own, which a
+		// server outside the mesh does not know.
+		noALPNOverride(c)
 	}
+}
+
+// noALPNOverride sets the cluster metadata istio.alpn_override "false", which the istio.alpn filter reads
+// to leave the cluster's ALPN as configured.
+func noALPNOverride(c *cluster.Cluster) {
+	if c.Metadata == nil {
+		c.Metadata = &core.Metadata{}
+	}
+	if c.Metadata.FilterMetadata == nil {
+		c.Metadata.FilterMetadata = map[string]*structpb.Struct{}
+	}
+	md := c.Metadata.FilterMetadata["istio"]
+	if md == nil {
+		md = &structpb.Struct{}
+		c.Metadata.FilterMetadata["istio"] = md
+	}
+	if md.Fields == nil {
+		md.Fields = map[string]*structpb.Value{}
+	}
+	md.Fields["alpn_override"] = structpb.NewStringValue("false")
 }
 
 // setUpstreamHTTPOptions edits the cluster's upstream HTTP options (auto SNI, SAN validation), adding the

@@ -204,7 +204,7 @@ spec:
 `)
 	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
 	h := ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0])
-	if got, want := httpFilterNames(h), []string{jwtAuthnFilter, ldsFaultFilter, ldsRouterFilterName}; !slices.Equal(got, want) {
+	if got, want := httpFilterNames(h), []string{jwtAuthnFilter, ldsALPNFilterName, ldsFaultFilter, ldsRouterFilterName}; !slices.Equal(got, want) {
 		t.Fatalf("http filters %v, want %v", got, want)
 	}
 	cfg := jwtConfigOf(t, h)

@@ -20,8 +20,14 @@ package envoy
 //     need. The wildcard listeners are IPv4 (0.0.0.0), like virtualOutbound: no dual-stack capture.
 //   - Their chains keep the matches one shared capture listener needed (destination port, VIPs as prefix
 //     ranges), harmless within one destination's listener. HTTP ports (HTTP, HTTP2, gRPC) match on the
-//     destination port only and go through an HTTP connection manager whose routes come from RDS under
-//     the port number ("9080"). Other ports: a service with VIPs matches on them (/32, /128, or its
+//     destination port and what the http_inspector finds to be plaintext HTTP (raw_buffer, ALPN
+//     http/1.0, http/1.1, h2c) and go through an HTTP connection manager whose routes come from RDS under
+//     the port number ("9080"); the rest (TLS, other protocols, to an address no chain names) goes to the
+//     listener's default chain, as istiod's: a TCP service without VIP on the port, else
+//     PassthroughCluster (BlackHoleCluster under REGISTRY_ONLY). Outbound and gateway connection managers
+//     carry istio.alpn, which offers the request's HTTP version upstream in Istio's ALPN (istio-http/1.1,
+//     istio-h2), except to clusters with TLS of their own (metadata istio.alpn_override "false"). Outbound
+//     listener filters have no timeout (istiod's). Other ports: a service with VIPs matches on them (/32, /128, or its
 //     address block) and port; one without on the port only, the first service (by hostname) keeping a shared port. They forward with
 //     tcp_proxy to the service's outbound cluster, or to the destinations of the first matching `tcp`
 //     route of the VirtualService for the host (weighted_clusters for several). TLS/HTTPS ports also get
@@ -102,6 +108,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	alpn "istio.io/api/envoy/config/filter/http/alpn/v2alpha1"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
@@ -274,6 +281,28 @@ func ldsEnvoyHTTPFilters() []*hcm.HttpFilter {
 
 func ldsRouterFilter() *hcm.HttpFilter { return ldsHTTPFilter(ldsRouterFilterName, &router.Router{}) }
 
+// ldsALPNFilterName is Istio's ALPN override filter, built into Istio's proxy.
+const ldsALPNFilterName = "istio.alpn"
+
+// ldsALPNFilter is istiod's istio.alpn: the upstream mTLS connection offers the request's HTTP version in
+// Istio's own ALPN ("istio-http/1.1", "istio-h2"), from which the server sidecar's inbound chains tell HTTP
+// from TCP on a port of unknown protocol. "istio" keeps older servers matching, and the plain names give a
+// server outside the mesh a protocol it knows. Clusters with TLS of their own (SIMPLE, MUTUAL) turn it off
+// with the cluster metadata istio.alpn_override "false".
+func ldsALPNFilter() *hcm.HttpFilter {
+	return ldsHTTPFilter(ldsALPNFilterName, &alpn.FilterConfig{AlpnOverride: []*alpn.FilterConfig_AlpnOverride{
+		{UpstreamProtocol: alpn.FilterConfig_HTTP10, AlpnOverride: []string{"istio-http/1.0", "istio", "http/1.0"}},
+		{UpstreamProtocol: alpn.FilterConfig_HTTP11, AlpnOverride: []string{"istio-http/1.1", "istio", "http/1.1"}},
+		{UpstreamProtocol: alpn.FilterConfig_HTTP2, AlpnOverride: []string{"istio-h2", "istio", "h2"}},
+	}})
+}
+
+// ldsOutboundHTTPFilters ends the connection managers of sidecar outbound chains and gateways (not inbound
+// ones, whose upstream is the local application): the ALPN override, then the Envoy filters.
+func ldsOutboundHTTPFilters() []*hcm.HttpFilter {
+	return append([]*hcm.HttpFilter{ldsALPNFilter()}, ldsEnvoyHTTPFilters()...)
+}
+
 // ldsRDSManager is a connection manager whose routes come from RDS over ADS.
 func ldsRDSManager(statPrefix, routeName string, filters []*hcm.HttpFilter) *hcm.HttpConnectionManager {
 	return &hcm.HttpConnectionManager{
@@ -339,7 +368,8 @@ func ldsInspectors(chains []*listener.FilterChain) []*listener.ListenerFilter {
 	var tls, http bool
 	for _, fc := range chains {
 		m := fc.GetFilterChainMatch()
-		tls = tls || len(m.GetServerNames()) > 0 || m.GetTransportProtocol() != ""
+		// raw_buffer is what Envoy reports without the tls_inspector.
+		tls = tls || len(m.GetServerNames()) > 0 || (m.GetTransportProtocol() != "" && m.GetTransportProtocol() != "raw_buffer")
 		http = http || len(m.GetApplicationProtocols()) > 0
 	}
 	var out []*listener.ListenerFilter

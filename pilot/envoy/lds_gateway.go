@@ -126,7 +126,7 @@ type gatewayAuthz struct {
 }
 
 func (a gatewayAuthz) httpFilters() []*hcm.HttpFilter {
-	return append(slices.Clone(a.http), ldsEnvoyHTTPFilters()...)
+	return append(slices.Clone(a.http), ldsOutboundHTTPFilters()...)
 }
 
 func (a gatewayAuthz) tcpFilters(proxy *listener.Filter) []*listener.Filter {

@@ -91,15 +91,24 @@ func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *mode
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.
 var sniffedHTTP = []string{"http/1.0", "http/1.1", "h2c"}
 
+// passthroughChain names the chain that takes what no other chain of a listener does, as istiod's.
+const passthroughChain = "PassthroughFilterChain"
+
+// catchAllCluster is where traffic to destinations outside the registry goes under the outbound traffic
+// policy: PassthroughCluster, or BlackHoleCluster under REGISTRY_ONLY.
+func catchAllCluster(registryOnly bool) string {
+	if registryOnly {
+		return BlackHoleCluster
+	}
+	return PassthroughCluster
+}
+
 // buildVirtualOutbound builds the outbound capture listener, istiod's: iptables sends all outbound traffic
 // to 15001, use_original_dst hands each connection to the listener for its original destination (see
 // buildOutboundListeners), and what no listener takes goes to PassthroughCluster, or under REGISTRY_ONLY
 // to BlackHoleCluster (istiod's catch-all chain; the chain keeps one name so only its cluster changes).
 func buildVirtualOutbound(registryOnly bool) *listener.Listener {
-	catchAll := PassthroughCluster
-	if registryOnly {
-		catchAll = BlackHoleCluster
-	}
+	catchAll := catchAllCluster(registryOnly)
 	return &listener.Listener{
 		Name:             VirtualOutboundListener,
 		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
@@ -107,7 +116,7 @@ func buildVirtualOutbound(registryOnly bool) *listener.Listener {
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		ListenerFilters:  []*listener.ListenerFilter{ldsOriginalDst()},
 		FilterChains: []*listener.FilterChain{{
-			Name:    "PassthroughFilterChain",
+			Name:    passthroughChain,
 			Filters: []*listener.Filter{ldsTCPProxyFilter(catchAll, []tcpDest{{catchAll, 100}})},
 		}},
 	}
@@ -125,6 +134,8 @@ type outboundListener struct {
 	port   uint32
 	extra  []string // the other VIPs of its services, in the order met: its additional addresses
 	chains []chainPlan
+	// httpPort: the listener holds the HTTP chain of its port, which takes sniffed plaintext HTTP only.
+	httpPort bool
 }
 
 // buildOutboundListeners returns a listener (bind_to_port false) per outbound destination of scope, sorted
@@ -182,15 +193,18 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 		taken[k.String()] = true
 		return true
 	}
-	// HTTP ports first: they take the port-only match.
+	// HTTP ports first. As istiod's, the port's HTTP chain takes what the http_inspector finds to be
+	// plaintext HTTP; anything else (TLS, other protocols) to an address no other chain matches goes to
+	// the port's default chain (below).
 	for _, svc := range scope.Services {
 		for _, p := range svc.Ports {
 			if p.Protocol.IsHTTP() {
 				built.httpPorts[p.Port]++
 			}
-			if p.Protocol.IsHTTP() && claim(nil, p.Port, "") {
+			if p.Protocol.IsHTTP() && claim(nil, p.Port, "http") {
 				ol := listenerFor("0.0.0.0", p.Port)
-				ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true})
+				ol.httpPort = true
+				ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true, alpn: sniffedHTTP, transport: "raw_buffer"})
 			}
 		}
 	}
@@ -227,6 +241,9 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				}
 			}
 			name := namePrefix + "_" + ldsPortName(p.Port)
+			if name == ol.name && ol.httpPort {
+				name += "_tcp" // the HTTP chain has the listener's name
+			}
 			dests := tcpRouteDests(push, vs, scope.Namespace, model.MeshGateway, p.Port)
 			if len(dests) == 0 {
 				dests = []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
@@ -280,14 +297,20 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 	}
 	// A listener whose chains all match on more than the port (SNI, application protocol, address block)
 	// sends what none takes where the capture listener would: Envoy closes a connection no chain matches.
-	catchAll := PassthroughCluster
-	if scope.RegistryOnly {
-		catchAll = BlackHoleCluster
-	}
+	// On an HTTP port the chain taking the port is the listener's default chain, as istiod's: Envoy picks
+	// a chain level by level without going back, so a connection the HTTP chain's transport protocol
+	// (raw_buffer) matches but its application protocol does not would find no chain at all.
+	catchAll := catchAllCluster(scope.RegistryOnly)
 	for _, ol := range byName {
-		if len(ol.chains) > 0 && !slices.ContainsFunc(ol.chains, func(c chainPlan) bool { return c.takesPort(ol.ip) }) {
-			ol.chains = append(ol.chains, chainPlan{name: "PassthroughFilterChain", port: ol.port, dests: []tcpDest{{catchAll, 100}}})
+		if len(ol.chains) == 0 {
+			continue
 		}
+		i := slices.IndexFunc(ol.chains, func(c chainPlan) bool { return c.takesPort(ol.ip) })
+		if i < 0 {
+			ol.chains = append(ol.chains, chainPlan{name: passthroughChain, port: ol.port, dests: []tcpDest{{catchAll, 100}}})
+			i = len(ol.chains) - 1
+		}
+		ol.chains[i].isDefault = ol.httpPort
 	}
 
 	names := slices.Sorted(maps.Keys(byName))
@@ -379,7 +402,7 @@ func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*c
 // shares a VIP listener or an additional address with another service, when an HTTP port appears or goes
 // away (0.0.0.0_PORT does), or when a VirtualService's TCP or TLS routes depend on other services.
 func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope) (next *listenerList, ok bool, err error) {
-	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed {
+	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed || prev.scope.RegistryOnly != scope.RegistryOnly {
 		return nil, false, nil
 	}
 	removed, added := scopeChanges(prev.scope.Services, scope.Services)
@@ -464,15 +487,19 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 
 // chainPlan is an outbound filter chain as data.
 type chainPlan struct {
-	name  string
-	port  uint32
-	vips  []*core.CidrRange
-	alpn  []string // sniffed HTTP
-	sni   []string
-	http  bool      // an HTTP connection manager on route configuration PORT (or route); else tcp_proxy to dests
-	dests []tcpDest // tcp_proxy
+	name string
+	port uint32
+	vips []*core.CidrRange
+	alpn []string // sniffed HTTP
+	// transport is the transport protocol matched: "raw_buffer" for plaintext only.
+	transport string
+	sni       []string
+	http      bool      // an HTTP connection manager on route configuration PORT (or route); else tcp_proxy to dests
+	dests     []tcpDest // tcp_proxy
 	// route names the route configuration of sniffed HTTP, istiod's HOST:PORT: only the service's routes.
 	route string
+	// isDefault: the listener's default chain, taking what no other chain matches (no match of its own).
+	isDefault bool
 }
 
 // takesPort reports whether the chain takes every connection reaching listener address ip on its port: it
@@ -483,9 +510,12 @@ func (c chainPlan) takesPort(ip string) bool {
 
 func (c chainPlan) build(paths string) *listener.FilterChain {
 	m := &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(c.port), PrefixRanges: c.vips,
-		ApplicationProtocols: c.alpn, ServerNames: c.sni}
+		ApplicationProtocols: c.alpn, ServerNames: c.sni, TransportProtocol: c.transport}
+	if c.isDefault {
+		m = nil
+	}
 	if c.http {
-		hc := ldsRDSManager("outbound_"+c.name, cmp.Or(c.route, ldsPortName(c.port)), ldsEnvoyHTTPFilters())
+		hc := ldsRDSManager("outbound_"+c.name, cmp.Or(c.route, ldsPortName(c.port)), ldsOutboundHTTPFilters())
 		ldsMeshHTTPManager(hc, paths)
 		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
 	}
@@ -513,12 +543,17 @@ func (ol *outboundListener) describe(additional []string) string {
 		b.WriteByte('|')
 		b.WriteString(strings.Join(c.alpn, ","))
 		b.WriteByte('|')
+		b.WriteString(c.transport)
+		b.WriteByte('|')
 		b.WriteString(c.route)
 		b.WriteByte('|')
 		b.WriteString(strings.Join(c.sni, ","))
 		b.WriteByte('|')
 		if c.http {
 			b.WriteString("http")
+		}
+		if c.isDefault {
+			b.WriteString("|default")
 		}
 		for _, d := range c.dests {
 			b.WriteByte('|')
@@ -530,19 +565,29 @@ func (ol *outboundListener) describe(additional []string) string {
 	return b.String()
 }
 
-// build makes the listener.
+// build makes the listener. As istiod's, its listener filters have no timeout: a client that sends its
+// first bytes late (a pooled connection opened ahead of its first request) is not cut off by the
+// http_inspector's wait, Envoy's 15 s by default.
 func (ol *outboundListener) build(additional []string, paths string) *listener.Listener {
-	chains := make([]*listener.FilterChain, len(ol.chains))
-	for i, c := range ol.chains {
-		chains[i] = c.build(paths)
+	chains := make([]*listener.FilterChain, 0, len(ol.chains))
+	var def *listener.FilterChain
+	for _, c := range ol.chains {
+		if c.isDefault {
+			def = c.build(paths)
+			continue
+		}
+		chains = append(chains, c.build(paths))
 	}
 	lis := &listener.Listener{
-		Name:             ol.name,
-		Address:          socketAddress(ol.ip, ol.port),
-		BindToPort:       wrapperspb.Bool(false),
-		TrafficDirection: core.TrafficDirection_OUTBOUND,
-		ListenerFilters:  ldsInspectors(chains),
-		FilterChains:     chains,
+		Name:                             ol.name,
+		Address:                          socketAddress(ol.ip, ol.port),
+		BindToPort:                       wrapperspb.Bool(false),
+		TrafficDirection:                 core.TrafficDirection_OUTBOUND,
+		ListenerFilters:                  ldsInspectors(chains),
+		ListenerFiltersTimeout:           durationpb.New(0),
+		ContinueOnListenerFiltersTimeout: true,
+		FilterChains:                     chains,
+		DefaultFilterChain:               def,
 	}
 	for _, ip := range additional {
 		lis.AdditionalAddresses = append(lis.AdditionalAddresses, &listener.AdditionalAddress{Address: socketAddress(ip, ol.port)})

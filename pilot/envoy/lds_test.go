@@ -397,7 +397,8 @@ func TestListenerSidecarOutbound(t *testing.T) {
 		}
 	}
 
-	// HTTP ports: RDS by port number, on 0.0.0.0, no inspector.
+	// HTTP ports: RDS by port number, on 0.0.0.0, for what the http_inspector finds to be plaintext HTTP;
+	// the rest passes through (TestOutboundHTTPPortPassesOtherTraffic).
 	for _, port := range []string{"80", "9080", "7070"} {
 		l := ldsFind(t, ls, "0.0.0.0_"+port)
 		h := ldsHCMOf(t, ldsChain(t, l, "0.0.0.0_"+port))
@@ -407,8 +408,9 @@ func TestListenerSidecarOutbound(t *testing.T) {
 		if h.GetRds().GetConfigSource().GetAds() == nil {
 			t.Errorf("port %s: RDS not over ADS", port)
 		}
-		if len(l.FilterChains) != 1 || len(l.ListenerFilters) != 0 {
-			t.Errorf("port %s: %d chains, listener filters %v", port, len(l.FilterChains), listenerFilterNames(l))
+		if len(l.FilterChains) != 1 || l.DefaultFilterChain.GetName() != "PassthroughFilterChain" ||
+			!slices.Equal(listenerFilterNames(l), []string{ldsHTTPInspectorFilter}) {
+			t.Errorf("port %s: %d chains, default chain %q, listener filters %v", port, len(l.FilterChains), l.DefaultFilterChain.GetName(), listenerFilterNames(l))
 		}
 	}
 

@@ -283,7 +283,7 @@ func TestCustomOnGateway(t *testing.T) {
 	for _, f := range ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0]).HttpFilters {
 		names = append(names, f.Name)
 	}
-	if want := []string{httpRBACFilter, httpExtAuthzFilter, ldsFaultFilter, ldsRouterFilterName}; !slices.Equal(names, want) {
+	if want := []string{httpRBACFilter, httpExtAuthzFilter, ldsALPNFilterName, ldsFaultFilter, ldsRouterFilterName}; !slices.Equal(names, want) {
 		t.Errorf("gateway http filters %v, want %v", names, want)
 	}
 }
