@@ -718,9 +718,24 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"unknown field"},
 		},
 		{
-			name: "VirtualService without hosts", doc: istio("VirtualService", "  http:\n  - route:\n    - destination: {host: a}\n"),
-			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.hosts",
-			message: []string{"at least one host"},
+			name: "delegate VirtualService (no hosts) with gateways", doc: istio("VirtualService", "  gateways: [gw]\n  http:\n  - route:\n    - destination: {host: a}\n"),
+			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.gateways",
+			message: []string{"delegate", "must not name gateways"},
+		},
+		{
+			name: "delegate VirtualService with tcp routes", doc: istio("VirtualService", "  tcp:\n  - route:\n    - destination: {host: a}\n"),
+			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.tcp",
+			message: []string{"only have http routes"},
+		},
+		{
+			name: "delegate VirtualService that delegates", doc: istio("VirtualService", "  http:\n  - delegate: {name: b}\n"),
+			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.http[0].delegate",
+			message: []string{"cannot delegate again"},
+		},
+		{
+			name: "root route with both delegate and route", doc: istio("VirtualService", "  hosts: [a]\n  http:\n  - delegate: {name: b}\n    route:\n    - destination: {host: a}\n"),
+			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.http[0].route",
+			message: []string{"cannot be combined with delegate"},
 		},
 		{
 			name: "VirtualService without routes", doc: istio("VirtualService", "  hosts: [a]\n"),

@@ -248,15 +248,35 @@ func validateDestination(f string, d *networking.Destination) error {
 }
 
 func validateVirtualService(s *networking.VirtualService) error {
-	if len(s.Hosts) == 0 {
-		return fieldErr("spec.hosts", "at least one host is required")
+	// Without hosts it is a delegate: its http routes are merged into the routes of roots that name it.
+	delegate := len(s.Hosts) == 0
+	if delegate {
+		switch {
+		case len(s.Gateways) > 0:
+			return fieldErr("spec.gateways", "a delegate VirtualService (no hosts) must not name gateways: it takes its root's")
+		case len(s.Tcp) > 0:
+			return fieldErr("spec.tcp", "a delegate VirtualService (no hosts) can only have http routes")
+		case len(s.Tls) > 0:
+			return fieldErr("spec.tls", "a delegate VirtualService (no hosts) can only have http routes")
+		}
 	}
 	if len(s.Http) == 0 && len(s.Tcp) == 0 && len(s.Tls) == 0 {
 		return fieldErr("spec.http", "at least one of http, tcp or tls routes is required")
 	}
 	for i, r := range s.Http {
 		f := fmt.Sprintf("spec.http[%d]", i)
-		if len(r.Route) == 0 && r.Redirect == nil && r.DirectResponse == nil && r.Delegate == nil {
+		if r.Delegate != nil {
+			switch {
+			case delegate:
+				return fieldErr(f+".delegate", "a delegate VirtualService (no hosts) cannot delegate again")
+			case r.Delegate.Name == "":
+				return fieldErr(f+".delegate.name", "required")
+			case len(r.Route) > 0:
+				return fieldErr(f+".route", "cannot be combined with delegate: the delegate's routes say where requests go")
+			case r.Redirect != nil:
+				return fieldErr(f+".redirect", "cannot be combined with delegate")
+			}
+		} else if len(r.Route) == 0 && r.Redirect == nil && r.DirectResponse == nil {
 			return fieldErr(f+".route", "a route, redirect or directResponse is required")
 		}
 		if r.Redirect != nil && len(r.Route) > 0 {
@@ -626,9 +646,6 @@ func Warnings(c *Config) []*FieldError {
 	case *networking.VirtualService:
 		for i, r := range s.Http {
 			f := fmt.Sprintf("spec.http[%d]", i)
-			if r.Delegate != nil {
-				warn(f+".delegate", "not implemented: this rule is left out, and the routes of VirtualService %s are not merged in its place", r.Delegate.Name)
-			}
 			if r.CorsPolicy != nil {
 				warn(f+".corsPolicy", "not implemented: no CORS filter or policy is set, so preflight requests reach the service and no CORS headers are added")
 			}

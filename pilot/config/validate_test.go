@@ -139,7 +139,7 @@ spec:
   - match: [{sniHosts: [reviews], destinationSubnets: [10.0.0.0/8]}]
     route: [{destination: {host: reviews}}]
 `, []string{"spec.http[0].corsPolicy", "spec.http[0].retries.retryRemoteLocalities", "spec.http[0].match[0].statPrefix",
-			"spec.http[1].delegate", "spec.tcp[0].match[1].sourceLabels", "spec.tls[0].match[0].destinationSubnets"}},
+			"spec.tcp[0].match[1].sourceLabels", "spec.tls[0].match[0].destinationSubnets"}},
 		{"ServiceEntry", `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: se, namespace: shop}
@@ -191,5 +191,23 @@ spec:
 	}
 	if ws := config.Warnings(plain); len(ws) != 0 {
 		t.Errorf("a VirtualService Sextant honours warns: %v", warningFields(ws))
+	}
+}
+
+// A VirtualService without hosts is a delegate, as in istiod: it loads, and so does the root that names it,
+// neither with a warning (the model merges the delegate's routes into the root's).
+func TestDelegateVirtualServiceLoads(t *testing.T) {
+	for _, doc := range []string{
+		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: inner, namespace: shop}\nspec:\n  http:\n  - match: [{uri: {prefix: /a/b}}]\n    route: [{destination: {host: reviews}}]\n",
+		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{uri: {prefix: /a}}]\n    delegate: {name: inner}\n",
+	} {
+		c, err := parseOne(t, doc)
+		if err != nil {
+			t.Errorf("%s: %v", doc, err)
+			continue
+		}
+		if ws := config.Warnings(c); len(ws) > 0 {
+			t.Errorf("%s: warnings %v", doc, warningFields(ws))
+		}
 	}
 }

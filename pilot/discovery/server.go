@@ -372,6 +372,7 @@ func (s *Server) Warnings() []*config.Error {
 	if ps := s.Pipeline.Current(); ps != nil {
 		out = append(out, ps.CredentialProblems(time.Now())...)
 		out = append(out, ps.AuthorizationProblems()...)
+		out = append(out, ps.VirtualServiceProblems()...)
 	}
 	return out
 }

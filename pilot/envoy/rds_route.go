@@ -59,7 +59,7 @@ func (b *routeBuilder) virtualServiceRoutes(vs *model.VirtualService, gateway st
 	var out []*route.Route
 	for _, in := range vs.Spec.Http {
 		if in.Delegate != nil {
-			continue // delegate VirtualServices are not supported
+			continue // never here: the model merges a delegate's routes into its root in place of this one
 		}
 		matches := in.Match
 		if len(matches) == 0 {

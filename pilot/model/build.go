@@ -271,6 +271,7 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 	u.r.workload = u.workload
 
 	rebuild := map[string]bool{}
+	var vsChanged []config.Key
 	for _, ch := range changes {
 		switch ch.Key.Kind {
 		case config.Service, config.ServiceEntry:
@@ -289,6 +290,7 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 			rebuild[IndexDestinationRules] = true
 		case config.VirtualService:
 			rebuild[IndexVirtualServices] = true
+			vsChanged = append(vsChanged, ch.Key)
 		case config.Gateway:
 			rebuild[IndexGateways] = true
 		case config.Sidecar:
@@ -310,7 +312,7 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 		next.destinationRules = buildDestinationRules(reader, next.Mesh)
 	}
 	if rebuild[IndexVirtualServices] {
-		next.virtualServices = buildVirtualServices(reader, next.Mesh)
+		next.virtualServices = updateVirtualServices(prev.virtualServices, reader, next.Mesh, vsChanged)
 	}
 	if rebuild[IndexGateways] {
 		next.gateways = buildGateways(reader)

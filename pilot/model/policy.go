@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
@@ -227,90 +226,6 @@ func LabelsKey(labels map[string]string) string {
 		b.WriteByte(0)
 	}
 	return b.String()
-}
-
-// VirtualService is a VirtualService with its hosts and gateways resolved to full names.
-type VirtualService struct {
-	*config.Config
-	Spec     *networking.VirtualService
-	Hosts    []string
-	Gateways []string // "mesh" or NAMESPACE/NAME
-	ExportTo []string
-}
-
-// MeshGateway is the implicit gateway meaning "all sidecars".
-const MeshGateway = "mesh"
-
-type virtualServiceIndex struct {
-	byGateway map[string][]*VirtualService // oldest first
-	// byHost caches, per [proxy namespace, gateway], the visible VirtualServices by host: a sidecar's route
-	// tables look one up per service, and scanning every VirtualService each time was a tenth of a build.
-	byHost sync.Map // [2]string → *vsHostIndex
-}
-
-// vsHostIndex answers VirtualServiceForHost for one proxy namespace and gateway.
-type vsHostIndex struct {
-	exact    map[string]*VirtualService // the oldest VirtualService naming the host exactly
-	wildcard []vsPattern                // wildcard hosts, oldest VirtualService first
-}
-
-type vsPattern struct {
-	pattern string
-	vs      *VirtualService
-}
-
-func newVSHostIndex(visible []*VirtualService) *vsHostIndex {
-	idx := &vsHostIndex{exact: map[string]*VirtualService{}}
-	for _, vs := range visible {
-		for _, h := range vs.Hosts {
-			if strings.HasPrefix(h, "*") {
-				idx.wildcard = append(idx.wildcard, vsPattern{h, vs})
-			} else if _, taken := idx.exact[h]; !taken {
-				idx.exact[h] = vs
-			}
-		}
-	}
-	return idx
-}
-
-// forHost is the exact match, else the longest matching wildcard (the oldest among equals): the order
-// moreSpecific defines.
-func (idx *vsHostIndex) forHost(host string) *VirtualService {
-	if vs := idx.exact[host]; vs != nil {
-		return vs
-	}
-	var best *VirtualService
-	bestHost := ""
-	for _, w := range idx.wildcard {
-		if HostMatches(w.pattern, host) && (best == nil || moreSpecific(w.pattern, bestHost)) {
-			best, bestHost = w.vs, w.pattern
-		}
-	}
-	return best
-}
-
-func buildVirtualServices(reader ConfigReader, m *mesh.Config) *virtualServiceIndex {
-	all := reader.List(config.VirtualService)
-	slices.SortFunc(all, compareConfigs)
-	idx := &virtualServiceIndex{byGateway: map[string][]*VirtualService{}}
-	for _, c := range all {
-		spec := c.Spec.(*networking.VirtualService)
-		vs := &VirtualService{Config: c, Spec: spec, ExportTo: normalizeExportTo(spec.ExportTo, c.Namespace)}
-		for _, h := range spec.Hosts {
-			vs.Hosts = append(vs.Hosts, ResolveHost(h, c.Namespace, m.DomainSuffix))
-		}
-		gws := spec.Gateways
-		if len(gws) == 0 {
-			gws = []string{MeshGateway}
-		}
-		for _, g := range gws {
-			vs.Gateways = append(vs.Gateways, resolveGatewayName(g, c.Namespace))
-		}
-		for _, g := range vs.Gateways {
-			idx.byGateway[g] = append(idx.byGateway[g], vs)
-		}
-	}
-	return idx
 }
 
 // resolveGatewayName turns "gw" or "ns/gw" (or "gw.ns.svc.cluster.local") into NAMESPACE/NAME.
