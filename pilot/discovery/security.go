@@ -11,12 +11,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/ca"
 	"github.com/sextantmesh/sextant/pilot/config"
-	"github.com/sextantmesh/sextant/pilot/source/kube"
 )
 
 // DefaultServingDNSNames are the names the serving certificate of the secure port carries: istiod's, so
@@ -36,16 +34,7 @@ const DefaultTrustedNodeAccounts = "istio-system/ztunnel"
 func (s *Server) setupSecurity() error {
 	a := s.args
 	now := time.Now()
-	var client kubernetes.Interface
-	if a.Kubeconfig != "" || a.InCluster {
-		restConfig, err := kube.RESTConfig(a.Kubeconfig)
-		if err != nil {
-			return fmt.Errorf("kubernetes: %w", err)
-		}
-		if client, err = kubernetes.NewForConfig(restConfig); err != nil {
-			return fmt.Errorf("kubernetes: %w", err)
-		}
-	}
+	client := s.kubeClient
 	ns := a.CANamespace
 	if ns == "" {
 		ns = DefaultCANamespace

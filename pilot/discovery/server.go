@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/ca"
@@ -22,7 +23,9 @@ import (
 	"github.com/sextantmesh/sextant/pilot/envoy"
 	"github.com/sextantmesh/sextant/pilot/jwks"
 	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/push"
+	"github.com/sextantmesh/sextant/pilot/secretaccess"
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/source/kube"
 	"github.com/sextantmesh/sextant/pilot/store"
@@ -62,6 +65,9 @@ type Args struct {
 	MaxWorkloadCertTTL time.Duration
 	// TokenAuthenticator verifies bearer tokens instead of the cluster's TokenReview API.
 	TokenAuthenticator authn.TokenAuthenticator
+	// SecretAuthorizer decides which identities are served their namespace's key pairs over SDS, instead
+	// of the cluster's SubjectAccessReview API (without a cluster, and without this, every identity is).
+	SecretAuthorizer envoy.SecretAuthorizer
 	// DebugAdminNamespaces may read every /debug view with a token, beside the mesh root namespace.
 	DebugAdminNamespaces []string
 	HTTPAddr             string
@@ -108,8 +114,13 @@ type Server struct {
 	// JWKS fetches the key sets RequestAuthentication rules name by URI into the store.
 	JWKS *jwks.Fetcher
 	// CA is the mesh CA, nil when the secure port is off.
-	CA   *ca.Authority
-	kube *kube.Source
+	CA *ca.Authority
+	// SecretAccess reviews which identities may be served their namespace's key pairs over SDS; nil
+	// without a cluster or without the secure port.
+	SecretAccess *secretaccess.Reviewer
+	kube         *kube.Source
+	// kubeClient is the client of the security features (token and access reviews, the CA's Secrets).
+	kubeClient kubernetes.Interface
 	// startupCleared is set once the server has been ready; see notReadyReason.
 	startupCleared atomic.Bool
 
@@ -160,7 +171,22 @@ func NewServer(args Args) (*Server, error) {
 		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger, MaxFileBytes: args.ConfigMaxFileBytes,
 			MaxTotalBytes: args.ConfigMaxTotalBytes})
 	}
-	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy}), ztunnel.New()
+	secretAuthorizer := args.SecretAuthorizer
+	if args.SecureGRPCAddr != "" && (args.Kubeconfig != "" || args.InCluster) {
+		restConfig, err := kube.RESTConfig(args.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: %w", err)
+		}
+		if s.kubeClient, err = kubernetes.NewForConfig(restConfig); err != nil {
+			return nil, fmt.Errorf("kubernetes: %w", err)
+		}
+		if secretAuthorizer == nil {
+			s.SecretAccess = secretaccess.New(secretaccess.Options{Reviews: s.kubeClient.AuthorizationV1().SubjectAccessReviews(),
+				OnDecided: s.pushSecretAccess, Logger: args.Logger})
+			secretAuthorizer = s.SecretAccess
+		}
+	}
+	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy, SecretAuthorizer: secretAuthorizer}), ztunnel.New()
 	generators := s.Envoy.ByTypeURL()
 	maps.Copy(generators, s.Ztunnel.ByTypeURL())
 	s.Generators = generators
@@ -207,6 +233,12 @@ func NewServer(args Args) (*Server, error) {
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
 	return s, nil
+}
+
+// pushSecretAccess pushes SDS to the proxies of an identity whose access to its Secrets was decided.
+func (s *Server) pushSecretAccess(id authn.Identity) {
+	s.XDS.Push(&model.PushRequest{SecretAccessUpdated: map[string]struct{}{id.Account(): {}},
+		Reason: map[string]int{"secret-access": 1}, Start: time.Now()})
 }
 
 func (s *Server) closeListeners() {
@@ -369,10 +401,29 @@ func (s *Server) Warnings() []*config.Error {
 				"%d objects of kind %s (%s) in the cluster at start: Sextant does not read this kind, so they have no effect", u.Count, u.Kind, u.APIVersion)})
 		}
 	}
+	out = append(out, s.secretDenials()...)
 	if ps := s.Pipeline.Current(); ps != nil {
 		out = append(out, ps.CredentialProblems(time.Now())...)
 		out = append(out, ps.AuthorizationProblems()...)
 		out = append(out, ps.VirtualServiceProblems()...)
+	}
+	return out
+}
+
+// secretDenials are the secrets refused to connected proxies over SDS, as warnings naming the Secret.
+func (s *Server) secretDenials() []*config.Error {
+	connected := map[string]bool{}
+	for _, c := range s.XDS.Connections() {
+		connected[c.NodeID] = true
+	}
+	var out []*config.Error
+	for _, d := range s.Envoy.SecretDenials(func(id string) bool { return connected[id] }) {
+		who := "proxy " + d.Proxy
+		if d.Identity != "" {
+			who += " (identity " + d.Identity + ")"
+		}
+		out = append(out, &config.Error{File: "sds", Kind: string(config.Secret), Namespace: d.Namespace, Name: d.Name, Warning: true,
+			Message: fmt.Sprintf("%s not served to %s since %s: %s", d.Resource, who, d.Since.UTC().Format(time.RFC3339), d.Reason)})
 	}
 	return out
 }

@@ -68,6 +68,8 @@ type Generators struct {
 	vhdsOff bool
 	// secretAuthorizer is Options.SecretAuthorizer.
 	secretAuthorizer SecretAuthorizer
+	// denials are the secrets refused to connected proxies (see SecretDenials).
+	denials *secretDenials
 }
 
 // slots keeps one marshaled resource per name together with the key it was built from. A changed key
@@ -259,7 +261,7 @@ func New(opts Options) *Generators {
 		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
 		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
 		clusterLists: newGenerations[listID, *clusterList](), listenerLists: newGenerations[listID, *listenerList](),
-		secretAuthorizer: opts.SecretAuthorizer}
+		secretAuthorizer: opts.SecretAuthorizer, denials: newSecretDenials()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)

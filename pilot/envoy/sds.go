@@ -11,6 +11,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/secretaccess"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -20,9 +21,13 @@ import (
 //     cacert) of the Secret NAME-cacert if it exists, else of NAME, as a ValidationContext.
 //     "kubernetes://NAMESPACE/NAME" names the namespace, which must be the proxy's own.
 //   - Only an authenticated stream gets secrets, and only from the namespace of its verified identity
-//     (a gateway's is the gateway's namespace): what a node claims proves nothing. A key pair also needs
-//     the SecretAuthorizer's yes, when one is configured (istiod: may the service account list Secrets
-//     there); a CA alone is public.
+//     (a gateway's is the gateway's namespace): what a node claims proves nothing, and a Secret of another
+//     namespace is never served (istiod allows one only as a Gateway API reference a ReferenceGrant
+//     permits, which Sextant does not read). A key pair also needs the SecretAuthorizer's yes, when one is
+//     configured (with a cluster: may the service account list Secrets there, as istiod asks); a CA alone
+//     is public.
+//   - A secret refused to a proxy is logged and kept in SecretDenials (for /debug/config_errors) until
+//     that proxy is served it or goes away.
 //   - A Secret that is missing, malformed or not allowed is left out of the response and logged, never an
 //     error: the listener or cluster naming it waits for it (Envoy keeps it warming until its
 //     initial_fetch_timeout) and nothing else is affected. A Secret edited into something unusable keeps
@@ -34,9 +39,10 @@ const (
 )
 
 // SecretAuthorizer says whether a workload identity may read the Secrets of its namespace. It is asked
-// on every SDS generation of a key pair and must answer from memory.
+// on every SDS generation of a key pair and must answer from memory; a pending answer is followed by a
+// push naming the identity in PushRequest.SecretAccessUpdated.
 type SecretAuthorizer interface {
-	MayReadSecrets(id authn.Identity) (allowed bool, reason string)
+	MayReadSecrets(id authn.Identity) secretaccess.Decision
 }
 
 type secretGenerator struct{ g *Generators }
@@ -110,6 +116,10 @@ func (s secretGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushContex
 	if !ok {
 		return nil, nil, true, nil
 	}
+	if accessDecided(proxy, req) {
+		// Whatever the proxy may now have; nothing it had is taken back (see above).
+		return s.generate(proxy, push, w, nil), nil, true, nil
+	}
 	return s.generate(proxy, push, w, func(ref secretRef) bool { return secretChanged(req, ns, ref) }), nil, true, nil
 }
 
@@ -125,6 +135,9 @@ func (s secretGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, req
 	if req.Full && len(req.ConfigsUpdated) == 0 {
 		return true // the first snapshot, or the mesh config: anything may have changed
 	}
+	if accessDecided(proxy, req) {
+		return true
+	}
 	for k := range req.ConfigsUpdated {
 		if k.Kind != config.Secret || k.Namespace != ns {
 			continue
@@ -139,6 +152,15 @@ func (s secretGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, req
 		}
 	}
 	return false
+}
+
+// accessDecided reports whether req carries a new SecretAuthorizer answer for the proxy's identity.
+func accessDecided(proxy *xds.Proxy, req *model.PushRequest) bool {
+	if proxy.Identity == nil || len(req.SecretAccessUpdated) == 0 {
+		return false
+	}
+	_, ok := req.SecretAccessUpdated[proxy.Identity.Account()]
+	return ok
 }
 
 // secretChanged reports whether ref, read in namespace ns, depends on a Secret req changed: NAME-cacert
@@ -165,19 +187,24 @@ func (s secretGenerator) generate(proxy *xds.Proxy, push *model.PushContext, w *
 		}
 		log := slog.With("proxy", proxy.String(), "secret", resource)
 		if !authenticated {
-			log.Warn("secret not served: secrets go only to authenticated streams (xDS over TLS, port 15012), never on the plaintext port")
-			return nil
+			const why = "secrets go only to authenticated streams (xDS over TLS, port 15012), never on the plaintext port"
+			log.Warn("secret not served: " + why)
+			s.g.denials.deny(proxy, resource, ref.namespace, "", why)
+			continue
 		}
 		if only != nil && (ref.namespace != "" && ref.namespace != ns || !only(ref)) {
 			continue // a push for changed Secrets: the rest was answered (or refused, and logged) before
 		}
 		if ref.namespace != "" && ref.namespace != ns {
-			log.Warn("secret not served: it names another namespace than the proxy's verified identity",
-				"identity", proxy.Identity.String(), "namespace", ref.namespace)
+			why := "it names namespace " + ref.namespace + ", not the namespace of the proxy's verified identity " +
+				proxy.Identity.String() + " (a proxy is served only its own namespace's Secrets)"
+			log.Warn("secret not served: " + why)
+			s.g.denials.deny(proxy, resource, ref.namespace, proxy.Identity.String(), why)
 			continue
 		}
 		log = log.With("namespace", ns)
 		if base, ca := strings.CutSuffix(ref.name, model.CACertSuffix); ca {
+			s.g.denials.allow(proxy, resource)
 			bundle, found, problem := push.CABundle(ns, base)
 			switch {
 			case !found:
@@ -200,12 +227,19 @@ func (s secretGenerator) generate(proxy *xds.Proxy, push *model.PushContext, w *
 			continue
 		}
 		if a := s.g.secretAuthorizer; a != nil {
-			if ok, reason := a.MayReadSecrets(*proxy.Identity); !ok {
+			switch d := a.MayReadSecrets(*proxy.Identity); {
+			case d.Pending:
+				// Pushed again when the answer comes (PushRequest.SecretAccessUpdated).
+				log.Debug("secret not served yet: " + d.Reason)
+				continue
+			case !d.Allowed:
 				log.Warn("secret not served: the proxy's identity may not read Secrets of its namespace",
-					"identity", proxy.Identity.String(), "reason", reason)
+					"identity", proxy.Identity.String(), "reason", d.Reason)
+				s.g.denials.deny(proxy, resource, ns, proxy.Identity.String(), d.Reason)
 				continue
 			}
 		}
+		s.g.denials.allow(proxy, resource)
 		kp, problem := cred.KeyPair()
 		switch {
 		case kp == nil:

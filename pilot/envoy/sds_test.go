@@ -22,6 +22,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	meshconfig "github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/secretaccess"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -211,8 +212,8 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 
 type denyAll struct{}
 
-func (denyAll) MayReadSecrets(authn.Identity) (bool, string) {
-	return false, "not allowed to list secrets"
+func (denyAll) MayReadSecrets(authn.Identity) secretaccess.Decision {
+	return secretaccess.Decision{Reason: "not allowed to list secrets"}
 }
 
 func TestSDSAuthorizerGuardsKeysNotCAs(t *testing.T) {

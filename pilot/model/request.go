@@ -18,6 +18,9 @@ type PushRequest struct {
 	ServicesUpdated map[string]struct{}
 	// WorkloadsUpdated holds uids of workloads added, changed or removed.
 	WorkloadsUpdated map[string]struct{}
+	// SecretAccessUpdated holds the identities (NAMESPACE/SERVICE_ACCOUNT) whose permission to be served
+	// their namespace's Secrets was decided or changed: their proxies get SDS again, nothing else.
+	SecretAccessUpdated map[string]struct{}
 	// Reason counts why the push happened ("config", "endpoint", "proxy-connect", ...).
 	Reason map[string]int
 	// Start is when the first change in this request was seen; push latency is measured from it.
@@ -36,13 +39,14 @@ func (r *PushRequest) Merge(o *PushRequest) *PushRequest {
 		return r
 	}
 	out := &PushRequest{
-		Full:             r.Full || o.Full,
-		ConfigsUpdated:   unionKeys(r.ConfigsUpdated, o.ConfigsUpdated),
-		ServicesUpdated:  unionKeys(r.ServicesUpdated, o.ServicesUpdated),
-		WorkloadsUpdated: unionKeys(r.WorkloadsUpdated, o.WorkloadsUpdated),
-		Reason:           map[string]int{},
-		Start:            r.Start,
-		Push:             r.Push,
+		Full:                r.Full || o.Full,
+		ConfigsUpdated:      unionKeys(r.ConfigsUpdated, o.ConfigsUpdated),
+		ServicesUpdated:     unionKeys(r.ServicesUpdated, o.ServicesUpdated),
+		WorkloadsUpdated:    unionKeys(r.WorkloadsUpdated, o.WorkloadsUpdated),
+		SecretAccessUpdated: unionKeys(r.SecretAccessUpdated, o.SecretAccessUpdated),
+		Reason:              map[string]int{},
+		Start:               r.Start,
+		Push:                r.Push,
 	}
 	if o.Start.Before(out.Start) || out.Start.IsZero() {
 		out.Start = o.Start

@@ -229,6 +229,10 @@ func (s *Server) startStream() bool {
 	return true
 }
 
+// Push hands req to the connections it concerns, as a request from the pipeline would be: for changes
+// the pipeline does not see (an authorization answer). It never blocks.
+func (s *Server) Push(req *model.PushRequest) { s.onPushRequest(req) }
+
 // onPushRequest runs on the pipeline's goroutine: it only merges and signals, never blocks.
 func (s *Server) onPushRequest(req *model.PushRequest) {
 	s.pushRequests.Add(1)

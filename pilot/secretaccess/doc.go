@@ -1,0 +1,3 @@
+// Package secretaccess answers whether a workload identity may be served its namespace's Secrets over SDS:
+// as istiod, whether its service account may list them (a SubjectAccessReview), asked in the background and cached.
+package secretaccess
