@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,61 @@ spec:
 	shared := s.st.Get(config.Key{Kind: config.VirtualService, Namespace: "default", Name: "shared"}).Spec.(*networking.VirtualService)
 	if len(shared.Http[0].Match) != 0 || shared.Http[0].Route[0].Destination.Host != "ratings" {
 		t.Errorf("the stored delegate was modified: %v", shared)
+	}
+}
+
+// Random VirtualService changes (roots, delegates, roots turning into delegates and back, gateways, deletes):
+// every incremental snapshot says what a full build of the same store says.
+func TestVirtualServiceUpdatesMatchFullBuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := newVSStore(t)
+	ps := model.Build(s.st, mesh.Default())
+	names := []string{"a", "b", "c", "d", "e"}
+	dumpVS := func(ps *model.PushContext) string {
+		var b strings.Builder
+		for _, gw := range []string{model.MeshGateway, "default/gw"} {
+			for _, ns := range []string{"default", "shop"} {
+				for _, vs := range ps.VirtualServices(ns, gw) {
+					fmt.Fprintf(&b, "%s %s %s/%s %v\n%s", gw, ns, vs.Namespace, vs.Name, vs.Hosts, describeRoutes(vs))
+				}
+			}
+		}
+		for _, p := range ps.VirtualServiceProblems() {
+			fmt.Fprintf(&b, "problem %s/%s %s: %s\n", p.Namespace, p.Name, p.Field, p.Message)
+		}
+		return b.String()
+	}
+	for step := range 300 {
+		for range 1 + rng.IntN(3) {
+			ns := []string{"default", "shop"}[rng.IntN(2)]
+			name := names[rng.IntN(len(names))]
+			if rng.IntN(5) == 0 {
+				s.del(ns, name)
+				continue
+			}
+			var doc strings.Builder
+			fmt.Fprintf(&doc, "metadata: {name: %s, namespace: %s}\nspec:\n", name, ns)
+			root := rng.IntN(2) == 0
+			if root {
+				fmt.Fprintf(&doc, "  hosts: [%s.example.com]\n", name)
+				if rng.IntN(3) == 0 {
+					doc.WriteString("  gateways: [gw, mesh]\n")
+				}
+			}
+			if rng.IntN(3) == 0 {
+				doc.WriteString("  exportTo: [.]\n")
+			}
+			doc.WriteString("  http:\n")
+			if root {
+				fmt.Fprintf(&doc, "  - match: [{uri: {prefix: /%d}}]\n    delegate: {name: %s, namespace: %s}\n",
+					rng.IntN(3), names[rng.IntN(len(names))], []string{"default", "shop"}[rng.IntN(2)])
+			}
+			fmt.Fprintf(&doc, "  - match: [{uri: {prefix: /%d/x}}]\n    route: [{destination: {host: r%d}}]\n", rng.IntN(3), rng.IntN(3))
+			s.put(doc.String())
+		}
+		ps = s.update(ps)
+		if got, want := dumpVS(ps), dumpVS(model.Build(s.st, mesh.Default())); got != want {
+			t.Fatalf("step %d: incremental\n%s\nfull build\n%s", step, got, want)
+		}
 	}
 }
