@@ -37,7 +37,14 @@ type Chain struct {
 	ClientCert *ClientCertAuthenticator
 	// Token verifies bearer tokens; nil when no cluster is configured (then only certificates are accepted).
 	Token TokenAuthenticator
+	// ClusterID is the cluster whose API server reviews the tokens. Istio's clients name their cluster in
+	// the clusterid metadata; a token of another cluster is not this one's to vouch for (istiod would ask
+	// that cluster's API server), so it is refused.
+	ClusterID string
 }
+
+// clusterIDKey is the metadata Istio's agent and ztunnel name their cluster in.
+const clusterIDKey = "clusterid"
 
 // TokenAuthenticator verifies a bearer token.
 type TokenAuthenticator interface {
@@ -61,6 +68,14 @@ func (c Chain) Authenticate(ctx context.Context) (*Caller, error) {
 	}
 	if c.Token == nil {
 		return nil, errors.New("bearer token presented, but token authentication needs a Kubernetes cluster: present a client certificate issued by the mesh CA")
+	}
+	if c.ClusterID != "" {
+		md, _ := metadata.FromIncomingContext(ctx)
+		for _, claimed := range md.Get(clusterIDKey) {
+			if claimed != c.ClusterID {
+				return nil, fmt.Errorf("the client says its token is from cluster %q, but tokens are reviewed by cluster %q only", claimed, c.ClusterID)
+			}
+		}
 	}
 	return c.Token.AuthenticateToken(ctx, token)
 }

@@ -126,6 +126,14 @@ func TestZtunnelWithTheRealAPIServer(t *testing.T) {
 			account+" is not a trusted node account")
 	}
 
+	// ztunnel names its cluster (CLUSTER_ID): a token it says is another cluster's is not this one's to review.
+	elsewhere := *z
+	elsewhere.ClusterID = "east"
+	if _, _, err := elsewhere.FetchCertificate(ctx, "spiffe://cluster.local/ns/shop/sa/cart"); status.Code(err) != codes.Unauthenticated ||
+		!strings.Contains(err.Error(), `token is from cluster "east", but tokens are reviewed by cluster "Kubernetes" only`) {
+		t.Errorf("ztunnel naming another cluster: %v, want Unauthenticated naming both clusters", err)
+	}
+
 	// xDS: the trusted ztunnel is served its workloads; the others PermissionDenied, naming why.
 	resp, err := z.FirstXDSResponse(ctx, addressType)
 	if err != nil {
