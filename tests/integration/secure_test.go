@@ -41,6 +41,14 @@ import (
 // startSecureSextant runs the discovery server as the least-privilege account with only the secure port.
 func startSecureSextant(t *testing.T, kubeconfig string) *discovery.Server {
 	t.Helper()
+	srv, _ := runSecureSextant(t, kubeconfig)
+	return srv
+}
+
+// runSecureSextant is startSecureSextant that also returns a function stopping the server, as a
+// replica that is shut down (it is stopped at the end of the test otherwise).
+func runSecureSextant(t *testing.T, kubeconfig string) (*discovery.Server, func()) {
+	t.Helper()
 	logger, _ := newLogger(t)
 	srv, err := discovery.NewServer(discovery.Args{Kubeconfig: kubeconfig, SecureGRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		TrustedNodeAccounts: discovery.DefaultTrustedNodeAccounts, DebounceAfter: 50 * time.Millisecond, DebounceMax: time.Second, Logger: logger})
@@ -48,13 +56,14 @@ func startSecureSextant(t *testing.T, kubeconfig string) *discovery.Server {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); srv.Wait() })
+	stop := func() { cancel(); srv.Wait() }
+	t.Cleanup(stop)
 	timer := time.AfterFunc(2*time.Minute, cancel)
 	defer timer.Stop()
 	if err := srv.Start(ctx); err != nil {
 		t.Fatalf("sextant did not start: %v", err)
 	}
-	return srv
+	return srv, stop
 }
 
 func serviceAccountToken(t *testing.T, s *apiServer, ns, sa string, audiences ...string) string {
@@ -118,7 +127,7 @@ func TestSecurePortWithTheRealAPIServer(t *testing.T) {
 	_, kubeconfig := leastPrivilege(t, s)
 	allowSecretsRead(t, s)
 	s.EnsureNamespace("shop")
-	srv := startSecureSextant(t, kubeconfig)
+	srv, stopFirst := runSecureSextant(t, kubeconfig)
 	ctx := context.Background()
 
 	secret, err := s.Kube.CoreV1().Secrets("istio-system").Get(ctx, ca.SelfSignedSecret, metav1.GetOptions{})
@@ -208,9 +217,35 @@ func TestSecurePortWithTheRealAPIServer(t *testing.T) {
 	})
 	t.Logf("istio-ca-root-cert in a new namespace %s after it was created", time.Since(created).Round(time.Millisecond))
 
-	// A second replica (or a restart) signs with the same root.
-	second := startSecureSextant(t, kubeconfig)
+	// A second replica signs with the same root.
+	second, stopSecond := runSecureSextant(t, kubeconfig)
 	if string(second.CA.RootPEM()) != string(root) || string(srv.CA.RootPEM()) != string(root) {
 		t.Error("the second replica has another root")
 	}
+	rootIn := func(ns string, within time.Duration) {
+		t.Helper()
+		s.EnsureNamespace(ns)
+		created := time.Now()
+		eventually(t, within, "istio-ca-root-cert in namespace "+ns, func() bool {
+			cm, err := s.Kube.CoreV1().ConfigMaps(ns).Get(ctx, ca.RootConfigMap, metav1.GetOptions{})
+			return err == nil && cm.Data[ca.RootConfigMapKey] == string(root)
+		})
+		t.Logf("istio-ca-root-cert in namespace %s %s after it was created", ns, time.Since(created).Round(time.Millisecond))
+	}
+	// The first replica (the publisher) shuts down and releases the Lease: the second publishes the root
+	// once it has taken the Lease, at its next try (every 2 s).
+	stopFirst()
+	rootIn("after-failover", 10*time.Second)
+	// Every replica restarts: the root is still istio-ca-secret's, and it is published.
+	stopSecond()
+	restarted := startSecureSextant(t, kubeconfig)
+	if string(restarted.CA.RootPEM()) != string(root) {
+		t.Error("after a restart the CA has another root")
+	}
+	secret, err = s.Kube.CoreV1().Secrets("istio-system").Get(ctx, ca.SelfSignedSecret, metav1.GetOptions{})
+	must(t, err)
+	if string(secret.Data[ca.RootFile]) != string(root) {
+		t.Error("istio-ca-secret was replaced on restart")
+	}
+	rootIn("after-restart", 5*time.Second)
 }
