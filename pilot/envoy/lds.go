@@ -56,7 +56,10 @@ package envoy
 //     deny because it cannot be honoured, as a warning.
 //
 // Gateways (router proxies) get one listener "BIND_PORT" ("0.0.0.0_PORT" without bind) per Gateway server
-// address, for the Gateways selecting the proxy's labels:
+// address, for the Gateways selecting the proxy's labels. PORT is where the pod receives the server's
+// traffic: the target port of the first port of that number of a Service selecting the pod (unless the
+// Service is labelled experimental.istio.io/disable-gateway-port-translation), else the server's port, as
+// istiod; routes still match the server's port.
 //   - HTTP servers share one chain: connection manager with RDS GatewayRouteName ("http.PORT").
 //   - HTTPS servers (tls mode SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL) get a chain each,
 //     server_names = the server's hosts (none for "*"), terminating TLS with the SDS secret

@@ -2,6 +2,8 @@ package envoy
 
 import (
 	"cmp"
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -26,6 +28,7 @@ import (
 type gatewayListenerKey struct {
 	version  uint64
 	gateways string
+	ports    string
 	addr     gatewayAddr
 	policies string
 }
@@ -40,6 +43,54 @@ type gatewayAddr struct {
 type gatewayServer struct {
 	gw     *config.Config
 	server *networking.Server
+}
+
+// gatewayPorts maps a Gateway server's port number to the port the gateway pod listens on for it, as
+// istiod's mergeGateways: the target port of the first Service port of that number among the services
+// selecting the pod (a Service labelled experimental.istio.io/disable-gateway-port-translation is skipped),
+// else the number itself. Traffic sent to a gateway Service's port reaches the pod on its target port.
+// Only numbers that change are kept.
+type gatewayPorts map[uint32]uint32
+
+func gatewayPortsOf(proxy *xds.Proxy, push *model.PushContext) gatewayPorts {
+	w, labels := proxyWorkload(proxy, push)
+	var out gatewayPorts
+	for _, t := range push.ServiceTargets(proxy.Namespace, labels, w) {
+		if _, off := t.Service.Labels[model.DisableGatewayPortTranslationLabel]; off {
+			continue
+		}
+		if _, done := out[t.Port.Port]; done {
+			continue
+		}
+		if out == nil {
+			out = gatewayPorts{}
+		}
+		out[t.Port.Port] = t.TargetPort
+	}
+	for p, target := range out {
+		if p == target {
+			delete(out, p)
+		}
+	}
+	return out
+}
+
+// listen returns the port the gateway listens on for a server on port.
+func (m gatewayPorts) listen(port uint32) uint32 {
+	if t, ok := m[port]; ok {
+		return t
+	}
+	return port
+}
+
+// describe names the mapping for cache keys.
+func (m gatewayPorts) describe() string {
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%d>%d,", k, m[k])
+	}
+	return b.String()
 }
 
 func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
@@ -60,6 +111,7 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 		logAuthzNotes(append(notes, tcpNotes...), "namespace", proxy.Namespace, "proxy", proxy.ID)
 	}
 	policyKey := describePolicies(policies) + env.describe()
+	ports := gatewayPortsOf(proxy, push)
 	var names []string
 	byAddr := map[gatewayAddr][]gatewayServer{}
 	for _, gw := range gws {
@@ -72,7 +124,7 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 			if _, err := netip.ParseAddr(bind); err != nil {
 				bind = "0.0.0.0" // unset, or a unix socket: not supported
 			}
-			a := gatewayAddr{bind, s.Port.Number}
+			a := gatewayAddr{bind, ports.listen(s.Port.Number)}
 			byAddr[a] = append(byAddr[a], gatewayServer{gw, s})
 		}
 	}
@@ -90,7 +142,7 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 		if lis == nil {
 			continue // no server yields a chain: Envoy refuses a listener without one
 		}
-		r, err := l.g.cached(gatewayListenerKey{push.Version, set, a, policyKey}, lis.Name, func() proto.Message { return lis })
+		r, err := l.g.cached(gatewayListenerKey{push.Version, set, ports.describe(), a, policyKey}, lis.Name, func() proto.Message { return lis })
 		if err != nil {
 			return nil, err
 		}
@@ -146,6 +198,7 @@ func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string) {
 
 // buildGatewayListener builds the listener BIND_PORT (0.0.0.0_PORT) for the servers on addr, nil when none
 // yields a chain. The first server's class (HTTP, TLS, TCP) decides; servers of another class are ignored.
+// addr's port is where the pod listens; routes match each server's own port, as clients address it.
 func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz) *listener.Listener {
 	port := addr.port
 	name := addr.bind + "_" + ldsPortName(port)
@@ -180,12 +233,12 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 		switch class {
 		case gatewayHTTP:
 			if len(chains) == 0 {
-				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
+				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s, port), authz.httpFilters())
 				ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
 				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}})
 			}
 		case gatewayTCP:
-			if dests := gatewayTCPDestinations(push, gs, gwName, port); len(dests) > 0 {
+			if dests := gatewayTCPDestinations(push, gs, gwName, s.Port.Number); len(dests) > 0 {
 				if _, ok := claim(nil); !ok {
 					continue
 				}
@@ -201,7 +254,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 					if !vsBindsTo(vs, s.Hosts, gs.gw.Namespace) {
 						continue
 					}
-					for _, r := range sniRoutes(push, vs, gs.gw.Namespace, gwName, port, allow) {
+					for _, r := range sniRoutes(push, vs, gs.gw.Namespace, gwName, s.Port.Number, allow) {
 						if r.sni, ok = claim(r.sni); !ok {
 							continue
 						}
@@ -221,10 +274,10 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 				isHTTPS := model.ParseProtocol(s.Port.Protocol) == model.ProtocolHTTPS
 				var filters []*listener.Filter
 				if isHTTPS {
-					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s), authz.httpFilters())
+					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s, port), authz.httpFilters())
 					ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
 					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
-				} else if dests := gatewayTCPDestinations(push, gs, gwName, port); len(dests) > 0 {
+				} else if dests := gatewayTCPDestinations(push, gs, gwName, s.Port.Number); len(dests) > 0 {
 					filters = authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))
 				} else {
 					continue

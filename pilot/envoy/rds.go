@@ -53,15 +53,17 @@ func (r routeGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *x
 	g := r.g
 	scope := g.scopeFor(proxy, push)
 	var gws []*config.Config
+	var gwPorts gatewayPorts
 	if proxy.Type == xds.Router {
 		gws = push.Gateways(proxy.Labels)
+		gwPorts = gatewayPortsOf(proxy, push)
 	}
-	gwKey := gatewaysKey(gws)
+	gwKey := gatewaysKey(gws, gwPorts)
 	names := requestedNames(w)
 	if w == nil || w.Wildcard {
 		switch proxy.Type {
 		case xds.Router:
-			names = append(names, gatewayRouteNames(gws)...)
+			names = append(names, gatewayRouteNames(gws, gwPorts)...)
 		case xds.GRPC:
 			names = append(names, grpcRouteNames(scope)...)
 		default:
@@ -74,7 +76,7 @@ func (r routeGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *x
 	}
 	out := make(xds.Resources, 0, len(names))
 	for _, name := range names {
-		res, err := g.routeConfig(proxy, push, scope, gws, gwKey, name)
+		res, err := g.routeConfig(proxy, push, scope, gws, gwPorts, gwKey, name)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +117,8 @@ var (
 )
 
 // routeConfig returns the marshaled RouteConfiguration name for proxy, or nil when it does not exist.
-func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwKey, name string) (*xds.Resource, error) {
+func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwPorts gatewayPorts,
+	gwKey, name string) (*xds.Resource, error) {
 	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey,
 		vhds: g.usesVHDS(proxy)}
 	r, ok := g.resources.Get(key)
@@ -129,7 +132,7 @@ func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scop
 		}
 		return r, nil
 	}
-	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, grpc: proxy.Type == xds.GRPC}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts, grpc: proxy.Type == xds.GRPC}
 	var rc *route.RouteConfiguration
 	switch proxy.Type {
 	case xds.Router:
@@ -193,9 +196,10 @@ type routeBuilder struct {
 	push  *model.PushContext
 	proxy *xds.Proxy
 	scope *Scope
-	// gateways are the Gateways selecting a router, oldest first.
-	gateways []*config.Config
-	grpc     bool
+	// gateways are the Gateways selecting a router, oldest first; gatewayPorts where its pod serves them.
+	gateways     []*config.Config
+	gatewayPorts gatewayPorts
+	grpc         bool
 	// usedLabels records that a VirtualService match on sourceLabels was evaluated against the proxy.
 	usedLabels bool
 	// deps, when set, collects the destination services the routes resolved.

@@ -2,16 +2,18 @@ package envoy
 
 // Gateway RouteConfigurations, named as istiod names them:
 //
-//	http.PORT[.BIND]                                   plain HTTP (HTTP, HTTP2, GRPC) servers on PORT, all
-//	                                                   Gateways selecting the proxy merged
-//	https.PORT.PORTNAME.GATEWAY.NAMESPACE[.BIND]       an HTTPS server terminating TLS (PORTNAME is the
-//	                                                   server's port.name); PASSTHROUGH and AUTO_PASSTHROUGH
+//	http.PORT[.BIND]                                   plain HTTP (HTTP, HTTP2, GRPC) servers the pod serves
+//	                                                   on PORT (gatewayPorts: the gateway Service's target
+//	                                                   port), all Gateways selecting the proxy merged
+//	https.PORT.PORTNAME.GATEWAY.NAMESPACE[.BIND]       an HTTPS server terminating TLS (PORT and PORTNAME
+//	                                                   are the server's); PASSTHROUGH and AUTO_PASSTHROUGH
 //	                                                   servers have no routes (SNI filter chains instead)
 //
 // Each has one virtual host per host shared by a server and a VirtualService bound to its Gateway, named
-// HOST:PORT with the domains HOST and HOST:PORT; routes of several VirtualServices for one host are
-// concatenated, oldest first. A configuration without any gets istiod's "blackhole:PORT" virtual host ("*",
-// no routes: 404).
+// HOST:PORT (the server's port) with the domain HOST, the port ignored in host matching as istiod does (a
+// client may address the gateway on any port); routes of several VirtualServices for one host are
+// concatenated, oldest first, each matching its server's port. A configuration without any gets istiod's
+// "blackhole:PORT" virtual host ("*", no routes: 404).
 
 import (
 	"slices"
@@ -26,10 +28,10 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
-// GatewayRouteName returns the RouteConfiguration name of server in Gateway gw, or "" when the server's
-// traffic does not go through RDS (TCP, TLS, HTTPS passthrough). The listener generator uses it in its
-// HttpConnectionManager's rds.route_config_name.
-func GatewayRouteName(gw *config.Config, server *networking.Server) string {
+// GatewayRouteName returns the RouteConfiguration name of server in Gateway gw, served on the pod's port
+// listenPort, or "" when the server's traffic does not go through RDS (TCP, TLS, HTTPS passthrough). The
+// listener generator uses it in its HttpConnectionManager's rds.route_config_name.
+func GatewayRouteName(gw *config.Config, server *networking.Server, listenPort uint32) string {
 	if server.GetPort() == nil {
 		return ""
 	}
@@ -37,11 +39,11 @@ func GatewayRouteName(gw *config.Config, server *networking.Server) string {
 	if server.Bind != "" {
 		bind = "." + server.Bind
 	}
-	port := strconv.FormatUint(uint64(server.Port.Number), 10)
 	switch p := model.ParseProtocol(server.Port.Protocol); {
 	case p.IsHTTP():
-		return "http." + port + bind
+		return "http." + strconv.FormatUint(uint64(listenPort), 10) + bind
 	case p == model.ProtocolHTTPS && !isPassthroughServer(server):
+		port := strconv.FormatUint(uint64(server.Port.Number), 10)
 		return "https." + port + "." + server.Port.Name + "." + gw.Name + "." + gw.Namespace + bind
 	}
 	return ""
@@ -55,10 +57,12 @@ func isPassthroughServer(s *networking.Server) bool {
 	return false
 }
 
-// gatewaysKey names the Gateways selecting a router for the cache key. Within one snapshot a name stands for
-// one content.
-func gatewaysKey(gws []*config.Config) string {
+// gatewaysKey names the Gateways selecting a router and the ports its pod serves them on, for the cache key.
+// Within one snapshot a name stands for one content.
+func gatewaysKey(gws []*config.Config, ports gatewayPorts) string {
 	var b strings.Builder
+	b.WriteString(ports.describe())
+	b.WriteByte(0)
 	for _, gw := range gws {
 		b.WriteString(gw.Namespace)
 		b.WriteByte('/')
@@ -69,11 +73,11 @@ func gatewaysKey(gws []*config.Config) string {
 }
 
 // gatewayRouteNames returns every route configuration name of the Gateways, sorted.
-func gatewayRouteNames(gws []*config.Config) []string {
+func gatewayRouteNames(gws []*config.Config, ports gatewayPorts) []string {
 	var out []string
 	for _, gw := range gws {
 		for _, s := range gw.Spec.(*networking.Gateway).Servers {
-			if n := GatewayRouteName(gw, s); n != "" {
+			if n := GatewayRouteName(gw, s, ports.listen(s.GetPort().GetNumber())); n != "" {
 				out = append(out, n)
 			}
 		}
@@ -91,7 +95,7 @@ func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration
 	var servers []gatewayServer
 	for _, gw := range b.gateways {
 		for _, s := range gw.Spec.(*networking.Gateway).Servers {
-			if GatewayRouteName(gw, s) == name {
+			if GatewayRouteName(gw, s, b.gatewayPorts.listen(s.GetPort().GetNumber())) == name {
 				servers = append(servers, gatewayServer{gw, s})
 			}
 		}
@@ -99,7 +103,6 @@ func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration
 	if len(servers) == 0 {
 		return nil
 	}
-	port := servers[0].server.Port.Number
 	domains := newDomainSet(0)
 	var vhosts []*route.VirtualHost
 	type vhostState struct {
@@ -109,6 +112,7 @@ func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration
 	byHost := map[string]*vhostState{}
 	for _, gs := range servers {
 		gwName := gs.gw.Namespace + "/" + gs.gw.Name
+		port := gs.server.Port.Number
 		for _, vs := range b.push.VirtualServices(b.proxy.Namespace, gwName) {
 			hosts := serverVirtualServiceHosts(gs.server, gs.gw.Namespace, vs)
 			if len(hosts) == 0 {
@@ -126,7 +130,7 @@ func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration
 					}
 					continue
 				}
-				ds := domains.add([]string{host, hostPort(host, port)})
+				ds := domains.add([]string{host})
 				if len(ds) == 0 {
 					continue
 				}
@@ -145,9 +149,10 @@ func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration
 		}
 	}
 	if len(vhosts) == 0 {
-		vhosts = []*route.VirtualHost{{Name: hostPort("blackhole", port), Domains: []string{"*"}, Routes: []*route.Route{}}}
+		vhosts = []*route.VirtualHost{{Name: hostPort("blackhole", servers[0].server.Port.Number), Domains: []string{"*"}, Routes: []*route.Route{}}}
 	}
-	return &route.RouteConfiguration{Name: name, VirtualHosts: vhosts, ValidateClusters: wrapperspb.Bool(false)}
+	return &route.RouteConfiguration{Name: name, VirtualHosts: vhosts, ValidateClusters: wrapperspb.Bool(false),
+		IgnorePortInHostMatching: true}
 }
 
 // serverVirtualServiceHosts returns the hosts where server (of a Gateway in gwNS) and vs meet: for each pair

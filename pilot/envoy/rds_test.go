@@ -318,7 +318,10 @@ func TestRouteGateway(t *testing.T) {
 	}
 	http80 := rcs[0]
 	star := virtualHost(t, http80, "*:80")
-	if !slices.Equal(star.Domains, []string{"*", "*:80"}) || len(star.Routes) != 3 ||
+	if !http80.IgnorePortInHostMatching {
+		t.Error("gateway route configuration matches the Host port; istiod ignores it")
+	}
+	if !slices.Equal(star.Domains, []string{"*"}) || len(star.Routes) != 3 ||
 		star.Routes[0].GetRoute().GetCluster() != "outbound|9080||productpage.bookinfo.svc.cluster.local" {
 		t.Errorf("* virtual host %v", star)
 	}
@@ -328,7 +331,7 @@ func TestRouteGateway(t *testing.T) {
 		t.Errorf("bookinfo.example.com on 80: %v", host.Routes)
 	}
 	https := rcs[1]
-	if len(https.VirtualHosts) != 1 || !slices.Equal(https.VirtualHosts[0].Domains, []string{"bookinfo.example.com", "bookinfo.example.com:443"}) ||
+	if len(https.VirtualHosts) != 1 || !slices.Equal(https.VirtualHosts[0].Domains, []string{"bookinfo.example.com"}) ||
 		len(https.VirtualHosts[0].Routes) != 5 { // the "*" VirtualService's 3 routes, then bookinfo-tls's 2
 		t.Errorf("https: %v", https.VirtualHosts)
 	}
