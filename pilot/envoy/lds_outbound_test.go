@@ -132,17 +132,28 @@ func envoyChain(l *listener.Listener, c connection) *listener.FilterChain {
 func TestOutboundHTTPPortPassesOtherTraffic(t *testing.T) {
 	registryOnly := mesh.Default()
 	registryOnly.OutboundTrafficPolicy.Mode = mesh.RegistryOnly
-	g := New(Options{}) // one generator for both: the cached listeners must follow the policy
+	g := New(Options{}) // one generator for all: the cached listeners must follow the policy
+	sidecar := func(mode string) string {
+		return `
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  outboundTrafficPolicy: {mode: ` + mode + "}\n"
+	}
 	for _, tc := range []struct {
-		name string
-		mesh *mesh.Config
-		want string
+		name  string
+		mesh  *mesh.Config
+		extra []string
+		want  string
 	}{
-		{"ALLOW_ANY", nil, PassthroughCluster},
-		{"REGISTRY_ONLY", registryOnly, BlackHoleCluster},
+		{"ALLOW_ANY", nil, nil, PassthroughCluster},
+		{"REGISTRY_ONLY", registryOnly, nil, BlackHoleCluster},
+		{"Sidecar ALLOW_ANY", nil, []string{sidecar("ALLOW_ANY")}, PassthroughCluster},
+		{"Sidecar REGISTRY_ONLY", nil, []string{sidecar("REGISTRY_ONLY")}, BlackHoleCluster},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			push := ldsPush(t, tc.mesh)
+			push := ldsPush(t, tc.mesh, tc.extra...)
 			l := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(xds.ListenerType)), "0.0.0.0_9080")
 			if got := listenerFilterNames(l); !slices.Equal(got, []string{ldsHTTPInspectorFilter}) {
 				t.Errorf("listener filters %v, want the http_inspector alone", got)

@@ -402,7 +402,7 @@ func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*c
 // shares a VIP listener or an additional address with another service, when an HTTP port appears or goes
 // away (0.0.0.0_PORT does), or when a VirtualService's TCP or TLS routes depend on other services.
 func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope) (next *listenerList, ok bool, err error) {
-	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed || prev.scope.RegistryOnly != scope.RegistryOnly {
+	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed {
 		return nil, false, nil
 	}
 	removed, added := scopeChanges(prev.scope.Services, scope.Services)
