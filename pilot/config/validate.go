@@ -153,6 +153,11 @@ func validateServiceEntry(s *networking.ServiceEntry) error {
 	if len(s.Endpoints) > 0 && s.WorkloadSelector != nil {
 		return fieldErr("spec.workloadSelector", "cannot be set together with spec.endpoints")
 	}
+	if s.Resolution == networking.ServiceEntry_DYNAMIC_DNS {
+		if err := validateDynamicDNS(s); err != nil {
+			return err
+		}
+	}
 	if s.Resolution == networking.ServiceEntry_DNS_ROUND_ROBIN && len(s.Endpoints) > 1 {
 		// As Istio's validation: the proxy uses one address at a time (an Envoy LOGICAL_DNS cluster).
 		return fieldErr("spec.endpoints", "resolution DNS_ROUND_ROBIN takes at most one endpoint, not %d", len(s.Endpoints))
@@ -171,6 +176,34 @@ func validateServiceEntry(s *networking.ServiceEntry) error {
 			if !names[name] {
 				return fieldErr(f+".ports."+name, "no port named %q in spec.ports", name)
 			}
+		}
+	}
+	return nil
+}
+
+// validateDynamicDNS checks what istiod's validation requires of resolution DYNAMIC_DNS: the proxy resolves
+// each request's host under a wildcard, so there are no addresses or endpoints to give, and only protocols
+// that name the host (HTTP's Host header, TLS's SNI) can be carried.
+func validateDynamicDNS(s *networking.ServiceEntry) error {
+	for i, h := range s.Hosts {
+		if !strings.HasPrefix(h, "*") {
+			return fieldErr(fmt.Sprintf("spec.hosts[%d]", i), "%q: resolution DYNAMIC_DNS needs a wildcard host", h)
+		}
+	}
+	if len(s.Addresses) > 0 {
+		return fieldErr("spec.addresses", "cannot be set with resolution DYNAMIC_DNS: the hosts alone name the destinations")
+	}
+	if len(s.Endpoints) > 0 {
+		return fieldErr("spec.endpoints", "cannot be set with resolution DYNAMIC_DNS: the proxy resolves each request's host")
+	}
+	if s.WorkloadSelector != nil {
+		return fieldErr("spec.workloadSelector", "cannot be set with resolution DYNAMIC_DNS: the proxy resolves each request's host")
+	}
+	for i, p := range s.Ports {
+		switch strings.ToUpper(p.Protocol) {
+		case "HTTP", "HTTP2", "GRPC", "TLS":
+		default:
+			return fieldErr(fmt.Sprintf("spec.ports[%d].protocol", i), "%q: resolution DYNAMIC_DNS carries only HTTP, HTTP2, GRPC and TLS", p.Protocol)
 		}
 	}
 	return nil
@@ -676,10 +709,6 @@ func Warnings(c *Config) []*FieldError {
 			for j, m := range r.Match {
 				l4(fmt.Sprintf("spec.tls[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
 			}
-		}
-	case *networking.ServiceEntry:
-		if s.Resolution == networking.ServiceEntry_DYNAMIC_DNS {
-			warn("spec.resolution", "DYNAMIC_DNS is not implemented (no dynamic forward proxy): requests to these hosts fail")
 		}
 	case *networking.Gateway:
 		for i, srv := range s.Servers {

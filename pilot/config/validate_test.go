@@ -37,6 +37,28 @@ func TestAuthorizationPolicyTargetRefErrors(t *testing.T) {
 	}
 }
 
+// A DYNAMIC_DNS ServiceEntry that istiod's validation refuses is refused, naming the field.
+func TestServiceEntryDynamicDNSErrors(t *testing.T) {
+	const head = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n  resolution: DYNAMIC_DNS\n"
+	for _, tc := range []struct{ spec, field, message string }{
+		{"  hosts: [api.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.hosts[0]", "wildcard"},
+		{"  hosts: [\"*.example.com\"]\n  addresses: [240.0.0.1]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.addresses", "DYNAMIC_DNS"},
+		{"  hosts: [\"*.example.com\"]\n  endpoints: [{address: 1.2.3.4}]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.endpoints", "DYNAMIC_DNS"},
+		{"  hosts: [\"*.example.com\"]\n  workloadSelector: {labels: {app: a}}\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.workloadSelector", "DYNAMIC_DNS"},
+		{"  hosts: [\"*.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 5432, name: pg, protocol: TCP}]\n", "spec.ports[1].protocol", "HTTP, HTTP2, GRPC and TLS"},
+		{"  hosts: [\"*.example.com\"]\n  ports: [{number: 443, name: https, protocol: HTTPS}]\n", "spec.ports[0].protocol", "HTTP, HTTP2, GRPC and TLS"},
+	} {
+		_, err := parseOne(t, head+tc.spec)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(ce.Message, tc.message) {
+			t.Errorf("spec %q: error %v, want field %s with %q", tc.spec, err, tc.field, tc.message)
+		}
+	}
+	if _, err := parseOne(t, head+"  hosts: [\"*.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 443, name: tls, protocol: TLS}, {number: 9090, name: grpc, protocol: GRPC}]\n"); err != nil {
+		t.Errorf("valid DYNAMIC_DNS ServiceEntry refused: %v", err)
+	}
+}
+
 func warningFields(ws []*config.FieldError) []string {
 	var out []string
 	for _, w := range ws {
@@ -156,7 +178,7 @@ spec:
   hosts: ["*.api.example.com"]
   ports: [{number: 80, name: http, protocol: HTTP}]
   resolution: DYNAMIC_DNS
-`, []string{"spec.resolution"}},
+`, nil}, // DYNAMIC_DNS is honoured: a dynamic forward proxy cluster, and its filters on the listeners
 		{"Gateway", `apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: shop}

@@ -10,6 +10,8 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	dfpcluster "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
+	dfpcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/dynamic_forward_proxy/v3"
 	proxyprotocol "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -155,8 +157,14 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 		if port.Protocol == model.ProtocolUDP {
 			continue
 		}
+		if svc.Resolution == model.DynamicDNS && flavor == flavorGRPC {
+			continue // gRPC's xDS client has no dynamic forward proxy
+		}
 		names := []string{""}
 		for _, ss := range dr.GetSubsets() {
+			if svc.Resolution == model.DynamicDNS {
+				break // as istiod: the forward proxy picks the host, a subset has no endpoints to choose
+			}
 			names = append(names, ss.Name)
 		}
 		for _, subset := range names {
@@ -414,6 +422,10 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	case model.Passthrough:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+	case model.DynamicDNS:
+		// Envoy's dynamic forward proxy picks the host (its cluster type is set below, once the options it
+		// checks are known).
+		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
 	}
 
 	policy := effectivePolicy(k.dr, k.subset, k.port.Port)
@@ -425,10 +437,63 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	applyConnectionPool(c, policy.GetConnectionPool())
 	h2 := applyHTTPProtocol(c, policy.GetConnectionPool(), k.port, !k.sniffedAtGateway)
 	applyOutlierDetection(c, policy.GetOutlierDetection())
-	applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
+	if k.svc.Resolution != model.DynamicDNS {
+		// As istiod: a forward proxy's load balancer is its own, so the DestinationRule's has no say.
+		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
+	}
 	applyTLS(c, policy.GetTls(), k, h2)
+	if k.svc.Resolution == model.DynamicDNS {
+		setDynamicForwardProxy(c, k.svc.Hostname, policy.GetTls())
+	}
 	applyProxyProtocol(c, policy.GetProxyProtocol())
 	return c
+}
+
+// dnsCacheName is the DNS cache a DYNAMIC_DNS host's cluster shares with the dynamic forward proxy filters of
+// the listeners that lead to it (istiod's name): the filters resolve the request's host into the cache the
+// cluster then picks it from.
+func dnsCacheName(hostname string) string { return hostname + "_dfp_dns_cache" }
+
+// dfpDNSCache is the DNS cache configuration of a DYNAMIC_DNS host, the same in its cluster and its filters.
+// IPv4 only, as Sextant's DNS clusters.
+func dfpDNSCache(hostname string) *dfpcommon.DnsCacheConfig {
+	return &dfpcommon.DnsCacheConfig{Name: dnsCacheName(hostname), DnsLookupFamily: cluster.Cluster_V4_ONLY}
+}
+
+// setDynamicForwardProxy makes c the dynamic forward proxy cluster of hostname: each request's host (the
+// Host header, or the SNI its listener's filter read) is resolved and connected to, on the cluster's port.
+// Envoy loads such a cluster only if each connection's SNI and certificate check follow that host
+// (auto_sni, auto_san_validation) or the cluster says it allows less; as istiod, TLS settles it: no fixed SNI
+// and the certificate checked against the host, unless the rule fixes an SNI or turns checking off. A
+// plaintext cluster with HTTP options of its own allows less outright (no TLS, nothing to check).
+func setDynamicForwardProxy(c *cluster.Cluster, hostname string, tls *networking.ClientTLSSettings) {
+	insecure := false
+	switch {
+	case c.TransportSocket != nil:
+		autoSNI := tls.GetSni() == ""
+		autoSAN := !tls.GetInsecureSkipVerify().GetValue()
+		if autoSNI && tls.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL {
+			// istioMutualTLS names the cluster when the rule names no SNI: here the host does.
+			ctx := &tlsv3.UpstreamTlsContext{}
+			if err := c.TransportSocket.GetTypedConfig().UnmarshalTo(ctx); err == nil {
+				ctx.Sni = ""
+				c.TransportSocket = tlsSocket(ctx)
+			}
+		}
+		setUpstreamHTTPOptions(c, func(o *core.UpstreamHttpProtocolOptions) {
+			o.AutoSni, o.AutoSanValidation = autoSNI, autoSAN
+		})
+		insecure = !autoSNI || !autoSAN
+	case c.TypedExtensionProtocolOptions != nil:
+		insecure = true
+	}
+	c.ClusterDiscoveryType = &cluster.Cluster_ClusterType{ClusterType: &cluster.Cluster_CustomClusterType{
+		Name: "envoy.clusters.dynamic_forward_proxy",
+		TypedConfig: ldsAny(&dfpcluster.ClusterConfig{
+			ClusterImplementationSpecifier: &dfpcluster.ClusterConfig_DnsCacheConfig{DnsCacheConfig: dfpDNSCache(hostname)},
+			AllowInsecureClusterOptions:    insecure,
+		}),
+	}}
 }
 
 // applyProxyProtocol sends a PROXY protocol header at the start of every upstream connection, as istiod:

@@ -30,25 +30,30 @@ package envoy
 //     listener filters have no timeout (istiod's). Other ports: a service with VIPs matches on them (/32, /128, or its
 //     address block) and port; one without on the port only, the first service (by hostname) keeping a shared port. They forward with
 //     tcp_proxy to the service's outbound cluster, or to the destinations of the first matching `tcp`
-//     route of the VirtualService for the host (weighted_clusters for several). TLS/HTTPS ports also get
-//     a chain per `tls` route (server_names = sniHosts) and, without a VIP, one per host (server_names =
-//     hostname), so ServiceEntries sharing port 443 are told apart by SNI. Ports of unknown protocol are
+//     route of the VirtualService for the host (weighted_clusters for several). TLS/HTTPS ports, as
+//     istiod's, get a chain per `tls` route of the host's VirtualService (server_names = sniHosts), else
+//     the service's own chain: on its VIPs, or without a VIP (or with an address block) for its hostname
+//     only (server_names = hostname), so ServiceEntries sharing port 443 are told apart by SNI and a
+//     connection naming none of them follows the outbound traffic policy (PassthroughFilterChain, as on
+//     any listener no chain of which takes the whole port). A DYNAMIC_DNS ServiceEntry (a wildcard host
+//     the proxy resolves per request) has dynamic forward proxy clusters (cds.go) sharing one DNS cache
+//     with the filters that resolve the host: on its TLS chain an sni_dynamic_forward_proxy filter before
+//     tcp_proxy; on an HTTP port a dynamic_forward_proxy HTTP filter before the router, where it is the
+//     port's oldest HTTP service (whose listener istiod keeps; elsewhere the cluster resolves the host
+//     itself). Ports of unknown protocol are
 //     sniffed as istiod does: HTTP (http_inspector) goes through RDS under the port number like an HTTP
 //     port, anything else through tcp_proxy. VirtualService tcp/tls matches on sourceLabels or
 //     destinationSubnets never apply (the listeners are shared by all proxies of a namespace).
 //   - virtualInbound (0.0.0.0:15006, the original_dst listener filter but no use_original_dst: a hand-off
 //     would skip its mTLS and RBAC for a port an outbound listener also has) has chains per port of the proxy's own workload
-//     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for,
-//     ORIGINAL_DST clusters that reach the pod IP and port from 127.0.0.6), HTTP through a connection
-//     manager with an inline route to inbound|PORT||, anything else through tcp_proxy, and for every other
-//     port passthrough chains to InboundPassthroughCluster, sniffed (HTTP through a connection manager).
-//     The chains are istiod's for the port's protocol and PeerAuthentication mode (the passthrough's: the
-//     workload-wide mode, or a port-level one): STRICT TLS chains only, DISABLE plaintext ones only;
-//     PERMISSIVE tells mesh mTLS (TLS offering Istio's ALPN: "istio", "istio-peer-exchange",
-//     "istio-http/*") from plaintext and from the application's own TLS, which a TCP or sniffed port
-//     passes to the application and an HTTP port refuses. A sniffed port's HTTP chains match
-//     "istio-http/*" over mTLS and "http/1.1"/"h2c" from the http_inspector in plaintext. The
-//     tls_inspector and http_inspector run only on the ports whose chains need them. TLS chains terminate
+//     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for),
+//     HTTP through a connection manager with an inline route to inbound|PORT||, anything else through
+//     tcp_proxy; a port of unknown protocol is sniffed as istiod does (HTTP chains matching the
+//     application protocol: "istio-http/*" ALPN over mTLS, "http/1.1"/"h2c" from the http_inspector in
+//     plaintext; the rest TCP), and a passthrough chain to
+//     InboundPassthroughCluster. The PeerAuthentication mode of each port decides its chains: STRICT a TLS
+//     chain only, DISABLE a plaintext chain only, PERMISSIVE both (transport_protocol "tls" / "raw_buffer"
+//     from the tls_inspector); the passthrough chain follows the workload-wide mode. TLS chains terminate
 //     mesh mTLS with the SDS secrets "default" and "ROOTCA" from the agent ("sds-grpc") and require a
 //     client certificate. Replicas of one workload (same ports, modes and policies) share the listener.
 //   - AuthorizationPolicy becomes RBAC filters on every inbound chain (rbac.go): HTTP chains get
@@ -131,14 +136,17 @@ const (
 
 // Envoy filter names.
 const (
-	ldsHCMFilter           = "envoy.filters.network.http_connection_manager"
-	ldsTCPProxyFilterName  = "envoy.filters.network.tcp_proxy"
-	ldsFaultFilter         = "envoy.filters.http.fault"
-	ldsRouterFilterName    = "envoy.filters.http.router"
-	ldsTLSInspectorFilter  = "envoy.filters.listener.tls_inspector"
-	ldsOriginalDstFilter   = "envoy.filters.listener.original_dst"
-	ldsHTTPInspectorFilter = "envoy.filters.listener.http_inspector"
-	ldsTLSSocketName       = "envoy.transport_sockets.tls"
+	ldsHCMFilter          = "envoy.filters.network.http_connection_manager"
+	ldsTCPProxyFilterName = "envoy.filters.network.tcp_proxy"
+	ldsFaultFilter        = "envoy.filters.http.fault"
+	// The dynamic forward proxy filters resolve a DYNAMIC_DNS host from the request (Host header, SNI).
+	ldsHTTPDynamicForwardProxyFilter = "envoy.filters.http.dynamic_forward_proxy"
+	ldsSNIDynamicForwardProxyFilter  = "envoy.filters.network.sni_dynamic_forward_proxy"
+	ldsRouterFilterName              = "envoy.filters.http.router"
+	ldsTLSInspectorFilter            = "envoy.filters.listener.tls_inspector"
+	ldsOriginalDstFilter             = "envoy.filters.listener.original_dst"
+	ldsHTTPInspectorFilter           = "envoy.filters.listener.http_inspector"
+	ldsTLSSocketName                 = "envoy.transport_sockets.tls"
 )
 
 // Mesh mTLS: the agent's SDS cluster and secret names (istiod's bootstrap), and the ALPN istiod's inbound
@@ -149,12 +157,7 @@ const (
 	sdsRoot    = "ROOTCA"
 )
 
-// The server ALPN of istiod's inbound mesh mTLS: HTTP chains offer the HTTP versions alone, so a client
-// offering h2 beside Istio's protocols gets h2; TCP chains also istio-peer-exchange (metadata exchange).
-var (
-	ldsMeshServerHTTPALPN = []string{"h2", "http/1.1"}
-	ldsMeshServerTCPALPN  = []string{"istio-peer-exchange", "h2", "http/1.1"}
-)
+var ldsMeshInboundALPN = []string{"istio-peer-exchange", "istio", "h2", "http/1.1"}
 
 type listenerGenerator struct{ g *Generators }
 
@@ -240,12 +243,12 @@ var ldsMeshCiphers = []string{
 
 // ldsMeshDownstreamTLS terminates mesh mTLS: the workload certificate, client certificates required,
 // validated against the mesh root and holding a SPIFFE identity of trustDomain (the root may sign other
-// trust domains too, whose workloads are not this mesh's); alpn is the server's ALPN.
-func ldsMeshDownstreamTLS(trustDomain string, alpn []string) *tlsv3.DownstreamTlsContext {
+// trust domains too, whose workloads are not this mesh's).
+func ldsMeshDownstreamTLS(trustDomain string) *tlsv3.DownstreamTlsContext {
 	return &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			AlpnProtocols: alpn,
+			AlpnProtocols: ldsMeshInboundALPN,
 			TlsParams: &tlsv3.TlsParameters{
 				CipherSuites:              ldsMeshCiphers,
 				TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,

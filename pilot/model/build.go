@@ -153,7 +153,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		}
 	}
 	for h, list := range hostLists {
-		slices.SortFunc(list, compareServices)
+		slices.SortFunc(list, CompareServices)
 		services.Set(h, list)
 	}
 	for ns, list := range nsLists {
@@ -450,7 +450,7 @@ func (u *updater) serviceChanged(key config.Key) {
 		if len(list) == 0 {
 			u.services.Delete(h)
 		} else {
-			slices.SortFunc(list, compareServices)
+			slices.SortFunc(list, CompareServices)
 			u.services.Set(h, list)
 		}
 	}

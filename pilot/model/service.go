@@ -81,10 +81,11 @@ const (
 	DNSLB                             // proxies resolve hostnames, using every address (STRICT_DNS)
 	Passthrough                       // original destination (headless, resolution NONE)
 	DNSRoundRobinLB                   // proxies resolve the hostname, one address at a time (LOGICAL_DNS)
+	DynamicDNS                        // proxies resolve each request's host (SNI or Host header) under a wildcard hostname
 )
 
 func (r Resolution) String() string {
-	return [...]string{"ClientSideLB", "DNS", "Passthrough", "DNSRoundRobin"}[r]
+	return [...]string{"ClientSideLB", "DNS", "Passthrough", "DNSRoundRobin", "DynamicDNS"}[r]
 }
 
 // ByDNS reports whether proxies resolve the service's hostnames themselves.
@@ -304,6 +305,8 @@ func servicesFromServiceEntry(c *config.Config, m *mesh.Config) []*Service {
 		res = DNSRoundRobinLB
 	case networking.ServiceEntry_NONE:
 		res = Passthrough
+	case networking.ServiceEntry_DYNAMIC_DNS:
+		res = DynamicDNS
 	}
 	var selector map[string]string
 	if se.WorkloadSelector != nil {
@@ -347,9 +350,9 @@ func splitList(s string) []string {
 	return strings.Split(s, ",")
 }
 
-// compareServices orders services sharing a hostname: oldest first, then by namespace and source,
-// so the winner is deterministic.
-func compareServices(a, b *Service) int {
+// CompareServices orders services oldest first, then by namespace and source, so that the service
+// deciding what several share (a hostname, a port's listener) is deterministic.
+func CompareServices(a, b *Service) int {
 	if c := a.CreationTimestamp.Compare(b.CreationTimestamp); c != 0 {
 		return c
 	}

@@ -7,6 +7,8 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	dfpcluster "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
+	dfpcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/dynamic_forward_proxy/v3"
 	proxyprotocol "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -88,6 +90,14 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 	switch {
 	case c.GetClusterType() != nil:
 		f["type"] = "custom:" + c.GetClusterType().GetName()
+		msg, err := c.GetClusterType().GetTypedConfig().UnmarshalNew()
+		if err != nil {
+			return nil, err
+		}
+		if dfp, ok := msg.(*dfpcluster.ClusterConfig); ok {
+			f["dfp.dns_cache"] = dnsCacheText(dfp.GetDnsCacheConfig())
+			f["dfp.allow_insecure_cluster_options"] = strconv.FormatBool(dfp.GetAllowInsecureClusterOptions())
+		}
 	default:
 		f["type"] = c.GetType().String()
 	}
@@ -495,4 +505,15 @@ func percentOr(v float64, set bool, def string) string {
 		return def
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// dnsCacheText describes a dynamic forward proxy's DNS cache by what decides its lookups: its name (a
+// cluster and the filters that fill its cache must agree on it), address family, host limit and refresh,
+// Envoy's defaults filled in.
+func dnsCacheText(c *dfpcommon.DnsCacheConfig) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("name=%s family=%s max_hosts=%s refresh=%s", c.GetName(), c.GetDnsLookupFamily(),
+		uint32Or(c.GetMaxHosts(), "1024"), durationOr(c.GetDnsRefreshRate(), "1m0s"))
 }

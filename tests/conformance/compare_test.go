@@ -6,6 +6,12 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	dfpcluster "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
+	dfphttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	dfpsni "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_dynamic_forward_proxy/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -170,6 +176,92 @@ func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
 	for _, bad := range []string{"c / p / k / f", "c / p / f: reason", "c / p / k / f:   "} {
 		if _, err := parseAllowEntry(bad); err == nil {
 			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// A dynamic forward proxy works only if its cluster and the filters that resolve hosts for it share one DNS
+// cache: renaming the cache of the cluster, of the connection manager's filter or of the SNI filter is each
+// a difference naming that resource and field.
+func TestCompareSeesTheDNSCacheOfAForwardProxy(t *testing.T) {
+	c, err := LoadCase(filepath.Join("cases", "se-dynamic-dns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func() *Output {
+		out, err := RenderSextant(c, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[c.Proxies[0].Name]
+	}
+	base := normalised(t, render())
+	rename := func(a *anypb.Any, edit func(proto.Message)) {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		if err := a.MarshalFrom(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const other = "other_dns_cache"
+	for _, tc := range []struct {
+		what  string
+		edit  func(*Output)
+		field string
+	}{
+		{"cluster", func(o *Output) {
+			for _, cl := range o.Clusters {
+				if cl.GetName() == "outbound|8000||*.api.example.com" {
+					rename(cl.GetClusterType().GetTypedConfig(), func(m proto.Message) {
+						m.(*dfpcluster.ClusterConfig).GetDnsCacheConfig().Name = other
+					})
+				}
+			}
+		}, "dfp.dns_cache"},
+		{"http filter", func(o *Output) {
+			for _, l := range o.Listeners {
+				for _, fc := range l.GetFilterChains() {
+					for _, f := range fc.GetFilters() {
+						if f.GetName() != "envoy.filters.network.http_connection_manager" || l.GetName() != "0.0.0.0_8000" {
+							continue
+						}
+						rename(f.GetTypedConfig(), func(m proto.Message) {
+							for _, hf := range m.(*hcm.HttpConnectionManager).GetHttpFilters() {
+								if hf.GetName() == "envoy.filters.http.dynamic_forward_proxy" {
+									rename(hf.GetTypedConfig(), func(m proto.Message) { m.(*dfphttp.FilterConfig).GetDnsCacheConfig().Name = other })
+								}
+							}
+						})
+					}
+				}
+			}
+		}, "http.dynamic_forward_proxy.dns_cache"},
+		{"sni filter", func(o *Output) {
+			for _, l := range o.Listeners {
+				for _, fc := range l.GetFilterChains() {
+					for _, f := range fc.GetFilters() {
+						if f.GetName() == "envoy.filters.network.sni_dynamic_forward_proxy" {
+							rename(f.GetTypedConfig(), func(m proto.Message) { m.(*dfpsni.FilterConfig).GetDnsCacheConfig().Name = other })
+						}
+					}
+				}
+			}
+		}, "net.sni_dynamic_forward_proxy"},
+	} {
+		out := render()
+		tc.edit(out)
+		diffs := Compare(c.Name, "p", base, normalised(t, out))
+		found := false
+		for _, d := range diffs {
+			if strings.HasSuffix(d.Field, tc.field) && strings.Contains(d.Sextant, other) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: renaming its DNS cache gave %v, want a difference on %s", tc.what, diffs, tc.field)
 		}
 	}
 }

@@ -9,11 +9,13 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	dfphttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
 	extauthzhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	extauthznet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	dfpsni "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_dynamic_forward_proxy/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -614,6 +616,8 @@ func chainFields(f Fields, p string, fc *listener.FilterChain, port uint32) {
 			f[p+"tcp.max_connect_attempts"] = uint32Or(m.GetMaxConnectAttempts(), "1")
 		case *hcm.HttpConnectionManager:
 			hcmFields(f, p, m, port)
+		case *dfpsni.FilterConfig:
+			f[p+"net.sni_dynamic_forward_proxy"] = dnsCacheText(m.GetDnsCacheConfig()) + " port=" + strconv.FormatUint(uint64(m.GetPortValue()), 10)
 		case *rbacnet.RBAC:
 			rbacFields(f, p+"net.", m.GetRules(), m.GetShadowRules(), m.GetShadowRulesStatPrefix(), rbacN)
 		case *extauthznet.ExtAuthz:
@@ -811,6 +815,8 @@ func hcmFields(f Fields, p string, m *hcm.HttpConnectionManager, port uint32) {
 		}
 		filters = append(filters, name)
 		switch x := msg.(type) {
+		case *dfphttp.FilterConfig:
+			f[h+"dynamic_forward_proxy.dns_cache"] = dnsCacheText(x.GetDnsCacheConfig())
 		case *rbachttp.RBAC:
 			rbacFields(f, h, x.GetRules(), x.GetShadowRules(), x.GetShadowRulesStatPrefix(), rbacN)
 		case *extauthzhttp.ExtAuthz:
