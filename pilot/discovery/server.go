@@ -406,6 +406,7 @@ func (s *Server) Warnings() []*config.Error {
 		out = append(out, ps.CredentialProblems(time.Now())...)
 		out = append(out, ps.AuthorizationProblems()...)
 		out = append(out, ps.VirtualServiceProblems()...)
+		out = append(out, ps.DNSRoundRobinProblems()...)
 	}
 	return out
 }

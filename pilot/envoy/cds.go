@@ -418,7 +418,13 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_LOGICAL_DNS}
 		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
 		c.RespectDnsTtl = true
-		c.LoadAssignment = logicalDNSAssignment(inlineLoadAssignment(push, name, k.endpoints, k.port.Port))
+		var eps []*model.Endpoint
+		if k.endpoints != nil {
+			if ep := model.RoundRobinEndpoint(k.endpoints.ByPort[k.port.Port]); ep != nil {
+				eps = []*model.Endpoint{ep}
+			}
+		}
+		c.LoadAssignment = loadAssignment(name, eps, nil, flavorEnvoy, serverMTLS{push})
 	case model.Passthrough:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
@@ -1083,22 +1089,6 @@ func inlineLoadAssignment(push *model.PushContext, name string, se *model.Servic
 		eps = se.ByPort[port]
 	}
 	return loadAssignment(name, eps, nil, flavorEnvoy, serverMTLS{push})
-}
-
-// logicalDNSAssignment keeps the first endpoint of an assignment: Envoy rejects a LOGICAL_DNS cluster with more
-// than one. Validation refuses a DNS_ROUND_ROBIN ServiceEntry listing several; only workloads a selector picks
-// can make more, and the first (by locality, then address) is the one resolved then.
-func logicalDNSAssignment(cla *endpoint.ClusterLoadAssignment) *endpoint.ClusterLoadAssignment {
-	if len(cla.Endpoints) == 0 {
-		return cla
-	}
-	first := cla.Endpoints[0]
-	if len(cla.Endpoints) > 1 || len(first.LbEndpoints) > 1 {
-		one := first.LbEndpoints[0]
-		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{Locality: first.Locality, LbEndpoints: []*endpoint.LbEndpoint{one},
-			LoadBalancingWeight: one.LoadBalancingWeight}}
-	}
-	return cla
 }
 
 // buildInboundCluster forwards to the workload at the connection's original destination (its pod IP and
