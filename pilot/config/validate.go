@@ -5,8 +5,10 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
@@ -393,8 +395,13 @@ func validateGateway(s *networking.Gateway) error {
 		if tls := srv.Tls; tls != nil {
 			switch tls.Mode {
 			case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
-				if tls.CredentialName == "" && (tls.ServerCertificate == "" || tls.PrivateKey == "") {
-					return fieldErr(f+".tls.credentialName", "required for mode %s (or serverCertificate and privateKey)", tls.Mode)
+				if tls.CredentialName == "" && len(tls.CredentialNames) == 0 && len(tls.TlsCertificates) == 0 && (tls.ServerCertificate == "" || tls.PrivateKey == "") {
+					return fieldErr(f+".tls.credentialName", "required for mode %s (or credentialNames, tlsCertificates, or serverCertificate and privateKey)", tls.Mode)
+				}
+				for j, c := range tls.TlsCertificates {
+					if c.ServerCertificate == "" || c.PrivateKey == "" {
+						return fieldErr(fmt.Sprintf("%s.tls.tlsCertificates[%d]", f, j), "serverCertificate and privateKey are required")
+					}
 				}
 			}
 		}
@@ -720,14 +727,11 @@ func Warnings(c *Config) []*FieldError {
 			if tls.Mode == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
 				warn(f+".mode", "AUTO_PASSTHROUGH is not implemented: this server gets no filter chain")
 			}
-			if tls.MinProtocolVersion != networking.ServerTLSSettings_TLS_AUTO {
-				warn(f+".minProtocolVersion", "not implemented: Envoy's default minimum TLS version applies")
+			if bad := invalidCipherSuites(tls.CipherSuites); len(bad) > 0 {
+				warn(f+".cipherSuites", "ignored, as istiod ignores them (Envoy would refuse the listener): %s", strings.Join(bad, ", "))
 			}
-			if tls.MaxProtocolVersion != networking.ServerTLSSettings_TLS_AUTO {
-				warn(f+".maxProtocolVersion", "not implemented: Envoy's default maximum TLS version applies")
-			}
-			if len(tls.CipherSuites) > 0 {
-				warn(f+".cipherSuites", "not implemented: Envoy's default cipher suites apply")
+			if (tls.MinProtocolVersion == networking.ServerTLSSettings_TLSV1_0 || tls.MinProtocolVersion == networking.ServerTLSSettings_TLSV1_1) && len(tls.CipherSuites) == 0 {
+				warn(f+".minProtocolVersion", "TLS versions below 1.2 need cipherSuites that support them: Envoy's default ciphers do not")
 			}
 		}
 	case *networking.Sidecar:
@@ -754,4 +758,46 @@ func Warnings(c *Config) []*FieldError {
 		}
 	}
 	return out
+}
+
+// validCipherSuites are the names Envoy's BoringSSL takes in a Gateway's cipherSuites, as istiod lists them.
+var validCipherSuites = map[string]bool{
+	"ECDHE-ECDSA-AES128-GCM-SHA256": true, "ECDHE-RSA-AES128-GCM-SHA256": true,
+	"ECDHE-ECDSA-AES256-GCM-SHA384": true, "ECDHE-RSA-AES256-GCM-SHA384": true,
+	"ECDHE-ECDSA-CHACHA20-POLY1305": true, "ECDHE-RSA-CHACHA20-POLY1305": true,
+	"ECDHE-ECDSA-AES128-SHA": true, "ECDHE-RSA-AES128-SHA": true, "ECDHE-ECDSA-AES256-SHA": true, "ECDHE-RSA-AES256-SHA": true,
+	"AES128-GCM-SHA256": true, "AES256-GCM-SHA384": true, "AES128-SHA": true, "AES256-SHA": true, "DES-CBC3-SHA": true,
+}
+
+// ValidCipherSuite reports whether a Gateway may name cs: a known suite, ALL, or an OpenSSL-style
+// expression (starting with - + ! or [), which istiod passes through unparsed.
+func ValidCipherSuite(cs string) bool {
+	if cs == "" || cs == "ALL" {
+		return true
+	}
+	if c := rune(cs[0]); !unicode.IsLetter(c) && !unicode.IsNumber(c) {
+		return true
+	}
+	return validCipherSuites[cs]
+}
+
+// CipherSuites is what a server's cipherSuites become, as istiod filters them: the valid ones, each once.
+func CipherSuites(suites []string) []string {
+	var out []string
+	for _, cs := range suites {
+		if ValidCipherSuite(cs) && !slices.Contains(out, cs) {
+			out = append(out, cs)
+		}
+	}
+	return out
+}
+
+func invalidCipherSuites(suites []string) []string {
+	var bad []string
+	for i, cs := range suites {
+		if !ValidCipherSuite(cs) || slices.Contains(suites[:i], cs) {
+			bad = append(bad, cs)
+		}
+	}
+	return bad
 }

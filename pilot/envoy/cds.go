@@ -885,6 +885,9 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 				}}
 			}
 			vc := &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)}
+			if tls.CaCrl != "" {
+				vc.Crl = fileSource(tls.CaCrl) // certificates the CA revoked are refused, as istiod
+			}
 			switch {
 			case tls.GetInsecureSkipVerify().GetValue():
 				// Asked for in so many words: the server's certificate is not checked.

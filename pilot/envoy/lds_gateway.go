@@ -373,9 +373,10 @@ func serverNames(hosts []string) []string {
 	return out
 }
 
-// gatewayDownstreamTLS terminates TLS at a gateway: the certificate from credentialName over ADS
-// ("kubernetes://NAME"; MUTUAL validates clients with "kubernetes://NAME-cacert"), from files, or the
-// mesh certificate for ISTIO_MUTUAL.
+// gatewayDownstreamTLS terminates TLS at a gateway: the certificates from credentialName(s) over ADS
+// ("kubernetes://NAME"; MUTUAL validates clients with "kubernetes://NAME-cacert", or the CA of
+// caCertCredentialName), from files, or the mesh certificate for ISTIO_MUTUAL. The protocol versions,
+// ciphers and curves apply to SIMPLE and MUTUAL servers, as istiod's.
 func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.DownstreamTlsContext {
 	common := &tlsv3.CommonTlsContext{}
 	if http {
@@ -389,27 +390,51 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)}
 		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         gatewaySANValidation(tls.SubjectAltNames),
+				DefaultValidationContext:         gatewayClientValidation(tls, false),
 				ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 			}}
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 		return ctx
-	case tls.GetCredentialName() != "":
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{credentialSecret(tls.CredentialName, false)}
-		if mutual {
+	case len(tls.GetCredentialNames()) > 0 || tls.GetCredentialName() != "":
+		names := tls.CredentialNames
+		if len(names) == 0 {
+			names = []string{tls.CredentialName}
+		}
+		for _, name := range names {
+			common.TlsCertificateSdsSecretConfigs = append(common.TlsCertificateSdsSecretConfigs, credentialSecret(name, false))
+		}
+		// One CA validates clients whatever the certificate (Envoy takes one): the first credential's, or
+		// the Secret caCertCredentialName names.
+		ca := names[0]
+		if tls.CaCertCredentialName != "" {
+			ca = tls.CaCertCredentialName
+		}
+		switch {
+		case mutual:
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-					DefaultValidationContext:         gatewaySANValidation(tls.SubjectAltNames),
-					ValidationContextSdsSecretConfig: credentialSecret(tls.CredentialName, true),
+					DefaultValidationContext:         gatewayClientValidation(tls, true),
+					ValidationContextSdsSecretConfig: credentialSecret(ca, true),
 				}}
+		case len(tls.SubjectAltNames) > 0:
+			common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: gatewaySANValidation(tls.SubjectAltNames)}
 		}
 	default:
-		common.TlsCertificates = []*tlsv3.TlsCertificate{{
-			CertificateChain: fileSource(tls.GetServerCertificate()),
-			PrivateKey:       fileSource(tls.GetPrivateKey()),
-		}}
+		if len(tls.TlsCertificates) > 0 {
+			for _, c := range tls.TlsCertificates {
+				common.TlsCertificates = append(common.TlsCertificates, &tlsv3.TlsCertificate{
+					CertificateChain: fileSource(c.GetServerCertificate()),
+					PrivateKey:       fileSource(c.GetPrivateKey()),
+				})
+			}
+		} else {
+			common.TlsCertificates = []*tlsv3.TlsCertificate{{
+				CertificateChain: fileSource(tls.GetServerCertificate()),
+				PrivateKey:       fileSource(tls.GetPrivateKey()),
+			}}
+		}
 		if mutual && tls.GetCaCertificates() != "" {
-			v := gatewaySANValidation(tls.SubjectAltNames)
+			v := gatewayClientValidation(tls, false)
 			v.TrustedCa = fileSource(tls.CaCertificates)
 			common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: v}
 		}
@@ -417,7 +442,42 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 	if mode == networking.ServerTLSSettings_MUTUAL {
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 	}
+	if mode == networking.ServerTLSSettings_SIMPLE || mutual {
+		common.TlsParams = gatewayTLSParams(tls)
+	}
 	return ctx
+}
+
+// gatewayClientValidation checks a client certificate as the server asks: its SANs, and the CRL for files
+// and the mesh root, or the SPKI and hash pins with credentials (where istiod applies each); with
+// insecureSkipVerify the chain is not checked.
+func gatewayClientValidation(tls *networking.ServerTLSSettings, credential bool) *tlsv3.CertificateValidationContext {
+	v := gatewaySANValidation(tls.SubjectAltNames)
+	if credential {
+		v.VerifyCertificateSpki = tls.VerifyCertificateSpki
+		v.VerifyCertificateHash = tls.VerifyCertificateHash
+	} else if tls.CaCrl != "" {
+		v.Crl = fileSource(tls.CaCrl)
+	}
+	if tls.GetInsecureSkipVerify().GetValue() {
+		v.TrustChainVerification = tlsv3.CertificateValidationContext_ACCEPT_UNTRUSTED
+	}
+	return v
+}
+
+// gatewayTLSParams is the server's TLS versions, ciphers and curves; nil when it sets none. Istio's enum
+// values are Envoy's.
+func gatewayTLSParams(tls *networking.ServerTLSSettings) *tlsv3.TlsParameters {
+	if tls.MinProtocolVersion == networking.ServerTLSSettings_TLS_AUTO && tls.MaxProtocolVersion == networking.ServerTLSSettings_TLS_AUTO &&
+		len(tls.CipherSuites) == 0 && len(tls.EcdhCurves) == 0 {
+		return nil
+	}
+	return &tlsv3.TlsParameters{
+		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TlsProtocol(tls.MinProtocolVersion),
+		TlsMaximumProtocolVersion: tlsv3.TlsParameters_TlsProtocol(tls.MaxProtocolVersion),
+		CipherSuites:              config.CipherSuites(tls.CipherSuites),
+		EcdhCurves:                tls.EcdhCurves,
+	}
 }
 
 // gatewaySANValidation accepts a client certificate with any SAN (DNS, URI, IP, email) equal to one of sans,
