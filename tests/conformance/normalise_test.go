@@ -97,3 +97,13 @@ metadata: {name: b}
 		t.Errorf("istio part: %q", istio)
 	}
 }
+
+// A "*" domain takes every Host, with a port or without, whether or not the configuration ignores ports.
+func TestWildcardDomainTakesBothHostForms(t *testing.T) {
+	if got, want := domainsText([]string{"*"}, 8081, false), domainsText([]string{"*"}, 8081, true); got != want || got != "*" {
+		t.Errorf("domains %q without ignore_port_in_host_matching, %q with it; want both \"*\"", got, want)
+	}
+	if got := domainsText([]string{"r"}, 80, false); got != "r(without port only)" {
+		t.Errorf("a plain name is still marked: %q", got)
+	}
+}

@@ -126,7 +126,7 @@ func domainsText(domains []string, port uint32, ignorePort bool) string {
 	forms := map[string]int{} // 1: without the port, 2: with it
 	for _, d := range domains {
 		name, withPort := strings.CutSuffix(d, suffix)
-		if ignorePort {
+		if ignorePort || d == "*" { // "*" takes every Host header, with a port or not
 			forms[name] |= 3
 		} else if withPort {
 			forms[name] |= 2
