@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -262,5 +265,62 @@ func TestValidateWarnings(t *testing.T) {
 	var res struct{ Rejected, Warnings []struct{ Warning bool } }
 	if json.Unmarshal([]byte(out), &res) != nil || len(res.Rejected) != 1 || len(res.Warnings) != 1 || !res.Warnings[0].Warning {
 		t.Errorf("validate json:\n%s", out)
+	}
+}
+
+// The commands that read /debug send --token (or the token in --token-file, read at each request) as a
+// Bearer token, as the server's debug access asks of callers off loopback.
+func TestDebugCommandsSendTheToken(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer good-token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"debug endpoints answer loopback callers, or callers with a service-account token"}`))
+			return
+		}
+		switch r.URL.Path {
+		case "/debug/syncz":
+			_, _ = w.Write([]byte(`[]`))
+		case "/debug/config_dump":
+			_, _ = w.Write([]byte(`{"configs":[]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("good-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := run(t, "proxy-status", "--server", srv.URL, "--token", "good-token"); err != nil {
+		t.Errorf("proxy-status --token: %v", err)
+	}
+	if _, err := run(t, "proxy-status", "--server", srv.URL, "--token-file", tokenFile); err != nil {
+		t.Errorf("proxy-status --token-file: %v", err)
+	}
+	if _, err := run(t, "config-dump", "cart-v1.shop", "--server", srv.URL, "--token-file", tokenFile); err != nil &&
+		strings.Contains(err.Error(), "401") {
+		t.Errorf("config-dump --token-file: %v", err)
+	}
+	_, err := run(t, "proxy-status", "--server", srv.URL)
+	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "--token") {
+		t.Errorf("without a token: %v, want the 401 and a hint to give --token", err)
+	}
+	if _, err := run(t, "proxy-status", "--server", srv.URL, "--token", "a", "--token-file", tokenFile); err == nil {
+		t.Error("--token and --token-file together accepted")
+	}
+	if _, err := run(t, "proxy-status", "--server", srv.URL, "--token-file", filepath.Join(t.TempDir(), "none")); err == nil ||
+		!strings.Contains(err.Error(), "--token-file") {
+		t.Errorf("a missing token file: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 4 || seen[0] != "Bearer good-token" || seen[1] != "Bearer good-token" || seen[2] != "Bearer good-token" || seen[len(seen)-1] != "" {
+		t.Errorf("Authorization headers sent: %q", seen)
 	}
 }

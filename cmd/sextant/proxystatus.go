@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,13 +19,37 @@ import (
 // client talks to a running server's debug endpoints.
 type client struct {
 	server string
-	http   *http.Client
+	// token or tokenFile is a service-account token sent as "Authorization: Bearer TOKEN": the server
+	// answers /debug only to loopback callers or callers with a token (pilot/debug/access.go).
+	token, tokenFile string
+	http             *http.Client
 }
 
-// clientFlags adds --server and -o to cmd.
+// clientFlags adds --server, --token, --token-file and -o to cmd.
 func clientFlags(cmd *cobra.Command, c *client, output *string) {
 	cmd.Flags().StringVar(&c.server, "server", "http://localhost:15014", "the server's HTTP address")
+	cmd.Flags().StringVar(&c.token, "token", "", "a service-account token to send as a Bearer token (needed off loopback; "+
+		"a token of an admin namespace reads every view, another namespace's only its proxies' config_dump)")
+	cmd.Flags().StringVar(&c.tokenFile, "token-file", "", "read the token from this file at each request (e.g. a projected "+
+		"service-account token, which is rotated)")
+	cmd.MarkFlagsMutuallyExclusive("token", "token-file")
 	cmd.Flags().StringVarP(output, "output", "o", "table", "output format: table or json")
+}
+
+// bearer returns the token to send, "" for none.
+func (c *client) bearer() (string, error) {
+	if c.tokenFile == "" {
+		return strings.TrimSpace(c.token), nil
+	}
+	b, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("--token-file %s is empty", c.tokenFile)
+	}
+	return token, nil
 }
 
 func checkOutput(output string) error {
@@ -51,7 +76,18 @@ func (c *client) get(path string, query url.Values, v any) ([]byte, error) {
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	resp, err := c.http.Get(u)
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	token, err := c.bearer()
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the server (--server %s): %w", c.server, err)
 	}
@@ -68,6 +104,9 @@ func (c *client) get(path string, query url.Values, v any) ([]byte, error) {
 		}
 		if resp.StatusCode == http.StatusNotFound {
 			return body, errNotFound{msg}
+		}
+		if resp.StatusCode == http.StatusUnauthorized && token == "" {
+			msg += " (give --token or --token-file)"
 		}
 		return body, fmt.Errorf("%s: %s: %s", path, resp.Status, msg)
 	}

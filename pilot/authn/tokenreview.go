@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -46,6 +47,13 @@ type TokenReviewAuthenticator struct {
 
 	mu    sync.Mutex
 	cache map[[32]byte]cachedReview
+
+	reviews, cacheHits atomic.Uint64
+}
+
+// Counts returns how many tokens were sent to the TokenReview API and how many were answered from the cache.
+func (a *TokenReviewAuthenticator) Counts() (reviews, cacheHits uint64) {
+	return a.reviews.Load(), a.cacheHits.Load()
 }
 
 type cachedReview struct {
@@ -78,9 +86,11 @@ func (a *TokenReviewAuthenticator) AuthenticateToken(ctx context.Context, token 
 	a.mu.Lock()
 	if c, ok := a.cache[key]; ok && now.Before(c.expires) {
 		a.mu.Unlock()
+		a.cacheHits.Add(1)
 		return c.caller, c.err
 	}
 	a.mu.Unlock()
+	a.reviews.Add(1)
 
 	caller, err := a.review(ctx, token)
 	if err != nil && ctx.Err() != nil {

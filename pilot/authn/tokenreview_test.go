@@ -71,6 +71,9 @@ func TestTokenReview(t *testing.T) {
 	if _, err := a.AuthenticateToken(ctx, good); err != nil || reviews.Load() != 1 {
 		t.Errorf("second use: %v, %d reviews, want the cached answer", err, reviews.Load())
 	}
+	if sent, hits := a.Counts(); sent != 1 || hits != 1 {
+		t.Errorf("counts: %d reviews, %d cache hits; want 1 and 1", sent, hits)
+	}
 	for token, want := range map[string]string{
 		jwt("other-aud", now.Add(time.Hour)): "want one of [istio-ca]",
 		jwt("no-aud", now.Add(time.Hour)):    "want one of [istio-ca]",

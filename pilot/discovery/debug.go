@@ -3,6 +3,7 @@ package discovery
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/debug"
 )
 
@@ -13,6 +14,10 @@ func (s *Server) registerDebug() {
 	if tokens == nil {
 		tokens = s.args.TokenAuthenticator
 	}
+	collectors := []prometheus.Collector{s.JWKS.Collector()}
+	if c := (securityCollector{s}); c.any() {
+		collectors = append(collectors, c)
+	}
 	debug.New(debug.Sources{
 		Store:      s.Store,
 		Pipeline:   s.Pipeline,
@@ -21,9 +26,45 @@ func (s *Server) registerDebug() {
 		Mesh:       s.Mesh,
 		Rejected:   s.Rejected,
 		Warnings:   s.Warnings,
-		Collectors: []prometheus.Collector{s.JWKS.Collector()},
+		Collectors: collectors,
 		Logger:     s.log,
 		Access: &debug.Access{Tokens: tokens,
 			AdminNamespaces: append([]string{s.Mesh.RootNamespace}, s.args.DebugAdminNamespaces...)},
 	}).Register(s.mux)
+}
+
+var (
+	descTokenReviews   = prometheus.NewDesc("sextant_token_reviews_total", "Service-account tokens sent to the Kubernetes TokenReview API.", nil, nil)
+	descTokenCacheHits = prometheus.NewDesc("sextant_token_review_cache_hits_total", "Service-account tokens answered from the TokenReview cache.", nil, nil)
+	descAccessReviews  = prometheus.NewDesc("sextant_secret_access_reviews_total",
+		"SubjectAccessReviews asking whether an identity may be served its namespace's Secrets over SDS, by result (sent, failed).", []string{"result"}, nil)
+)
+
+// securityCollector counts the API server reviews the secure port asks for.
+type securityCollector struct{ s *Server }
+
+func (c securityCollector) tokenReviews() *authn.TokenReviewAuthenticator {
+	tr, _ := c.s.tokens.(*authn.TokenReviewAuthenticator)
+	return tr
+}
+
+func (c securityCollector) any() bool { return c.tokenReviews() != nil || c.s.SecretAccess != nil }
+
+func (c securityCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTokenReviews
+	ch <- descTokenCacheHits
+	ch <- descAccessReviews
+}
+
+func (c securityCollector) Collect(ch chan<- prometheus.Metric) {
+	if tr := c.tokenReviews(); tr != nil {
+		reviews, hits := tr.Counts()
+		ch <- prometheus.MustNewConstMetric(descTokenReviews, prometheus.CounterValue, float64(reviews))
+		ch <- prometheus.MustNewConstMetric(descTokenCacheHits, prometheus.CounterValue, float64(hits))
+	}
+	if sa := c.s.SecretAccess; sa != nil {
+		sent, failed := sa.Reviews()
+		ch <- prometheus.MustNewConstMetric(descAccessReviews, prometheus.CounterValue, float64(sent), "sent")
+		ch <- prometheus.MustNewConstMetric(descAccessReviews, prometheus.CounterValue, float64(failed), "failed")
+	}
 }

@@ -46,14 +46,17 @@ package envoy
 //     destinationSubnets never apply (the listeners are shared by all proxies of a namespace).
 //   - virtualInbound (0.0.0.0:15006, the original_dst listener filter but no use_original_dst: a hand-off
 //     would skip its mTLS and RBAC for a port an outbound listener also has) has chains per port of the proxy's own workload
-//     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for),
-//     HTTP through a connection manager with an inline route to inbound|PORT||, anything else through
-//     tcp_proxy; a port of unknown protocol is sniffed as istiod does (HTTP chains matching the
-//     application protocol: "istio-http/*" ALPN over mTLS, "http/1.1"/"h2c" from the http_inspector in
-//     plaintext; the rest TCP), and a passthrough chain to
-//     InboundPassthroughCluster. The PeerAuthentication mode of each port decides its chains: STRICT a TLS
-//     chain only, DISABLE a plaintext chain only, PERMISSIVE both (transport_protocol "tls" / "raw_buffer"
-//     from the tls_inspector); the passthrough chain follows the workload-wide mode. TLS chains terminate
+//     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for,
+//     ORIGINAL_DST clusters that reach the pod IP and port from 127.0.0.6), HTTP through a connection
+//     manager with an inline route to inbound|PORT||, anything else through tcp_proxy, and for every other
+//     port passthrough chains to InboundPassthroughCluster, sniffed (HTTP through a connection manager).
+//     The chains are istiod's for the port's protocol and PeerAuthentication mode (the passthrough's: the
+//     workload-wide mode, or a port-level one): STRICT TLS chains only, DISABLE plaintext ones only;
+//     PERMISSIVE tells mesh mTLS (TLS offering Istio's ALPN: "istio", "istio-peer-exchange",
+//     "istio-http/*") from plaintext and from the application's own TLS, which a TCP or sniffed port
+//     passes to the application and an HTTP port refuses. A sniffed port's HTTP chains match
+//     "istio-http/*" over mTLS and "http/1.1"/"h2c" from the http_inspector in plaintext. The
+//     tls_inspector and http_inspector run only on the ports whose chains need them. TLS chains terminate
 //     mesh mTLS with the SDS secrets "default" and "ROOTCA" from the agent ("sds-grpc") and require a
 //     client certificate. Replicas of one workload (same ports, modes and policies) share the listener.
 //   - AuthorizationPolicy becomes RBAC filters on every inbound chain (rbac.go): HTTP chains get
@@ -157,7 +160,12 @@ const (
 	sdsRoot    = "ROOTCA"
 )
 
-var ldsMeshInboundALPN = []string{"istio-peer-exchange", "istio", "h2", "http/1.1"}
+// The server ALPN of istiod's inbound mesh mTLS: HTTP chains offer the HTTP versions alone, so a client
+// offering h2 beside Istio's protocols gets h2; TCP chains also istio-peer-exchange (metadata exchange).
+var (
+	ldsMeshServerHTTPALPN = []string{"h2", "http/1.1"}
+	ldsMeshServerTCPALPN  = []string{"istio-peer-exchange", "h2", "http/1.1"}
+)
 
 type listenerGenerator struct{ g *Generators }
 
@@ -243,12 +251,12 @@ var ldsMeshCiphers = []string{
 
 // ldsMeshDownstreamTLS terminates mesh mTLS: the workload certificate, client certificates required,
 // validated against the mesh root and holding a SPIFFE identity of trustDomain (the root may sign other
-// trust domains too, whose workloads are not this mesh's).
-func ldsMeshDownstreamTLS(trustDomain string) *tlsv3.DownstreamTlsContext {
+// trust domains too, whose workloads are not this mesh's); alpn is the server's ALPN.
+func ldsMeshDownstreamTLS(trustDomain string, alpn []string) *tlsv3.DownstreamTlsContext {
 	return &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			AlpnProtocols: ldsMeshInboundALPN,
+			AlpnProtocols: alpn,
 			TlsParams: &tlsv3.TlsParameters{
 				CipherSuites:              ldsMeshCiphers,
 				TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,

@@ -14,6 +14,8 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	dfphttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
+	httpinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
+	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	dfpsni "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_dynamic_forward_proxy/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -883,6 +885,10 @@ func (in inboundInputs) describe(ns string) string {
 	for _, p := range in.ports {
 		fmt.Fprintf(&b, "%d/%s/%s,", p.port, p.protocol, in.mtls.ModeForPort(p.port))
 	}
+	// Port-level modes on other ports have passthrough chains of their own.
+	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
+		fmt.Fprintf(&b, "%d=%s,", port, in.mtls.PortModes[port])
+	}
 	b.WriteString(describePolicies(in.policies))
 	return b.String()
 }
@@ -905,46 +911,55 @@ func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushCon
 }
 
 // buildVirtualInbound builds the inbound capture listener, and notes on policies it could not translate.
+// Its chains are istiod's (pilot/pkg/networking/core/filterchain_options.go): per workload port, those of
+// the port's protocol and mTLS mode; for any other port, sniffed passthrough chains in the mesh's mode (and
+// in its own mode for a port a PeerAuthentication names).
 func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	httpRBAC, notes := buildHTTPRBAC(in.policies, in.env)
 	tcpRBAC, tcpNotes := buildTCPRBAC(in.policies, in.env)
 	notes = append(notes, tcpNotes...)
 
 	var chains []*listener.FilterChain
-	var sniffed []uint32
+	declared := map[uint32]bool{}
 	for _, p := range in.ports {
 		if ldsReservedPorts[p.port] {
 			continue
 		}
-		if p.protocol == model.ProtocolUnset {
-			sniffed = append(sniffed, p.port)
-		}
-		name := "inbound_0.0.0.0_" + ldsPortName(p.port)
+		declared[p.port] = true
 		cluster := InboundClusterName(p.port)
-		manager := ldsInboundManager(p.port, p.protocol, httpRBAC)
+		manager := ldsInboundManager(cluster, "inbound_0.0.0.0_"+ldsPortName(p.port), ldsPortName(p.port), p.protocol, httpRBAC)
 		ldsMeshHTTPManager(manager, in.paths)
-		httpFilters := []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)}
-		tcpFilters := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}}))
-		port, mode := wrapperspb.UInt32(p.port), in.mtls.ModeForPort(p.port)
+		filters := inboundFilters{
+			http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
+			tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}})),
+		}
+		kind := inboundSniffed
 		switch {
 		case p.protocol.IsHTTP():
-			chains = append(chains, ldsMTLSChains(name, port, mode, in.env.trustDomain, httpFilters)...)
-		case p.protocol == model.ProtocolUnset:
-			chains = append(chains, ldsSniffedChains(name, port, mode, in.env.trustDomain, httpFilters, tcpFilters)...)
-		default:
-			chains = append(chains, ldsMTLSChains(name, port, mode, in.env.trustDomain, tcpFilters)...)
+			kind = inboundHTTP
+		case p.protocol != model.ProtocolUnset:
+			kind = inboundTCP
 		}
+		chains = append(chains, inboundChains("inbound_0.0.0.0_"+ldsPortName(p.port), wrapperspb.UInt32(p.port),
+			inboundChainOptions(kind, in.mtls.ModeForPort(p.port)), in.env.trustDomain, filters)...)
 	}
-	passthrough := append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}}))
-	chains = append(chains, ldsMTLSChains("inbound_passthrough", nil, in.mtls.Mode, in.env.trustDomain, passthrough)...)
 
-	inspectors := ldsInspectors(chains)
-	for _, f := range inspectors {
-		if f.Name == ldsHTTPInspectorFilter {
-			// It waits for the client's first bytes: a server-first protocol on another port would stall.
-			f.FilterDisabled = ldsOtherPorts(sniffed)
-		}
+	manager := ldsInboundManager(InboundPassthroughCluster, InboundPassthroughCluster, "0", model.ProtocolUnset, httpRBAC)
+	ldsMeshHTTPManager(manager, in.paths)
+	passthrough := inboundFilters{
+		http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
+		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}})),
 	}
+	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode), in.env.trustDomain, passthrough)...)
+	// A port-level mTLS mode on a port no service declares governs that port's passthrough, as in istiod.
+	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
+		if declared[port] || ldsReservedPorts[port] {
+			continue
+		}
+		chains = append(chains, inboundChains("inbound_passthrough_"+ldsPortName(port), wrapperspb.UInt32(port),
+			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), in.env.trustDomain, passthrough)...)
+	}
+
 	// No use_original_dst (istiod has none either): it would hand a connection to the outbound listener
 	// 0.0.0.0_PORT of any service on the same port, past this listener's mTLS and RBAC. The original_dst
 	// listener filter alone restores the destination the chains match on.
@@ -952,92 +967,182 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		Name:             VirtualInboundListener,
 		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
 		TrafficDirection: core.TrafficDirection_INBOUND,
-		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, inspectors...),
-		FilterChains:     chains,
+		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, inboundInspectors(chains)...),
+		// istiod's protocol detection has no timeout (mesh protocolDetectionTimeout 0s): the inspectors wait
+		// for the client's first bytes, so a server-first protocol must be declared on its port.
+		ListenerFiltersTimeout:           durationpb.New(0),
+		ContinueOnListenerFiltersTimeout: true,
+		FilterChains:                     chains,
 	}, notes
 }
 
-// ldsOtherPorts matches connections to any destination port but those given.
-func ldsOtherPorts(ports []uint32) *listener.ListenerFilterChainMatchPredicate {
-	if len(ports) == 0 {
-		return nil
+// inboundKind is how an inbound port's protocol decides its chains.
+type inboundKind int
+
+const (
+	inboundTCP     inboundKind = iota
+	inboundHTTP                // the connection manager on every chain
+	inboundSniffed             // no protocol declared: HTTP by ALPN or the http_inspector, anything else TCP
+)
+
+// inboundChainOption is one filter chain istiod builds for an inbound port: the transport protocol and
+// application protocols it takes, whether it runs the connection manager (else tcp_proxy), and whether it
+// terminates mesh mTLS (else the bytes go to the application as they came).
+type inboundChainOption struct {
+	suffix    string
+	transport string
+	alpn      []string
+	http      bool
+	mtls      bool
+}
+
+// The application protocols istiod's inbound chains match (pilot/pkg/networking/core/listener.go): what a
+// client sidecar's ALPN says over mesh mTLS (istio-http/* for HTTP it detected, istio-peer-exchange and
+// istio otherwise), and what the http_inspector reports for plaintext (HTTP/1.0 is left to the TCP chain,
+// which the connection manager would refuse).
+var (
+	ldsInboundPlainHTTPALPN = []string{"http/1.1", "h2c"}
+	ldsInboundMTLSHTTPALPN  = []string{"istio-http/1.0", "istio-http/1.1", "istio-h2"}
+	ldsInboundMTLSTCPALPN   = []string{"istio-peer-exchange", "istio"}
+	ldsInboundMTLSALPN      = []string{"istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
+)
+
+// inboundChainOptions are istiod's chains for a port of kind in mode. Under PERMISSIVE only TLS offering
+// Istio's ALPN is mesh mTLS; other TLS is the application's own: on a TCP or sniffed port it passes to the
+// application untouched, on an HTTP port no chain takes it. STRICT has TLS chains alone; DISABLE none.
+func inboundChainOptions(kind inboundKind, mode model.MTLSMode) []inboundChainOption {
+	const tls, raw = "tls", "raw_buffer"
+	switch kind {
+	case inboundHTTP:
+		switch mode {
+		case model.MTLSStrict:
+			return []inboundChainOption{{"_tls", tls, nil, true, true}}
+		case model.MTLSDisable:
+			return []inboundChainOption{{"_plaintext", raw, nil, true, false}}
+		}
+		return []inboundChainOption{{"_tls", tls, ldsInboundMTLSALPN, true, true}, {"_plaintext", raw, nil, true, false}}
+	case inboundSniffed:
+		switch mode {
+		case model.MTLSStrict:
+			return []inboundChainOption{{"_http_tls", tls, ldsInboundMTLSHTTPALPN, true, true}, {"_tls", tls, nil, false, true}}
+		case model.MTLSDisable:
+			return []inboundChainOption{{"_http_plaintext", raw, ldsInboundPlainHTTPALPN, true, false}, {"_plaintext", raw, nil, false, false}}
+		}
+		return []inboundChainOption{
+			{"_http_tls", tls, ldsInboundMTLSHTTPALPN, true, true},
+			{"_http_plaintext", raw, ldsInboundPlainHTTPALPN, true, false},
+			{"_tls", tls, ldsInboundMTLSTCPALPN, false, true},
+			{"_plaintext", raw, nil, false, false},
+			{"_app_tls", tls, nil, false, false},
+		}
 	}
+	switch mode {
+	case model.MTLSStrict:
+		return []inboundChainOption{{"_tls", tls, nil, false, true}}
+	case model.MTLSDisable:
+		return []inboundChainOption{{"_plaintext", raw, nil, false, false}}
+	}
+	return []inboundChainOption{{"_tls", tls, ldsInboundMTLSALPN, false, true}, {"_app_tls", tls, nil, false, false}, {"_plaintext", raw, nil, false, false}}
+}
+
+// inboundFilters are a port's network filters: the connection manager's (with the HTTP RBAC) and tcp_proxy's
+// (with the L4 RBAC).
+type inboundFilters struct{ http, tcp []*listener.Filter }
+
+// inboundChains builds the chains of opts for one port (nil: any port). Mesh mTLS accepts only client
+// certificates of trustDomain.
+func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChainOption, trustDomain string, filters inboundFilters) []*listener.FilterChain {
+	out := make([]*listener.FilterChain, 0, len(opts))
+	for _, o := range opts {
+		fc := &listener.FilterChain{
+			Name:             name + o.suffix,
+			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: port, TransportProtocol: o.transport, ApplicationProtocols: o.alpn},
+			Filters:          filters.tcp,
+		}
+		if o.http {
+			fc.Filters = filters.http
+		}
+		if o.mtls {
+			// istiod's server ALPN: HTTP and TCP as the client offers them, and metadata exchange over TCP.
+			alpn := ldsMeshServerTCPALPN
+			if o.http {
+				alpn = ldsMeshServerHTTPALPN
+			}
+			fc.TransportSocket = ldsDownstreamTLSSocket(ldsMeshDownstreamTLS(trustDomain, alpn))
+		}
+		out = append(out, fc)
+	}
+	return out
+}
+
+// inboundInspectors are the listener filters the chains need, each enabled only on the ports whose chains
+// match on what it detects, as istiod's: the tls_inspector where a chain matches TLS, the http_inspector
+// where one matches HTTP by ALPN (it waits for the client's first bytes). Port-less chains decide every
+// other port.
+func inboundInspectors(chains []*listener.FilterChain) []*listener.ListenerFilter {
+	type need struct{ tls, http bool }
+	byPort := map[uint32]need{}
+	for _, fc := range chains {
+		m := fc.GetFilterChainMatch()
+		n := byPort[m.GetDestinationPort().GetValue()]
+		n.tls = n.tls || m.GetTransportProtocol() == "tls"
+		n.http = n.http || slices.ContainsFunc(m.GetApplicationProtocols(), func(p string) bool { return p == "http/1.1" || p == "h2c" })
+		byPort[m.GetDestinationPort().GetValue()] = n
+	}
+	inspector := func(name string, m proto.Message, needs func(need) bool) *listener.ListenerFilter {
+		var on, off []uint32
+		for _, port := range slices.Sorted(maps.Keys(byPort)) {
+			switch {
+			case port == 0:
+			case needs(byPort[port]):
+				on = append(on, port)
+			default:
+				off = append(off, port)
+			}
+		}
+		f := ldsListenerFilter(name, m)
+		if needs(byPort[0]) {
+			f.FilterDisabled = ldsPortsMatch(off) // on but for the ports none of whose chains need it
+		} else if len(on) == 0 {
+			return nil
+		} else {
+			f.FilterDisabled = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: ldsPortsMatch(on)}}
+		}
+		return f
+	}
+	var out []*listener.ListenerFilter
+	// The tls_inspector comes first: the http_inspector leaves a connection it found to be TLS alone.
+	if f := inspector(ldsTLSInspectorFilter, &tlsinspector.TlsInspector{}, func(n need) bool { return n.tls }); f != nil {
+		out = append(out, f)
+	}
+	if f := inspector(ldsHTTPInspectorFilter, &httpinspector.HttpInspector{}, func(n need) bool { return n.http }); f != nil {
+		out = append(out, f)
+	}
+	return out
+}
+
+// ldsPortsMatch matches connections to any of ports (nil when there are none: no connection).
+func ldsPortsMatch(ports []uint32) *listener.ListenerFilterChainMatchPredicate {
 	var ranges []*listener.ListenerFilterChainMatchPredicate
 	for _, p := range ports {
 		ranges = append(ranges, &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_DestinationPortRange{
 			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}}}) // [start, end)
 	}
-	these := ranges[0]
-	if len(ranges) > 1 {
-		these = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_OrMatch{
-			OrMatch: &listener.ListenerFilterChainMatchPredicate_MatchSet{Rules: ranges}}}
+	switch len(ranges) {
+	case 0:
+		return nil
+	case 1:
+		return ranges[0]
 	}
-	return &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: these}}
+	return &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_OrMatch{
+		OrMatch: &listener.ListenerFilterChainMatchPredicate_MatchSet{Rules: ranges}}}
 }
 
-// ldsMTLSChains returns the chains for one port (nil: any port) in mode: STRICT a TLS chain, DISABLE a
-// plaintext chain, PERMISSIVE both, told apart by transport protocol. TLS chains accept only client
-// certificates of trustDomain.
-func ldsMTLSChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, trustDomain string, filters []*listener.Filter) []*listener.FilterChain {
-	tls := func() *listener.FilterChain {
-		return &listener.FilterChain{
-			Name:             name + "_tls",
-			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: port, TransportProtocol: "tls"},
-			Filters:          filters,
-			TransportSocket:  ldsDownstreamTLSSocket(ldsMeshDownstreamTLS(trustDomain)),
-		}
-	}
-	plain := func(transport string) *listener.FilterChain {
-		var match *listener.FilterChainMatch
-		if port != nil || transport != "" {
-			match = &listener.FilterChainMatch{DestinationPort: port, TransportProtocol: transport}
-		}
-		return &listener.FilterChain{Name: name + "_plaintext", FilterChainMatch: match, Filters: filters}
-	}
-	switch mode {
-	case model.MTLSStrict:
-		return []*listener.FilterChain{tls()}
-	case model.MTLSDisable:
-		return []*listener.FilterChain{plain("")}
-	}
-	return []*listener.FilterChain{tls(), plain("raw_buffer")}
-}
-
-// Application protocols of HTTP on an inbound port of unknown protocol, as istiod matches them: over mesh
-// mTLS the client sidecar's ALPN says HTTP; in plaintext the http_inspector finds it (HTTP/1.0 is left to
-// the TCP chain, which the connection manager would refuse).
-var (
-	ldsInboundMTLSHTTPALPN  = []string{"istio-http/1.0", "istio-http/1.1", "istio-h2"}
-	ldsInboundPlainHTTPALPN = []string{"http/1.1", "h2c"}
-)
-
-// ldsSniffedChains returns the chains of an inbound port of unknown protocol in mode: HTTP through the
-// connection manager (HTTP RBAC), everything else through tcp (L4 RBAC), as istiod's inbound sniffing.
-// Each chain of ldsMTLSChains gains an HTTP twin matching on the application protocol.
-func ldsSniffedChains(name string, port *wrapperspb.UInt32Value, mode model.MTLSMode, trustDomain string, http, tcp []*listener.Filter) []*listener.FilterChain {
-	var out []*listener.FilterChain
-	for _, c := range ldsMTLSChains(name, port, mode, trustDomain, tcp) {
-		h := proto.Clone(c).(*listener.FilterChain)
-		h.Name = strings.Replace(c.Name, name, name+"_http", 1)
-		h.Filters = http
-		if h.FilterChainMatch == nil {
-			h.FilterChainMatch = &listener.FilterChainMatch{}
-		}
-		h.FilterChainMatch.ApplicationProtocols = ldsInboundPlainHTTPALPN
-		if c.TransportSocket != nil {
-			h.FilterChainMatch.ApplicationProtocols = ldsInboundMTLSHTTPALPN
-		}
-		out = append(out, h, c)
-	}
-	return out
-}
-
-// ldsInboundManager sends every request to the local workload port, after the RBAC filters, with istiod's
-// inbound default route: no timeout, a gRPC client's grpc-timeout header honoured, and a request retried
-// twice when the connection to the application resets before it is sent (not on gRPC ports, where a
-// stream may be reset after part of it went out).
-func ldsInboundManager(port uint32, protocol model.Protocol, rbac []*hcm.HttpFilter) *hcm.HttpConnectionManager {
-	cluster := InboundClusterName(port)
+// ldsInboundManager sends every request to cluster (the workload port's, or the passthrough for other
+// ports), after the RBAC filters, with istiod's inbound default route: no timeout, a gRPC client's
+// grpc-timeout header honoured, and a request retried twice when the connection to the application resets
+// before it is sent (not on gRPC ports, where a stream may be reset after part of it went out).
+func ldsInboundManager(cluster, statPrefix, portName string, protocol model.Protocol, rbac []*hcm.HttpFilter) *hcm.HttpConnectionManager {
 	var retry *route.RetryPolicy
 	if protocol != model.ProtocolGRPC {
 		retry = &route.RetryPolicy{RetryOn: "reset-before-request", NumRetries: wrapperspb.UInt32(2)}
@@ -1045,11 +1150,11 @@ func ldsInboundManager(port uint32, protocol model.Protocol, rbac []*hcm.HttpFil
 	filters := append(slices.Clone(rbac), ldsEnvoyHTTPFilters()...)
 	return &hcm.HttpConnectionManager{
 		CodecType:  hcm.HttpConnectionManager_AUTO,
-		StatPrefix: "inbound_0.0.0.0_" + ldsPortName(port),
+		StatPrefix: statPrefix,
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name: cluster,
 			VirtualHosts: []*route.VirtualHost{{
-				Name:    "inbound|http|" + ldsPortName(port),
+				Name:    "inbound|http|" + portName,
 				Domains: []string{"*"},
 				Routes: []*route.Route{{
 					Name:  "default",

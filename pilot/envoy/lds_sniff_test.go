@@ -79,7 +79,7 @@ func sniffMust(t *testing.T, l *listener.Listener, port uint32, transport, alpn 
 
 // An inbound port of unknown protocol is sniffed: HTTP reaches a connection manager with the HTTP RBAC
 // (so a policy on paths and methods applies to it), anything else tcp_proxy with the L4 RBAC, in every
-// mTLS mode; the http_inspector runs for that port only.
+// mTLS mode; the http_inspector runs for that port and the undeclared ones, not for the TCP port.
 func TestListenerInboundSniffedPort(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
@@ -95,8 +95,8 @@ func TestListenerInboundSniffedPort(t *testing.T) {
 			tcp:     [][2]string{{"tls", "istio-peer-exchange"}},
 			refused: [][2]string{{"raw_buffer", "http/1.1"}, {"raw_buffer", ""}}},
 		{mode: "DISABLE",
-			http: [][2]string{{"", "http/1.1"}, {"", "h2c"}},
-			tcp:  [][2]string{{"", ""}}},
+			http: [][2]string{{"raw_buffer", "http/1.1"}, {"raw_buffer", "h2c"}},
+			tcp:  [][2]string{{"raw_buffer", ""}, {"raw_buffer", "http/1.0"}}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			pa := `
@@ -148,18 +148,20 @@ spec:
 			if fc := sniffPick(t, in, 9000, "raw_buffer", "http/1.1"); fc != nil && slices.Contains(filterNames(fc), ldsHCMFilter) {
 				t.Errorf("9000 (TCP) chain %s: a connection manager", fc.Name)
 			}
+			// The http_inspector runs where a chain matches what it finds: on 8000 and other ports in
+			// plaintext modes, nowhere under STRICT (mTLS says HTTP by ALPN), never on the TCP port 9000.
 			var inspector *listener.ListenerFilter
 			for _, f := range in.ListenerFilters {
 				if f.Name == ldsHTTPInspectorFilter {
 					inspector = f
 				}
 			}
-			if inspector == nil {
-				t.Fatal("no http_inspector")
+			plaintext := tc.mode != "STRICT"
+			if (inspector != nil) != plaintext {
+				t.Fatalf("http_inspector %v, want one %v", inspector, plaintext)
 			}
-			not := inspector.GetFilterDisabled().GetNotMatch().GetDestinationPortRange()
-			if not.GetStart() != 8000 || not.GetEnd() != 8001 {
-				t.Errorf("http_inspector disabled %v, want on every port but 8000", inspector.GetFilterDisabled())
+			if inspector != nil && (!listenerFilterRuns(inspector, 8000) || !listenerFilterRuns(inspector, 12345) || listenerFilterRuns(inspector, 9000)) {
+				t.Errorf("http_inspector disabled %v, want on every port but 9000", inspector.GetFilterDisabled())
 			}
 		})
 	}

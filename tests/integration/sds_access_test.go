@@ -11,7 +11,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +174,18 @@ func TestSDSAccessReviewedByTheRealAPIServer(t *testing.T) {
 	}
 	if sent, failed := srv.SecretAccess.Reviews(); sent != 2 || failed != 0 {
 		t.Errorf("%d SubjectAccessReviews (%d failed), want one per account", sent, failed)
+	}
+	// Both streams' tokens were reviewed once; the metrics say so.
+	resp, err := http.Get("http://" + srv.HTTPAddr() + "/metrics")
+	must(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	must(t, err)
+	for _, want := range []string{"sextant_token_reviews_total 2\n", "sextant_token_review_cache_hits_total 0\n",
+		`sextant_secret_access_reviews_total{result="sent"} 2` + "\n", `sextant_secret_access_reviews_total{result="failed"} 0` + "\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
 

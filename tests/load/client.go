@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -184,6 +185,8 @@ type proxy struct {
 	// addr is where start connected; tls, when set, is the secure port's client configuration (-secure).
 	addr string
 	tls  *tls.Config
+	// token, when set, is the service-account token sent on every stream to the secure port (-secure-auth token).
+	token string
 	// sa is the service account the proxy claims (node metadata SERVICE_ACCOUNT), its pod's.
 	sa string
 
@@ -251,7 +254,7 @@ func (p *proxy) start(addr string) error {
 	p.addr = addr
 	p.mu.Unlock()
 	if p.delta {
-		stream, err := dialDelta(addr, p.tls)
+		stream, err := dialDelta(addr, p.tls, p.token)
 		if err != nil {
 			return err
 		}
@@ -292,7 +295,11 @@ func (p *proxy) start(addr string) error {
 	p.conn = cc
 	p.mu.Unlock()
 	// Proxies live until the harness process exits or stop closes them.
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(context.Background())
+	ctx := context.Background()
+	if p.token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+p.token)
+	}
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
 	if err != nil {
 		return err
 	}

@@ -62,14 +62,15 @@ const h2StreamID = 1
 
 // dialDelta connects to addr and opens the delta ADS stream. Windows are Envoy's defaults (envoyWindow) and,
 // as in Envoy, fixed: no bandwidth-probing PINGs.
-// With tlsCfg (nil: plaintext) the connection is TLS, as to the secure port.
-func dialDelta(addr string, tlsCfg *tls.Config) (*h2Stream, error) {
-	return dialDeltaWindow(addr, envoyWindow, tlsCfg)
+// With tlsCfg (nil: plaintext) the connection is TLS, as to the secure port; a token is sent as the
+// stream's authorization metadata (Bearer), as Istio's agent sends its service-account token.
+func dialDelta(addr string, tlsCfg *tls.Config, token string) (*h2Stream, error) {
+	return dialDeltaWindow(addr, envoyWindow, tlsCfg, token)
 }
 
 // dialDeltaWindow is dialDelta with HTTP/2 stream and connection windows of window bytes (at least 65,535,
 // the protocol's default).
-func dialDeltaWindow(addr string, window uint32, tlsCfg *tls.Config) (*h2Stream, error) {
+func dialDeltaWindow(addr string, window uint32, tlsCfg *tls.Config, token string) (*h2Stream, error) {
 	var conn net.Conn
 	var err error
 	scheme := "http"
@@ -90,11 +91,15 @@ func dialDeltaWindow(addr string, window uint32, tlsCfg *tls.Config) (*h2Stream,
 
 	var hdr bytes.Buffer
 	enc := hpack.NewEncoder(&hdr)
-	for _, f := range []hpack.HeaderField{
+	fields := []hpack.HeaderField{
 		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: scheme}, {Name: ":path", Value: deltaMethod},
 		{Name: ":authority", Value: addr}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
 		{Name: "user-agent", Value: "sextant-load"},
-	} {
+	}
+	if token != "" {
+		fields = append(fields, hpack.HeaderField{Name: "authorization", Value: "Bearer " + token, Sensitive: true})
+	}
+	for _, f := range fields {
 		if err := enc.WriteField(f); err != nil {
 			conn.Close()
 			return nil, err

@@ -71,7 +71,7 @@ func TestH2StreamWithGRPCServer(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 
-	s, err := dialDelta(lis.Addr().String(), nil)
+	s, err := dialDelta(lis.Addr().String(), nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

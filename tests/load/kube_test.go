@@ -93,3 +93,46 @@ func TestKubeSource(t *testing.T) {
 		t.Errorf("a sidecar has %d EDS clusters, want at least 19: %+v", rep.Mesh.Endpoints, rep.Mesh)
 	}
 }
+
+// TestKubeSourceSecureTokens runs the cold start over the secure port with -source kube, each proxy
+// authenticated by a real service-account token (TokenRequest, audience istio-ca) that the server
+// reviews with the real TokenReview API: every proxy must get its whole configuration, with one review
+// per service account.
+func TestKubeSourceSecureTokens(t *testing.T) {
+	kubeenv.SkipIfMissing(t)
+	for _, delta := range []bool{true, false} {
+		t.Run(map[bool]string{true: "delta", false: "sotw"}[delta], func(t *testing.T) {
+			cfg := Config{
+				Source:       "kube",
+				Shape:        meshShape{Services: 6, PodsPerService: 2, Namespaces: 2, Policies: true, RoutingEvery: 3},
+				Sidecars:     12, // two per service account
+				Delta:        delta,
+				Secure:       true,
+				EnvoyVersion: [2]uint32{1, 38},
+				Reps:         1,
+				Debounce:     20 * time.Millisecond,
+				Timeout:      20 * time.Second,
+				Quiet:        80 * time.Millisecond,
+				Scenarios:    []string{"cold"},
+				WorkDir:      t.TempDir(),
+			}
+			rep, err := Run(context.Background(), cfg, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Config.SecureAuth != "token" {
+				t.Errorf("secure auth %q, want token by default with -source kube", rep.Config.SecureAuth)
+			}
+			if len(rep.Results) == 0 || rep.Results[0].Scenario != "cold-start" || rep.Results[0].Proxies != 12 || rep.Results[0].Missed != 0 {
+				t.Fatalf("cold start over the secure port with tokens: %+v (errors %v)", rep.Results, rep.Errors)
+			}
+			// Two proxies share each token: the second stream of an account may be reviewed too when both
+			// arrive before the first review's answer, so reviews are between one and two per account.
+			f := rep.Results[0].Figures
+			if f["tokenReviews"] < 6 || f["tokenReviews"]+f["tokenCacheHits"] != 12 {
+				t.Errorf("token reviews %v, cache hits %v: want every stream authenticated, at least one review per account",
+					f["tokenReviews"], f["tokenCacheHits"])
+			}
+		})
+	}
+}

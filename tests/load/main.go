@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // Config is everything a run is parameterised by.
@@ -28,8 +30,12 @@ type Config struct {
 	Sidecars int       `json:"sidecars"`
 	Ztunnels int       `json:"ztunnels"`
 	Delta    bool      `json:"delta"`
-	// Secure: the fleet connects to the secure port over TLS with client certificates (secure.go).
+	// Secure: the fleet connects to the secure port over TLS (secure.go), authenticated by SecureAuth.
 	Secure bool `json:"secure,omitempty"`
+	// SecureAuth is how the fleet authenticates on the secure port: "token" (a service-account token from
+	// the API server's TokenRequest, audience istio-ca, reviewed by Sextant with TokenReview; needs
+	// -source kube) or "cert" (client certificates). Empty: token with -source kube, else cert.
+	SecureAuth string `json:"secureAuth,omitempty"`
 	// EnvoyVersion is the MAJOR.MINOR the simulated sidecars report (node.user_agent_build_version).
 	EnvoyVersion   [2]uint32     `json:"envoyVersion"`
 	NackFraction   float64       `json:"nackFraction"`
@@ -123,6 +129,8 @@ type harness struct {
 	extraSeq int
 	// caDir is the CA's key material the server was given (-secure).
 	caDir string
+	// kubeAdmin is the API server's admin client configuration (-source kube).
+	kubeAdmin *rest.Config
 }
 
 func (h *harness) nextMarker() int64 { return h.marker.Add(1) }
@@ -141,8 +149,11 @@ func main() {
 	flag.IntVar(&cfg.Sidecars, "sidecars", 300, "simulated Envoy sidecars")
 	flag.IntVar(&cfg.Ztunnels, "ztunnels", 0, "simulated ztunnels (delta, wildcard Address + Authorization)")
 	flag.BoolVar(&cfg.Secure, "secure", false, "the fleet (cold start and its reconnects) connects to the secure port over TLS, trusting the root "+
-		"the server writes to --ca-dir, each proxy with a client certificate for its namespace and service account signed from that "+
-		"key material; the extra clients of slow-clients and ztunnel-on-demand stay on the plaintext port")
+		"the server writes to --ca-dir, each proxy authenticated as its namespace and service account (see -secure-auth); the extra "+
+		"clients of slow-clients and ztunnel-on-demand stay on the plaintext port")
+	flag.StringVar(&cfg.SecureAuth, "secure-auth", "", "with -secure, how proxies authenticate: token (a service-account token from the "+
+		"API server's TokenRequest, audience istio-ca, in the authorization metadata; needs -source kube) or cert (a client certificate "+
+		"signed from the server's key material); default token with -source kube, else cert")
 	flag.StringVar(&mode, "mode", "delta", "sidecar protocol: delta or sotw")
 	flag.StringVar(&envoyVersion, "envoy-version", "1.38", "Envoy version the sidecars report (MAJOR.MINOR); from 1.38 the server sends their virtual hosts over VHDS")
 	flag.Float64Var(&cfg.NackFraction, "nack", 0, "fraction of responses the sidecars NACK (0..1)")
@@ -241,6 +252,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("unknown -source %q (have file, kube)", cfg.Source)
 	}
+	if cfg.Secure && cfg.SecureAuth == "" {
+		cfg.SecureAuth = map[bool]string{true: "token", false: "cert"}[cfg.Source == "kube"]
+	}
+	switch {
+	case !cfg.Secure && cfg.SecureAuth != "":
+		return nil, errors.New("-secure-auth needs -secure")
+	case cfg.SecureAuth == "token" && cfg.Source != "kube":
+		return nil, errors.New("-secure-auth token needs -source kube: without a cluster the server has no TokenReview")
+	case cfg.SecureAuth != "" && cfg.SecureAuth != "token" && cfg.SecureAuth != "cert":
+		return nil, fmt.Errorf("unknown -secure-auth %q (have token, cert)", cfg.SecureAuth)
+	}
 	for _, s := range cfg.Scenarios {
 		if !slices.Contains(allScenarios, s) && !slices.Contains(extraScenarios, s) {
 			return nil, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(append(slices.Clone(allScenarios), extraScenarios...), ", "))
@@ -298,6 +320,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		}
 		defer env.Stop()
 		config, sourceArgs, kube = ka, []string{"--kubeconfig", kubeconfig}, ka
+		h.kubeAdmin = env.Admin
 	} else {
 		configDir := filepath.Join(work, "config")
 		if err := os.MkdirAll(configDir, 0o755); err != nil {
@@ -436,12 +459,20 @@ func (h *harness) coldStart() (*Result, error) {
 	}
 	all := h.all()
 	addr := h.srv.grpcAddr
+	tokens := h.cfg.Secure && h.cfg.SecureAuth == "token"
 	if h.cfg.Secure {
-		if err := issueClientCerts(h.caDir, all); err != nil {
+		var err error
+		if tokens {
+			err = issueTokens(h.ctx, h.kubeAdmin, h.caDir, all)
+		} else {
+			err = issueClientCerts(h.caDir, all)
+		}
+		if err != nil {
 			return nil, err
 		}
 		addr = h.srv.secureAddr
 	}
+	reviews0, hits0 := h.srv.tokenReviews()
 	st0, fleet0 := h.srv.stats(), procCPUSeconds("self", h.srv.clkTck)
 	b0, r0, t0 := h.bytes.Load(), h.responses.Load(), h.typeBytes()
 	start := time.Now()
@@ -490,6 +521,11 @@ func (h *harness) coldStart() (*Result, error) {
 		bytes: h.bytes.Load() - b0, responses: h.responses.Load() - r0, cpu: st1.CPUSeconds - st0.CPUSeconds,
 		fleetCPU: procCPUSeconds("self", h.srv.clkTck) - fleet0, byType: typeDiff(h.typeBytes(), t0)}})
 	r.Note = "all proxies connect at once; until each has CDS+EDS+LDS+RDS (+VHDS when used; ztunnel: Address+Authorization)"
+	if tokens {
+		reviews1, hits1 := h.srv.tokenReviews()
+		r.Figures = map[string]float64{"tokenReviews": reviews1 - reviews0, "tokenCacheHits": hits1 - hits0}
+		r.Note += "; over 15012 with service-account tokens (TokenReview)"
+	}
 	return r, nil
 }
 

@@ -53,7 +53,7 @@ func (p *proxy) resume(cause error) (*h2Stream, error) {
 			return nil, p.h.ctx.Err()
 		case <-time.After(backoff):
 		}
-		if stream, err = dialDelta(p.addr, p.tls); err == nil {
+		if stream, err = dialDelta(p.addr, p.tls, p.token); err == nil {
 			break
 		}
 		backoff = min(30*time.Second, 500*time.Millisecond<<min(attempt+1, 6))

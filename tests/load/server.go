@@ -248,3 +248,34 @@ func (s *serverProc) download(ctx context.Context, urlPath, path string) error {
 	_, err = io.Copy(f, resp.Body)
 	return err
 }
+
+// tokenReviews reads from the server's /metrics how many tokens it sent to TokenReview and how many its
+// cache answered (zero when it reviews none: no cluster, or no request for the metrics).
+func (s *serverProc) tokenReviews() (reviews, cacheHits float64) {
+	resp, err := http.Get("http://" + s.httpAddr + "/metrics")
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "sextant_token_reviews_total":
+			reviews = v
+		case "sextant_token_review_cache_hits_total":
+			cacheHits = v
+		}
+	}
+	return reviews, cacheHits
+}

@@ -155,7 +155,7 @@ func (h *harness) openStuck(n int, tmpl *proxy, eds, rds []string, vhds bool) ([
 	for range n {
 		h.extraSeq++
 		p := newProxy(h, 200000+h.extraSeq, kindSidecar, tmpl.ns, tmpl.sa, fmt.Sprintf("stuck-%d", h.extraSeq), h.mesh.nextIP(), nil)
-		s, err := dialDeltaWindow(h.srv.grpcAddr, 65535, nil)
+		s, err := dialDeltaWindow(h.srv.grpcAddr, 65535, nil, "")
 		if err != nil {
 			closeStuck(out)
 			return nil, err
