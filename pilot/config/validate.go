@@ -253,10 +253,8 @@ func validateTrafficPolicy(f string, tp *networking.TrafficPolicy) error {
 	if tp == nil {
 		return nil
 	}
-	if tls := tp.Tls; tls != nil {
-		if tls.Mode == networking.ClientTLSSettings_MUTUAL && tls.CredentialName == "" && (tls.ClientCertificate == "" || tls.PrivateKey == "") {
-			return fieldErr(f+".tls", "MUTUAL needs credentialName or clientCertificate and privateKey")
-		}
+	if err := validateClientTLS(f+".tls", tp.Tls); err != nil {
+		return err
 	}
 	if od := tp.OutlierDetection; od != nil && od.MaxEjectionPercent < 0 || od != nil && od.MaxEjectionPercent > 100 {
 		return fieldErr(f+".outlierDetection.maxEjectionPercent", "%d is not a percentage", od.MaxEjectionPercent)
@@ -265,6 +263,23 @@ func validateTrafficPolicy(f string, tp *networking.TrafficPolicy) error {
 		if pl.Port == nil || !validPort(int64(pl.Port.Number)) {
 			return fieldErr(fmt.Sprintf("%s.portLevelSettings[%d].port", f, i), "a port number (1-65535) is required")
 		}
+		if err := validateClientTLS(fmt.Sprintf("%s.portLevelSettings[%d].tls", f, i), pl.Tls); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateClientTLS(f string, tls *networking.ClientTLSSettings) error {
+	if tls == nil {
+		return nil
+	}
+	if tls.Mode == networking.ClientTLSSettings_MUTUAL && tls.CredentialName == "" && (tls.ClientCertificate == "" || tls.PrivateKey == "") {
+		return fieldErr(f, "MUTUAL needs credentialName or clientCertificate and privateKey")
+	}
+	if tls.CaCertCredentialName != "" {
+		// Ignoring it would check the server's certificate against the system roots, not the CA named.
+		return fieldErr(f+".caCertCredentialName", "not implemented: put the CA in the Secret of credentialName (ca.crt) or in caCertificates")
 	}
 	return nil
 }
@@ -698,6 +713,16 @@ func Warnings(c *Config) []*FieldError {
 				}
 			}
 		}
+		for i, r := range s.Http {
+			f := fmt.Sprintf("spec.http[%d].fault", i)
+			// Like istiod, an unsupported delay or abort type injects nothing.
+			if r.GetFault().GetDelay().GetExponentialDelay() != nil {
+				warn(f+".delay.exponentialDelay", "not implemented (istiod neither): no delay is injected")
+			}
+			if r.GetFault().GetAbort().GetHttp2Error() != "" {
+				warn(f+".abort.http2Error", "not implemented (istiod neither): no abort is injected")
+			}
+		}
 		// A TCP or TLS match with sourceLabels or destinationSubnets is never taken: the listener has no such condition.
 		l4 := func(f string, labels map[string]string, subnets []string) {
 			if len(labels) > 0 {
@@ -710,6 +735,9 @@ func Warnings(c *Config) []*FieldError {
 		for i, r := range s.Tcp {
 			for j, m := range r.Match {
 				l4(fmt.Sprintf("spec.tcp[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
+				if m.SourceSubnet != "" {
+					warn(fmt.Sprintf("spec.tcp[%d].match[%d].sourceSubnet", i, j), "not implemented: the match does not test the source address")
+				}
 			}
 		}
 		for i, r := range s.Tls {
@@ -717,8 +745,13 @@ func Warnings(c *Config) []*FieldError {
 				l4(fmt.Sprintf("spec.tls[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
 			}
 		}
+	case *networking.DestinationRule:
+		destinationRuleWarnings(s, warn)
 	case *networking.Gateway:
 		for i, srv := range s.Servers {
+			if srv.DefaultEndpoint != "" {
+				warn(fmt.Sprintf("spec.servers[%d].defaultEndpoint", i), "ignored, as istiod ignores it on a Gateway: the server forwards as its routes say")
+			}
 			tls := srv.GetTls()
 			if tls == nil {
 				continue
@@ -800,4 +833,48 @@ func invalidCipherSuites(suites []string) []string {
 		}
 	}
 	return bad
+}
+
+// destinationRuleWarnings reports the traffic policy fields Sextant does not implement, at every level
+// (the rule, its subsets, and their port-level settings).
+func destinationRuleWarnings(s *networking.DestinationRule, warn func(field, format string, args ...any)) {
+	balancing := func(f string, lb *networking.LoadBalancerSettings, od *networking.OutlierDetection) {
+		if lb.GetZoneAwareLbSetting() != nil {
+			warn(f+".loadBalancer.zoneAwareLbSetting", "not implemented: Envoy's default zone-aware routing settings apply")
+		}
+		if lb.GetBackendUtilization() != nil {
+			warn(f+".loadBalancer.backendUtilization", "not implemented (istiod neither): the default load balancing policy applies")
+		}
+		if od == nil {
+			return
+		}
+		if od.ConsecutiveErrors != 0 { //nolint:staticcheck // read only to report it
+			warn(f+".outlierDetection.consecutiveErrors", "deprecated and ignored, as istiod ignores it: use consecutive5xxErrors or consecutiveGatewayErrors")
+		}
+		if len(od.OutlierDetectionHttpErrorCodes) > 0 {
+			warn(f+".outlierDetection.outlierDetectionHttpErrorCodes", "not implemented: every 5xx response counts as an error, not only these codes")
+		}
+		if od.FailurePercentageThreshold != nil {
+			warn(f+".outlierDetection.failurePercentageThreshold", "not implemented (istiod neither): failure-percentage ejection stays off")
+		}
+	}
+	policy := func(f string, tp *networking.TrafficPolicy) {
+		if tp == nil {
+			return
+		}
+		balancing(f, tp.LoadBalancer, tp.OutlierDetection)
+		for i, pl := range tp.PortLevelSettings {
+			balancing(fmt.Sprintf("%s.portLevelSettings[%d]", f, i), pl.LoadBalancer, pl.OutlierDetection)
+		}
+		if tp.Tunnel != nil {
+			warn(f+".tunnel", "not implemented: connections go straight to the destination, not through the tunnel proxy")
+		}
+		if tp.RetryBudget != nil {
+			warn(f+".retryBudget", "not implemented: concurrent retries are limited by connectionPool.http.maxRetries only")
+		}
+	}
+	policy("spec.trafficPolicy", s.TrafficPolicy)
+	for i, ss := range s.Subsets {
+		policy(fmt.Sprintf("spec.subsets[%d].trafficPolicy", i), ss.TrafficPolicy)
+	}
 }

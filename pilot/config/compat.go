@@ -1,0 +1,238 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+)
+
+// FieldStatus says what Sextant does with one field of an Istio kind.
+type FieldStatus string
+
+const (
+	// Honoured: read by the generators and served as istiod serves it.
+	Honoured FieldStatus = "honoured"
+	// Partly: honoured, except the values the note names, which are warned.
+	Partly FieldStatus = "partly"
+	// Warned: accepted, not implemented; Warnings names the field when it is set.
+	Warned FieldStatus = "warned"
+	// Rejected: Validate refuses an object that sets it.
+	Rejected FieldStatus = "rejected"
+)
+
+// CompatField names one field of an Istio message: the message's full protobuf name and the field's
+// protobuf name.
+type CompatField struct {
+	Message protoreflect.FullName
+	Field   protoreflect.Name
+}
+
+// CompatEntry is the status of a field that is not plainly honoured, with a line a user can read.
+type CompatEntry struct {
+	Status FieldStatus
+	// Values are, for Partly, the enum values that are warned; for Warned, the value that sets it off
+	// (an enum value's name) when not every non-zero value does.
+	Values []string
+	// ReadBy names the function of this package, called by the generators, that reads a Honoured field
+	// the generators do not read themselves.
+	ReadBy string
+	Note   string
+}
+
+// CompatKind is an Istio kind Sextant reads and the message of its spec.
+type CompatKind struct {
+	Kind Kind
+	Spec protoreflect.MessageDescriptor
+}
+
+// CompatKinds returns the Istio kinds Sextant reads, in the order of the compatibility page.
+func CompatKinds() []CompatKind {
+	spec := func(m proto.Message) protoreflect.MessageDescriptor { return m.ProtoReflect().Descriptor() }
+	return []CompatKind{
+		{VirtualService, spec(&networking.VirtualService{})},
+		{DestinationRule, spec(&networking.DestinationRule{})},
+		{Gateway, spec(&networking.Gateway{})},
+		{Sidecar, spec(&networking.Sidecar{})},
+		{ServiceEntry, spec(&networking.ServiceEntry{})},
+		{WorkloadEntry, spec(&networking.WorkloadEntry{})},
+		{AuthorizationPolicy, spec(&security.AuthorizationPolicy{})},
+		{PeerAuthentication, spec(&security.PeerAuthentication{})},
+		{RequestAuthentication, spec(&security.RequestAuthentication{})},
+	}
+}
+
+const (
+	networkingPkg = "istio.networking.v1alpha3."
+	securityPkg   = "istio.security.v1beta1."
+	typePkg       = "istio.type.v1beta1."
+)
+
+// compatTable lists every field of the Istio kinds that is not plainly honoured. A Warned or Rejected
+// message field covers its whole subtree. Every field not listed is honoured. compat_test.go checks each
+// line against the code: honoured fields are read by the generators, warned ones warn, rejected ones fail.
+var compatTable = map[CompatField]CompatEntry{
+	// VirtualService
+	{networkingPkg + "HTTPRoute", "cors_policy"}: {Status: Warned,
+		Note: "no CORS filter or policy is set: preflight requests reach the service and no CORS headers are added"},
+	{networkingPkg + "HTTPRetry", "retry_remote_localities"}: {Status: Warned,
+		Note: "retries may go to any endpoint, not preferably to other localities"},
+	{networkingPkg + "HTTPMatchRequest", "stat_prefix"}:    {Status: Warned, Note: "the route gets no stat prefix of its own"},
+	{networkingPkg + "L4MatchAttributes", "source_labels"}: {Status: Warned, Note: "the listener has no such condition: this match never matches"},
+	{networkingPkg + "L4MatchAttributes", "destination_subnets"}: {Status: Warned,
+		Note: "the listener has no such condition: this match never matches"},
+	{networkingPkg + "L4MatchAttributes", "source_subnet"}: {Status: Warned,
+		Note: "the match does not test the source address"},
+	{networkingPkg + "TLSMatchAttributes", "source_labels"}: {Status: Warned, Note: "the listener has no such condition: this match never matches"},
+	{networkingPkg + "TLSMatchAttributes", "destination_subnets"}: {Status: Warned,
+		Note: "the listener has no such condition: this match never matches"},
+	{networkingPkg + "HTTPFaultInjection.Delay", "exponential_delay"}: {Status: Warned,
+		Note: "not implemented (istiod neither): no delay is injected"},
+	{networkingPkg + "HTTPFaultInjection.Abort", "http2_error"}: {Status: Warned,
+		Note: "not implemented (istiod neither): no abort is injected"},
+
+	// DestinationRule
+	{networkingPkg + "LoadBalancerSettings", "zone_aware_lb_setting"}: {Status: Warned,
+		Note: "Envoy's default zone-aware routing settings apply"},
+	{networkingPkg + "LoadBalancerSettings", "backend_utilization"}: {Status: Warned,
+		Note: "not implemented (istiod neither): the default load balancing policy applies"},
+	{networkingPkg + "OutlierDetection", "consecutive_errors"}: {Status: Warned,
+		Note: "deprecated and ignored, as istiod ignores it: use consecutive5xxErrors or consecutiveGatewayErrors"},
+	{networkingPkg + "OutlierDetection", "outlier_detection_http_error_codes"}: {Status: Warned,
+		Note: "every 5xx response counts as an error, not only these codes"},
+	{networkingPkg + "OutlierDetection", "failure_percentage_threshold"}: {Status: Warned,
+		Note: "not implemented (istiod neither): failure-percentage ejection stays off"},
+	{networkingPkg + "ClientTLSSettings", "ca_cert_credential_name"}: {Status: Rejected,
+		Note: "ignoring it would check the server's certificate against the system roots: put the CA in the Secret of credentialName (ca.crt) or in caCertificates"},
+	{networkingPkg + "TrafficPolicy", "tunnel"}: {Status: Warned,
+		Note: "connections go straight to the destination, not through the tunnel proxy"},
+	{networkingPkg + "TrafficPolicy", "retry_budget"}: {Status: Warned,
+		Note: "concurrent retries are limited by connectionPool.http.maxRetries only"},
+
+	// Gateway
+	{networkingPkg + "ServerTLSSettings", "mode"}: {Status: Partly, Values: []string{"AUTO_PASSTHROUGH"},
+		Note: "AUTO_PASSTHROUGH is not implemented: such a server gets no filter chain"},
+	{networkingPkg + "ServerTLSSettings", "min_protocol_version"}: {Status: Partly, Values: []string{"TLSV1_0", "TLSV1_1"},
+		Note: "TLSV1_0 and TLSV1_1 without cipherSuites are warned: Envoy's default ciphers do not support them"},
+	{networkingPkg + "ServerTLSSettings", "cipher_suites"}: {Status: Partly,
+		Note: "names Envoy does not know, and repeats, are warned and left out, as istiod leaves them out"},
+	{networkingPkg + "Server", "default_endpoint"}: {Status: Warned,
+		Note: "ignored, as istiod ignores it on a Gateway: the server forwards as its routes say"},
+
+	// Sidecar
+	{networkingPkg + "Sidecar", "ingress"}: {Status: Warned,
+		Note: "the inbound listener takes its ports from the Services selecting the workload"},
+	{networkingPkg + "IstioEgressListener", "port"}: {Status: Warned,
+		Note: "the hosts are reachable on every port of their services, not only this one"},
+	{networkingPkg + "IstioEgressListener", "bind"}: {Status: Warned, Note: "outbound listeners take the services' addresses"},
+	{networkingPkg + "IstioEgressListener", "capture_mode"}: {Status: Warned,
+		Note: "outbound traffic is taken as iptables capture sends it"},
+	{networkingPkg + "OutboundTrafficPolicy", "egress_proxy"}: {Status: Warned,
+		Note: "traffic to unknown destinations is refused (BlackHoleCluster) rather than sent to the egress proxy"},
+	{networkingPkg + "Sidecar", "inbound_connection_pool"}: {Status: Warned, Note: "inbound clusters keep their defaults"},
+
+	// AuthorizationPolicy, RequestAuthentication
+	{securityPkg + "AuthorizationPolicy", "targetRef"}: {Status: Partly,
+		Note: "only a Gateway API Gateway is served; a Service, ServiceEntry or GatewayClass is a waypoint's target and gets nothing"},
+	{securityPkg + "AuthorizationPolicy", "targetRefs"}: {Status: Partly,
+		Note: "only a Gateway API Gateway is served; a Service, ServiceEntry or GatewayClass is a waypoint's target and gets nothing"},
+	{securityPkg + "RequestAuthentication", "targetRef"}: {Status: Partly,
+		Note: "only a Gateway API Gateway is served; a Service, ServiceEntry or GatewayClass is a waypoint's target and gets nothing"},
+	{securityPkg + "RequestAuthentication", "targetRefs"}: {Status: Partly,
+		Note: "only a Gateway API Gateway is served; a Service, ServiceEntry or GatewayClass is a waypoint's target and gets nothing"},
+	{typePkg + "PolicyTargetReference", "group"}: {Status: Honoured, ReadBy: "IsGatewayTargetRef"},
+	{typePkg + "PolicyTargetReference", "kind"}:  {Status: Honoured, ReadBy: "IsGatewayTargetRef"},
+}
+
+// CompatStatus returns the status of field f, and whether the table lists it.
+func CompatStatus(f protoreflect.FieldDescriptor) (CompatEntry, bool) {
+	e, ok := compatTable[CompatField{f.ContainingMessage().FullName(), f.Name()}]
+	if !ok {
+		return CompatEntry{Status: Honoured}, false
+	}
+	return e, true
+}
+
+// CompatRow is one field of a kind as the compatibility page lists it.
+type CompatRow struct {
+	Path  string // JSON path, lists and maps written [], e.g. spec.http[].corsPolicy
+	Field protoreflect.FieldDescriptor
+	Entry CompatEntry
+	// CoveredBy is the path of the warned or rejected message field above this one, if any, and
+	// CoveredStatus its status.
+	CoveredBy     string
+	CoveredStatus FieldStatus
+	chain         []protoreflect.FieldDescriptor // from the spec message down to Field
+}
+
+// CompatRows walks a kind's spec message in declaration order, one row per field. Messages of the
+// google.protobuf package are values, not walked.
+func CompatRows(spec protoreflect.MessageDescriptor) []CompatRow {
+	var rows []CompatRow
+	var walk func(prefix string, chain []protoreflect.FieldDescriptor, m protoreflect.MessageDescriptor, covered CompatRow, seen map[protoreflect.FullName]bool)
+	walk = func(prefix string, chain []protoreflect.FieldDescriptor, m protoreflect.MessageDescriptor, covered CompatRow, seen map[protoreflect.FullName]bool) {
+		if seen[m.FullName()] {
+			return
+		}
+		seen[m.FullName()] = true
+		defer delete(seen, m.FullName())
+		fields := m.Fields()
+		for i := range fields.Len() {
+			f := fields.Get(i)
+			path := prefix + "." + f.JSONName()
+			value := f.Message()
+			if f.IsMap() {
+				value = f.MapValue().Message()
+			}
+			if f.IsList() || f.IsMap() && value != nil {
+				path += "[]"
+			}
+			e, _ := CompatStatus(f)
+			rows = append(rows, CompatRow{Path: path, Field: f, Entry: e, CoveredBy: covered.CoveredBy, CoveredStatus: covered.CoveredStatus,
+				chain: append(chain[:len(chain):len(chain)], f)})
+			if value == nil || strings.HasPrefix(string(value.FullName()), "google.protobuf.") {
+				continue
+			}
+			below := covered
+			if below.CoveredBy == "" && (e.Status == Warned || e.Status == Rejected) {
+				below = CompatRow{CoveredBy: path, CoveredStatus: e.Status}
+			}
+			walk(path, append(chain[:len(chain):len(chain)], f), value, below, seen)
+		}
+	}
+	walk("spec", nil, spec, CompatRow{}, map[protoreflect.FullName]bool{})
+	return rows
+}
+
+// CompatPage renders docs/istio-compat.md from the Istio protos and compatTable.
+func CompatPage() string {
+	var b strings.Builder
+	b.WriteString(`# Istio compatibility: every field Sextant reads
+
+Generated from the Istio protos (istio.io/api) and the table in pilot/config/compat.go; a test in
+pilot/config fails when this page and the code disagree (` + "`go test ./pilot/config -run TestCompatPage -update`" + `
+rewrites it).
+
+- **honoured**: read by the generators and served as istiod serves it.
+- **partly**: honoured, except what the note says, which is warned.
+- **warned**: accepted, not implemented; ` + "`sextant validate`" + `, the server log and ` + "`/debug/config_errors`" + ` name the
+  object and the field when it is set, and say what happens instead.
+- **rejected**: an object that sets it is refused, naming the field.
+
+A field inside a warned or rejected one has the status of the outer field.
+`)
+	for _, k := range CompatKinds() {
+		fmt.Fprintf(&b, "\n## %s\n\n`%s`\n\n| field | status | note |\n|---|---|---|\n", k.Kind, k.Spec.FullName())
+		for _, r := range CompatRows(k.Spec) {
+			status, note := r.Entry.Status, r.Entry.Note
+			if r.CoveredBy != "" {
+				status, note = r.CoveredStatus, "with `"+r.CoveredBy+"`"
+			}
+			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", r.Path, status, strings.ReplaceAll(note, "|", `\|`))
+		}
+	}
+	return b.String()
+}
