@@ -80,7 +80,6 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "no CORS filter or policy is set: preflight requests reach the service and no CORS headers are added"},
 	{networkingPkg + "HTTPRetry", "retry_remote_localities"}: {Status: Warned,
 		Note: "retries may go to any endpoint, not preferably to other localities"},
-	{networkingPkg + "HTTPMatchRequest", "stat_prefix"}:    {Status: Warned, Note: "the route gets no stat prefix of its own"},
 	{networkingPkg + "L4MatchAttributes", "source_labels"}: {Status: Warned, Note: "the listener has no such condition: this match never matches"},
 	{networkingPkg + "L4MatchAttributes", "destination_subnets"}: {Status: Warned,
 		Note: "the listener has no such condition: this match never matches"},
@@ -107,8 +106,8 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "not implemented (istiod neither): failure-percentage ejection stays off"},
 	{networkingPkg + "ClientTLSSettings", "ca_cert_credential_name"}: {Status: Rejected,
 		Note: "ignoring it would check the server's certificate against the system roots: put the CA in the Secret of credentialName (ca.crt) or in caCertificates"},
-	{networkingPkg + "TrafficPolicy", "tunnel"}: {Status: Warned,
-		Note: "connections go straight to the destination, not through the tunnel proxy"},
+	{networkingPkg + "TrafficPolicy", "tunnel"}: {Status: Rejected,
+		Note: "not implemented: sending the traffic straight to its destination would bypass the tunnel proxy"},
 	{networkingPkg + "TrafficPolicy", "retry_budget"}: {Status: Warned,
 		Note: "concurrent retries are limited by connectionPool.http.maxRetries only"},
 

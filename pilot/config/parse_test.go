@@ -763,6 +763,16 @@ func TestParseErrors(t *testing.T) {
 			message: []string{`duplicate subset "v1"`},
 		},
 		{
+			name: "DestinationRule tunnel", doc: istio("DestinationRule", "  host: a\n  trafficPolicy:\n    tunnel: {protocol: CONNECT, targetHost: egress.example, targetPort: 8443}\n"),
+			kind: "DestinationRule", namespace: bookinfo, objName: "obj", field: "spec.trafficPolicy.tunnel",
+			message: []string{"not implemented, so refused", "CONNECT tunnel to egress.example"},
+		},
+		{
+			name: "DestinationRule subset tunnel", doc: istio("DestinationRule", "  host: a\n  subsets:\n  - name: v1\n    trafficPolicy:\n      tunnel: {targetHost: egress.example, targetPort: 8443}\n"),
+			kind: "DestinationRule", namespace: bookinfo, objName: "obj", field: "spec.subsets[0].trafficPolicy.tunnel",
+			message: []string{"not implemented, so refused"},
+		},
+		{
 			name: "ServiceEntry port 0", doc: istio("ServiceEntry", "  hosts: [example.com]\n  ports:\n  - {number: 0, name: http, protocol: HTTP}\n"),
 			kind: "ServiceEntry", namespace: bookinfo, objName: "obj", field: "spec.ports[0].number",
 			message: []string{"0 is not a valid port"},

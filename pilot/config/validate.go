@@ -253,6 +253,10 @@ func validateTrafficPolicy(f string, tp *networking.TrafficPolicy) error {
 	if tp == nil {
 		return nil
 	}
+	if tp.Tunnel != nil {
+		// Sending the traffic straight to its destination would bypass the proxy the rule names.
+		return fieldErr(f+".tunnel", "not implemented, so refused: Sextant cannot send this traffic through a %s tunnel to %s", tp.Tunnel.Protocol, tp.Tunnel.TargetHost)
+	}
 	if err := validateClientTLS(f+".tls", tp.Tls); err != nil {
 		return err
 	}
@@ -707,11 +711,6 @@ func Warnings(c *Config) []*FieldError {
 			if r.GetRetries().GetRetryRemoteLocalities().GetValue() {
 				warn(f+".retries.retryRemoteLocalities", "not implemented: retries may go to any endpoint, not preferably to other localities")
 			}
-			for j, m := range r.Match {
-				if m.StatPrefix != "" {
-					warn(fmt.Sprintf("%s.match[%d].statPrefix", f, j), "not implemented: the route gets no stat prefix of its own")
-				}
-			}
 		}
 		for i, r := range s.Http {
 			f := fmt.Sprintf("spec.http[%d].fault", i)
@@ -865,9 +864,6 @@ func destinationRuleWarnings(s *networking.DestinationRule, warn func(field, for
 		balancing(f, tp.LoadBalancer, tp.OutlierDetection)
 		for i, pl := range tp.PortLevelSettings {
 			balancing(fmt.Sprintf("%s.portLevelSettings[%d]", f, i), pl.LoadBalancer, pl.OutlierDetection)
-		}
-		if tp.Tunnel != nil {
-			warn(f+".tunnel", "not implemented: connections go straight to the destination, not through the tunnel proxy")
 		}
 		if tp.RetryBudget != nil {
 			warn(f+".retryBudget", "not implemented: concurrent retries are limited by connectionPool.http.maxRetries only")

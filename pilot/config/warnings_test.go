@@ -24,7 +24,6 @@ spec:
   trafficPolicy:
     loadBalancer: {simple: ROUND_ROBIN, zoneAwareLbSetting: {minClusterSize: 3}}
     outlierDetection: {consecutiveErrors: 3, outlierDetectionHttpErrorCodes: [503], failurePercentageThreshold: 20}
-    tunnel: {protocol: CONNECT, targetHost: proxy.example.com, targetPort: 8080}
     retryBudget: {percent: 20}
     portLevelSettings:
     - port: {number: 9080}
@@ -37,7 +36,7 @@ spec:
       retryBudget: {minRetryConcurrency: 5}
 `, []string{"spec.trafficPolicy.loadBalancer.zoneAwareLbSetting", "spec.trafficPolicy.outlierDetection.consecutiveErrors",
 			"spec.trafficPolicy.outlierDetection.outlierDetectionHttpErrorCodes", "spec.trafficPolicy.outlierDetection.failurePercentageThreshold",
-			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.backendUtilization", "spec.trafficPolicy.tunnel", "spec.trafficPolicy.retryBudget",
+			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.backendUtilization", "spec.trafficPolicy.retryBudget",
 			"spec.subsets[0].trafficPolicy.outlierDetection.consecutiveErrors", "spec.subsets[0].trafficPolicy.retryBudget"}},
 		{"VirtualService", `apiVersion: networking.istio.io/v1
 kind: VirtualService

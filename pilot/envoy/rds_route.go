@@ -147,7 +147,7 @@ func (b *routeBuilder) translateRoute(vs *model.VirtualService, in *networking.H
 			name = m.Name
 		}
 	}
-	out := &route.Route{Name: name, Match: match, Metadata: configMetadata(vs)}
+	out := &route.Route{Name: name, Match: match, Metadata: configMetadata(vs), StatPrefix: m.GetStatPrefix()}
 	ops := translateHeaderOps(in.Headers)
 	out.RequestHeadersToAdd, out.RequestHeadersToRemove = ops.requestAdd, ops.requestRemove
 	out.ResponseHeadersToAdd, out.ResponseHeadersToRemove = ops.responseAdd, ops.responseRemove
