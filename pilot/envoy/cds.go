@@ -89,7 +89,8 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 			if !wants(w, name) {
 				continue
 			}
-			r, err := g.cached(inboundClusterKey{ip.port, ip.protocol}, name, func() proto.Message { return buildInboundCluster(ip.port, ip.protocol) })
+			key := inboundClusterKey{ip.port, ip.protocol, push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost}
+			r, err := g.cached(key, name, func() proto.Message { return buildInboundCluster(key) })
 			if err != nil {
 				return nil, err
 			}
@@ -388,6 +389,8 @@ type outboundClusterKey struct {
 type inboundClusterKey struct {
 	port     uint32
 	protocol model.Protocol
+	// localhost: the mesh's inbound traffic policy LOCALHOST sends to 127.0.0.1:PORT.
+	localhost bool
 }
 type staticClusterKey struct{ name string }
 
@@ -1096,23 +1099,32 @@ func inlineLoadAssignment(push *model.PushContext, name string, se *model.Servic
 
 // buildInboundCluster forwards to the workload at the connection's original destination (its pod IP and
 // port), as istiod's inbound clusters do under the default inbound traffic policy (PASSTHROUGH): an
-// application listening on the pod IP alone is reached, not only one on 127.0.0.1.
-func buildInboundCluster(port uint32, protocol model.Protocol) *cluster.Cluster {
-	name := InboundClusterName(port)
+// application listening on the pod IP alone is reached, not only one on 127.0.0.1. Under LOCALHOST it is
+// a STATIC cluster to 127.0.0.1:PORT, as istiod's.
+func buildInboundCluster(k inboundClusterKey) *cluster.Cluster {
+	name := InboundClusterName(k.port)
 	c := &cluster.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
-		LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
-		ConnectTimeout:       durationpb.New(defaultConnectTimeout),
-		// The hosts are the workload's own addresses: never clean them up (istiod's ~292 years).
-		CleanupInterval: &durationpb.Duration{Seconds: inboundCleanupSeconds},
-		// Bound to 127.0.0.6 so that iptables does not capture the sidecar's own connection to the pod IP.
-		UpstreamBindConfig: &core.BindConfig{SourceAddress: socketAddress(inboundPassthroughBindIP, 0).GetSocketAddress()},
+		Name:           name,
+		ConnectTimeout: durationpb.New(defaultConnectTimeout),
 		// istiod's inbound clusters lift the circuit breakers too, so the proxy never limits its own workload.
 		CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{maxThresholds()}},
 	}
+	if k.localhost {
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
+		c.LoadAssignment = &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
+			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: socketAddress("127.0.0.1", k.port)}}}},
+		}}}
+	} else {
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
+		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+		// The hosts are the workload's own addresses: never clean them up (istiod's ~292 years).
+		c.CleanupInterval = &durationpb.Duration{Seconds: inboundCleanupSeconds}
+		// Bound to 127.0.0.6 so that iptables does not capture the sidecar's own connection to the pod IP.
+		c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress(inboundPassthroughBindIP, 0).GetSocketAddress()}
+	}
 	// Towards its own workload a sidecar speaks the port's protocol too (the client's on a sniffed port).
-	applyHTTPProtocol(c, nil, &model.Port{Port: port, Protocol: protocol}, true)
+	applyHTTPProtocol(c, nil, &model.Port{Port: k.port, Protocol: k.protocol}, true)
 	return c
 }
 

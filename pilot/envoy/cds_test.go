@@ -118,6 +118,32 @@ func TestCDSInboundOriginalDestination(t *testing.T) {
 	}
 }
 
+// Under the mesh's inbound traffic policy LOCALHOST the inbound clusters are STATIC to 127.0.0.1:PORT, as
+// istiod's, for applications that listen on localhost only.
+func TestCDSInboundLocalhost(t *testing.T) {
+	m := mesh.Default()
+	m.InboundTrafficPolicy.Mode = mesh.InboundLocalhost
+	data, err := os.ReadFile("testdata/cds/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := model.Build(storeFromYAML(t, data), m)
+	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	for _, port := range []uint32{7070, 8080} {
+		c := clusterByName(t, cs, InboundClusterName(port))
+		if c.GetType() != cluster.Cluster_STATIC || c.UpstreamBindConfig != nil {
+			t.Errorf("%s: type %v bind %v, want STATIC unbound", c.Name, c.GetType(), c.UpstreamBindConfig)
+		}
+		eps := c.GetLoadAssignment().GetEndpoints()
+		if len(eps) != 1 || len(eps[0].LbEndpoints) != 1 {
+			t.Fatalf("%s: endpoints %v", c.Name, eps)
+		}
+		if a := eps[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress(); a.GetAddress() != "127.0.0.1" || a.GetPortValue() != port {
+			t.Errorf("%s: endpoint %v, want 127.0.0.1:%d", c.Name, a, port)
+		}
+	}
+}
+
 func TestCDSClusters(t *testing.T) {
 	push := cdsPush(t)
 	g := New(Options{})

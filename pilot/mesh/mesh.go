@@ -25,6 +25,8 @@ type Config struct {
 	// OutboundTrafficPolicy says where sidecars send traffic to destinations they do not know, when their
 	// Sidecar does not say (default ALLOW_ANY).
 	OutboundTrafficPolicy OutboundTrafficPolicy `json:"outboundTrafficPolicy"`
+	// InboundTrafficPolicy says where sidecars send traffic for their own workload (default PASSTHROUGH).
+	InboundTrafficPolicy InboundTrafficPolicy `json:"inboundTrafficPolicy"`
 	// ExtensionProviders are the external authorization services CUSTOM AuthorizationPolicies name.
 	ExtensionProviders []ExtensionProvider `json:"extensionProviders,omitempty"`
 	// PathNormalization says how proxies normalise request paths before routing and authorization match
@@ -59,6 +61,19 @@ type OutboundTrafficPolicy struct {
 	Mode string `json:"mode,omitempty"`
 }
 
+// InboundTrafficPolicy is Istio's MeshConfig.inboundTrafficPolicy.
+type InboundTrafficPolicy struct {
+	// Mode is InboundPassthrough (to the workload at the connection's original destination, its pod IP) or
+	// InboundLocalhost (to 127.0.0.1, for applications that listen on localhost only).
+	Mode string `json:"mode,omitempty"`
+}
+
+// The inbound traffic policy modes, spelled as in Istio's YAML.
+const (
+	InboundPassthrough = "PASSTHROUGH"
+	InboundLocalhost   = "LOCALHOST"
+)
+
 // The outbound traffic policy modes, spelled as in Istio's YAML.
 const (
 	AllowAny     = "ALLOW_ANY"
@@ -67,7 +82,7 @@ const (
 
 // readFields are the top-level fields Parse reads.
 var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "domainSuffix": true, "clusterID": true, "network": true,
-	"outboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true, "jwksFetch": true, "defaultConfig": true}
+	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true, "jwksFetch": true, "defaultConfig": true}
 
 func (c *Config) addUnimplemented(name string) {
 	if i, found := slices.BinarySearch(c.Unimplemented, name); !found {
@@ -78,7 +93,8 @@ func (c *Config) addUnimplemented(name string) {
 // Default returns Istio's defaults.
 func Default() *Config {
 	return &Config{RootNamespace: "istio-system", TrustDomain: "cluster.local", DomainSuffix: "cluster.local", ClusterID: "Kubernetes",
-		OutboundTrafficPolicy: OutboundTrafficPolicy{Mode: AllowAny}, PathNormalization: PathNormalization{Normalization: PathNormalizationBase}}
+		OutboundTrafficPolicy: OutboundTrafficPolicy{Mode: AllowAny}, InboundTrafficPolicy: InboundTrafficPolicy{Mode: InboundPassthrough},
+		PathNormalization: PathNormalization{Normalization: PathNormalizationBase}}
 }
 
 // Load reads a mesh config file. Fields Sextant does not use (the rest of Istio's MeshConfig) are ignored,
@@ -155,6 +171,12 @@ func Parse(data []byte, cfg *Config) error {
 			return fmt.Errorf("field outboundTrafficPolicy.mode: %q: want %s or %s", m, AllowAny, RegistryOnly)
 		}
 		cfg.OutboundTrafficPolicy.Mode = m
+	}
+	if m := file.InboundTrafficPolicy.Mode; m != "" {
+		if m != InboundPassthrough && m != InboundLocalhost {
+			return fmt.Errorf("field inboundTrafficPolicy.mode: %q: want %s or %s", m, InboundPassthrough, InboundLocalhost)
+		}
+		cfg.InboundTrafficPolicy.Mode = m
 	}
 	if n := file.PathNormalization.Normalization; n != "" {
 		switch n {

@@ -58,6 +58,25 @@ func TestOutboundTrafficPolicy(t *testing.T) {
 	}
 }
 
+// inboundTrafficPolicy is read (PASSTHROUGH by default, as Istio's), not reported as unimplemented; an
+// unknown mode is refused.
+func TestInboundTrafficPolicy(t *testing.T) {
+	if got := Default().InboundTrafficPolicy.Mode; got != InboundPassthrough {
+		t.Errorf("default mode %q, want %s", got, InboundPassthrough)
+	}
+	cfg := Default()
+	if err := Parse([]byte("inboundTrafficPolicy:\n  mode: LOCALHOST\n"), cfg); err != nil || cfg.InboundTrafficPolicy.Mode != InboundLocalhost {
+		t.Errorf("LOCALHOST read as %q, %v", cfg.InboundTrafficPolicy.Mode, err)
+	}
+	if len(cfg.Unimplemented) != 0 {
+		t.Errorf("unimplemented %v", cfg.Unimplemented)
+	}
+	err := Parse([]byte("inboundTrafficPolicy: {mode: LOOPBACK}\n"), Default())
+	if err == nil || !strings.Contains(err.Error(), "field inboundTrafficPolicy.mode") {
+		t.Errorf("unknown mode: %v", err)
+	}
+}
+
 func TestExtensionProviders(t *testing.T) {
 	cfg := Default()
 	err := Parse([]byte(`
