@@ -281,8 +281,8 @@ func TestBrokenMiddleDocument(t *testing.T) {
 		},
 		{
 			name:   "invalid VirtualService",
-			broken: "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: bad\n  namespace: shop\nspec:\n  http:\n  - route:\n    - destination: {host: a}\n",
-			kind:   "VirtualService", objNS: "shop", obj: "bad", field: "spec.hosts", msg: "at least one host",
+			broken: "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: bad\n  namespace: shop\nspec:\n  hosts: [a]\n  http:\n  - route:\n    - destination: {subset: v1}\n",
+			kind:   "VirtualService", objNS: "shop", obj: "bad", field: "spec.http[0].route[0].destination.host", msg: "required",
 		},
 		{
 			name:   "not YAML",
