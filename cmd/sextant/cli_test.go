@@ -225,8 +225,8 @@ func TestValidateGoDurations(t *testing.T) {
 // same text in /debug/config_errors marked as a warning, in /debug/push_status for the dashboard, and counts it.
 func TestValidateWarnings(t *testing.T) {
 	files := debugtest.Scenario()
-	files["60-cors.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cors, namespace: shop}\nspec:\n  hosts: [cart]\n" +
-		"  http:\n  - corsPolicy: {allowOrigins: [{exact: \"https://x.example\"}]}\n    route: [{destination: {host: cart}}]\n"
+	files["60-stat-prefix.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: stats, namespace: shop}\nspec:\n  hosts: [cart]\n" +
+		"  tcp:\n  - match: [{sourceLabels: {app: a}}]\n    route: [{destination: {host: cart}}]\n"
 	env := debugtest.Start(t, files)
 	var serverErrs []struct {
 		Warning bool
@@ -234,19 +234,19 @@ func TestValidateWarnings(t *testing.T) {
 		Error   string
 	}
 	env.GetJSON(t, "/debug/config_errors", &serverErrs)
-	if len(serverErrs) != 2 || serverErrs[0].Warning || !serverErrs[1].Warning || serverErrs[1].Field != "spec.http[0].corsPolicy" {
+	if len(serverErrs) != 2 || serverErrs[0].Warning || !serverErrs[1].Warning || serverErrs[1].Field != "spec.tcp[0].match[0].sourceLabels" {
 		t.Fatalf("config_errors = %+v", serverErrs)
 	}
 	var ps debug.PushStatus
 	env.GetJSON(t, "/debug/push_status", &ps)
-	if len(ps.Warnings) != 1 || ps.Warnings[0].Name != "cors" {
+	if len(ps.Warnings) != 1 || ps.Warnings[0].Name != "stats" {
 		t.Errorf("push_status warnings = %+v", ps.Warnings)
 	}
 	if _, body := env.Get(t, "/metrics"); !strings.Contains(string(body), `sextant_config_warnings{kind="VirtualService"} 1`) {
 		t.Errorf("no warnings metric in /metrics")
 	}
 
-	out, err := run(t, "validate", "-f", filepath.Join(env.Dir, "60-cors.yaml"))
+	out, err := run(t, "validate", "-f", filepath.Join(env.Dir, "60-stat-prefix.yaml"))
 	if err != nil {
 		t.Fatalf("validate failed on a warning only: %v\n%s", err, out)
 	}

@@ -76,10 +76,6 @@ const (
 // line against the code: honoured fields are read by the generators, warned ones warn, rejected ones fail.
 var compatTable = map[CompatField]CompatEntry{
 	// VirtualService
-	{networkingPkg + "HTTPRoute", "cors_policy"}: {Status: Warned,
-		Note: "no CORS filter or policy is set: preflight requests reach the service and no CORS headers are added"},
-	{networkingPkg + "HTTPRetry", "retry_remote_localities"}: {Status: Warned,
-		Note: "retries may go to any endpoint, not preferably to other localities"},
 	{networkingPkg + "L4MatchAttributes", "source_labels"}: {Status: Warned, Note: "the listener has no such condition: this match never matches"},
 	{networkingPkg + "L4MatchAttributes", "destination_subnets"}: {Status: Warned,
 		Note: "the listener has no such condition: this match never matches"},

@@ -357,6 +357,9 @@ func validateVirtualService(s *networking.VirtualService) error {
 				return err
 			}
 		}
+		if err := validateCORSPolicy(f+".corsPolicy", r.CorsPolicy); err != nil {
+			return err
+		}
 		if fault := r.Fault; fault != nil && fault.Abort != nil {
 			if code := fault.Abort.GetHttpStatus(); code != 0 && (code < 200 || code > 599) {
 				return fieldErr(f+".fault.abort.httpStatus", "%d is not an HTTP status", code)
@@ -703,15 +706,6 @@ func Warnings(c *Config) []*FieldError {
 	case *security.RequestAuthentication:
 		waypointTargets(s.GetTargetRef(), s.GetTargetRefs())
 	case *networking.VirtualService:
-		for i, r := range s.Http {
-			f := fmt.Sprintf("spec.http[%d]", i)
-			if r.CorsPolicy != nil {
-				warn(f+".corsPolicy", "not implemented: no CORS filter or policy is set, so preflight requests reach the service and no CORS headers are added")
-			}
-			if r.GetRetries().GetRetryRemoteLocalities().GetValue() {
-				warn(f+".retries.retryRemoteLocalities", "not implemented: retries may go to any endpoint, not preferably to other localities")
-			}
-		}
 		for i, r := range s.Http {
 			f := fmt.Sprintf("spec.http[%d].fault", i)
 			// Like istiod, an unsupported delay or abort type injects nothing.

@@ -160,7 +160,7 @@ spec:
   tls:
   - match: [{sniHosts: [reviews], destinationSubnets: [10.0.0.0/8]}]
     route: [{destination: {host: reviews}}]
-`, []string{"spec.http[0].corsPolicy", "spec.http[0].retries.retryRemoteLocalities",
+`, []string{ // corsPolicy, retryRemoteLocalities and statPrefix are honoured
 			"spec.tcp[0].match[1].sourceLabels", "spec.tls[0].match[0].destinationSubnets"}},
 		{"ServiceEntry", `apiVersion: networking.istio.io/v1
 kind: ServiceEntry

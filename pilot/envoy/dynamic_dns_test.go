@@ -156,11 +156,11 @@ func TestDynamicDNSListeners(t *testing.T) {
 	ls := ldsGenerate(t, New(Options{}), sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ListenerType))
 
 	h := ldsHCMOf(t, ldsChain(t, ldsFind(t, ls, "0.0.0.0_8000"), "0.0.0.0_8000"))
-	if got, want := httpFilterNames(h), []string{ldsALPNFilterName, ldsFaultFilter, ldsHTTPDynamicForwardProxyFilter, ldsRouterFilterName}; !slices.Equal(got, want) {
+	if got, want := httpFilterNames(h), []string{ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsHTTPDynamicForwardProxyFilter, ldsRouterFilterName}; !slices.Equal(got, want) {
 		t.Fatalf("8000 HTTP filters %v, want %v", got, want)
 	}
 	fc := &dfphttp.FilterConfig{}
-	if err := h.HttpFilters[2].GetTypedConfig().UnmarshalTo(fc); err != nil {
+	if err := h.HttpFilters[3].GetTypedConfig().UnmarshalTo(fc); err != nil {
 		t.Fatal(err)
 	}
 	wantDNSCache(t, "8000 filter", fc.GetDnsCacheConfig())

@@ -114,7 +114,7 @@ func TestJWTFilterOnSidecarInbound(t *testing.T) {
 	for _, chain := range []string{"inbound_0.0.0.0_9080_tls", "inbound_0.0.0.0_9080_plaintext"} {
 		h := ldsHCMOf(t, ldsChain(t, in, chain))
 		// After CUSTOM (none here), before the RBAC filters of reviews' ALLOW and DENY policies.
-		want := []string{jwtAuthnFilter, httpRBACFilter, httpRBACFilter, ldsFaultFilter, ldsRouterFilterName}
+		want := []string{jwtAuthnFilter, httpRBACFilter, httpRBACFilter, ldsFaultFilter, CORSFilterName, ldsRouterFilterName}
 		if got := httpFilterNames(h); !slices.Equal(got, want) {
 			t.Errorf("%s: http filters %v, want %v", chain, got, want)
 		}
@@ -204,7 +204,7 @@ spec:
 `)
 	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
 	h := ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0])
-	if got, want := httpFilterNames(h), []string{jwtAuthnFilter, ldsALPNFilterName, ldsFaultFilter, ldsRouterFilterName}; !slices.Equal(got, want) {
+	if got, want := httpFilterNames(h), []string{jwtAuthnFilter, ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsRouterFilterName}; !slices.Equal(got, want) {
 		t.Fatalf("http filters %v, want %v", got, want)
 	}
 	cfg := jwtConfigOf(t, h)

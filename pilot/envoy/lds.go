@@ -109,6 +109,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	httpinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
@@ -295,10 +296,10 @@ func ldsHTTPFilter(name string, m proto.Message) *hcm.HttpFilter {
 	return &hcm.HttpFilter{Name: name, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: ldsAny(m)}}
 }
 
-// ldsEnvoyHTTPFilters is the tail of every Envoy connection manager: fault (configured per route by RDS),
-// then the router.
+// ldsEnvoyHTTPFilters is the tail of every Envoy connection manager, as istiod's: fault and CORS (both
+// configured per route by RDS, and inert on routes that do not), then the router.
 func ldsEnvoyHTTPFilters() []*hcm.HttpFilter {
-	return []*hcm.HttpFilter{ldsHTTPFilter(ldsFaultFilter, &fault.HTTPFault{}), ldsRouterFilter()}
+	return []*hcm.HttpFilter{ldsHTTPFilter(ldsFaultFilter, &fault.HTTPFault{}), ldsHTTPFilter(CORSFilterName, &corsv3.Cors{}), ldsRouterFilter()}
 }
 
 func ldsRouterFilter() *hcm.HttpFilter { return ldsHTTPFilter(ldsRouterFilterName, &router.Router{}) }

@@ -253,11 +253,11 @@ func checkHTTPFilters(t *testing.T, where string, h *hcm.HttpConnectionManager, 
 	if grpc && len(names) != 1 {
 		t.Errorf("%s: proxyless gRPC http filters %v, want the router only", where, names)
 	}
-	// The fault filter comes before the router, with only a dynamic forward proxy (which resolves the host
-	// the router connects to) between them.
+	// The filters that routes configure (fault, CORS) come before the router, as in istiod's list, with only a
+	// dynamic forward proxy (which resolves the host the router connects to) between them and the router.
 	tail := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == ldsHTTPDynamicForwardProxyFilter })
-	if !grpc && (len(tail) < 2 || tail[len(tail)-2] != ldsFaultFilter) {
-		t.Errorf("%s: http filters %v, want the fault filter before the router", where, names)
+	if !grpc && (len(tail) < 3 || tail[len(tail)-3] != ldsFaultFilter || tail[len(tail)-2] != CORSFilterName) {
+		t.Errorf("%s: http filters %v, want the fault and CORS filters before the router", where, names)
 	}
 }
 
@@ -757,7 +757,7 @@ func TestListenerInboundRBACOnChains(t *testing.T) {
 	for _, f := range h.HttpFilters {
 		names = append(names, f.Name)
 	}
-	if want := []string{httpRBACFilter, httpRBACFilter, ldsFaultFilter, ldsRouterFilterName}; !slices.Equal(names, want) {
+	if want := []string{httpRBACFilter, httpRBACFilter, ldsFaultFilter, CORSFilterName, ldsRouterFilterName}; !slices.Equal(names, want) {
 		t.Errorf("http filters %v, want %v", names, want)
 	}
 	// The frontend has no policy: no RBAC filter.

@@ -89,7 +89,7 @@ func frontendAuthz(t *testing.T, m *mesh.Config, provider string) ([]*hcm.HttpFi
 	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
 	h := ldsHCMOf(t, ldsChain(t, in, "inbound_0.0.0.0_8080_tls")).HttpFilters
 	tcp := ldsChain(t, in, "inbound_passthrough_plaintext").Filters
-	return h[:len(h)-2], tcp[:len(tcp)-1]
+	return h[:len(h)-len(ldsEnvoyHTTPFilters())], tcp[:len(tcp)-1] // without the fault, CORS and router tail
 }
 
 func httpRBACOf(t *testing.T, f *hcm.HttpFilter) *rbachttp.RBAC {
@@ -283,7 +283,7 @@ func TestCustomOnGateway(t *testing.T) {
 	for _, f := range ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0]).HttpFilters {
 		names = append(names, f.Name)
 	}
-	if want := []string{httpRBACFilter, httpExtAuthzFilter, ldsALPNFilterName, ldsFaultFilter, ldsRouterFilterName}; !slices.Equal(names, want) {
+	if want := []string{httpRBACFilter, httpExtAuthzFilter, ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsRouterFilterName}; !slices.Equal(names, want) {
 		t.Errorf("gateway http filters %v, want %v", names, want)
 	}
 }

@@ -13,9 +13,9 @@ package envoy
 //   - Proxyless gRPC: "HOST:PORT" as the client's target names its API listener (HOST may be short; also
 //     "outbound|PORT||HOST", istiod's form): one virtual host with the domains "HOST:PORT" and "HOST".
 //
-// Fault injection is carried per route in typed_per_filter_config under FaultFilterName; the listener's
-// HttpConnectionManager must list that filter (an empty envoy.extensions.filters.http.fault.v3.HTTPFault)
-// before the router, as istiod's does, or Envoy ignores (gRPC rejects) the per-route config.
+// Fault injection and CORS are carried per route in typed_per_filter_config under FaultFilterName and
+// CORSFilterName; the listener's HttpConnectionManager must list those filters (empty configs) before the
+// router, as istiod's does, or Envoy ignores (gRPC rejects) the per-route config.
 
 import (
 	"net"
@@ -36,6 +36,9 @@ import (
 
 // FaultFilterName is the HTTP filter whose per-route config carries a VirtualService's fault injection.
 const FaultFilterName = "envoy.filters.http.fault"
+
+// CORSFilterName is the HTTP filter whose per-route config carries a VirtualService's corsPolicy.
+const CORSFilterName = "envoy.filters.http.cors"
 
 // AllowAnyVirtualHost is the name of the sidecar's catch-all virtual host (outbound traffic policy ALLOW_ANY).
 const AllowAnyVirtualHost = "allow_any"
@@ -367,23 +370,22 @@ func hostPort(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
-// serviceDomains returns the names a sidecar in proxyNS may use for svc on port, istiod's list: the
-// hostname, for a Kubernetes service its shorter forms (NAME only from the service's own namespace), and
-// each VIP; each with and without ":PORT".
+// serviceDomains returns the names a sidecar in proxyNS may use for svc on port, istiod's list
+// (generateVirtualHostDomains): the hostname, the hostname as an absolute name with its trailing dot, for a
+// hostname NAME.NAMESPACE.svc.SUFFIX the shorter forms a pod's DNS search path resolves (NAME only from
+// that namespace, NAME.NAMESPACE, NAME.NAMESPACE.svc), and each VIP; each with and without ":PORT".
 func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string) []string {
 	names := []string{svc.Hostname}
-	if svc.Source.Kind == "Service" && svc.Name != "" {
-		base := svc.Name + "." + svc.Namespace
-		if strings.HasPrefix(svc.Hostname, base+".svc.") {
-			if svc.Namespace == proxyNS {
-				names = append(names, svc.Name)
+	if net.ParseIP(svc.Hostname) == nil {
+		names = append(names, svc.Hostname+".")
+	}
+	// Read from the hostname, as istiod does, so a ServiceEntry host of that form gets them too.
+	if base, ok := strings.CutSuffix(svc.Hostname, ".svc."+suffix); ok {
+		if name, ns, ok := strings.Cut(base, "."); ok && name != "" && ns != "" {
+			if ns == proxyNS {
+				names = append(names, name)
 			}
 			names = append(names, base, base+".svc")
-			// NAME.NAMESPACE.svc.cluster for the suffix cluster.local: every shorter form of the suffix.
-			labels := strings.Split(suffix, ".")
-			for i := 1; i < len(labels); i++ {
-				names = append(names, base+".svc."+strings.Join(labels[:i], "."))
-			}
 		}
 	}
 	for _, addr := range svc.Addresses {

@@ -14,6 +14,7 @@ import (
 	commonfault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	envoytype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
@@ -30,7 +31,10 @@ import (
 // DefaultRetryOn is istiod's retry_on when a route does not say.
 const DefaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 
-const previousHostsPredicate = "envoy.retry_host_predicates.previous_hosts"
+const (
+	previousHostsPredicate     = "envoy.retry_host_predicates.previous_hosts"
+	previousPrioritiesPriority = "envoy.retry_priorities.previous_priorities"
+)
 
 // defaultRoute sends everything to the service's cluster on port: istiod's route for a service without a
 // VirtualService.
@@ -38,7 +42,8 @@ func (b *routeBuilder) defaultRoute(svc *model.Service, port uint32) *route.Rout
 	action := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: OutboundClusterName(port, "", svc.Hostname)}}
 	b.setTimeout(action, nil)
 	hash := b.hashPolicy(svc, "", port)
-	action.RetryPolicy = b.retryPolicy(nil, hash != nil)
+	// As istiod, the default route keeps the previous-hosts predicate even under consistent hashing.
+	action.RetryPolicy = b.retryPolicy(nil, false)
 	if hash != nil {
 		action.HashPolicy = []*route.RouteAction_HashPolicy{hash}
 	}
@@ -175,12 +180,24 @@ func (b *routeBuilder) translateRoute(vs *model.VirtualService, in *networking.H
 		out.Decorator = &route.Decorator{Operation: routeOperation(out, vs.Name, port)}
 	}
 	if f := translateFault(in.Fault); f != nil {
-		a, err := anypb.New(f)
-		if err == nil {
-			out.TypedPerFilterConfig = map[string]*anypb.Any{FaultFilterName: a}
-		}
+		setPerFilterConfig(out, FaultFilterName, f)
+	}
+	// Proxyless gRPC has no CORS filter and rejects a route configuring one; a gRPC client is no browser.
+	if c := translateCORS(in.CorsPolicy); c != nil && !b.grpc {
+		setPerFilterConfig(out, CORSFilterName, c)
 	}
 	return out
+}
+
+func setPerFilterConfig(r *route.Route, filter string, m proto.Message) {
+	a, err := anypb.New(m)
+	if err != nil {
+		return
+	}
+	if r.TypedPerFilterConfig == nil {
+		r.TypedPerFilterConfig = map[string]*anypb.Any{}
+	}
+	r.TypedPerFilterConfig[filter] = a
 }
 
 // routeOperation names the route for tracing, as istiod: HOST:PORT/PATH for one cluster, else VSNAME:PORT/PATH.
@@ -517,7 +534,9 @@ func (b *routeBuilder) routeAction(vs *model.VirtualService, in *networking.HTTP
 	if hash != nil {
 		action.HashPolicy = []*route.RouteAction_HashPolicy{hash}
 	}
-	action.RetryPolicy = b.retryPolicy(in.Retries, hash != nil)
+	// istiod drops the previous-hosts predicate only for a single hashed destination (a retry stays on the
+	// hashed host); a weighted split retries on another host.
+	action.RetryPolicy = b.retryPolicy(in.Retries, len(in.Route) == 1 && hash != nil)
 	action.RequestMirrorPolicies = b.mirrorPolicies(vs, in, port)
 	return action
 }
@@ -540,8 +559,11 @@ func (b *routeBuilder) setTimeout(action *route.RouteAction, t *durationpb.Durat
 	action.MaxStreamDuration = &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: timeout}
 }
 
-// retryPolicy is istiod's: its default when the route says nothing, none when attempts is 0. With consistent
-// hashing, retries stay on the hashed host (no previous-hosts predicate).
+// retryPolicy is istiod's (retry.ConvertPolicy): its default when the route says nothing (two retries on
+// connection failures, refused streams and gRPC unavailable or cancelled, none on an HTTP status), none when
+// attempts is 0. Retries go to another host (previous-hosts predicate, up to 5 picks) unless the route has a
+// single hashed destination or retryIgnorePreviousHosts says otherwise; retryRemoteLocalities moves them
+// to other priorities (localities) first.
 func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route.RetryPolicy {
 	if in != nil && in.Attempts <= 0 {
 		return nil
@@ -563,7 +585,6 @@ func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route
 	p := &route.RetryPolicy{
 		NumRetries:                    wrapperspb.UInt32(2),
 		RetryOn:                       DefaultRetryOn,
-		RetriableStatusCodes:          []uint32{http.StatusServiceUnavailable},
 		HostSelectionRetryMaxAttempts: 5,
 	}
 	previousHosts := !hashed
@@ -582,8 +603,15 @@ func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route
 		if in.PerTryTimeout != nil {
 			p.PerTryTimeout = in.PerTryTimeout
 		}
-		if in.RetryIgnorePreviousHosts != nil && !in.RetryIgnorePreviousHosts.Value {
-			previousHosts = false
+		if in.RetryIgnorePreviousHosts != nil {
+			previousHosts = in.RetryIgnorePreviousHosts.Value
+		}
+		if in.GetRetryRemoteLocalities().GetValue() {
+			if a, err := anypb.New(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 2}); err == nil {
+				p.RetryPriority = &route.RetryPolicy_RetryPriority{
+					Name: previousPrioritiesPriority, ConfigType: &route.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: a},
+				}
+			}
 		}
 		if in.Backoff != nil && in.Backoff.AsDuration() > 0 {
 			p.RetryBackOff = &route.RetryPolicy_RetryBackOff{BaseInterval: in.Backoff}
@@ -595,8 +623,6 @@ func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route
 				Name: previousHostsPredicate, ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: a},
 			}}
 		}
-	} else {
-		p.HostSelectionRetryMaxAttempts = 0
 	}
 	return p
 }

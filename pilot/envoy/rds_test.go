@@ -204,10 +204,13 @@ func TestRouteSidecarReviews(t *testing.T) {
 		t.Fatalf("got %d route configurations", len(rcs))
 	}
 	vh := virtualHost(t, rcs[0], "reviews.bookinfo.svc.cluster.local:9080")
+	// istiod's set: the FQDN also as an absolute name (trailing dot), the short names a pod's DNS search
+	// path resolves, the VIP; no "reviews.bookinfo.svc.cluster", which no resolver turns into the service.
 	wantDomains := []string{
 		"reviews.bookinfo.svc.cluster.local", "reviews.bookinfo.svc.cluster.local:9080",
+		"reviews.bookinfo.svc.cluster.local.", "reviews.bookinfo.svc.cluster.local.:9080",
 		"reviews", "reviews:9080", "reviews.bookinfo", "reviews.bookinfo:9080",
-		"reviews.bookinfo.svc", "reviews.bookinfo.svc:9080", "reviews.bookinfo.svc.cluster", "reviews.bookinfo.svc.cluster:9080",
+		"reviews.bookinfo.svc", "reviews.bookinfo.svc:9080",
 		"10.0.0.11", "10.0.0.11:9080",
 	}
 	if !slices.Equal(vh.Domains, wantDomains) {

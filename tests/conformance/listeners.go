@@ -886,10 +886,10 @@ func extAuthzFields(f Fields, p string, x *extauthzhttp.ExtAuthz) {
 	}
 }
 
-// ownFieldFilters are the HTTP filters recorded as a field of their own: CORS (acts on a route's CORS
-// policy) and Istio's ALPN override (sets the upstream mTLS ALPN from the request's HTTP version).
+// ownFieldFilters are the HTTP filters recorded as a field of their own: Istio's ALPN override (sets the
+// upstream mTLS ALPN from the request's HTTP version). CORS stays in the list: its place before the router
+// decides whether a route's CORS policy applies.
 var ownFieldFilters = map[string]string{
-	"cors": "cors_filter",
 	"istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig": "istio_alpn_filter",
 }
 

@@ -3,8 +3,14 @@ package conformance
 import (
 	"strings"
 	"testing"
+	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	cors "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -105,5 +111,95 @@ func TestWildcardDomainTakesBothHostForms(t *testing.T) {
 	}
 	if got := domainsText([]string{"r"}, 80, false); got != "r(without port only)" {
 		t.Errorf("a plain name is still marked: %q", got)
+	}
+}
+
+// A route's CORS policy compares by what a browser gets: the same policy spelled differently (header lists
+// reordered, origins reordered, wrapped in a FilterConfig) normalises equal; each changed setting is one
+// difference naming its field.
+func TestRouteCORSComparesContent(t *testing.T) {
+	hosts := map[string]bool{"r.ns.svc.cluster.local": true}
+	policy := func(edit func(*cors.CorsPolicy)) *cors.CorsPolicy {
+		p := &cors.CorsPolicy{
+			AllowOriginStringMatch: []*matcher.StringMatcher{
+				{MatchPattern: &matcher.StringMatcher_Exact{Exact: "https://a.example"}},
+				{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "https://b."}},
+			},
+			AllowMethods: "GET,POST", AllowHeaders: "x-a,x-b", ExposeHeaders: "x-c", MaxAge: "60",
+			AllowCredentials: wrapperspb.Bool(true), ForwardNotMatchingPreflights: wrapperspb.Bool(false),
+		}
+		if edit != nil {
+			edit(p)
+		}
+		return p
+	}
+	snapshot := func(cfg proto.Message) Snapshot {
+		a, err := anypb.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &route.Route{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			Action:               &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "outbound|80||r.ns.svc.cluster.local"}}},
+			TypedPerFilterConfig: map[string]*anypb.Any{corsFilter: a}}
+		s := Snapshot{}
+		normaliseRoutes(s, []*route.RouteConfiguration{{Name: "80", VirtualHosts: []*route.VirtualHost{{Domains: []string{"r"}, Routes: []*route.Route{r}}}}}, hosts)
+		return s
+	}
+	base := snapshot(policy(nil))
+	respelled := policy(func(p *cors.CorsPolicy) {
+		p.AllowOriginStringMatch[0], p.AllowOriginStringMatch[1] = p.AllowOriginStringMatch[1], p.AllowOriginStringMatch[0]
+		p.AllowHeaders, p.AllowMethods = "x-b, x-a", "POST,GET"
+	})
+	inner, err := anypb.New(respelled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Compare("c", "p", base, snapshot(&route.FilterConfig{Config: inner})); len(d) != 0 {
+		t.Fatalf("the same CORS policy, spelled differently, reported as %v", d)
+	}
+	for _, tc := range []struct {
+		field string
+		edit  func(*cors.CorsPolicy)
+	}{
+		{"route#0.cors.origins", func(p *cors.CorsPolicy) { p.AllowOriginStringMatch = p.AllowOriginStringMatch[:1] }},
+		{"route#0.cors.methods", func(p *cors.CorsPolicy) { p.AllowMethods = "GET" }},
+		{"route#0.cors.allow_headers", func(p *cors.CorsPolicy) { p.AllowHeaders = "x-a" }},
+		{"route#0.cors.expose_headers", func(p *cors.CorsPolicy) { p.ExposeHeaders = "" }},
+		{"route#0.cors.max_age", func(p *cors.CorsPolicy) { p.MaxAge = "86400" }},
+		{"route#0.cors.credentials", func(p *cors.CorsPolicy) { p.AllowCredentials = nil }},
+		{"route#0.cors.forward_unmatched_preflights", func(p *cors.CorsPolicy) { p.ForwardNotMatchingPreflights = nil }},
+	} {
+		d := Compare("c", "p", base, snapshot(policy(tc.edit)))
+		if len(d) != 1 || d[0].Field != tc.field {
+			t.Errorf("changing %s gave %v, want one difference on it", tc.field, d)
+		}
+	}
+}
+
+// istiod caps grpc-timeout headers with the deprecated max_grpc_timeout, Sextant with
+// max_stream_duration.grpc_timeout_header_max: Envoy reads the first only without the second, and both cap
+// the header the same way, so they normalise equal; a route with neither ignores the header.
+func TestRouteGRPCTimeoutHeaderCapsCompareEqual(t *testing.T) {
+	hosts := map[string]bool{"r.ns.svc.cluster.local": true}
+	fields := func(a *route.RouteAction) Fields {
+		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: "outbound|80||r.ns.svc.cluster.local"}
+		s := Snapshot{}
+		normaliseRoutes(s, []*route.RouteConfiguration{{Name: "80", VirtualHosts: []*route.VirtualHost{{Domains: []string{"r"},
+			Routes: []*route.Route{{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}, Action: &route.Route_Route{Route: a}}}}}}}, hosts)
+		for _, f := range s {
+			return f
+		}
+		t.Fatal("no route normalised")
+		return nil
+	}
+	for _, d := range []*durationpb.Duration{durationpb.New(0), durationpb.New(3 * time.Second)} {
+		old := fields(&route.RouteAction{MaxGrpcTimeout: d}) //nolint:staticcheck // the field istiod sets
+		cur := fields(&route.RouteAction{MaxStreamDuration: &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: d}})
+		if old["route#0.grpc_timeout_header_max"] != d.AsDuration().String() || cur["route#0.grpc_timeout_header_max"] != old["route#0.grpc_timeout_header_max"] {
+			t.Errorf("cap %v: max_grpc_timeout gives %q, grpc_timeout_header_max %q", d.AsDuration(), old["route#0.grpc_timeout_header_max"], cur["route#0.grpc_timeout_header_max"])
+		}
+	}
+	if got := fields(&route.RouteAction{})["route#0.grpc_timeout_header_max"]; got != "header ignored" {
+		t.Errorf("no cap: %q, want header ignored", got)
 	}
 }

@@ -9,9 +9,11 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	cors "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Envoy's route defaults: a route without timeout waits 15 s; a retry policy without num_retries retries once.
@@ -19,6 +21,7 @@ const (
 	defaultRouteTimeout = "15s"
 	defaultNumRetries   = "1"
 	faultFilter         = "envoy.filters.http.fault"
+	corsFilter          = "envoy.filters.http.cors"
 )
 
 // normaliseRoutes adds one entry per (service host, port) virtual host of the outbound route configurations.
@@ -153,8 +156,12 @@ func routeFields(f Fields, p string, r *route.Route) {
 		r.GetResponseHeadersToAdd(), r.GetResponseHeadersToRemove())
 	var filters []string
 	for name, cfg := range r.GetTypedPerFilterConfig() {
-		if name == faultFilter {
+		switch name {
+		case faultFilter:
 			faultFields(f, p, cfg)
+			continue
+		case corsFilter:
+			corsFields(f, p, cfg)
 			continue
 		}
 		filters = append(filters, name)
@@ -301,7 +308,13 @@ func routeActionFields(f Fields, p string, a *route.RouteAction) {
 	if f[p+"max_stream_duration"] == "0s" {
 		f[p+"max_stream_duration"] = "none"
 	}
-	f[p+"grpc_timeout_header_max"] = durationOr(msd.GetGrpcTimeoutHeaderMax(), "header ignored")
+	// Envoy reads the deprecated max_grpc_timeout (istiod's choice) only on a route without max_stream_duration;
+	// both cap a gRPC client's grpc-timeout header the same way.
+	if msd == nil {
+		f[p+"grpc_timeout_header_max"] = durationOr(a.GetMaxGrpcTimeout(), "header ignored") //nolint:staticcheck // still honoured by Envoy
+	} else {
+		f[p+"grpc_timeout_header_max"] = durationOr(msd.GetGrpcTimeoutHeaderMax(), "header ignored")
+	}
 	if rp := a.GetRetryPolicy(); rp != nil {
 		retryFields(f, p, rp)
 	} else {
@@ -513,6 +526,63 @@ func faultFields(f Fields, p string, a *anypb.Any) {
 		}
 		f[p+"fault.abort"] = what + "@" + fractionText(ab.GetPercentage())
 	}
+}
+
+// corsFields reads the per-route CORS policy, bare or wrapped in a FilterConfig: what a browser's request is
+// answered with. Origins are a set: any one matching allows the request's origin.
+func corsFields(f Fields, p string, a *anypb.Any) {
+	var wrapped route.FilterConfig
+	if a.MessageIs(&wrapped) {
+		if err := a.UnmarshalTo(&wrapped); err == nil {
+			a = wrapped.GetConfig()
+		}
+	}
+	var c cors.CorsPolicy
+	if err := a.UnmarshalTo(&c); err != nil {
+		f[p+"cors"] = "unreadable: " + err.Error()
+		return
+	}
+	var origins []string
+	for _, m := range c.GetAllowOriginStringMatch() {
+		origins = append(origins, stringMatcher(m))
+	}
+	f[p+"cors"] = "on"
+	f[p+"cors.origins"] = joinSorted(origins)
+	f[p+"cors.methods"] = listText(c.GetAllowMethods())
+	f[p+"cors.allow_headers"] = listText(c.GetAllowHeaders())
+	f[p+"cors.expose_headers"] = listText(c.GetExposeHeaders())
+	f[p+"cors.max_age"] = c.GetMaxAge()
+	f[p+"cors.credentials"] = boolOr(c.GetAllowCredentials(), "unset")
+	f[p+"cors.private_network"] = boolOr(c.GetAllowPrivateNetworkAccess(), "unset")
+	// Envoy forwards a preflight no origin matches unless told otherwise.
+	f[p+"cors.forward_unmatched_preflights"] = boolOr(c.GetForwardNotMatchingPreflights(), "true")
+	// Without filter_enabled the policy applies to every request.
+	f[p+"cors.enabled"] = "100%"
+	if fe := c.GetFilterEnabled(); fe != nil {
+		f[p+"cors.enabled"] = fractionText(fe.GetDefaultValue())
+	}
+	if se := c.GetShadowEnabled(); se != nil {
+		f[p+"cors.shadow"] = fractionText(se.GetDefaultValue())
+	}
+}
+
+// listText normalises a comma-separated header value list: spaces and order do not matter to a browser.
+func listText(s string) string {
+	if s == "" {
+		return ""
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return joinSorted(parts)
+}
+
+func boolOr(b *wrapperspb.BoolValue, unset string) string {
+	if b == nil {
+		return unset
+	}
+	return strconv.FormatBool(b.GetValue())
 }
 
 // fractionText renders a fractional percent as a percentage, whatever its denominator.

@@ -850,9 +850,9 @@ func TestWarnings(t *testing.T) {
 	var mu sync.Mutex
 	st := store.New()
 	src := file.New(file.Options{Dir: dir, Store: st, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
-	cors := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n  hosts: [r]\n" +
-		"  http:\n  - corsPolicy: {allowOrigins: [{exact: \"https://x.example\"}]}\n    route: [{destination: {host: r}}]\n"
-	p := write(t, dir, "vs.yaml", cors)
+	statPrefix := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n  hosts: [r]\n" +
+		"  tcp:\n  - match: [{sourceLabels: {app: a}}]\n    route: [{destination: {host: r}}]\n"
+	p := write(t, dir, "vs.yaml", statPrefix)
 	for range 2 {
 		if err := src.Load(); err != nil {
 			t.Fatal(err)
@@ -862,7 +862,7 @@ func TestWarnings(t *testing.T) {
 		t.Fatalf("VirtualService not served: %v", src.Errors())
 	}
 	ws := src.Warnings()
-	if len(ws) != 1 || !ws[0].Warning || ws[0].File != p || ws[0].Index != 0 || ws[0].Field != "spec.http[0].corsPolicy" ||
+	if len(ws) != 1 || !ws[0].Warning || ws[0].File != p || ws[0].Index != 0 || ws[0].Field != "spec.tcp[0].match[0].sourceLabels" ||
 		ws[0].Kind != "VirtualService" || ws[0].Name != "r" {
 		t.Fatalf("warnings = %+v", ws)
 	}
@@ -874,7 +874,7 @@ func TestWarnings(t *testing.T) {
 	}
 
 	// The same document moved down its file keeps its warning, at its new index; removing the field clears it.
-	write(t, dir, "vs.yaml", join(svcDoc("shop", "r", 80), cors))
+	write(t, dir, "vs.yaml", join(svcDoc("shop", "r", 80), statPrefix))
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}

@@ -1028,18 +1028,19 @@ func TestDecodeCRDNamesTheField(t *testing.T) {
 // A field Sextant accepts but does not implement is recorded per object and logged once per generation:
 // a new resourceVersion of the same generation (a label or status change) stays quiet.
 func TestWarningsPerGeneration(t *testing.T) {
-	vs := func(rv string, gen int64, cors bool) *networkingv1.VirtualService {
+	vs := func(rv string, gen int64, statPrefix bool) *networkingv1.VirtualService {
 		o := newVirtualService("reviews", rv, "reviews")
 		o.Generation = gen
-		if cors {
-			o.Spec.Http[0].CorsPolicy = &networking.CorsPolicy{AllowOrigins: []*networking.StringMatch{{MatchType: &networking.StringMatch_Exact{Exact: "https://x.example"}}}}
+		if statPrefix {
+			o.Spec.Tcp = []*networking.TCPRoute{{Match: []*networking.L4MatchAttributes{{SourceLabels: map[string]string{"app": "a"}}},
+				Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "reviews"}}}}}
 		}
 		return o
 	}
 	h := newHarness(t, harnessOpts{istio: []runtime.Object{vs("1", 1, true)}})
 	h.eventually("warning", func() bool { return len(h.src.Warnings()) == 1 })
 	w := h.src.Warnings()[0]
-	if !w.Warning || w.File != "kube" || w.Kind != "VirtualService" || w.Namespace != ns || w.Name != "reviews" || w.Field != "spec.http[0].corsPolicy" {
+	if !w.Warning || w.File != "kube" || w.Kind != "VirtualService" || w.Namespace != ns || w.Name != "reviews" || w.Field != "spec.tcp[0].match[0].sourceLabels" {
 		t.Errorf("warning = %+v", w)
 	}
 	if h.get(config.VirtualService, ns, "reviews") == nil {
@@ -1061,7 +1062,7 @@ func TestWarningsPerGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("generation 2 logged", func() bool { return count() == 2 })
-	if !strings.Contains(h.logs.String(), "field=spec.http[0].corsPolicy") {
+	if !strings.Contains(h.logs.String(), "field=spec.tcp[0].match[0].sourceLabels") {
 		t.Errorf("log does not name the field:\n%s", h.logs)
 	}
 

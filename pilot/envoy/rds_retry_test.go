@@ -1,0 +1,164 @@
+package envoy
+
+import (
+	"slices"
+	"testing"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
+
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+// retryMesh: "plain" has no DestinationRule; "hashed" hashes on a header. Its VirtualService routes one
+// path to a single destination, one to a split, and one with retryRemoteLocalities.
+const retryMesh = `
+apiVersion: v1
+kind: Service
+metadata: {name: plain, namespace: ns}
+spec:
+  clusterIP: 10.1.0.1
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: hashed, namespace: ns}
+spec:
+  clusterIP: 10.1.0.2
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: routed, namespace: ns}
+spec:
+  clusterIP: 10.1.0.3
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: hashed, namespace: ns}
+spec:
+  host: hashed
+  trafficPolicy:
+    loadBalancer:
+      consistentHash: {httpHeaderName: x-user}
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: routed, namespace: ns}
+spec:
+  hosts: [routed]
+  http:
+  - name: single-hashed
+    match: [{uri: {prefix: /single}}]
+    route: [{destination: {host: hashed}}]
+  - name: split-hashed
+    match: [{uri: {prefix: /split}}]
+    route:
+    - {destination: {host: hashed, subset: v1}, weight: 50}
+    - {destination: {host: hashed, subset: v2}, weight: 50}
+  - name: single-hashed-own-retries
+    match: [{uri: {prefix: /own}}]
+    retries: {attempts: 3, retryOn: "5xx,409"}
+    route: [{destination: {host: hashed}}]
+  - name: remote-localities
+    retries: {attempts: 2, retryOn: 5xx, retryRemoteLocalities: true}
+    route: [{destination: {host: plain}}]
+`
+
+func retryRoutes(t *testing.T) map[string]*route.Route {
+	t.Helper()
+	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}, pushFromYAML(t, []byte(retryMesh)), named(xds.RouteType, "80"))
+	if len(rcs) != 1 {
+		t.Fatalf("got %d route configurations", len(rcs))
+	}
+	out := map[string]*route.Route{}
+	for _, host := range []string{"plain", "hashed", "routed"} {
+		for _, r := range virtualHost(t, rcs[0], host+".ns.svc.cluster.local:80").Routes {
+			out[host+"/"+r.Name] = r
+		}
+	}
+	return out
+}
+
+func previousHosts(p *route.RetryPolicy) bool {
+	return slices.ContainsFunc(p.GetRetryHostPredicate(), func(h *route.RetryPolicy_RetryHostPredicate) bool {
+		return h.Name == previousHostsPredicate
+	})
+}
+
+// istiod's default retry policy (retry.DefaultPolicy): two retries on connection failures, refused streams
+// and gRPC unavailable / cancelled; no retry on an HTTP status (retriable-status-codes lists no code, so a
+// 503 from the service reaches the client); another host on each retry, up to 5 picks.
+func TestRouteDefaultRetryPolicyIsIstiods(t *testing.T) {
+	p := retryRoutes(t)["plain/default"].GetRoute().GetRetryPolicy()
+	if p.GetNumRetries().GetValue() != 2 || p.GetRetryOn() != DefaultRetryOn {
+		t.Errorf("retries %d on %q, want 2 on %q", p.GetNumRetries().GetValue(), p.GetRetryOn(), DefaultRetryOn)
+	}
+	if len(p.GetRetriableStatusCodes()) != 0 {
+		t.Errorf("retriable status codes %v, want none", p.GetRetriableStatusCodes())
+	}
+	if !previousHosts(p) || p.GetHostSelectionRetryMaxAttempts() != 5 {
+		t.Errorf("host predicates %v, max attempts %d: want previous_hosts, 5", p.GetRetryHostPredicate(), p.GetHostSelectionRetryMaxAttempts())
+	}
+}
+
+// Under consistent hashing istiod keeps another-host retries on a service's default route and on a split;
+// only a route to one hashed destination retries on the hashed host, still with 5 host picks.
+func TestRouteRetryHostSelectionUnderConsistentHashing(t *testing.T) {
+	routes := retryRoutes(t)
+	for _, tc := range []struct {
+		route         string
+		previousHosts bool
+	}{
+		{"hashed/default", true},
+		{"routed/split-hashed", true},
+		{"routed/single-hashed", false},
+		{"routed/single-hashed-own-retries", false},
+	} {
+		r := routes[tc.route]
+		if r == nil {
+			t.Fatalf("no route %s", tc.route)
+		}
+		if len(r.GetRoute().GetHashPolicy()) == 0 {
+			t.Errorf("%s: no hash policy", tc.route)
+		}
+		p := r.GetRoute().GetRetryPolicy()
+		if got := previousHosts(p); got != tc.previousHosts {
+			t.Errorf("%s: previous_hosts predicate %v, want %v", tc.route, got, tc.previousHosts)
+		}
+		if p.GetHostSelectionRetryMaxAttempts() != 5 {
+			t.Errorf("%s: host_selection_retry_max_attempts %d, want 5", tc.route, p.GetHostSelectionRetryMaxAttempts())
+		}
+	}
+	own := routes["routed/single-hashed-own-retries"].GetRoute().GetRetryPolicy()
+	if own.GetNumRetries().GetValue() != 3 || own.GetRetryOn() != "5xx,retriable-status-codes" || !slices.Equal(own.GetRetriableStatusCodes(), []uint32{409}) {
+		t.Errorf("own retries: %v", own)
+	}
+}
+
+// retryRemoteLocalities retries in other priorities first (istiod: previous_priorities, update frequency 2).
+func TestRouteRetryRemoteLocalities(t *testing.T) {
+	routes := retryRoutes(t)
+	p := routes["routed/remote-localities"].GetRoute().GetRetryPolicy()
+	pr := p.GetRetryPriority()
+	if pr.GetName() != previousPrioritiesPriority {
+		t.Fatalf("retry priority %v, want %s", pr, previousPrioritiesPriority)
+	}
+	cfg := &previouspriorities.PreviousPrioritiesConfig{}
+	if err := pr.GetTypedConfig().UnmarshalTo(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.ValidateAll(); err != nil || cfg.UpdateFrequency != 2 {
+		t.Errorf("previous priorities config %v (ValidateAll: %v), want update frequency 2", cfg, err)
+	}
+	if !previousHosts(p) {
+		t.Errorf("host predicates %v, want previous_hosts", p.GetRetryHostPredicate())
+	}
+	if other := routes["routed/single-hashed-own-retries"].GetRoute().GetRetryPolicy(); other.GetRetryPriority() != nil {
+		t.Errorf("retry priority without retryRemoteLocalities: %v", other.GetRetryPriority())
+	}
+}
