@@ -367,6 +367,14 @@ func newVirtualService(name, rv string, hosts ...string) *networkingv1.VirtualSe
 	}}
 }
 
+// invalidVirtualService routes to a destination without a host, which validation refuses.
+func invalidVirtualService(name, rv string) *networkingv1.VirtualService {
+	return &networkingv1.VirtualService{ObjectMeta: meta(name, rv), Spec: networking.VirtualService{
+		Hosts: []string{"reviews"},
+		Http:  []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Subset: "v1"}}}}},
+	}}
+}
+
 func newAuthorizationPolicy(name, rv string, action security.AuthorizationPolicy_Action) *securityv1.AuthorizationPolicy {
 	return &securityv1.AuthorizationPolicy{ObjectMeta: meta(name, rv), Spec: security.AuthorizationPolicy{
 		Action: action,
@@ -759,12 +767,12 @@ func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
 	key := config.Key{Kind: config.VirtualService, Namespace: ns, Name: "reviews"}
 
 	// An update that breaks the object: the store keeps version 1.
-	if err := h.updateCRD(newVirtualService("reviews", "2")); err != nil {
+	if err := h.updateCRD(invalidVirtualService("reviews", "2")); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("rejection", func() bool { return len(h.src.Rejected()) == 1 })
 	r := h.src.Rejected()[0]
-	if r.Key() != key || r.Field != "spec.hosts" || r.ResourceVersion != "2" || r.Message == "" {
+	if r.Key() != key || r.Field != "spec.http[0].route[0].destination.host" || r.ResourceVersion != "2" || r.Message == "" {
 		t.Errorf("rejected = %+v", r)
 	}
 	if c := h.store.Get(key); c == nil || c.ResourceVersion != "1" {
@@ -772,7 +780,7 @@ func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
 	}
 
 	// Still broken in a new version: still rejected, logged only once.
-	if err := h.updateCRD(newVirtualService("reviews", "3")); err != nil {
+	if err := h.updateCRD(invalidVirtualService("reviews", "3")); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("rejection of version 3", func() bool {
@@ -783,12 +791,12 @@ func TestInvalidObjectIsRejectedAndLastGoodKept(t *testing.T) {
 	if n := strings.Count(logs, "rejected invalid object"); n != 1 {
 		t.Errorf("%d rejection warnings, want 1:\n%s", n, logs)
 	}
-	if !strings.Contains(logs, "name=reviews") || !strings.Contains(logs, "field=spec.hosts") {
+	if !strings.Contains(logs, "name=reviews") || !strings.Contains(logs, "field=spec.http[0].route[0].destination.host") {
 		t.Errorf("warning does not name the object and field:\n%s", logs)
 	}
 
 	// An object that was never valid is not stored at all.
-	if err := h.createCRD(newVirtualService("broken", "1")); err != nil {
+	if err := h.createCRD(invalidVirtualService("broken", "1")); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("rejection of a new object", func() bool { return len(h.src.Rejected()) == 2 })
