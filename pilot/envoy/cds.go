@@ -381,7 +381,7 @@ type outboundClusterKey struct {
 	// mTLS sends plaintext, as istiod infers it.
 	plaintextServer bool
 	// peerAuthn: for inline endpoints, the PeerAuthentications that decide their tlsMode.
-	peerAuthn any
+	peerAuthn model.PeerAuthenticationsKey
 	// accounts: the service's identities, which mesh mTLS checks (joinAccounts).
 	accounts string
 }

@@ -30,7 +30,7 @@ type edsKey struct {
 	locality string
 	// peerAuthn: the PeerAuthentications of the service's namespace and the mesh, which decide which
 	// endpoints keep their tlsMode (serverMTLS).
-	peerAuthn any
+	peerAuthn model.PeerAuthenticationsKey
 }
 
 // Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.

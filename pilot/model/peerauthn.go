@@ -136,10 +136,15 @@ func (ps *PushContext) NamespaceMTLSMode(ns string) MTLSMode {
 	return MTLSPermissive
 }
 
+// PeerAuthenticationsKey identifies the policies that decide one namespace's mutual TLS; comparable, meant
+// for equality in cache keys.
+type PeerAuthenticationsKey struct{ namespace, root *namespacePeerAuthn }
+
 // PeerAuthenticationsOf identifies what decides the mutual TLS of the workloads of ns: its own policies and the
-// root namespace's. It changes only when one of those does; it is comparable and meant for equality.
-func (ps *PushContext) PeerAuthenticationsOf(ns string) any {
-	return [2]*namespacePeerAuthn{ps.peerAuthn.byNamespace[ns], ps.peerAuthn.byNamespace[ps.peerAuthn.root]}
+// root namespace's. It changes only when one of those does. A struct rather than an interface, so the
+// per-service cache lookups that use it allocate nothing.
+func (ps *PushContext) PeerAuthenticationsOf(ns string) PeerAuthenticationsKey {
+	return PeerAuthenticationsKey{ps.peerAuthn.byNamespace[ns], ps.peerAuthn.byNamespace[ps.peerAuthn.root]}
 }
 
 // PeerAuthenticationsID identifies the PeerAuthentication index.
