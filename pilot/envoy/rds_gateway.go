@@ -60,6 +60,9 @@ func isPassthroughServer(s *networking.Server) bool {
 // gatewaysKey names the Gateways selecting a router and the ports its pod serves them on, for the cache key.
 // Within one snapshot a name stands for one content.
 func gatewaysKey(gws []*config.Config, ports gatewayPorts) string {
+	if len(gws) == 0 && len(ports) == 0 {
+		return "" // a sidecar's: every RDS request passes here
+	}
 	var b strings.Builder
 	b.WriteString(ports.describe())
 	b.WriteByte(0)
