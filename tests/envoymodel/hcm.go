@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	corspb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	jwtpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
@@ -86,6 +87,11 @@ func (s *stream) httpConnectionManager(name string, c *hcm.HttpConnectionManager
 			cont, err = s.httpExtAuthz(f.GetName(), fc)
 		case *faultpb.HTTPFault:
 			cont, err = s.fault(f.GetName(), fc)
+		case *corspb.Cors:
+			// Envoy's CORS filter acts only with a policy on the route or virtual host; selectRoute refuses
+			// to model either, so here it always passes the request on.
+			s.tracef("%s: no CORS policy, passes", f.GetName())
+			cont = true
 		case *routerpb.Router:
 			return s.router(f.GetName())
 		default:

@@ -2,6 +2,7 @@ package envoymodel
 
 import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	corspb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	jwtpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
@@ -35,6 +36,8 @@ func unmarshal(a *anypb.Any) (proto.Message, error) {
 		m = &jwtpb.JwtAuthentication{}
 	case "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault":
 		m = &faultpb.HTTPFault{}
+	case "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors":
+		m = &corspb.Cors{}
 	case "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router":
 		m = &routerpb.Router{}
 	default:
