@@ -753,6 +753,9 @@ func Warnings(c *Config) []*FieldError {
 			if tls.Mode == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
 				warn(f+".mode", "AUTO_PASSTHROUGH is not implemented: this server gets no filter chain")
 			}
+			if tls.Mode == networking.ServerTLSSettings_SIMPLE && len(tls.SubjectAltNames) > 0 {
+				warn(f+".subjectAltNames", "mode SIMPLE asks for no client certificate, so no names are checked")
+			}
 			if bad := invalidCipherSuites(tls.CipherSuites); len(bad) > 0 {
 				warn(f+".cipherSuites", "ignored, as istiod ignores them (Envoy would refuse the listener): %s", strings.Join(bad, ", "))
 			}

@@ -187,14 +187,14 @@ spec:
   servers:
   - port: {number: 443, name: https, protocol: HTTPS}
     hosts: ["*"]
-    tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256, NO-SUCH-CIPHER, -ALL]}
+    tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256, NO-SUCH-CIPHER, -ALL], subjectAltNames: [client.example]}
   - port: {number: 8443, name: https-old, protocol: HTTPS}
     hosts: ["*"]
     tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_0}
   - port: {number: 15443, name: tls, protocol: TLS}
     hosts: ["*.local"]
     tls: {mode: AUTO_PASSTHROUGH}
-`, []string{"spec.servers[0].tls.cipherSuites", "spec.servers[1].tls.minProtocolVersion", "spec.servers[2].tls.mode"}},
+`, []string{"spec.servers[0].tls.subjectAltNames", "spec.servers[0].tls.cipherSuites", "spec.servers[1].tls.minProtocolVersion", "spec.servers[2].tls.mode"}},
 	} {
 		c, err := parseOne(t, tc.doc)
 		if err != nil {

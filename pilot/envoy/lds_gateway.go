@@ -409,15 +409,14 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 		if tls.CaCertCredentialName != "" {
 			ca = tls.CaCertCredentialName
 		}
-		switch {
-		case mutual:
+		// SIMPLE asks for no client certificate, so its subjectAltNames check nothing (Warnings says so);
+		// istiod's SAN-only validation context there is refused by Envoy, which wants a CA with SANs.
+		if mutual {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         gatewayClientValidation(tls, true),
 					ValidationContextSdsSecretConfig: credentialSecret(ca, true),
 				}}
-		case len(tls.SubjectAltNames) > 0:
-			common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: gatewaySANValidation(tls.SubjectAltNames)}
 		}
 	default:
 		if len(tls.TlsCertificates) > 0 {

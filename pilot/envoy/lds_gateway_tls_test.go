@@ -113,3 +113,15 @@ func TestDestinationRuleTLSCRL(t *testing.T) {
 		}
 	}
 }
+
+// SIMPLE with subjectAltNames: no SAN-only validation context, which Envoy refuses (it wants a CA with SANs);
+// the names check nothing on a server that asks for no client certificate, and Warnings says so.
+func TestGatewaySimpleServerSANsNeedNoValidation(t *testing.T) {
+	ctx := gatewayServerTLS(t, `{mode: SIMPLE, credentialName: cert, subjectAltNames: [client.example]}`)
+	if vc := ctx.GetCommonTlsContext().GetValidationContextType(); vc != nil {
+		t.Errorf("validation context %v on a SIMPLE server", vc)
+	}
+	if ctx.GetRequireClientCertificate().GetValue() {
+		t.Error("a SIMPLE server requires a client certificate")
+	}
+}
