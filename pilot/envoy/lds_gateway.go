@@ -390,7 +390,7 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)}
 		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         gatewayClientValidation(tls, false),
+				DefaultValidationContext:         gatewayClientValidation(tls),
 				ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 			}}
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
@@ -414,7 +414,7 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 		if mutual {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-					DefaultValidationContext:         gatewayClientValidation(tls, true),
+					DefaultValidationContext:         gatewayClientValidation(tls),
 					ValidationContextSdsSecretConfig: credentialSecret(ca, true),
 				}}
 		}
@@ -433,7 +433,7 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 			}}
 		}
 		if mutual && tls.GetCaCertificates() != "" {
-			v := gatewayClientValidation(tls, false)
+			v := gatewayClientValidation(tls)
 			v.TrustedCa = fileSource(tls.CaCertificates)
 			common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: v}
 		}
@@ -447,15 +447,14 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 	return ctx
 }
 
-// gatewayClientValidation checks a client certificate as the server asks: its SANs, and the CRL for files
-// and the mesh root, or the SPKI and hash pins with credentials (where istiod applies each); with
-// insecureSkipVerify the chain is not checked.
-func gatewayClientValidation(tls *networking.ServerTLSSettings, credential bool) *tlsv3.CertificateValidationContext {
+// gatewayClientValidation checks a client certificate as the server asks: its SANs, SPKI and hash pins, and
+// the CRL, whatever the source of the CA. istiod applies the pins only with credentials and the CRL only
+// without; a pin or CRL left out would accept clients the Gateway refuses. insecureSkipVerify skips the chain.
+func gatewayClientValidation(tls *networking.ServerTLSSettings) *tlsv3.CertificateValidationContext {
 	v := gatewaySANValidation(tls.SubjectAltNames)
-	if credential {
-		v.VerifyCertificateSpki = tls.VerifyCertificateSpki
-		v.VerifyCertificateHash = tls.VerifyCertificateHash
-	} else if tls.CaCrl != "" {
+	v.VerifyCertificateSpki = tls.VerifyCertificateSpki
+	v.VerifyCertificateHash = tls.VerifyCertificateHash
+	if tls.CaCrl != "" {
 		v.Crl = fileSource(tls.CaCrl)
 	}
 	if tls.GetInsecureSkipVerify().GetValue() {

@@ -125,3 +125,16 @@ func TestGatewaySimpleServerSANsNeedNoValidation(t *testing.T) {
 		t.Error("a SIMPLE server requires a client certificate")
 	}
 }
+
+// Pins and the CRL hold whatever the CA's source: files and the mesh root too, where istiod drops the pins.
+func TestGatewayServerPinsWithFiles(t *testing.T) {
+	ctx := gatewayServerTLS(t, `{mode: MUTUAL, serverCertificate: /etc/s.pem, privateKey: /etc/s.key, caCertificates: /etc/ca.pem,
+      verifyCertificateSpki: ["NvqYIYSbgK2vCJpQhObf77vv+bQWtc5ek5RIOwPiC9A="]}`)
+	if got := ctx.GetCommonTlsContext().GetValidationContext().GetVerifyCertificateSpki(); len(got) != 1 {
+		t.Errorf("file MUTUAL: SPKI pins %v", got)
+	}
+	ctx = gatewayServerTLS(t, `{mode: MUTUAL, credentialName: cert, caCrl: /etc/ca.crl}`)
+	if got := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext().GetCrl().GetFilename(); got != "/etc/ca.crl" {
+		t.Errorf("credential MUTUAL: CRL %q", got)
+	}
+}
