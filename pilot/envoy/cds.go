@@ -883,8 +883,8 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 		default:
 			if tls.Mode == networking.ClientTLSSettings_MUTUAL {
 				common.TlsCertificates = []*tlsv3.TlsCertificate{{
-					CertificateChain: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.ClientCertificate}},
-					PrivateKey:       &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.PrivateKey}},
+					CertificateChain: fileSource(tls.ClientCertificate),
+					PrivateKey:       fileSource(tls.PrivateKey),
 				}}
 			}
 			vc := &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)}
@@ -895,7 +895,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 			case tls.GetInsecureSkipVerify().GetValue():
 				// Asked for in so many words: the server's certificate is not checked.
 			case tls.CaCertificates != "":
-				vc.TrustedCa = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: tls.CaCertificates}}
+				vc.TrustedCa = fileSource(tls.CaCertificates)
 				common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
 			default:
 				// No CA given: the system roots, which Istio's agent serves as file-root:system, as istiod
