@@ -118,8 +118,14 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "ignored, as istiod ignores it on a Gateway: the server forwards as its routes say"},
 
 	// Sidecar
-	{networkingPkg + "Sidecar", "ingress"}: {Status: Warned,
-		Note: "the inbound listener takes its ports from the Services selecting the workload"},
+	{networkingPkg + "Sidecar", "ingress"}: {Status: Honoured,
+		Note: "its ports replace those of the Services selecting the workload, on the inbound listener and its clusters, as istiod's"},
+	{networkingPkg + "IstioIngressListener", "capture_mode"}: {Status: Honoured,
+		Note: "DEFAULT and IPTABLES take the port's traffic on the inbound capture listener; NONE is refused (istiod binds a listener of its own on the port, which Sextant does not build)"},
+	{networkingPkg + "IstioIngressListener", "bind"}: {Status: Honoured,
+		Note: "names the port's chains, as istiod's: under capture the port is matched on any address"},
+	{networkingPkg + "IstioIngressListener", "tls"}: {Status: Warned,
+		Note: "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set; what istiod's validation refuses (credentialName, ISTIO_MUTUAL, ...) is refused"},
 	{networkingPkg + "IstioEgressListener", "port"}: {Status: Warned,
 		Note: "the hosts are reachable on every port of their services, not only this one"},
 	{networkingPkg + "IstioEgressListener", "bind"}: {Status: Warned, Note: "outbound listeners take the services' addresses"},
@@ -127,7 +133,6 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "outbound traffic is taken as iptables capture sends it"},
 	{networkingPkg + "OutboundTrafficPolicy", "egress_proxy"}: {Status: Warned,
 		Note: "traffic to unknown destinations is refused (BlackHoleCluster) rather than sent to the egress proxy"},
-	{networkingPkg + "Sidecar", "inbound_connection_pool"}: {Status: Warned, Note: "inbound clusters keep their defaults"},
 
 	// AuthorizationPolicy, RequestAuthentication
 	{securityPkg + "AuthorizationPolicy", "targetRef"}: {Status: Partly,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -442,10 +443,103 @@ func validateSidecar(s *networking.Sidecar) error {
 			}
 		}
 	}
+	seen := map[uint32]bool{}
 	for i, in := range s.Ingress {
-		if in.Port == nil || !validPort(int64(in.Port.Number)) {
-			return fieldErr(fmt.Sprintf("spec.ingress[%d].port.number", i), "a port number (1-65535) is required")
+		if err := validateSidecarIngress(fmt.Sprintf("spec.ingress[%d]", i), in, seen); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// sidecarOwnPorts are the ports of the sidecar itself (admin, capture, HBONE, agent, health, DNS,
+// Prometheus); an ingress listener on one would take the sidecar's own traffic.
+var sidecarOwnPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true, 15053: true, 15090: true}
+
+// ingressProtocols are the protocol names istiod reads on a Sidecar ingress port (its protocol.Parse), with
+// whether Sextant serves them.
+var ingressProtocols = map[string]bool{"tcp": true, "grpc": true, "grpc-web": true, "http": true, "http2": true, "https": true,
+	"tls": true, "mongo": true, "redis": true, "mysql": true, "udp": false, "http_proxy": false}
+
+// validateSidecarIngress checks an ingress listener as istiod's validation does, and refuses what Sextant
+// does not serve as istiod would.
+func validateSidecarIngress(f string, in *networking.IstioIngressListener, seen map[uint32]bool) error {
+	if in.Port == nil || !validPort(int64(in.Port.Number)) {
+		return fieldErr(f+".port.number", "a port number (1-65535) is required")
+	}
+	n := in.Port.Number
+	if seen[n] {
+		return fieldErr(f+".port.number", "port %d has another ingress listener already", n)
+	}
+	seen[n] = true
+	if sidecarOwnPorts[n] {
+		return fieldErr(f+".port.number", "port %d is one of the sidecar's own ports", n)
+	}
+	if p := in.Port.Protocol; p != "" {
+		served, known := ingressProtocols[strings.ToLower(p)]
+		switch {
+		case !known:
+			return fieldErr(f+".port.protocol", "unsupported protocol %q", p)
+		case !served:
+			return fieldErr(f+".port.protocol", "%s is not implemented on an inbound port", p)
+		}
+	}
+	if in.Bind != "" {
+		if _, err := netip.ParseAddr(in.Bind); err != nil {
+			return fieldErr(f+".bind", "%q is not an IP address", in.Bind)
+		}
+	}
+	if in.CaptureMode == networking.CaptureMode_NONE {
+		// istiod binds a listener of its own on BIND:PORT for it, outside the inbound capture listener.
+		return fieldErr(f+".captureMode", "NONE is not implemented: Sextant builds no listener bound to the port; use DEFAULT or IPTABLES")
+	}
+	if err := validateDefaultEndpoint(f+".defaultEndpoint", in.DefaultEndpoint); err != nil {
+		return err
+	}
+	if tls := in.Tls; tls != nil {
+		// What istiod's validation refuses on a Sidecar ingress listener's tls.
+		switch {
+		case tls.CredentialName != "" || len(tls.CredentialNames) > 0:
+			return fieldErr(f+".tls.credentialName", "not supported on a Sidecar (istiod refuses it too): use serverCertificate and privateKey")
+		case len(tls.TlsCertificates) > 0:
+			return fieldErr(f+".tls.tlsCertificates", "not supported on a Sidecar (istiod refuses it too)")
+		case len(tls.SubjectAltNames) > 0:
+			return fieldErr(f+".tls.subjectAltNames", "not supported on a Sidecar (istiod refuses it too)")
+		case tls.HttpsRedirect:
+			return fieldErr(f+".tls.httpsRedirect", "not supported on a Sidecar (istiod refuses it too)")
+		case tls.Mode == networking.ServerTLSSettings_ISTIO_MUTUAL || tls.Mode == networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+			return fieldErr(f+".tls.mode", "%s cannot be set on a Sidecar ingress listener", tls.Mode)
+		}
+		if p := strings.ToLower(in.Port.Protocol); p != "https" && p != "tls" {
+			return fieldErr(f+".tls", "TLS settings need an HTTPS or TLS port, not %q", in.Port.Protocol)
+		}
+	}
+	return nil
+}
+
+// validateDefaultEndpoint checks an ingress listener's defaultEndpoint: 127.0.0.1:PORT, 0.0.0.0:PORT,
+// [::1]:PORT, [::]:PORT, :PORT or unix://PATH (an absolute path, or an abstract socket @NAME), as istiod.
+func validateDefaultEndpoint(f, ep string) error {
+	if ep == "" {
+		return nil
+	}
+	if path, ok := strings.CutPrefix(ep, "unix://"); ok {
+		if path == "" || !strings.HasPrefix(path, "@") && (!strings.HasPrefix(path, "/") || strings.HasSuffix(path, "/")) {
+			return fieldErr(f, "%q is not an absolute path to a socket", path)
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return fieldErr(f, "%q is not HOST:PORT: %v", ep, err)
+	}
+	switch host {
+	case "", "127.0.0.1", "0.0.0.0", "::1", "::":
+	default:
+		return fieldErr(f, "must be 127.0.0.1:PORT, 0.0.0.0:PORT, [::1]:PORT, [::]:PORT or unix://PATH, not %q", ep)
+	}
+	if n, err := strconv.Atoi(port); err != nil || !validPort(int64(n)) {
+		return fieldErr(f, "port %q is not a port number (1-65535)", port)
 	}
 	return nil
 }
@@ -764,8 +858,10 @@ func Warnings(c *Config) []*FieldError {
 			}
 		}
 	case *networking.Sidecar:
-		if len(s.Ingress) > 0 {
-			warn("spec.ingress", "not implemented: the inbound listener takes its ports from the Services selecting the workload")
+		for i, in := range s.Ingress {
+			if in.Tls != nil {
+				warn(fmt.Sprintf("spec.ingress[%d].tls", i), "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set: the port's chains are those of its protocol and mTLS mode")
+			}
 		}
 		for i, eg := range s.Egress {
 			f := fmt.Sprintf("spec.egress[%d]", i)
@@ -781,9 +877,6 @@ func Warnings(c *Config) []*FieldError {
 		}
 		if s.GetOutboundTrafficPolicy().GetEgressProxy() != nil {
 			warn("spec.outboundTrafficPolicy.egressProxy", "not implemented: traffic to unknown destinations is refused (BlackHoleCluster) rather than sent to the egress proxy")
-		}
-		if s.InboundConnectionPool != nil {
-			warn("spec.inboundConnectionPool", "not implemented: inbound clusters keep their defaults")
 		}
 	}
 	return out

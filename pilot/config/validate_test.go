@@ -107,8 +107,8 @@ kind: Sidecar
 metadata: {name: default, namespace: shop}
 spec:
   ingress:
-  - port: {number: 9080, protocol: HTTP, name: http}
-    defaultEndpoint: 127.0.0.1:8080
+  - port: {number: 9443, protocol: HTTPS, name: https}
+    tls: {mode: SIMPLE, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem}
   egress:
   - hosts: ["./*"]
   - port: {number: 3306, protocol: MYSQL, name: mysql}
@@ -123,8 +123,8 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"spec.ingress", "spec.egress[1].port", "spec.egress[1].bind", "spec.egress[1].captureMode",
-		"spec.outboundTrafficPolicy.egressProxy", "spec.inboundConnectionPool"}
+	want := []string{"spec.ingress[0].tls", "spec.egress[1].port", "spec.egress[1].bind", "spec.egress[1].captureMode",
+		"spec.outboundTrafficPolicy.egressProxy"}
 	if got := warningFields(config.Warnings(c)); !slices.Equal(got, want) {
 		t.Errorf("warnings on %v, want %v", got, want)
 	}

@@ -86,11 +86,17 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		_, _, ports := g.sidecarInboundPortsOf(proxy, push)
 		for _, ip := range ports {
 			name := InboundClusterName(ip.port)
-			if !wants(w, name) {
+			if !wants(w, name) || ip.skipCluster {
 				continue
 			}
-			key := inboundClusterKey{ip.port, ip.protocol, push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost}
-			r, err := g.cached(key, name, func() proto.Message { return buildInboundCluster(key) })
+			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: ip.poolKey}
+			if !ip.ingress && push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost {
+				// The mesh's inbound traffic policy LOCALHOST sends a service's port to 127.0.0.1:PORT; a Sidecar
+				// ingress listener's defaultEndpoint alone decides its own.
+				key.endpoint, key.endpointPort = "127.0.0.1", ip.port
+			}
+			pool := ip.pool
+			r, err := g.cached(key, name, func() proto.Message { return buildInboundCluster(key, pool) })
 			if err != nil {
 				return nil, err
 			}
@@ -389,8 +395,12 @@ type outboundClusterKey struct {
 type inboundClusterKey struct {
 	port     uint32
 	protocol model.Protocol
-	// localhost: the mesh's inbound traffic policy LOCALHOST sends to 127.0.0.1:PORT.
-	localhost bool
+	// endpoint is where the cluster sends: "" the original destination, else an IP (127.0.0.1 under the
+	// mesh's inbound traffic policy LOCALHOST, or a Sidecar ingress listener's defaultEndpoint) or
+	// unix://PATH, at endpointPort.
+	endpoint     string
+	endpointPort uint32
+	pool         string // the Sidecar's connection pool for the port, marshaled ("" for none)
 }
 type staticClusterKey struct{ name string }
 
@@ -1099,33 +1109,54 @@ func inlineLoadAssignment(push *model.PushContext, name string, se *model.Servic
 
 // buildInboundCluster forwards to the workload at the connection's original destination (its pod IP and
 // port), as istiod's inbound clusters do under the default inbound traffic policy (PASSTHROUGH): an
-// application listening on the pod IP alone is reached, not only one on 127.0.0.1. Under LOCALHOST it is
-// a STATIC cluster to 127.0.0.1:PORT, as istiod's.
-func buildInboundCluster(k inboundClusterKey) *cluster.Cluster {
+// application listening on the pod IP alone is reached, not only one on 127.0.0.1. With an endpoint (the
+// mesh's LOCALHOST policy, a Sidecar ingress listener's defaultEndpoint) it is a STATIC cluster to it, as
+// istiod's. pool is the Sidecar's connection pool for the port (inboundConnectionPool, or the ingress
+// listener's own).
+func buildInboundCluster(k inboundClusterKey, pool *networking.ConnectionPoolSettings) *cluster.Cluster {
 	name := InboundClusterName(k.port)
 	c := &cluster.Cluster{
 		Name:           name,
 		ConnectTimeout: durationpb.New(defaultConnectTimeout),
-		// istiod's inbound clusters lift the circuit breakers too, so the proxy never limits its own workload.
-		CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{maxThresholds()}},
 	}
-	if k.localhost {
-		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
-		c.LoadAssignment = &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
-			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-				Address: socketAddress("127.0.0.1", k.port)}}}},
-		}}}
-	} else {
+	if k.endpoint == "" {
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
 		// The hosts are the workload's own addresses: never clean them up (istiod's ~292 years).
 		c.CleanupInterval = &durationpb.Duration{Seconds: inboundCleanupSeconds}
-		// Bound to 127.0.0.6 so that iptables does not capture the sidecar's own connection to the pod IP.
+	} else {
+		addr := socketAddress(k.endpoint, k.endpointPort)
+		if path, ok := strings.CutPrefix(k.endpoint, unixAddressPrefix); ok {
+			addr = &core.Address{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: path}}}
+		}
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
+		c.LoadAssignment = &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
+			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: addr}}}},
+		}}}
+	}
+	if k.endpoint != "127.0.0.1" && k.endpoint != "::1" {
+		// Bound to 127.0.0.6 so that iptables does not capture the sidecar's own connection to the pod
+		// (istiod binds every inbound cluster but a loopback one, a Unix socket's too).
 		c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress(inboundPassthroughBindIP, 0).GetSocketAddress()}
 	}
+	// istiod's inbound clusters lift the circuit breakers (where the pool sets no limit), so the proxy never
+	// limits its own workload; the pool applies as on an outbound cluster, but never upgrades to HTTP/2.
+	pool = inboundPool(pool)
+	applyConnectionPool(c, pool)
 	// Towards its own workload a sidecar speaks the port's protocol too (the client's on a sniffed port).
-	applyHTTPProtocol(c, nil, &model.Port{Port: k.port, Protocol: k.protocol}, true)
+	applyHTTPProtocol(c, pool, &model.Port{Port: k.port, Protocol: k.protocol}, true)
 	return c
+}
+
+// inboundPool is pool without its h2UpgradePolicy, which istiod applies to outbound clusters only.
+func inboundPool(pool *networking.ConnectionPoolSettings) *networking.ConnectionPoolSettings {
+	if pool.GetHttp().GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_DEFAULT {
+		return pool
+	}
+	pool = proto.Clone(pool).(*networking.ConnectionPoolSettings)
+	pool.Http.H2UpgradePolicy = networking.ConnectionPoolSettings_HTTPSettings_DEFAULT
+	return pool
 }
 
 // inboundPassthroughBindIP is the source address of a sidecar's connections to its own workload, which

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
@@ -784,10 +785,27 @@ func l4Destinations(push *model.PushContext, vs *model.VirtualService, proxyNS s
 	return out
 }
 
-// inboundPort is a port of the proxy's own workload.
+// inboundPort is a port of the proxy's own workload: a target port of a service selecting it, or the port
+// of one of its Sidecar's ingress listeners.
 type inboundPort struct {
 	port     uint32
 	protocol model.Protocol
+	// ingress: the port is a Sidecar ingress listener's, whose cluster sends to endpoint (below) whatever
+	// the mesh's inbound traffic policy; bind names its chains (capture, not bind, decides what arrives).
+	ingress bool
+	bind    string
+	// bound: the ingress listener's captureMode is NONE, for which istiod binds a listener of its own on the
+	// port instead of a chain on the capture listener (validation refuses it: Sextant builds no such listener).
+	bound bool
+	// endpoint is where the port's inbound cluster sends: "" the connection's original destination, else
+	// an IP or unix://PATH (an ingress listener's defaultEndpoint, resolved); endpointPort is its port.
+	endpoint     string
+	endpointPort uint32
+	// skipCluster: the defaultEndpoint cannot be read, and istiod then builds no cluster for the port.
+	skipCluster bool
+	// pool is the Sidecar's connection pool for the port's cluster (nil for none), poolKey its bytes.
+	pool    *networking.ConnectionPoolSettings
+	poolKey string
 }
 
 // proxyWorkload finds the proxy's workload and the labels its policies select on: the node's labels, else
@@ -809,16 +827,19 @@ func proxyWorkload(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, 
 // ldsReservedPorts are the sidecar's own ports; traffic to them is never application traffic.
 var ldsReservedPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true, 15053: true, 15090: true}
 
-// inboundPortsInputs is what a sidecar's inbound ports depend on besides the proxy itself (whose labels are
-// fixed): its namespace's services, a slice replaced whenever one of them changes, and its workload.
+// inboundPortsInputs is what a sidecar's inbound ports depend on besides the proxy itself (whose labels and
+// addresses are fixed): its namespace's services, a slice replaced whenever one of them changes, its
+// workload, and the Sidecar applying to it (ingress listeners, connection pools).
 type inboundPortsInputs struct {
 	services *(*model.Service)
 	n        int
 	workload *model.Workload
+	sidecar  *config.Config
 }
 
 // sidecarInboundPortsOf is sidecarInboundPorts for proxy, kept while its inputs stand: CDS and LDS ask on
-// every push, and a service added in another namespace changes nothing here.
+// every push, and a service added in another namespace changes nothing here. For an Envoy sidecar whose
+// Sidecar has ingress listeners, those listeners' ports replace the services' (sidecarIngressPorts).
 func (g *Generators) sidecarInboundPortsOf(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, map[string]string, []inboundPort) {
 	w, labels := proxyWorkload(proxy, push)
 	svcs := push.ServicesInNamespace(proxy.Namespace)
@@ -826,8 +847,19 @@ func (g *Generators) sidecarInboundPortsOf(proxy *xds.Proxy, push *model.PushCon
 	if len(svcs) > 0 {
 		in.services = &svcs[0]
 	}
+	if proxy.Type == xds.Sidecar {
+		// The scope's Sidecar: the one chosen by the node's labels, as for the outbound side.
+		in.sidecar = push.Sidecar(proxy.Namespace, proxy.Labels)
+	}
 	ports, _ := g.inboundPorts.getOrBuild(proxy, in, func() ([]inboundPort, error) {
-		return sidecarInboundPorts(push, proxy.Namespace, w, labels), nil
+		if in.sidecar != nil && len(in.sidecar.Spec.(*networking.Sidecar).Ingress) > 0 {
+			return sidecarIngressPorts(in.sidecar.Spec.(*networking.Sidecar), proxy.IPAddresses), nil
+		}
+		ports := sidecarInboundPorts(push, proxy.Namespace, w, labels)
+		if in.sidecar != nil {
+			withInboundPool(ports, in.sidecar.Spec.(*networking.Sidecar).GetInboundConnectionPool())
+		}
+		return ports, nil
 	})
 	return w, labels, ports
 }
@@ -883,7 +915,7 @@ func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%s|%s|%s|", ns, in.env.describe(), in.mtls.Mode, in.paths)
 	for _, p := range in.ports {
-		fmt.Fprintf(&b, "%d/%s/%s,", p.port, p.protocol, in.mtls.ModeForPort(p.port))
+		fmt.Fprintf(&b, "%d/%s/%s/%s/%t,", p.port, p.protocol, in.mtls.ModeForPort(p.port), p.bind, p.bound)
 	}
 	// Port-level modes on other ports have passthrough chains of their own.
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
@@ -922,12 +954,15 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	var chains []*listener.FilterChain
 	declared := map[uint32]bool{}
 	for _, p := range in.ports {
-		if ldsReservedPorts[p.port] {
+		if ldsReservedPorts[p.port] || p.bound {
 			continue
 		}
 		declared[p.port] = true
 		cluster := InboundClusterName(p.port)
-		manager := ldsInboundManager(cluster, "inbound_0.0.0.0_"+ldsPortName(p.port), ldsPortName(p.port), p.protocol, httpRBAC)
+		// istiod names a chain by its bind address and port: names only, the match is the port.
+		bind := cmp.Or(p.bind, "0.0.0.0")
+		chainName := "inbound_" + bind + "_" + ldsPortName(p.port)
+		manager := ldsInboundManager(cluster, chainName, ldsPortName(p.port), p.protocol, httpRBAC)
 		ldsMeshHTTPManager(manager, in.paths)
 		filters := inboundFilters{
 			http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
@@ -940,7 +975,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		case p.protocol != model.ProtocolUnset:
 			kind = inboundTCP
 		}
-		chains = append(chains, inboundChains("inbound_0.0.0.0_"+ldsPortName(p.port), wrapperspb.UInt32(p.port),
+		chains = append(chains, inboundChains(chainName, wrapperspb.UInt32(p.port),
 			inboundChainOptions(kind, in.mtls.ModeForPort(p.port)), in.env.trustDomain, filters)...)
 	}
 

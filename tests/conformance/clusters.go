@@ -107,6 +107,12 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 	}
 	cbFields(f, c.GetCircuitBreakers())
 	outlierFields(f, c.GetOutlierDetection())
+	// The source address decides whether iptables captures the connection again: a sidecar's connections to
+	// its own workload's pod address must leave from 127.0.0.6.
+	f["upstream_bind"] = "none"
+	if sa := c.GetUpstreamBindConfig().GetSourceAddress(); sa != nil {
+		f["upstream_bind"] = sa.GetAddress()
+	}
 	if ka := c.GetUpstreamConnectionOptions().GetTcpKeepalive(); ka != nil {
 		f["tcp_keepalive"] = fmt.Sprintf("probes=%s time=%s interval=%s", uint32Or(ka.GetKeepaliveProbes(), "os"),
 			uint32Or(ka.GetKeepaliveTime(), "os"), uint32Or(ka.GetKeepaliveInterval(), "os"))

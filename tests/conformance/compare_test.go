@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	dfpcluster "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
 	dfphttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -114,6 +115,23 @@ func TestEnvoyDefaultsNormaliseLikeUnset(t *testing.T) {
 	}
 	if d := Compare("c", "p", a, b); len(d) != 1 || d[0].Field != "circuit_breakers.default.max_retries" {
 		t.Fatalf("changing max_retries gave %v", d)
+	}
+}
+
+// An inbound cluster's source address is compared: without 127.0.0.6 the sidecar's connection to its own pod
+// address is captured again.
+func TestClusterUpstreamBindIsCompared(t *testing.T) {
+	bound := &cluster.Cluster{Name: "inbound|9080||", UpstreamBindConfig: &core.BindConfig{SourceAddress: &core.SocketAddress{Address: "127.0.0.6"}}}
+	bare := &cluster.Cluster{Name: "inbound|9080||"}
+	a, b := Snapshot{}, Snapshot{}
+	if err := normaliseClusters(a, []*cluster.Cluster{bound}); err != nil {
+		t.Fatal(err)
+	}
+	if err := normaliseClusters(b, []*cluster.Cluster{bare}); err != nil {
+		t.Fatal(err)
+	}
+	if d := Compare("c", "p", a, b); len(d) != 1 || d[0].Field != "upstream_bind" || d[0].Istiod != "127.0.0.6" || d[0].Sextant != "none" {
+		t.Fatalf("got %v", d)
 	}
 }
 
