@@ -41,7 +41,7 @@ const (
 func (b *routeBuilder) defaultRoute(svc *model.Service, port uint32) *route.Route {
 	action := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: OutboundClusterName(port, "", svc.Hostname)}}
 	b.setTimeout(action, nil)
-	hash := b.hashPolicy(svc, "", port)
+	hash := b.serviceHashPolicy(svc, port)
 	// As istiod, the default route keeps the previous-hosts predicate even under consistent hashing.
 	action.RetryPolicy = b.retryPolicy(nil, false)
 	if hash != nil {
@@ -520,23 +520,17 @@ func (b *routeBuilder) routeAction(vs *model.VirtualService, in *networking.HTTP
 	if authority != "" {
 		action.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
 	}
-	// Consistent hashing applies when every destination agrees on it.
-	var hash *route.RouteAction_HashPolicy
+	// Each destination taking traffic adds its DestinationRule's hash policy, in order, as istiod does: a
+	// split hashes requests for the destinations whose clusters hash (Envoy combines the policies into one
+	// hash, which a cluster without a hashing load balancer ignores).
 	for i, d := range resolved {
-		h := b.hashPolicy(d.svc, d.subset, d.port)
-		if i == 0 {
-			hash = h
-		} else if !proto.Equal(hash, h) {
-			hash = nil
-			break
+		if h := b.destinationHashPolicy(d, dsts[i].Destination.GetPort().GetNumber()); h != nil {
+			action.HashPolicy = append(action.HashPolicy, h)
 		}
-	}
-	if hash != nil {
-		action.HashPolicy = []*route.RouteAction_HashPolicy{hash}
 	}
 	// istiod drops the previous-hosts predicate only for a single hashed destination (a retry stays on the
 	// hashed host); a weighted split retries on another host.
-	action.RetryPolicy = b.retryPolicy(in.Retries, len(in.Route) == 1 && hash != nil)
+	action.RetryPolicy = b.retryPolicy(in.Retries, len(in.Route) == 1 && len(action.HashPolicy) > 0)
 	action.RequestMirrorPolicies = b.mirrorPolicies(vs, in, port)
 	return action
 }
@@ -645,29 +639,72 @@ func parseRetryOn(s string) (string, []uint32) {
 	return strings.Join(on, ","), codes
 }
 
-// hashPolicy returns the consistent-hash policy of the DestinationRule for svc (subset, port), or nil.
-// The subset's policy (port-level first) overrides the rule's (port-level first), as istiod merges them.
-func (b *routeBuilder) hashPolicy(svc *model.Service, subset string, port uint32) *route.RouteAction_HashPolicy {
-	if svc == nil {
-		return nil
-	}
+// serviceHashPolicy is the hash policy of the default route of svc on port (istiod's hashForService): the
+// DestinationRule's consistentHash, replaced by that of the port's portLevelSettings when it sets one.
+func (b *routeBuilder) serviceHashPolicy(svc *model.Service, port uint32) *route.RouteAction_HashPolicy {
 	dr := b.push.DestinationRule(b.proxy.Namespace, svc)
 	if dr == nil {
 		return nil
 	}
-	var lb *networking.LoadBalancerSettings
-	if subset != "" {
-		for _, ss := range dr.Spec.Subsets {
-			if ss.Name == subset {
-				lb = loadBalancerFor(ss.TrafficPolicy, port)
-				break
+	tp := dr.Spec.GetTrafficPolicy()
+	ch := tp.GetLoadBalancer().GetConsistentHash()
+	for _, pl := range tp.GetPortLevelSettings() {
+		if pl.GetPort().GetNumber() == port {
+			if h := pl.GetLoadBalancer().GetConsistentHash(); h != nil {
+				ch = h
 			}
+			break
 		}
 	}
-	if lb == nil {
-		lb = loadBalancerFor(dr.Spec.TrafficPolicy, port)
+	return consistentHashPolicy(ch)
+}
+
+// destinationHashPolicy is the hash policy of a VirtualService destination (istiod's HashForHTTPDestination):
+// the first consistentHash of the subset's port-level settings, the subset's, the rule's port-level
+// settings, the rule's. Port-level settings count only for a destination that names its port: istiod does
+// not look at the port the route configuration resolves it to.
+func (b *routeBuilder) destinationHashPolicy(d routeDestination, explicitPort uint32) *route.RouteAction_HashPolicy {
+	if d.svc == nil {
+		return nil
 	}
-	ch := lb.GetConsistentHash()
+	dr := b.push.DestinationRule(b.proxy.Namespace, d.svc)
+	if dr == nil {
+		return nil
+	}
+	tp := dr.Spec.GetTrafficPolicy()
+	var subsetTP *networking.TrafficPolicy
+	for _, ss := range dr.Spec.GetSubsets() {
+		if ss.GetName() == d.subset {
+			subsetTP = ss.GetTrafficPolicy()
+			break
+		}
+	}
+	for _, ch := range []*networking.LoadBalancerSettings_ConsistentHashLB{
+		portLevelConsistentHash(subsetTP, explicitPort), subsetTP.GetLoadBalancer().GetConsistentHash(),
+		portLevelConsistentHash(tp, explicitPort),
+	} {
+		if ch != nil {
+			return consistentHashPolicy(ch)
+		}
+	}
+	return consistentHashPolicy(tp.GetLoadBalancer().GetConsistentHash())
+}
+
+// portLevelConsistentHash is the consistentHash of the first portLevelSettings entry for port (0: none).
+func portLevelConsistentHash(tp *networking.TrafficPolicy, port uint32) *networking.LoadBalancerSettings_ConsistentHashLB {
+	if port == 0 {
+		return nil
+	}
+	for _, pl := range tp.GetPortLevelSettings() {
+		if pl.GetPort().GetNumber() == port {
+			return pl.GetLoadBalancer().GetConsistentHash()
+		}
+	}
+	return nil
+}
+
+// consistentHashPolicy translates a consistentHash key; nil for none, or for a key Envoy would reject.
+func consistentHashPolicy(ch *networking.LoadBalancerSettings_ConsistentHashLB) *route.RouteAction_HashPolicy {
 	if ch == nil {
 		return nil
 	}
@@ -704,18 +741,6 @@ func (b *routeBuilder) hashPolicy(svc *model.Service, subset string, port uint32
 			QueryParameter: &route.RouteAction_HashPolicy_QueryParameter{Name: key.HttpQueryParameterName}}}
 	}
 	return nil
-}
-
-func loadBalancerFor(tp *networking.TrafficPolicy, port uint32) *networking.LoadBalancerSettings {
-	if tp == nil {
-		return nil
-	}
-	for _, pl := range tp.PortLevelSettings {
-		if pl.GetPort().GetNumber() == port && pl.LoadBalancer != nil {
-			return pl.LoadBalancer
-		}
-	}
-	return tp.LoadBalancer
 }
 
 // mirrorPolicies translates mirror (+ mirrorPercentage, default 100%) and mirrors.
