@@ -4,6 +4,7 @@ package envoy
 //
 //   - Sidecars: one RouteConfiguration per HTTP service port number in the proxy's scope, named by the
 //     number ("9080"). It has a virtual host "HOSTNAME:PORT" per service in scope with an HTTP port PORT,
+//     one "HOST:PORT" per VirtualService host no such service serves, as istiod (hostVirtualServices),
 //     then "allow_any" (domain "*") to PassthroughCluster, or under the outbound traffic policy
 //     REGISTRY_ONLY "block_all", which answers 502 (Scope.RegistryOnly). HTTP means HTTP, HTTP2 and GRPC
 //     (Protocol.IsHTTP). A port of unknown protocol is sniffed by its outbound listener, whose HTTP chain
@@ -300,15 +301,26 @@ func (b *routeBuilder) scopeHasHTTPPort(port uint32) bool {
 
 // sidecarVirtualHosts returns a virtual host "HOSTNAME:PORT" per service in scope with HTTP port port, in
 // scope order, each name claimed by the first service to use it (Envoy rejects a table naming a domain
-// twice). found is false when no service in scope has that HTTP port.
+// twice), and those of VirtualService hosts outside the registry (hostVirtualServices) placed among them by
+// name; those claim their names first, as istiod builds a VirtualService's before the services'. found is
+// false when no service in scope has that HTTP port.
 func (b *routeBuilder) sidecarVirtualHosts(port uint32) (vhosts []*route.VirtualHost, found bool) {
+	if _, found = slices.BinarySearch(b.scope.routePorts, port); !found {
+		return nil, false
+	}
 	domains := newDomainSet(16 * len(b.scope.Services))
+	var hostVhosts []*route.VirtualHost
+	for _, h := range b.hostVirtualServices(port) {
+		all := virtualServiceHostDomains(h.host, port)
+		if ds := domains.add(all); len(ds) > 0 {
+			hostVhosts = append(hostVhosts, &route.VirtualHost{Name: all[1], Domains: ds, Routes: h.routes, IncludeRequestAttemptCount: true})
+		}
+	}
 	for _, svc := range b.scope.Services {
 		sp := svc.PortByNumber(port)
 		if sp == nil || !isHTTPPort(sp) {
 			continue
 		}
-		found = true
 		ds := domains.add(serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix))
 		if len(ds) == 0 {
 			continue // every name already belongs to an earlier virtual host
@@ -320,7 +332,132 @@ func (b *routeBuilder) sidecarVirtualHosts(port uint32) (vhosts []*route.Virtual
 			IncludeRequestAttemptCount: true,
 		})
 	}
-	return vhosts, found
+	return insertByName(vhosts, hostVhosts, (*route.VirtualHost).GetName), true
+}
+
+// insertByName places the virtual hosts of VirtualService hosts among the services' (in scope order, which
+// is name order), by name, so a full state is sorted as the transport keeps it, and VHDS and the inline table
+// list them alike. hosts is sorted in place.
+func insertByName[T any](services, hosts []T, name func(T) string) []T {
+	if len(hosts) == 0 {
+		return services
+	}
+	slices.SortStableFunc(hosts, func(a, b T) int { return strings.Compare(name(a), name(b)) })
+	out := make([]T, 0, len(services)+len(hosts))
+	for _, s := range services {
+		for len(hosts) > 0 && name(hosts[0]) < name(s) {
+			out, hosts = append(out, hosts[0]), hosts[1:]
+		}
+		out = append(out, s)
+	}
+	return append(out, hosts...)
+}
+
+// hostRoutes is a VirtualService host no service in scope serves on a route configuration's port, with the
+// routes the VirtualService gives it there; deps the destination services those resolved.
+type hostRoutes struct {
+	vs     *model.VirtualService
+	host   string // lower-cased, as istiod names it
+	routes []*route.Route
+	deps   []serviceDep
+	// labelled: the routes were chosen by the proxy's labels (sourceLabels).
+	labelled bool
+}
+
+// hostVirtualServices returns the hosts of the proxy's VirtualServices that no service in scope has port
+// for, each with the VirtualService's routes on that port, as istiod's sidecar route configuration gives
+// them virtual hosts of their own (its nonServiceRegistryHosts): on port 80 those of every VirtualService
+// (its special case for hosts outside the registry, e.g. a VirtualService for reviews, which has no port 80,
+// answers reviews:80 and sends it to outbound|80||reviews), on another port those of the VirtualServices
+// that also route a service in scope with that HTTP port. The first VirtualService (oldest) to name a host
+// keeps it. A VirtualService none of whose routes apply on the port gives none.
+func (b *routeBuilder) hostVirtualServices(port uint32) []hostRoutes {
+	var out []hostRoutes
+	var taken map[string]bool
+	for _, vs := range b.push.VirtualServices(b.proxy.Namespace, model.MeshGateway) {
+		if !b.scope.importsVirtualService(vs) {
+			continue
+		}
+		hosts, served := b.unservedHosts(vs, port)
+		if len(hosts) == 0 || port != 80 && !served {
+			continue
+		}
+		var deps []serviceDep
+		sub := &routeBuilder{push: b.push, proxy: b.proxy, scope: b.scope, deps: &deps}
+		routes := sub.virtualServiceRoutes(vs, model.MeshGateway, port)
+		b.usedLabels = b.usedLabels || sub.usedLabels
+		if b.deps != nil {
+			*b.deps = append(*b.deps, deps...)
+		}
+		if len(routes) == 0 {
+			continue
+		}
+		for _, h := range hosts {
+			if taken[h] {
+				continue
+			}
+			if taken == nil {
+				taken = map[string]bool{}
+			}
+			taken[h] = true
+			out = append(out, hostRoutes{vs: vs, host: h, routes: routes, deps: deps, labelled: sub.usedLabels})
+		}
+	}
+	return out
+}
+
+// unservedHosts returns vs's hosts (lower-cased) that no service in scope has port for: exact hosts first,
+// then wildcards that overlap no such service, as istiod orders them. served reports that vs routes a
+// service in scope whose port is HTTP (or of unknown protocol): an exact host, or one its wildcard is the
+// proxy's VirtualService for.
+func (b *routeBuilder) unservedHosts(vs *model.VirtualService, port uint32) (hosts []string, served bool) {
+	var wildcards []string
+	for _, h := range vs.Hosts {
+		h = strings.ToLower(h)
+		if strings.HasPrefix(h, "*") {
+			wildcards = append(wildcards, h)
+			continue
+		}
+		if svc := b.scope.Service(h); svc != nil {
+			if sp := svc.PortByNumber(port); sp != nil {
+				served = served || routedPort(sp)
+				continue
+			}
+		}
+		hosts = append(hosts, h)
+	}
+	for _, w := range wildcards {
+		overlaps := false
+		for _, svc := range b.scope.Services {
+			sp := svc.PortByNumber(port)
+			if sp == nil || !hostsOverlap(w, svc.Hostname) {
+				continue
+			}
+			overlaps = true
+			if routedPort(sp) && b.push.VirtualServiceForHost(b.proxy.Namespace, model.MeshGateway, svc.Hostname) == vs {
+				served = true
+			}
+		}
+		if !overlaps {
+			hosts = append(hosts, w)
+		}
+	}
+	return hosts, served
+}
+
+// routedPort: a port istiod gives a sidecar virtual host, HTTP or of unknown protocol (sniffed).
+func routedPort(p *model.Port) bool { return p.Protocol.IsHTTP() || p.Protocol == model.ProtocolUnset }
+
+// hostsOverlap reports whether two host patterns match a common name (istiod's host.Name.Matches).
+func hostsOverlap(a, b string) bool { return model.HostMatches(a, b) || model.HostMatches(b, a) }
+
+// virtualServiceHostDomains are the names of a VirtualService host's own virtual host: the host, without and
+// with the port (an IPv6 address in brackets). The second is also the virtual host's name.
+func virtualServiceHostDomains(host string, port uint32) []string {
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return []string{host, hostPort(host, port)}
 }
 
 // catchAllVirtualHost is the last virtual host of a sidecar's route configuration, for Host names no

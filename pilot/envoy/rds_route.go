@@ -26,6 +26,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // DefaultRetryOn is istiod's retry_on when a route does not say.
@@ -431,7 +432,10 @@ type routeDestination struct {
 }
 
 // resolveDestination picks the cluster: the destination's port, else the service's only port, else the
-// port of the route configuration (istiod's GetDestinationCluster).
+// port of the route configuration (istiod's GetDestinationCluster). A sidecar's (and a gRPC client's) route
+// configuration looks services up among those with the configuration's port, each cut down to that port, so
+// there a destination without a port always takes the route configuration's: reviews routed from port 80
+// goes to outbound|80||reviews even when reviews serves only 9080, as istiod sends it.
 func (b *routeBuilder) resolveDestination(vsNS string, d *networking.Destination, listenerPort uint32) routeDestination {
 	host := model.ResolveHost(d.GetHost(), vsNS, b.push.Mesh.DomainSuffix)
 	svc := b.push.ServiceForHostname(b.proxy.Namespace, host)
@@ -441,7 +445,7 @@ func (b *routeBuilder) resolveDestination(vsNS string, d *networking.Destination
 	port := listenerPort
 	if n := d.GetPort().GetNumber(); n != 0 {
 		port = n
-	} else if svc != nil && len(svc.Ports) == 1 {
+	} else if b.proxy.Type == xds.Router && svc != nil && len(svc.Ports) == 1 {
 		port = svc.Ports[0].Port
 	}
 	return routeDestination{cluster: OutboundClusterName(port, d.GetSubset(), host), host: host, port: port, subset: d.GetSubset(), svc: svc}

@@ -387,10 +387,14 @@ func TestRouteCacheSharing(t *testing.T) {
 		}
 		return res[0]
 	}
-	reviews1 := get(map[string]string{"app": "reviews", "version": "v1"}, "80")
-	pp := get(map[string]string{"app": "productpage"}, "80")
+	reviews1 := get(map[string]string{"app": "reviews", "version": "v1"}, "8000")
+	pp := get(map[string]string{"app": "productpage"}, "8000")
 	if reviews1 != pp {
-		t.Errorf("route configuration 80 does not depend on labels and should be shared")
+		t.Errorf("route configuration 8000 does not depend on labels and should be shared")
+	}
+	// On 80 too, where details (without port 80) gets a virtual host from its VirtualService, as in istiod.
+	if get(map[string]string{"app": "reviews", "version": "v1"}, "80") == get(map[string]string{"app": "productpage"}, "80") {
+		t.Errorf("route configuration 80: details routes by sourceLabels there too, productpage must get its own")
 	}
 	reviews1 = get(map[string]string{"app": "reviews", "version": "v1"}, "9080")
 	reviews2 := get(map[string]string{"app": "reviews", "version": "v1"}, "9080")

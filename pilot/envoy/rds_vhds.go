@@ -102,20 +102,24 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 // vhostList is a route configuration's VHDS virtual hosts for a scope and how they were built, so that the
 // next snapshot's list can be derived from it (deriveVirtualHosts).
 type vhostList struct {
-	list       xds.Resources
-	scope      *Scope
-	routing    any
-	entries    []vhostListEntry // in scope.Services order
-	claimed    claims           // every domain of the list, lower-cased
-	usedLabels bool             // the list depends on the proxy's labels (list is then unset)
+	list    xds.Resources
+	scope   *Scope
+	routing any
+	entries []vhostListEntry // in scope.Services order
+	// hosts are the virtual hosts of VirtualService hosts outside the registry (hostVirtualServices), listed
+	// after the services'; they claimed their domains first.
+	hosts      []vhostListEntry
+	claimed    claims // every domain of the list, lower-cased
+	usedLabels bool   // the list depends on the proxy's labels (list is then unset)
 	// partial is set when a service lost some of its domains to an earlier one (a shared VIP): removing
 	// that one would give them back, which only a full build gets right.
 	partial bool
 }
 
-// vhostListEntry is one service's virtual host in a vhostList.
+// vhostListEntry is one service's virtual host in a vhostList, or one VirtualService host's (svc nil).
 type vhostListEntry struct {
 	svc     *model.Service
+	host    hostRoutes // for a VirtualService host: how it was built
 	res     *xds.Resource
 	vs      *model.VirtualService // the VirtualService its routes come from, or nil
 	domains []string              // the domains it names
@@ -128,6 +132,21 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 	rules := push.DestinationRulesID()
 	domains := newDomainSet(16 * len(scope.Services))
 	out := &vhostList{scope: scope, routing: routingID(push), claimed: claims{base: domains}}
+	for _, h := range b.hostVirtualServices(port) {
+		all := virtualServiceHostDomains(h.host, port)
+		ds := domains.add(all)
+		if len(ds) < len(all) {
+			out.partial = true
+		}
+		if len(ds) == 0 {
+			continue
+		}
+		r, err := g.hostVirtualHost(b.proxy.Namespace, h, port, rules, name, ds)
+		if err != nil {
+			return nil, err
+		}
+		out.hosts = append(out.hosts, vhostListEntry{host: h, res: r, domains: ds, lower: lowerAll(ds)})
+	}
 	for _, svc := range scope.Services {
 		sp := svc.PortByNumber(port)
 		if sp == nil || !isHTTPPort(sp) {
@@ -172,8 +191,47 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 		}
 		out.add(vhostListEntry{svc: svc, res: r, domains: ds, lower: lowerAll(ds)})
 	}
+	out.addHosts()
 	out.usedLabels = b.usedLabels
 	return out, nil
+}
+
+// addHosts lists the VirtualService hosts' virtual hosts among the services', by name (insertByName).
+func (l *vhostList) addHosts() {
+	if len(l.hosts) == 0 {
+		return
+	}
+	hosts := make(xds.Resources, len(l.hosts))
+	for i, e := range l.hosts {
+		hosts[i] = e.res
+	}
+	l.list = insertByName(l.list, hosts, func(r *xds.Resource) string { return r.Name })
+}
+
+// hostVirtualHost returns the marshaled VHDS virtual host of a VirtualService host outside the registry. The
+// last one built is reused while the VirtualService, the DestinationRules, the domains and the destination
+// services its routes resolved are the same, so a full build of the list (a proxy label set, a service
+// added) hands out the same resources; routes chosen by the proxy's labels are marshaled each time.
+func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, rules any, routeConfig string,
+	domains []string) (*xds.Resource, error) {
+	name := routeConfig + "/" + virtualServiceHostDomains(h.host, port)[1]
+	build := func() (*xds.Resource, error) {
+		return marshal(name, &route.VirtualHost{Name: name, Domains: domains, Routes: h.routes, IncludeRequestAttemptCount: true})
+	}
+	if h.labelled {
+		return build()
+	}
+	id := vhostID{service: "VirtualService host " + h.host, port: port, namespace: proxyNS}
+	inputs := routedVhostInputs{vs: h.vs, rules: rules, domains: strings.Join(domains, ",")}
+	if e, ok := g.routedVhosts.get(id, inputs); ok && slices.Equal(e.deps, h.deps) {
+		return e.res, nil
+	}
+	r, err := build()
+	if err != nil {
+		return nil, err
+	}
+	g.routedVhosts.replace(id, inputs, routedVhost{res: r, deps: h.deps})
+	return r, nil
 }
 
 func (l *vhostList) add(e vhostListEntry) {
@@ -198,6 +256,20 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 		next := *prev
 		next.scope = scope
 		return &next, true, nil
+	}
+	// A service on the port that a VirtualService host names turns that host from outside the registry into
+	// a service or back (and may decide whether the VirtualService counts on the port): a full build's call.
+	namedByVS := func(svc *model.Service) bool {
+		return svc.PortByNumber(port) != nil && (strings.HasPrefix(svc.Hostname, "*") ||
+			push.VirtualServiceForHost(proxy.Namespace, model.MeshGateway, svc.Hostname) != nil)
+	}
+	if slices.ContainsFunc(added, namedByVS) {
+		return nil, false, nil
+	}
+	for svc := range removed {
+		if namedByVS(svc) {
+			return nil, false, nil
+		}
 	}
 	next = &vhostList{scope: scope, routing: routing, claimed: prev.claimed.edit()}
 	var kept []vhostListEntry
@@ -254,10 +326,24 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 		}
 		next.add(e)
 	}
+	// The VirtualService hosts stay; their routes are built again when a destination they resolved changed.
+	// (A list with routes chosen by labels is never derived.)
+	for _, e := range prev.hosts {
+		if !depsHold(push, proxy.Namespace, e.host.deps) {
+			var deps []serviceDep
+			sub := &routeBuilder{push: push, proxy: proxy, scope: scope, deps: &deps}
+			e.host.routes, e.host.deps = sub.virtualServiceRoutes(e.host.vs, model.MeshGateway, port), deps
+			if e.res, err = g.hostVirtualHost(proxy.Namespace, e.host, port, rules, name, e.domains); err != nil {
+				return nil, false, err
+			}
+		}
+		next.hosts = append(next.hosts, e)
+	}
+	next.addHosts()
 	if b.usedLabels {
 		return nil, false, nil
 	}
-	next.claimed.settle(next.entries)
+	next.claimed.settle(next.entries, next.hosts)
 	return next, true, nil
 }
 
@@ -304,14 +390,16 @@ func (c *claims) release(domains []string) {
 var claimsSettleAt = 256
 
 // settle folds the changes into a new shared set once they are many, rebuilding it from the entries.
-func (c *claims) settle(entries []vhostListEntry) {
+func (c *claims) settle(lists ...[]vhostListEntry) {
 	if len(c.added)+len(c.released) < claimsSettleAt {
 		return
 	}
-	base := newDomainSet(8 * len(entries))
-	for _, e := range entries {
-		for _, d := range e.lower {
-			base[d] = true
+	base := newDomainSet(8 * len(lists[0]))
+	for _, entries := range lists {
+		for _, e := range entries {
+			for _, d := range e.lower {
+				base[d] = true
+			}
 		}
 	}
 	*c = claims{base: base}

@@ -147,9 +147,9 @@ spec:
 		t.Errorf("changed %v (of %d, before %d); want only %v", changed, len(cur), len(old), want)
 	}
 	// The others are not even rebuilt, with or without a VirtualService, except routes that depend on the
-	// proxy's labels (details routes by sourceLabels).
+	// proxy's labels (details routes by sourceLabels, on its port and on 80, where its host has no service).
 	slices.Sort(rebuilt)
-	if !slices.Equal(rebuilt, []string{"9080/details.bookinfo.svc.cluster.local:9080"}) {
+	if !slices.Equal(rebuilt, []string{"80/details.bookinfo.svc.cluster.local:80", "9080/details.bookinfo.svc.cluster.local:9080"}) {
 		t.Errorf("rebuilt %v; want only the sourceLabels-dependent details", rebuilt)
 	}
 }
@@ -198,7 +198,8 @@ func TestVHDSOnlyWhereSupported(t *testing.T) {
 }
 
 // A VirtualService's virtual host is built again when a destination it resolved changes: here the
-// destination service appears, and its only port becomes the route's cluster port.
+// destination service appears, and with it the consistent hash of its DestinationRule. Its cluster keeps the
+// route configuration's port, as istiod's (a sidecar resolves services on that port only).
 func TestVHDSRoutedVirtualHostFollowsDestinations(t *testing.T) {
 	st := store.New()
 	add := func(y string) config.Key {
@@ -212,26 +213,31 @@ func TestVHDSRoutedVirtualHostFollowsDestinations(t *testing.T) {
 	}
 	add("apiVersion: v1\nkind: Service\nmetadata: {name: front, namespace: ns}\nspec:\n  clusterIP: 10.1.0.1\n  ports: [{name: http, port: 80}]\n")
 	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: ns}\nspec:\n  hosts: [front]\n  http:\n  - route: [{destination: {host: back}}]\n")
+	add("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: back, namespace: ns}\nspec:\n  host: back\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}\n")
 	before := model.Build(st, mesh.Default())
 	key := add("apiVersion: v1\nkind: Service\nmetadata: {name: back, namespace: ns}\nspec:\n  clusterIP: 10.1.0.2\n  ports: [{name: http, port: 7000}]\n")
 	after, _ := model.Update(before, st, []model.Change{{Key: key, New: st.Get(key)}})
 
 	g := New(Options{})
 	proxy := envoyProxy("ns", nil, true, 1, 38)
-	cluster := func(push *model.PushContext) string {
+	action := func(push *model.PushContext) *route.RouteAction {
 		for _, vh := range generateVirtualHosts(t, g, proxy, push) {
 			if vh.Name == "80/front.ns.svc.cluster.local:80" {
-				return vh.Routes[0].GetRoute().GetCluster()
+				return vh.Routes[0].GetRoute()
 			}
 		}
 		t.Fatal("no virtual host for front")
-		return ""
+		return nil
 	}
-	if got := cluster(before); got != "outbound|80||back.ns.svc.cluster.local" {
-		t.Errorf("before: %s", got)
+	if a := action(before); a.GetCluster() != "outbound|80||back.ns.svc.cluster.local" || len(a.HashPolicy) != 0 {
+		t.Errorf("before: %s, hash %v", a.GetCluster(), a.HashPolicy)
 	}
-	if got := cluster(after); got != "outbound|7000||back.ns.svc.cluster.local" {
-		t.Errorf("after back appeared: %s, want its only port 7000", got)
+	a := action(after)
+	if a.GetCluster() != "outbound|80||back.ns.svc.cluster.local" {
+		t.Errorf("after back appeared: %s, want the route configuration's port 80", a.GetCluster())
+	}
+	if len(a.HashPolicy) != 1 || a.HashPolicy[0].GetHeader().GetHeaderName() != "x-user" {
+		t.Errorf("after back appeared: hash %v, want its DestinationRule's header x-user", a.HashPolicy)
 	}
 }
 

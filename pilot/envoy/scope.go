@@ -23,6 +23,9 @@ type Scope struct {
 	// RegistryOnly is set when traffic to destinations outside Services must be refused (the outbound
 	// traffic policy is REGISTRY_ONLY, or names an egress proxy Sextant cannot send to).
 	RegistryOnly bool
+	// egress are its Sidecar's egress hosts (nil without a Sidecar): they also choose the VirtualServices
+	// whose hosts outside the registry get virtual hosts (hostVirtualServices).
+	egress []egressHost
 	// routePorts are the HTTP port numbers of Services, sorted; routePortsByName the same sorted as
 	// route configuration names ("10000" before "9080"). Every sidecar push reads them.
 	routePorts, routePortsByName []uint32
@@ -65,7 +68,8 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Sco
 			}
 		}
 	}
-	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}, RegistryOnly: registryOnly(push.Mesh, sidecar)}
+	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}, RegistryOnly: registryOnly(push.Mesh, sidecar),
+		egress: egress}
 	for _, svc := range push.AllServices() {
 		if _, seen := s.byHost[svc.Hostname]; seen {
 			continue
@@ -101,6 +105,25 @@ func registryOnly(m *mesh.Config, sidecar *config.Config) bool {
 }
 
 type egressHost struct{ namespace, host string }
+
+// importsVirtualService reports whether the proxy's Sidecar imports vs (istiod's SelectVirtualServices): some
+// host of it overlaps an egress host of its namespace or of "*". Without a Sidecar every visible one is.
+func (s *Scope) importsVirtualService(vs *model.VirtualService) bool {
+	if s.Sidecar == nil {
+		return true
+	}
+	for _, e := range s.egress {
+		if e.namespace != "*" && e.namespace != vs.Namespace {
+			continue
+		}
+		for _, h := range vs.Hosts {
+			if h == e.host || hostsOverlap(e.host, h) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 func egressAllows(egress []egressHost, svc *model.Service) bool {
 	for _, e := range egress {
