@@ -108,8 +108,8 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "concurrent retries are limited by connectionPool.http.maxRetries only"},
 
 	// Gateway
-	{networkingPkg + "ServerTLSSettings", "mode"}: {Status: Partly, Values: []string{"AUTO_PASSTHROUGH"},
-		Note: "AUTO_PASSTHROUGH is not implemented: such a server gets no filter chain"},
+	{networkingPkg + "ServerTLSSettings", "mode"}: {Status: Honoured,
+		Note: "AUTO_PASSTHROUGH forwards mTLS by its server name (outbound_.PORT_.SUBSET_.HOST) to SNI-DNAT clusters, as istiod; like istiod's, those chains carry no AuthorizationPolicy (the destination's sidecar enforces)"},
 	{networkingPkg + "ServerTLSSettings", "min_protocol_version"}: {Status: Partly, Values: []string{"TLSV1_0", "TLSV1_1"},
 		Note: "TLSV1_0 and TLSV1_1 without cipherSuites are warned: Envoy's default ciphers do not support them"},
 	{networkingPkg + "ServerTLSSettings", "cipher_suites"}: {Status: Partly,

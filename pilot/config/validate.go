@@ -844,9 +844,6 @@ func Warnings(c *Config) []*FieldError {
 				continue
 			}
 			f := fmt.Sprintf("spec.servers[%d].tls", i)
-			if tls.Mode == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
-				warn(f+".mode", "AUTO_PASSTHROUGH is not implemented: this server gets no filter chain")
-			}
 			if tls.Mode == networking.ServerTLSSettings_SIMPLE && len(tls.SubjectAltNames) > 0 {
 				warn(f+".subjectAltNames", "mode SIMPLE asks for no client certificate, so no names are checked")
 			}

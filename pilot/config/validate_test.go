@@ -194,7 +194,7 @@ spec:
   - port: {number: 15443, name: tls, protocol: TLS}
     hosts: ["*.local"]
     tls: {mode: AUTO_PASSTHROUGH}
-`, []string{"spec.servers[0].tls.subjectAltNames", "spec.servers[0].tls.cipherSuites", "spec.servers[1].tls.minProtocolVersion", "spec.servers[2].tls.mode"}},
+`, []string{"spec.servers[0].tls.subjectAltNames", "spec.servers[0].tls.cipherSuites", "spec.servers[1].tls.minProtocolVersion"}},
 	} {
 		c, err := parseOne(t, tc.doc)
 		if err != nil {

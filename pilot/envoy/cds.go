@@ -48,6 +48,10 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	who := proxyView{router: proxy.Type == xds.Router}
 	if who.router {
 		variant += "gw"
+		if hasAutoPassthrough(push.Gateways(proxy.Labels)) {
+			who.sniDNAT = true
+			variant += "sni"
+		}
 	}
 	if sel := push.DestinationRuleSelection(scope.Namespace, proxy.Labels); sel != "" {
 		// Without a selection labels stay nil: the proxy is built as any proxy of the namespace.
@@ -130,6 +134,9 @@ func inlineEndpoints(svc *model.Service) bool {
 type proxyView struct {
 	labels map[string]string // nil unless a workloadSelector DestinationRule selects the proxy
 	router bool              // a gateway: sniffed ports keep HTTP/1.1 upstream
+	// sniDNAT: a gateway with an AUTO_PASSTHROUGH server, which gets an SNI-DNAT cluster per cluster of a
+	// mesh service (istiod's buildOutboundSniDnatClusters).
+	sniDNAT bool
 }
 
 // outboundListKey is what the outbound clusters of a scope are built from.
@@ -197,9 +204,37 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 				return nil, err
 			}
 			out = append(out, r)
+			if !who.sniDNAT || svc.MeshExternal || flavor != flavorEnvoy {
+				continue
+			}
+			// The SNI-DNAT twin, its own slot: the same cluster without upstream TLS, where an
+			// AUTO_PASSTHROUGH server sends a client's mTLS connection as it is.
+			sni := SNIDNATClusterName(port.Port, subset, svc.Hostname)
+			if !wants(w, sni) {
+				continue
+			}
+			key.sniDNAT = true
+			r, err = c.g.clusters.get(slotName(flavor, sni), key, func() proto.Message { return buildOutboundCluster(push, key) })
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// hasAutoPassthrough reports whether one of a gateway proxy's Gateways has an AUTO_PASSTHROUGH server, which
+// makes istiod send it the SNI-DNAT clusters.
+func hasAutoPassthrough(gws []*config.Config) bool {
+	for _, gw := range gws {
+		for _, s := range gw.Spec.(*networking.Gateway).Servers {
+			if s.GetPort().GetNumber() != 0 && s.GetTls().GetMode() == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // clusterList is a scope's outbound clusters and what they were built from, so that the next snapshot's
@@ -390,6 +425,9 @@ type outboundClusterKey struct {
 	peerAuthn model.PeerAuthenticationsKey
 	// accounts: the service's identities, which mesh mTLS checks (joinAccounts).
 	accounts string
+	// sniDNAT: the cluster named outbound_.PORT_.SUBSET_.HOST an AUTO_PASSTHROUGH gateway forwards to. It
+	// originates no TLS and sends no PROXY header: the client's own mTLS connection passes through.
+	sniDNAT bool
 }
 
 type inboundClusterKey struct {
@@ -406,6 +444,9 @@ type staticClusterKey struct{ name string }
 
 func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluster.Cluster {
 	name := OutboundClusterName(k.port.Port, k.subset, k.svc.Hostname)
+	if k.sniDNAT {
+		name = SNIDNATClusterName(k.port.Port, k.subset, k.svc.Hostname)
+	}
 	c := &cluster.Cluster{
 		Name:           name,
 		AltStatName:    name,
@@ -459,6 +500,13 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	if k.svc.Resolution != model.DynamicDNS {
 		// As istiod: a forward proxy's load balancer is its own, so the DestinationRule's has no say.
 		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy)
+	}
+	if k.sniDNAT {
+		// As istiod's sni-dnat cluster mode: no TLS origination, no PROXY protocol.
+		if k.svc.Resolution == model.DynamicDNS {
+			setDynamicForwardProxy(c, k.svc.Hostname, nil)
+		}
+		return c
 	}
 	applyTLS(c, policy.GetTls(), k, h2)
 	if k.svc.Resolution == model.DynamicDNS {

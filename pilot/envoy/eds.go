@@ -47,6 +47,10 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 	out := make(xds.Resources, 0, len(names))
 	for _, name := range names {
 		cn, ok := ParseClusterName(name)
+		if !ok {
+			// A gateway's SNI-DNAT cluster has the endpoints of the cluster it stands for.
+			cn, ok = ParseSNIDNATClusterName(name)
+		}
 		if !ok || cn.Direction != Outbound {
 			continue
 		}
@@ -195,6 +199,15 @@ func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushC
 					}
 					out = append(out, name)
 				}
+				if proxy.Type != xds.Router {
+					continue // only gateways have SNI-DNAT clusters
+				}
+				if name, ok := w.ResourceNames.Lookup(appendSNIDNATClusterName(buf[:0], p.Port, subset, host)); ok {
+					if firstOnly {
+						return nil, true
+					}
+					out = append(out, name)
+				}
 			}
 		}
 	}
@@ -211,9 +224,16 @@ func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushC
 	return out, len(out) > 0
 }
 
-// clusterHost returns the HOST of DIRECTION|PORT|SUBSET|HOST without allocating.
+// clusterHost returns the HOST of DIRECTION|PORT|SUBSET|HOST (or of outbound_.PORT_.SUBSET_.HOST) without
+// allocating.
 func clusterHost(name string) string {
-	return name[strings.LastIndexByte(name, '|')+1:]
+	if i := strings.LastIndexByte(name, '|'); i >= 0 {
+		return name[i+1:]
+	}
+	if i := strings.LastIndex(name, "_."); i >= 0 && strings.HasPrefix(name, Outbound+"_.") {
+		return name[i+2:]
+	}
+	return name
 }
 
 // endpointServicesOfConfigs tells whether a full push can leave every load assignment alone except those of

@@ -84,7 +84,9 @@ package envoy
 //     a VirtualService bound to the Gateway whose hosts the server allows.
 //   - PASSTHROUGH servers get a chain per `tls` route of the VirtualServices bound to the Gateway,
 //     server_names = the route's sniHosts the server's hosts allow, tcp_proxy to its destinations.
-//     AUTO_PASSTHROUGH is not implemented (no chain).
+//     AUTO_PASSTHROUGH servers get a chain per mesh service port and subset their hosts cover, server_names =
+//     outbound_.PORT_.SUBSET_.HOST with Istio's mTLS ALPNs, tcp_proxy to the SNI-DNAT cluster of that name
+//     (CDS sends those clusters to a gateway with such a server), and no RBAC, as istiod's.
 //   - The first server on an address decides between HTTP, TLS and TCP; servers of another kind there are
 //     ignored (istiod's conflict rule), and an SNI name already matched by an earlier chain is left out. An
 //     address left without chains has no listener (Envoy refuses one).

@@ -10,10 +10,14 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -31,6 +35,10 @@ type gatewayListenerKey struct {
 	ports    string
 	addr     gatewayAddr
 	policies string
+	// An AUTO_PASSTHROUGH server's chains follow the services the proxy sees and the DestinationRules it
+	// applies (their subsets): set only for a listener with such a server, so others stay shared.
+	scope *Scope
+	rules string
 }
 
 // gatewayAddr is where a gateway listener listens: the servers' bind address (0.0.0.0 when unset) and port.
@@ -137,12 +145,20 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 		return cmp.Or(cmp.Compare(a.port, b.port), strings.Compare(a.bind, b.bind))
 	})
 	var out xds.Resources
+	var auto *autoPassthrough
 	for _, a := range addrs {
-		lis := buildGatewayListener(push, a, byAddr[a], authz)
+		key := gatewayListenerKey{version: push.Version, gateways: set, ports: ports.describe(), addr: a, policies: policyKey}
+		if hasAutoPassthroughServer(byAddr[a]) {
+			if auto == nil {
+				auto = &autoPassthrough{scope: l.g.scopeFor(proxy, push), labels: proxy.Labels}
+			}
+			key.scope, key.rules = auto.scope, push.DestinationRuleSelection(auto.scope.Namespace, proxy.Labels)
+		}
+		lis := buildGatewayListener(push, a, byAddr[a], authz, auto)
 		if lis == nil {
 			continue // no server yields a chain: Envoy refuses a listener without one
 		}
-		r, err := l.g.cached(gatewayListenerKey{push.Version, set, ports.describe(), a, policyKey}, lis.Name, func() proto.Message { return lis })
+		r, err := l.g.cached(key, lis.Name, func() proto.Message { return lis })
 		if err != nil {
 			return nil, err
 		}
@@ -198,8 +214,9 @@ func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string) {
 
 // buildGatewayListener builds the listener BIND_PORT (0.0.0.0_PORT) for the servers on addr, nil when none
 // yields a chain. The first server's class (HTTP, TLS, TCP) decides; servers of another class are ignored.
-// addr's port is where the pod listens; routes match each server's own port, as clients address it.
-func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz) *listener.Listener {
+// addr's port is where the pod listens; routes match each server's own port, as clients address it. auto
+// is what AUTO_PASSTHROUGH servers forward to (nil when addr has none).
+func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz, auto *autoPassthrough) *listener.Listener {
 	port := addr.port
 	name := addr.bind + "_" + ldsPortName(port)
 	statPrefix := "outbound_" + name
@@ -292,8 +309,9 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 					Filters:          filters,
 					TransportSocket:  ldsDownstreamTLSSocket(gatewayDownstreamTLS(s.Tls, isHTTPS)),
 				})
+			case networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+				chains = append(chains, auto.chains(push, s, claim)...)
 			}
-			// AUTO_PASSTHROUGH (multi-network east-west) is not implemented.
 		}
 	}
 	if len(chains) == 0 {
@@ -305,8 +323,115 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		FilterChains:     chains,
 	}
-	lis.ListenerFilters = ldsInspectors(chains)
+	lis.ListenerFilters = gatewayInspectors(chains)
 	return lis
+}
+
+// gatewayInspectors is the tls_inspector when a chain matches on what it reads (server names, ALPN): every
+// chain of a gateway matches TLS or nothing, so the http_inspector, which reads plaintext, is never needed.
+func gatewayInspectors(chains []*listener.FilterChain) []*listener.ListenerFilter {
+	for _, fc := range chains {
+		m := fc.GetFilterChainMatch()
+		if len(m.GetServerNames()) > 0 || len(m.GetApplicationProtocols()) > 0 || (m.GetTransportProtocol() != "" && m.GetTransportProtocol() != "raw_buffer") {
+			return []*listener.ListenerFilter{ldsListenerFilter(ldsTLSInspectorFilter, &tlsinspector.TlsInspector{})}
+		}
+	}
+	return nil
+}
+
+// istioMTLSALPNs are the ALPN values of Istio's mTLS (istiod's allIstioMtlsALPNs): an AUTO_PASSTHROUGH chain
+// takes only connections that offer one, so what it passes through ends at a sidecar's mTLS chain.
+var istioMTLSALPNs = []string{"istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
+
+// autoPassthrough is what AUTO_PASSTHROUGH servers of a gateway proxy forward to: the services it sees and
+// the DestinationRules it applies (labels pick those with a workloadSelector).
+type autoPassthrough struct {
+	scope  *Scope
+	labels map[string]string
+}
+
+func hasAutoPassthroughServer(servers []gatewayServer) bool {
+	for _, gs := range servers {
+		if gs.server.GetTls().GetMode() == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
+			return true
+		}
+	}
+	return false
+}
+
+// chains builds istiod's builtAutoPassthroughFilterChains for server s: for each mesh service the server's
+// hosts cover (their namespace parts ignored, as istiod's), each port but UDP, and its DestinationRule's
+// subsets, a chain matching the server name outbound_.PORT_.SUBSET_.HOST and Istio's ALPN that forwards
+// the TLS bytes to the SNI-DNAT cluster of that name. Like istiod's, these chains carry no authorization
+// filters: the connection is the client's mTLS to the destination, whose sidecar enforces its policies.
+func (a *autoPassthrough) chains(push *model.PushContext, s *networking.Server, claim func([]string) ([]string, bool)) []*listener.FilterChain {
+	var hosts []string
+	for _, h := range s.Hosts {
+		if _, after, ok := strings.Cut(h, "/"); ok {
+			h = after
+		}
+		hosts = append(hosts, h)
+	}
+	var out []*listener.FilterChain
+	for _, svc := range a.scope.Services {
+		if svc.MeshExternal || !slices.ContainsFunc(hosts, func(h string) bool { return model.HostMatches(h, svc.Hostname) }) {
+			continue
+		}
+		dr := push.DestinationRuleFor(a.scope.Namespace, a.labels, svc)
+		subsets := []string{""}
+		for _, ss := range dr.GetSubsets() {
+			subsets = append(subsets, ss.Name)
+		}
+		for _, port := range svc.Ports {
+			if port.Protocol == model.ProtocolUDP {
+				continue
+			}
+			for _, subset := range subsets {
+				name := SNIDNATClusterName(port.Port, subset, svc.Hostname)
+				if _, ok := claim([]string{name}); !ok {
+					continue
+				}
+				out = append(out, &listener.FilterChain{
+					Name:             name,
+					FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{name}, ApplicationProtocols: istioMTLSALPNs},
+					Filters:          []*listener.Filter{ldsNetworkFilter(ldsTCPProxyFilterName, autoPassthroughTCPProxy(name, dr, subset))},
+				})
+			}
+		}
+	}
+	return out
+}
+
+// autoPassthroughTCPProxy forwards to the SNI-DNAT cluster name (also the stat prefix), with what istiod takes
+// from the DestinationRule: the top-level TCP idle timeout and connection lifetime, and a source-IP hash when
+// the subset (else the rule) hashes on it.
+func autoPassthroughTCPProxy(name string, dr *model.DestinationRule, subset string) *tcpproxy.TcpProxy {
+	tp := ldsTCPProxy(name, []tcpDest{{name: name, weight: 100}})
+	var spec *networking.DestinationRule
+	if dr != nil {
+		spec = dr.Spec
+	}
+	tcp := spec.GetTrafficPolicy().GetConnectionPool().GetTcp()
+	if d := tcp.GetIdleTimeout(); d != nil {
+		tp.IdleTimeout = durationpb.New(d.AsDuration())
+	}
+	if d := tcp.GetMaxConnectionDuration(); d != nil {
+		tp.MaxDownstreamConnectionDuration = durationpb.New(d.AsDuration())
+	}
+	sourceIP := spec.GetTrafficPolicy().GetLoadBalancer().GetConsistentHash().GetUseSourceIp()
+	for _, ss := range spec.GetSubsets() {
+		if ss.Name != subset || subset == "" {
+			continue
+		}
+		if lb := ss.GetTrafficPolicy().GetLoadBalancer(); lb != nil {
+			sourceIP = lb.GetConsistentHash().GetUseSourceIp()
+		}
+		break
+	}
+	if sourceIP {
+		tp.HashPolicy = []*typev3.HashPolicy{{PolicySpecifier: &typev3.HashPolicy_SourceIp_{SourceIp: &typev3.HashPolicy_SourceIp{}}}}
+	}
+	return tp
 }
 
 // gatewayTCPDestinations forwards a TCP (or terminated TLS) server: the first VirtualService bound to the

@@ -63,3 +63,38 @@ func ParseClusterName(name string) (ClusterName, bool) {
 	}
 	return ClusterName{Direction: direction, Port: uint32(port), Subset: subset, Host: host}, true
 }
+
+// SNIDNATClusterName is outbound_.PORT_.SUBSET_.HOST: Istio's mTLS server name for a destination, which a
+// gateway's AUTO_PASSTHROUGH server reads from the client's TLS handshake to pick the cluster of that name.
+func SNIDNATClusterName(port uint32, subset, host string) string {
+	var buf [256]byte
+	return string(appendSNIDNATClusterName(buf[:0], port, subset, host))
+}
+
+// appendSNIDNATClusterName appends SNIDNATClusterName(port, subset, host) to b.
+func appendSNIDNATClusterName(b []byte, port uint32, subset, host string) []byte {
+	b = append(b, Outbound+"_."...)
+	b = strconv.AppendUint(b, uint64(port), 10)
+	b = append(b, "_."...)
+	b = append(b, subset...)
+	b = append(b, "_."...)
+	return append(b, host...)
+}
+
+// ParseSNIDNATClusterName splits outbound_.PORT_.SUBSET_.HOST, as istiod's ParseSubsetKey does for that form.
+func ParseSNIDNATClusterName(name string) (ClusterName, bool) {
+	rest, ok := strings.CutPrefix(name, Outbound+"_.")
+	if !ok {
+		return ClusterName{}, false
+	}
+	portText, rest, ok1 := strings.Cut(rest, "_.")
+	subset, host, ok2 := strings.Cut(rest, "_.")
+	if !ok1 || !ok2 || host == "" || strings.Contains(host, "_.") {
+		return ClusterName{}, false
+	}
+	port, err := strconv.ParseUint(portText, 10, 32)
+	if err != nil {
+		return ClusterName{}, false
+	}
+	return ClusterName{Direction: Outbound, Port: uint32(port), Subset: subset, Host: host}, true
+}

@@ -43,9 +43,21 @@ const (
 )
 
 // clusterKey reads a cluster name of the DIRECTION|PORT|SUBSET|HOST form both control planes use for mesh
-// destinations; anything else (BlackHoleCluster, PassthroughCluster, agent and stats clusters) is
-// infrastructure and not compared.
+// destinations, or the outbound_.PORT_.SUBSET_.HOST form of a gateway's SNI-DNAT clusters (keyed apart: the
+// name is what an AUTO_PASSTHROUGH chain matches clients' SNI on, and their settings differ); anything else
+// (BlackHoleCluster, PassthroughCluster, agent and stats clusters) is infrastructure and not compared.
 func clusterKey(kind Kind, name string) (Key, bool) {
+	if rest, ok := strings.CutPrefix(name, "outbound_."); ok {
+		parts := strings.Split(rest, "_.")
+		if len(parts) != 3 || parts[2] == "" {
+			return Key{}, false
+		}
+		port, err := strconv.ParseUint(parts[0], 10, 32)
+		if err != nil {
+			return Key{}, false
+		}
+		return Key{Kind: kind, SNIDNAT: true, Host: parts[2], Port: uint32(port), Subset: parts[1]}, true
+	}
 	parts := strings.Split(name, "|")
 	if len(parts) != 4 {
 		return Key{}, false

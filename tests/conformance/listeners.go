@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"sort"
@@ -80,6 +81,12 @@ func tlsClass(sni string) trafficClass {
 	return trafficClass{name: "tls(sni=" + sni + ")", tls: true, sni: sni, alpn: []string{"h2", "http/1.1"}}
 }
 
+// mtlsClass is a sidecar's mTLS connection for one server name, with Istio's ALPN, as it reaches a gateway
+// that passes it through by its SNI (AUTO_PASSTHROUGH).
+func mtlsClass(sni string) trafficClass {
+	return trafficClass{name: "mtls(sni=" + sni + ")", tls: true, sni: sni, alpn: []string{"istio-peer-exchange", "istio"}}
+}
+
 // unknownSNI is a server name no chain lists.
 const unknownSNI = "unknown.invalid"
 
@@ -94,6 +101,9 @@ type Probes struct {
 	Gateway []uint32
 	// SNI lists, per port, the server names some chain matches on it.
 	SNI map[uint32][]string
+	// IstioALPN holds the ports where some chain matches on one of Istio's mTLS ALPNs: their server names are
+	// asked with a sidecar's mTLS connection too.
+	IstioALPN map[uint32]bool
 }
 
 // ProbesOf gathers the destinations named by the listeners of every side.
@@ -102,6 +112,7 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 	inbound := map[uint32]bool{}
 	gateway := map[uint32]bool{}
 	sni := map[uint32]map[string]bool{}
+	istioALPN := map[uint32]bool{}
 	addTo := func(m map[uint32]map[string]bool, port uint32, v string) {
 		if m[port] == nil {
 			m[port] = map[string]bool{}
@@ -120,6 +131,7 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 				for _, n := range m.GetServerNames() {
 					addTo(sni, p, strings.Replace(n, "*", "x", 1))
 				}
+
 				switch {
 				case port == inboundCapturePort:
 					if m.GetDestinationPort() != nil && p != inboundCapturePort {
@@ -137,6 +149,9 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 					}
 				default:
 					gateway[p] = true
+					if slices.ContainsFunc(m.GetApplicationProtocols(), func(a string) bool { return strings.HasPrefix(a, "istio") }) {
+						istioALPN[p] = true
+					}
 				}
 			}
 			if l.GetBindToPort() != nil && !l.GetBindToPort().GetValue() {
@@ -152,7 +167,7 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 			}
 		}
 	}
-	p := Probes{Outbound: map[uint32][]string{}, SNI: map[uint32][]string{}}
+	p := Probes{Outbound: map[uint32][]string{}, SNI: map[uint32][]string{}, IstioALPN: istioALPN}
 	for port, ips := range outbound {
 		p.Outbound[port] = sortedKeys(ips)
 	}
@@ -201,6 +216,9 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		classes := slices.Clone(plaintextClasses)
 		for _, n := range append(slices.Clone(probes.SNI[port]), unknownSNI) {
 			classes = append(classes, tlsClass(n))
+			if probes.IstioALPN[port] {
+				classes = append(classes, mtlsClass(n))
+			}
 		}
 		return classes
 	}
@@ -614,6 +632,17 @@ func chainFields(f Fields, p string, fc *listener.FilterChain, port uint32) {
 			f[p+"to"] = "tcp " + tcpDestinations(m)
 			f[p+"tcp.idle_timeout"] = durationOr(m.GetIdleTimeout(), "1h0m0s")
 			f[p+"tcp.max_connect_attempts"] = uint32Or(m.GetMaxConnectAttempts(), "1")
+			f[p+"tcp.max_connection_duration"] = durationOr(m.GetMaxDownstreamConnectionDuration(), "none")
+			var hashes []string
+			for _, h := range m.GetHashPolicy() {
+				switch {
+				case h.GetSourceIp() != nil:
+					hashes = append(hashes, "source_ip")
+				case h.GetFilterState() != nil:
+					hashes = append(hashes, "filter_state:"+h.GetFilterState().GetKey())
+				}
+			}
+			f[p+"tcp.hash"] = cmp.Or(strings.Join(hashes, ","), "none")
 		case *hcm.HttpConnectionManager:
 			hcmFields(f, p, m, port)
 		case *dfpsni.FilterConfig:

@@ -279,6 +279,9 @@ func destination(name string) string {
 	if k.Inbound {
 		host = "inbound"
 	}
+	if k.SNIDNAT {
+		host = "sni-dnat " + host
+	}
 	s := host + ":" + strconv.FormatUint(uint64(k.Port), 10)
 	if k.Subset != "" {
 		s += "/" + k.Subset

@@ -22,13 +22,17 @@ type Key struct {
 	Kind Kind
 	// Inbound is true for a sidecar's clusters and endpoints towards its own workload (Host is empty).
 	Inbound bool
+	// SNIDNAT is true for a gateway's SNI-DNAT cluster of Host:Port (Subset), outbound_.PORT_.SUBSET_.HOST,
+	// and its endpoints.
+	SNIDNAT bool
 	Host    string
 	Port    uint32
 	Subset  string
 }
 
 // String is the key as the diff and the allowlist write it: "cluster reviews.default.svc.cluster.local:9080 v1",
-// "cluster inbound:9080", "route reviews.default.svc.cluster.local:9080".
+// "cluster inbound:9080", "cluster sni-dnat reviews.default.svc.cluster.local:9080 v1",
+// "route reviews.default.svc.cluster.local:9080".
 func (k Key) String() string {
 	if k.Kind == KindRejected {
 		return string(k.Kind)
@@ -36,6 +40,9 @@ func (k Key) String() string {
 	host := k.Host
 	if k.Inbound {
 		host = "inbound"
+	}
+	if k.SNIDNAT {
+		host = "sni-dnat " + host
 	}
 	port := strconv.FormatUint(uint64(k.Port), 10)
 	if k.Kind == KindListener && k.Port == 0 {
