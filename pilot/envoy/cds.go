@@ -93,14 +93,19 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 			if !wants(w, name) || ip.skipCluster {
 				continue
 			}
-			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: ip.poolKey}
+			pool := ip.pool
+			if pool == nil && ip.svc != nil {
+				// istiod's inbound clusters take the connection pool of the DestinationRule for the service
+				// (neither its outlier detection nor its load balancer or TLS); the Sidecar's replaces it.
+				pool = inboundRulePool(push.DestinationRule(proxy.Namespace, ip.svc), ip.svcPort)
+			}
+			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: pool}
 			if !ip.ingress && push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost {
 				// The mesh's inbound traffic policy LOCALHOST sends a service's port to 127.0.0.1:PORT; a Sidecar
 				// ingress listener's defaultEndpoint alone decides its own.
 				key.endpoint, key.endpointPort = "127.0.0.1", ip.port
 			}
-			pool := ip.pool
-			r, err := g.cached(key, name, func() proto.Message { return buildInboundCluster(key, pool) })
+			r, err := g.cached(key, name, func() proto.Message { return buildInboundCluster(key) })
 			if err != nil {
 				return nil, err
 			}
@@ -438,7 +443,9 @@ type inboundClusterKey struct {
 	// unix://PATH, at endpointPort.
 	endpoint     string
 	endpointPort uint32
-	pool         string // the Sidecar's connection pool for the port, marshaled ("" for none)
+	// pool is the connection pool (the Sidecar's, else the DestinationRule's), nil for none: the snapshot's
+	// objects are immutable, so a pointer stands for its content.
+	pool *networking.ConnectionPoolSettings
 }
 type staticClusterKey struct{ name string }
 
@@ -1159,9 +1166,9 @@ func inlineLoadAssignment(push *model.PushContext, name string, se *model.Servic
 // port), as istiod's inbound clusters do under the default inbound traffic policy (PASSTHROUGH): an
 // application listening on the pod IP alone is reached, not only one on 127.0.0.1. With an endpoint (the
 // mesh's LOCALHOST policy, a Sidecar ingress listener's defaultEndpoint) it is a STATIC cluster to it, as
-// istiod's. pool is the Sidecar's connection pool for the port (inboundConnectionPool, or the ingress
-// listener's own).
-func buildInboundCluster(k inboundClusterKey, pool *networking.ConnectionPoolSettings) *cluster.Cluster {
+// istiod's. Its connection pool is the Sidecar's for the port (the ingress listener's own, else
+// inboundConnectionPool), else that of the DestinationRule of the port's service.
+func buildInboundCluster(k inboundClusterKey) *cluster.Cluster {
 	name := InboundClusterName(k.port)
 	c := &cluster.Cluster{
 		Name:           name,
@@ -1190,11 +1197,26 @@ func buildInboundCluster(k inboundClusterKey, pool *networking.ConnectionPoolSet
 	}
 	// istiod's inbound clusters lift the circuit breakers (where the pool sets no limit), so the proxy never
 	// limits its own workload; the pool applies as on an outbound cluster, but never upgrades to HTTP/2.
-	pool = inboundPool(pool)
+	pool := inboundPool(k.pool)
 	applyConnectionPool(c, pool)
 	// Towards its own workload a sidecar speaks the port's protocol too (the client's on a sniffed port).
 	applyHTTPProtocol(c, pool, &model.Port{Port: k.port, Protocol: k.protocol}, true)
 	return c
+}
+
+// inboundRulePool is the connection pool a DestinationRule gives an inbound cluster for the service port
+// port, as istiod's: port-level settings for the port replace the top level whole (a port-level entry
+// without a connection pool leaves none), and subsets play no part.
+func inboundRulePool(dr *model.DestinationRule, port uint32) *networking.ConnectionPoolSettings {
+	if dr == nil {
+		return nil
+	}
+	for _, pl := range dr.Spec.GetTrafficPolicy().GetPortLevelSettings() {
+		if pl.GetPort().GetNumber() == port {
+			return pl.ConnectionPool
+		}
+	}
+	return dr.Spec.GetTrafficPolicy().GetConnectionPool()
 }
 
 // inboundPool is pool without its h2UpgradePolicy, which istiod applies to outbound clusters only.

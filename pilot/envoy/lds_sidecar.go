@@ -803,9 +803,12 @@ type inboundPort struct {
 	endpointPort uint32
 	// skipCluster: the defaultEndpoint cannot be read, and istiod then builds no cluster for the port.
 	skipCluster bool
-	// pool is the Sidecar's connection pool for the port's cluster (nil for none), poolKey its bytes.
-	pool    *networking.ConnectionPoolSettings
-	poolKey string
+	// pool is the Sidecar's connection pool for the port's cluster (nil for none).
+	pool *networking.ConnectionPoolSettings
+	// svc is the first service reaching the port (nil for none), whose DestinationRule's connection pool
+	// for svcPort the cluster takes when the Sidecar sets none, as istiod's.
+	svc     *model.Service
+	svcPort uint32
 }
 
 // proxyWorkload finds the proxy's workload and the labels its policies select on: the node's labels, else
@@ -852,10 +855,10 @@ func (g *Generators) sidecarInboundPortsOf(proxy *xds.Proxy, push *model.PushCon
 		in.sidecar = push.Sidecar(proxy.Namespace, proxy.Labels)
 	}
 	ports, _ := g.inboundPorts.getOrBuild(proxy, in, func() ([]inboundPort, error) {
-		if in.sidecar != nil && len(in.sidecar.Spec.(*networking.Sidecar).Ingress) > 0 {
-			return sidecarIngressPorts(in.sidecar.Spec.(*networking.Sidecar), proxy.IPAddresses), nil
-		}
 		ports := sidecarInboundPorts(push, proxy.Namespace, w, labels)
+		if in.sidecar != nil && len(in.sidecar.Spec.(*networking.Sidecar).Ingress) > 0 {
+			return sidecarIngressPorts(in.sidecar.Spec.(*networking.Sidecar), proxy.IPAddresses, ports), nil
+		}
 		if in.sidecar != nil {
 			withInboundPool(ports, in.sidecar.Spec.(*networking.Sidecar).GetInboundConnectionPool())
 		}
@@ -886,7 +889,7 @@ func sidecarInboundPorts(push *model.PushContext, ns string, w *model.Workload, 
 			}
 			if !seen[target] {
 				seen[target] = true
-				out = append(out, inboundPort{port: target, protocol: p.Protocol})
+				out = append(out, inboundPort{port: target, protocol: p.Protocol, svc: svc, svcPort: p.Port})
 			}
 		}
 	}

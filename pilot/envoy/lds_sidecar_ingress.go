@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
@@ -32,8 +31,10 @@ import (
 const unixAddressPrefix = "unix://"
 
 // sidecarIngressPorts returns the inbound ports of a proxy (with addresses ips) under sidecar, whose ingress
-// listeners are set, sorted by port; the first listener of a port keeps it (istiod's conflict rule).
-func sidecarIngressPorts(sidecar *networking.Sidecar, ips []string) []inboundPort {
+// listeners are set, sorted by port; the first listener of a port keeps it (istiod's conflict rule). targets
+// are the workload's service ports: a service reaching an ingress port lends its cluster its
+// DestinationRule's connection pool (for the ingress port's number), as istiod's findOrCreateService.
+func sidecarIngressPorts(sidecar *networking.Sidecar, ips []string, targets []inboundPort) []inboundPort {
 	seen := map[uint32]bool{}
 	var out []inboundPort
 	for _, in := range sidecar.Ingress {
@@ -47,7 +48,10 @@ func sidecarIngressPorts(sidecar *networking.Sidecar, ips []string) []inboundPor
 		var ok bool
 		p.endpoint, p.endpointPort, ok = ingressEndpoint(in.GetDefaultEndpoint(), ips)
 		p.skipCluster = !ok
-		p.pool, p.poolKey = connectionPoolKey(cmp.Or(in.GetConnectionPool(), sidecar.GetInboundConnectionPool()))
+		p.pool = cmp.Or(in.GetConnectionPool(), sidecar.GetInboundConnectionPool())
+		if i := slices.IndexFunc(targets, func(t inboundPort) bool { return t.port == n }); i >= 0 {
+			p.svc, p.svcPort = targets[i].svc, n
+		}
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b inboundPort) int { return cmp.Compare(a.port, b.port) })
@@ -58,16 +62,8 @@ func sidecarIngressPorts(sidecar *networking.Sidecar, ips []string) []inboundPor
 // inboundConnectionPool, as istiod does for every inbound cluster.
 func withInboundPool(ports []inboundPort, pool *networking.ConnectionPoolSettings) {
 	for i := range ports {
-		ports[i].pool, ports[i].poolKey = connectionPoolKey(pool)
+		ports[i].pool = pool
 	}
-}
-
-func connectionPoolKey(pool *networking.ConnectionPoolSettings) (*networking.ConnectionPoolSettings, string) {
-	if pool == nil {
-		return nil, ""
-	}
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(pool)
-	return pool, "pool:" + string(b)
 }
 
 // ingressEndpoint resolves an ingress listener's defaultEndpoint for a proxy with addresses ips, as istiod:

@@ -268,3 +268,47 @@ func socketTextOf(a *core.Address) string {
 	}
 	return a.GetSocketAddress().GetAddress() + ":" + ldsPortName(a.GetSocketAddress().GetPortValue())
 }
+
+// As istiod, an inbound cluster takes the connection pool of the DestinationRule for its service (port-level
+// settings for the service's port), not its other policies; a Sidecar's pool replaces it. Before, inbound
+// clusters ignored DestinationRules.
+func TestInboundClusterTakesDestinationRulePool(t *testing.T) {
+	const dr = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews.shop.svc.cluster.local
+  trafficPolicy:
+    connectionPool: {tcp: {maxConnections: 21}}
+    outlierDetection: {consecutive5xxErrors: 3}
+    portLevelSettings:
+    - port: {number: 7070}
+      connectionPool: {tcp: {maxConnections: 22}}
+`
+	maxConns := func(c *cluster.Cluster) uint32 {
+		return c.GetCircuitBreakers().GetThresholds()[0].GetMaxConnections().GetValue()
+	}
+	cs := inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsReviews, ldsPush(t, nil, dr), wildcard(xds.ClusterType), newCluster))
+	if got := maxConns(cs["inbound|9080||"]); got != 21 {
+		t.Errorf("9080: max connections %d, want the rule's 21", got)
+	}
+	if got := maxConns(cs["inbound|17070||"]); got != 22 {
+		t.Errorf("17070 (service port 7070): max connections %d, want the port-level 22", got)
+	}
+	if od := cs["inbound|9080||"].OutlierDetection; od != nil {
+		t.Errorf("inbound cluster has outlier detection %v", od)
+	}
+	withSidecar := ldsPush(t, nil, dr, `
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: reviews, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: reviews}}
+  inboundConnectionPool: {http: {http1MaxPendingRequests: 5}}
+`)
+	cs = inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsReviews, withSidecar, wildcard(xds.ClusterType), newCluster))
+	if got := maxConns(cs["inbound|9080||"]); got != math.MaxUint32 {
+		t.Errorf("under the Sidecar's pool: max connections %d, want no limit (its pool replaces the rule's)", got)
+	}
+}
