@@ -46,8 +46,10 @@ package envoy
 //     destinationSubnets never apply (the listeners are shared by all proxies of a namespace).
 //   - virtualInbound (0.0.0.0:15006, the original_dst listener filter but no use_original_dst: a hand-off
 //     would skip its mTLS and RBAC for a port an outbound listener also has) has chains per port of the proxy's own workload
-//     (the target ports of the services selecting it, the same set CDS builds inbound|PORT|| clusters for,
-//     ORIGINAL_DST clusters that reach the pod IP and port from 127.0.0.6), HTTP through a connection
+//     (the target ports of the services selecting it, or the ports of its Sidecar's ingress listeners
+//     instead (lds_sidecar_ingress.go), the same set CDS builds inbound|PORT|| clusters for, ORIGINAL_DST
+//     clusters that reach the pod IP and port from 127.0.0.6 unless a defaultEndpoint or the mesh's
+//     LOCALHOST inbound traffic policy names an address), HTTP through a connection
 //     manager with an inline route to inbound|PORT||, anything else through tcp_proxy, and for every other
 //     port passthrough chains to InboundPassthroughCluster, sniffed (HTTP through a connection manager).
 //     The chains are istiod's for the port's protocol and PeerAuthentication mode (the passthrough's: the
