@@ -119,7 +119,7 @@ type vhostList struct {
 // vhostListEntry is one service's virtual host in a vhostList, or one VirtualService host's (svc nil).
 type vhostListEntry struct {
 	svc     *model.Service
-	host    hostRoutes // for a VirtualService host: how it was built
+	host    *hostRoutes // for a VirtualService host: how it was built (a pointer: entries are copied per service add)
 	res     *xds.Resource
 	vs      *model.VirtualService // the VirtualService its routes come from, or nil
 	domains []string              // the domains it names
@@ -145,7 +145,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 		if err != nil {
 			return nil, err
 		}
-		out.hosts = append(out.hosts, vhostListEntry{host: h, res: r, domains: ds, lower: lowerAll(ds)})
+		out.hosts = append(out.hosts, vhostListEntry{host: &h, res: r, domains: ds, lower: lowerAll(ds)})
 	}
 	for _, svc := range scope.Services {
 		sp := svc.PortByNumber(port)
@@ -332,8 +332,10 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 		if !depsHold(push, proxy.Namespace, e.host.deps) {
 			var deps []serviceDep
 			sub := &routeBuilder{push: push, proxy: proxy, scope: scope, deps: &deps}
-			e.host.routes, e.host.deps = sub.virtualServiceRoutes(e.host.vs, model.MeshGateway, port), deps
-			if e.res, err = g.hostVirtualHost(proxy.Namespace, e.host, port, rules, name, e.domains); err != nil {
+			h := *e.host // prev's entry is left as it was
+			h.routes, h.deps = sub.virtualServiceRoutes(h.vs, model.MeshGateway, port), deps
+			e.host = &h
+			if e.res, err = g.hostVirtualHost(proxy.Namespace, h, port, rules, name, e.domains); err != nil {
 				return nil, false, err
 			}
 		}
