@@ -99,6 +99,9 @@ type Probes struct {
 	Inbound []uint32
 	// Gateway lists the ports a gateway listens on.
 	Gateway []uint32
+	// Bound lists, per port, the addresses a sidecar's own listeners (bind_to_port, not the capture
+	// ones) listen on: an application connects to them itself, no capture involved.
+	Bound map[uint32][]string
 	// SNI lists, per port, the server names some chain matches on it.
 	SNI map[uint32][]string
 	// IstioALPN holds the ports where some chain matches on one of Istio's mTLS ALPNs: their server names are
@@ -113,6 +116,7 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 	gateway := map[uint32]bool{}
 	sni := map[uint32]map[string]bool{}
 	istioALPN := map[uint32]bool{}
+	bound := map[uint32]map[string]bool{}
 	addTo := func(m map[uint32]map[string]bool, port uint32, v string) {
 		if m[port] == nil {
 			m[port] = map[string]bool{}
@@ -154,6 +158,9 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 					}
 				}
 			}
+			if (l.GetBindToPort() == nil || l.GetBindToPort().GetValue()) && port != outboundCapturePort && port != inboundCapturePort {
+				addTo(bound, port, ip)
+			}
 			if l.GetBindToPort() != nil && !l.GetBindToPort().GetValue() {
 				addTo(outbound, port, otherIP)
 				if ip != "0.0.0.0" && ip != "::" {
@@ -167,9 +174,12 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 			}
 		}
 	}
-	p := Probes{Outbound: map[uint32][]string{}, SNI: map[uint32][]string{}, IstioALPN: istioALPN}
+	p := Probes{Outbound: map[uint32][]string{}, SNI: map[uint32][]string{}, IstioALPN: istioALPN, Bound: map[uint32][]string{}}
 	for port, ips := range outbound {
 		p.Outbound[port] = sortedKeys(ips)
+	}
+	for port, ips := range bound {
+		p.Bound[port] = sortedKeys(ips)
 	}
 	for port, names := range sni {
 		p.SNI[port] = sortedKeys(names)
@@ -246,6 +256,16 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 				}
 			}
 			probeListener(out, Key{Kind: KindListener, Host: outboundHostText(ip), Port: port}, l, ip, port, classesFor(port))
+		}
+	}
+	// A listener of its own (an egress listener with captureMode NONE): the application connects to its
+	// address, so only a listener bound to that exact address and port takes the connection.
+	for port, ips := range probes.Bound {
+		for _, ip := range ips {
+			l := findListener(listeners, func(lip string, p uint32, l *listener.Listener) bool {
+				return lip == ip && p == port && (l.GetBindToPort() == nil || l.GetBindToPort().GetValue())
+			})
+			probeListener(out, Key{Kind: KindListener, Host: "bound " + ip, Port: port}, l, ip, port, classesFor(port))
 		}
 	}
 	// Nothing names this destination: the capture listener's own chains decide.

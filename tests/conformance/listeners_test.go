@@ -288,3 +288,41 @@ func TestInboundHandOffFollowsUseOriginalDst(t *testing.T) {
 		t.Errorf("inbound %d: use_original_dst changed nothing (%s)", port, a[key]["mtls-http"])
 	}
 }
+
+// A sidecar's listener of its own (captureMode NONE) takes what the application sends to its address; the
+// same listener left virtual (bind_to_port false) takes nothing sent there directly: a difference on the
+// bound address, where neither side's virtual listeners count.
+func TestBoundSidecarListenerIsCompared(t *testing.T) {
+	c, out := sextantDefaults(t)
+	tp, err := anypb.New(&tcpproxy.TcpProxy{StatPrefix: "s", ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: "PassthroughCluster"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := func(bindToPort *wrapperspb.BoolValue) *Output {
+		o := cloneOutput(out)
+		o.Listeners = append(o.Listeners, &listener.Listener{Name: "127.0.0.1_9999", Address: &core.Address{Address: &core.Address_SocketAddress{
+			SocketAddress: &core.SocketAddress{Address: "127.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 9999}}}},
+			BindToPort: bindToPort, FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{Name: "tcp",
+				ConfigType: &listener.Filter_TypedConfig{TypedConfig: tp}}}}}})
+		return o
+	}
+	real, virtual := own(nil), own(wrapperspb.Bool(false))
+	if p := ProbesOf(real.Listeners); !slices.Equal(p.Bound[9999], []string{"127.0.0.1"}) {
+		t.Fatalf("bound probes %v, want 127.0.0.1 on 9999", p.Bound)
+	}
+	a, b := listenerSnapshots(t, c, real, virtual)
+	key := Key{Kind: KindListener, Host: "bound 127.0.0.1", Port: 9999}
+	if got := a[key]["tcp"]; got != "plaintext → tcp passthrough (original destination)" {
+		t.Errorf("bound listener: tcp %q", got)
+	}
+	if got := b[key]["listener"]; got != "none" {
+		t.Errorf("virtual listener on the bound address: %v, want no listener", b[key])
+	}
+	var named bool
+	for _, d := range Compare(c.Name, "p", a, b) {
+		named = named || d.Key == key
+	}
+	if !named {
+		t.Error("real against virtual listener: no difference on the bound address")
+	}
+}

@@ -203,3 +203,31 @@ func TestRouteGRPCTimeoutHeaderCapsCompareEqual(t *testing.T) {
 		t.Errorf("no cap: %q, want header ignored", got)
 	}
 }
+
+// A route configuration listed twice (two listeners ask for it) is read once; a destination both a PORT and
+// a HOST:PORT configuration serve is compared in each, whichever comes first.
+func TestRoutesReadEachConfigurationOnce(t *testing.T) {
+	hosts := map[string]bool{"r.ns.svc.cluster.local": true}
+	to := func(c string) []*route.Route {
+		return []*route.Route{{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: c}}}}}
+	}
+	port := &route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{{Domains: []string{"r.ns.svc.cluster.local"},
+		Routes: to("outbound|80||r.ns.svc.cluster.local")}}}
+	sniffed := &route.RouteConfiguration{Name: "r.ns.svc.cluster.local:80", VirtualHosts: []*route.VirtualHost{{Domains: []string{"*"},
+		Routes: to("outbound|80||r.ns.svc.cluster.local")}}}
+	sa, sb := Snapshot{}, Snapshot{}
+	normaliseRoutes(sa, []*route.RouteConfiguration{port, sniffed, port}, hosts)
+	normaliseRoutes(sb, []*route.RouteConfiguration{sniffed, port}, hosts)
+	if d := Compare("c", "p", sa, sb); len(d) != 0 {
+		t.Fatalf("the same configurations in another order, one listed twice: %v", d)
+	}
+	key := Key{Kind: KindRoute, Host: "r.ns.svc.cluster.local", Port: 80}
+	if sa[key]["duplicate_vhost"] != "" {
+		t.Errorf("a configuration listed twice is a duplicate virtual host: %v", sa[key])
+	}
+	key.Subset = "sniffed"
+	if sa[key]["domains"] != "*" {
+		t.Errorf("the HOST:PORT configuration's virtual host: %v", sa[key])
+	}
+}

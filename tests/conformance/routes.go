@@ -1,8 +1,10 @@
 package conformance
 
 import (
+	"cmp"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,12 +30,41 @@ const (
 // The port comes from the route configuration's name ("9080", or "HOST:9080" for a sniffed port); the host
 // is the vhost's domain that names a cluster host, so short names, VIPs and ":PORT" variants all meet on
 // the service's FQDN. The catch-all vhosts (allow_any, block_all, domain "*") are infrastructure.
+//
+// A configuration is read once however many listeners ask for it (Envoy subscribes to a name once; istiod's
+// test harness lists it per listener). A destination both a PORT and a HOST:PORT configuration serve (a
+// sniffed listener of one egress listener on the port of another's HTTP listener) is compared in each,
+// the HOST:PORT one under the subset "sniffed", whatever order the configurations come in.
 func normaliseRoutes(out Snapshot, configs []*route.RouteConfiguration, hosts map[string]bool) {
+	type target struct {
+		rc          *route.RouteConfiguration
+		host        string
+		port        uint32
+		gateway, ok bool
+	}
+	var targets []target
+	seen := map[string]bool{}
 	for _, rc := range configs {
-		host, port, gateway, ok := routeConfigTarget(rc.GetName())
-		if !ok {
+		if seen[rc.GetName()] {
 			continue
 		}
+		seen[rc.GetName()] = true
+		t := target{rc: rc}
+		t.host, t.port, t.gateway, t.ok = routeConfigTarget(rc.GetName())
+		if t.ok {
+			targets = append(targets, t)
+		}
+	}
+	hostPort := func(t target) int {
+		if t.host != "" {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(targets, func(a, b target) int { return cmp.Compare(hostPort(a), hostPort(b)) })
+	ported := map[Key]bool{} // keys a PORT configuration filled
+	for _, t := range targets {
+		rc, host, port, gateway := t.rc, t.host, t.port, t.gateway
 		for _, vh := range rc.GetVirtualHosts() {
 			h := host // a HOST:PORT configuration serves that one destination, whatever its domains say
 			switch {
@@ -46,6 +77,11 @@ func normaliseRoutes(out Snapshot, configs []*route.RouteConfiguration, hosts ma
 				continue
 			}
 			key := Key{Kind: KindRoute, Host: h, Port: port}
+			if host == "" {
+				ported[key] = true
+			} else if ported[key] {
+				key.Subset = "sniffed"
+			}
 			if _, dup := out[key]; dup {
 				out[key]["duplicate_vhost"] = "yes"
 				continue
