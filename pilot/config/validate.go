@@ -432,10 +432,48 @@ func validateGateway(s *networking.Gateway) error {
 	return nil
 }
 
+// egressProtocols are the protocol names istiod takes on a Sidecar's egress port ("" is sniffed).
+var egressProtocols = map[string]bool{"": true, "tcp": true, "udp": true, "grpc": true, "grpc-web": true, "http": true, "http2": true,
+	"https": true, "tls": true, "mongo": true, "redis": true, "mysql": true}
+
 func validateSidecar(s *networking.Sidecar) error {
+	ports := map[uint32]bool{}
 	for i, eg := range s.Egress {
+		f := fmt.Sprintf("spec.egress[%d]", i)
+		if eg == nil {
+			return fieldErr(f, "an egress listener may not be null")
+		}
 		if len(eg.Hosts) == 0 {
-			return fieldErr(fmt.Sprintf("spec.egress[%d].hosts", i), "at least one host is required")
+			return fieldErr(f+".hosts", "at least one host is required")
+		}
+		// As istiod: one catch-all (no port), the last; each port once.
+		if eg.Port == nil && i != len(s.Egress)-1 {
+			return fieldErr(f+".port", "required: only the last egress listener may leave out the port (the catch-all)")
+		}
+		if strings.HasPrefix(eg.Bind, "unix://") || eg.Port != nil && eg.Port.Number == 0 {
+			// Refused rather than ignored: its clients would find no socket at all.
+			return fieldErr(f+".bind", "unix domain socket listeners (port 0, bind unix://) are not implemented")
+		}
+		if eg.Bind != "" {
+			if _, err := netip.ParseAddr(eg.Bind); err != nil {
+				return fieldErr(f+".bind", "%q must be an IP address", eg.Bind)
+			}
+		}
+		if eg.Port != nil {
+			if !validPort(int64(eg.Port.Number)) {
+				return fieldErr(f+".port.number", "%d is not a port number (1-65535)", eg.Port.Number)
+			}
+			if ports[eg.Port.Number] {
+				return fieldErr(f+".port.number", "port %d is already an earlier egress listener's", eg.Port.Number)
+			}
+			ports[eg.Port.Number] = true
+			proto := strings.ToLower(eg.Port.Protocol)
+			if proto == "http_proxy" {
+				return fieldErr(f+".port.protocol", "HTTP_PROXY (an HTTP proxy listener for every host) is not implemented")
+			}
+			if !egressProtocols[proto] {
+				return fieldErr(f+".port.protocol", "unsupported protocol %q", eg.Port.Protocol)
+			}
 		}
 		for j, h := range eg.Hosts {
 			if ns, host, ok := strings.Cut(h, "/"); !ok || ns == "" || host == "" {
@@ -858,18 +896,6 @@ func Warnings(c *Config) []*FieldError {
 		for i, in := range s.Ingress {
 			if in.Tls != nil {
 				warn(fmt.Sprintf("spec.ingress[%d].tls", i), "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set: the port's chains are those of its protocol and mTLS mode")
-			}
-		}
-		for i, eg := range s.Egress {
-			f := fmt.Sprintf("spec.egress[%d]", i)
-			if eg.Port != nil {
-				warn(f+".port", "not implemented: the hosts are reachable on every port of their services, not only %d", eg.Port.Number)
-			}
-			if eg.Bind != "" {
-				warn(f+".bind", "not implemented: outbound listeners take the services' addresses")
-			}
-			if eg.CaptureMode != networking.CaptureMode_DEFAULT {
-				warn(f+".captureMode", "not implemented: outbound traffic is taken as iptables capture sends it")
 			}
 		}
 		if s.GetOutboundTrafficPolicy().GetEgressProxy() != nil {

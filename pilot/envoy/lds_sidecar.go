@@ -141,6 +141,8 @@ type outboundListener struct {
 	chains []chainPlan
 	// httpPort: the listener holds the HTTP chain of its port, which takes sniffed plaintext HTTP only.
 	httpPort bool
+	// real: bound to its address (an egress listener with captureMode NONE), not handed connections.
+	real bool
 }
 
 // buildOutboundListeners returns a listener (bind_to_port false) per outbound destination of scope, sorted
@@ -156,6 +158,45 @@ type outboundListener struct {
 func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope) (*listenerList, error) {
 	built := &listenerList{scope: scope, routing: routingID(push), mesh: push.Mesh, httpPorts: map[uint32]int{}, contested: map[string]bool{},
 		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}}
+	var byName map[string]*outboundListener
+	if scope.listeners == nil {
+		byName = planOutbound(push, scope, scope.Services, egressBinding{}, built)
+	} else {
+		// As istiod: each egress listener's services in turn; a listener address:port one has taken is
+		// not added to by a later one (the catch-all's services do not join a port a listener with a port
+		// set up for its own hosts).
+		byName = map[string]*outboundListener{}
+		for _, el := range scope.listeners {
+			services := el.services
+			b := egressBinding{ip: el.bind, real: el.bindToPort}
+			if b.real && b.ip == "" {
+				b.ip = "127.0.0.1"
+			}
+			if b.ip != "" {
+				// Every service shares the one address: istiod's first service (the oldest) keeps a match.
+				services = slices.SortedStableFunc(slices.Values(services), model.CompareServices)
+			}
+			for name, ol := range planOutbound(push, scope, services, b, built) {
+				if _, taken := byName[name]; !taken {
+					byName[name] = ol
+				}
+			}
+		}
+	}
+	return g.finishOutboundListeners(push, scope, built, byName)
+}
+
+// egressBinding is where an egress listener's outbound listeners are: ip "" for each service's VIP (and
+// 0.0.0.0 for HTTP and services without one), else that address for all; real for listeners bound to a
+// port of their own (captureMode NONE) rather than handed connections by virtualOutbound.
+type egressBinding struct {
+	ip   string
+	real bool
+}
+
+// planOutbound plans the outbound listeners of services, keyed by name, recording in built what
+// deriveOutboundListeners needs.
+func planOutbound(push *model.PushContext, scope *Scope, services []*model.Service, b egressBinding, built *listenerList) map[string]*outboundListener {
 	byName := map[string]*outboundListener{}
 	// from is the service of each VIP listener's chains: a listener with chains of two services, or one whose
 	// match a service was refused, is contested.
@@ -171,11 +212,13 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 		name := ip + "_" + ldsPortName(port)
 		ol := byName[name]
 		if ol == nil {
-			ol = &outboundListener{name: name, ip: ip, port: port}
+			ol = &outboundListener{name: name, ip: ip, port: port, real: b.real}
 			byName[name] = ol
 		}
 		return ol
 	}
+	// httpIP is the address of a port's HTTP listener; on 0.0.0.0 it takes sniffed plaintext HTTP only.
+	httpIP := cmp.Or(b.ip, "0.0.0.0")
 	// claim reserves a match (VIPs, port, SNI or "http" for sniffed HTTP, "" for neither): Envoy refuses two
 	// chains with the same match, so the first service (HTTP ports first, then by hostname) keeps it.
 	taken := map[string]bool{}
@@ -202,7 +245,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 	// plaintext HTTP; anything else (TLS, other protocols) to an address no other chain matches goes to
 	// the port's default chain (below).
 	oldestHTTP := map[uint32]*model.Service{}
-	for _, svc := range scope.Services {
+	for _, svc := range services {
 		for _, p := range svc.Ports {
 			if !p.Protocol.IsHTTP() {
 				continue
@@ -214,10 +257,20 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			if svc.Resolution == model.DynamicDNS {
 				built.dynamicDNSPorts[p.Port] = true
 			}
-			if claim(nil, p.Port, "http") {
-				ol := listenerFor("0.0.0.0", p.Port)
-				ol.httpPort = true
-				ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true, alpn: sniffedHTTP, transport: "raw_buffer"})
+			// Bound to one address the HTTP chain takes the whole port (Envoy refuses two chains alike).
+			what := "http"
+			if httpIP != "0.0.0.0" {
+				what = ""
+			}
+			if claim(nil, p.Port, what) {
+				ol := listenerFor(httpIP, p.Port)
+				if httpIP == "0.0.0.0" {
+					ol.httpPort = true
+					ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true, alpn: sniffedHTTP, transport: "raw_buffer"})
+				} else {
+					// Bound to one address, the listener is HTTP's alone: no sniffing, no passthrough.
+					ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true})
+				}
 			}
 		}
 	}
@@ -225,12 +278,12 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 	// cluster when that service is the port's oldest HTTP service, whose listener options istiod keeps.
 	// Elsewhere the cluster resolves the host itself when it picks one.
 	for port, svc := range oldestHTTP {
-		if ol := byName["0.0.0.0_"+ldsPortName(port)]; ol != nil && svc.Resolution == model.DynamicDNS {
+		if ol := byName[httpIP+"_"+ldsPortName(port)]; ol != nil && svc.Resolution == model.DynamicDNS {
 			ol.chains[0].dnsCache = svc.Hostname
 		}
 	}
 	// Then TCP, TLS and unknown protocols: on the VIP when there is one, else on the port.
-	for _, svc := range scope.Services {
+	for _, svc := range services {
 		var vips []*core.CidrRange
 		block := false // an address is a CIDR block: no listener address can stand for it
 		for _, a := range svc.Addresses {
@@ -243,6 +296,14 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 		if len(vips) > 0 {
 			namePrefix = svc.Addresses[0]
 		}
+		// On a bound address istiod matches no destination addresses (the listener is the address), and
+		// tells services apart by SNI only where their own address says nothing: an address block, or
+		// none on a 0.0.0.0 bind.
+		sniOnly := len(vips) == 0 || block
+		if b.ip != "" {
+			sniOnly = block || len(vips) == 0 && b.ip == "0.0.0.0"
+			vips, block = nil, false
+		}
 		vs := push.VirtualServiceForHost(scope.Namespace, model.MeshGateway, svc.Hostname)
 		if vs != nil && (len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0) {
 			built.l4Routed = true
@@ -251,10 +312,16 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			if p.Protocol.IsHTTP() {
 				continue
 			}
+			if p.Protocol == model.ProtocolUDP {
+				continue // as istiod: no listener for UDP
+			}
 			var ol *outboundListener
-			if len(vips) == 0 || block {
+			switch {
+			case b.ip != "":
+				ol = listenerFor(b.ip, p.Port)
+			case len(vips) == 0 || block:
 				ol = listenerFor("0.0.0.0", p.Port)
-			} else {
+			default:
 				ol = listenerFor(vips[0].AddressPrefix, p.Port)
 				for _, v := range vips[1:] {
 					ol.extra = append(ol.extra, v.AddressPrefix)
@@ -273,8 +340,12 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			switch p.Protocol {
 			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
 				if claim(vips, p.Port, "http") {
-					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true,
-						route: hostPort(svc.Hostname, p.Port)})
+					// istiod's route is the service's own, HOST:PORT, except on a 0.0.0.0 bind: PORT.
+					route := hostPort(svc.Hostname, p.Port)
+					if b.ip == "0.0.0.0" {
+						route = ""
+					}
+					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true, route: route})
 				} else {
 					built.contested[ol.name] = true
 				}
@@ -286,7 +357,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				switch {
 				case len(routes) > 0:
 					portOnly = false
-				case len(vips) == 0 || block:
+				case sniOnly:
 					routes = []sniRoute{{sni: []string{svc.Hostname}, dests: dests}}
 					if svc.Resolution == model.DynamicDNS {
 						routes[0].dnsCache = svc.Hostname // the SNI names the host the forward proxy resolves
@@ -320,6 +391,11 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			}
 		}
 	}
+	return byName
+}
+
+// finishOutboundListeners completes the planned listeners and marshals them, sorted by name.
+func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, built *listenerList, byName map[string]*outboundListener) (*listenerList, error) {
 	// A listener whose chains all match on more than the port (SNI, application protocol, address block)
 	// sends what none takes where the capture listener would: Envoy closes a connection no chain matches.
 	// On an HTTP port the chain taking the port is the listener's default chain, as istiod's: Envoy picks
@@ -432,6 +508,9 @@ func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*c
 func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope) (next *listenerList, ok bool, err error) {
 	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed {
 		return nil, false, nil
+	}
+	if scope.listeners != nil || prev.scope.listeners != nil {
+		return nil, false, nil // services reach listeners through the egress listeners selecting them
 	}
 	removed, added := scopeChanges(prev.scope.Services, scope.Services)
 	if len(removed)+len(added) > len(scope.Services)/2 {
@@ -575,6 +654,9 @@ func (ol *outboundListener) describe(additional []string) string {
 	b.WriteString(ol.ip)
 	b.WriteByte('|')
 	b.WriteString(strings.Join(additional, ","))
+	if ol.real {
+		b.WriteString("|real")
+	}
 	for _, c := range ol.chains {
 		b.WriteString("\n")
 		b.WriteString(c.name)
@@ -637,6 +719,9 @@ func (ol *outboundListener) build(additional []string, paths string) *listener.L
 		ContinueOnListenerFiltersTimeout: true,
 		FilterChains:                     chains,
 		DefaultFilterChain:               def,
+	}
+	if ol.real {
+		lis.BindToPort = nil // Envoy's default: a socket of its own
 	}
 	for _, ip := range additional {
 		lis.AdditionalAddresses = append(lis.AdditionalAddresses, &listener.AdditionalAddress{Address: socketAddress(ip, ol.port)})

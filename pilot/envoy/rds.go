@@ -124,7 +124,7 @@ var (
 func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwPorts gatewayPorts,
 	gwKey, name string) (*xds.Resource, error) {
 	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey,
-		vhds: g.usesVHDS(proxy)}
+		vhds: g.usesVHDS(proxy) && scope.listeners == nil} // egress listeners' routes are inline
 	r, ok := g.resources.Get(key)
 	if ok && r == routeDependsOnLabel {
 		key.labels, key.labelled = model.LabelsKey(proxy.Labels), true
@@ -223,8 +223,20 @@ func (b *routeBuilder) sidecarRouteConfig(name string) *route.RouteConfiguration
 	if !ok {
 		return b.sniffedRouteConfig(name)
 	}
-	vhosts, found := b.sidecarVirtualHosts(port)
-	if !found {
+	services, sniffed := b.scope.Services, false
+	if b.scope.listeners != nil {
+		el := b.scope.egressForRoute(port)
+		if el == nil {
+			return nil
+		}
+		services = el.originals
+		// As istiod, the configuration for a listener with a port exists whatever its services' protocols
+		// (the catch-all's listeners on another address of the port ask for it too), and those with an
+		// HTTP or sniffed port get virtual hosts.
+		sniffed = el.port != 0
+	}
+	vhosts, found := b.sidecarVirtualHosts(services, port, sniffed)
+	if !found && !sniffed {
 		return nil
 	}
 	return &route.RouteConfiguration{Name: name, VirtualHosts: append(vhosts, catchAllVirtualHost(b.scope.RegistryOnly)),
@@ -262,11 +274,32 @@ func (b *routeBuilder) sniffedRouteConfig(name string) *route.RouteConfiguration
 		return nil
 	}
 	port, ok := routePort(ps)
-	svc := b.scope.Service(host)
-	if !ok || svc == nil {
+	if !ok {
 		return nil
 	}
-	if sp := svc.PortByNumber(port); sp == nil || sp.Protocol != model.ProtocolUnset {
+	svc := b.scope.Service(host)
+	if b.scope.listeners != nil {
+		// As istiod, the egress listener on the port (else the catch-all) has the configuration: its own
+		// sniffed service's virtual host, none when the service is not its (a catch-all's listener on the
+		// port of a listener with a port asks for one).
+		el := b.scope.egressForRoute(port)
+		if el == nil {
+			return nil
+		}
+		rc := &route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)}
+		for i, s := range el.services {
+			sp, op := s.PortByNumber(port), el.originals[i].PortByNumber(port)
+			// The chain sniffs (the listener's protocol); the virtual host is there for a service whose own
+			// port is HTTP or sniffed.
+			if s.Hostname == host && sp != nil && sp.Protocol == model.ProtocolUnset && (isHTTPPort(op) || op.Protocol == model.ProtocolUnset) {
+				rc.VirtualHosts = []*route.VirtualHost{{Name: hostPort(host, port), Domains: []string{"*"},
+					Routes: b.serviceRoutes(el.originals[i], port), IncludeRequestAttemptCount: true}}
+			}
+		}
+		return rc
+	} else if svc == nil {
+		return nil
+	} else if sp := svc.PortByNumber(port); sp == nil || sp.Protocol != model.ProtocolUnset {
 		return nil
 	}
 	return &route.RouteConfiguration{
@@ -299,16 +332,17 @@ func (b *routeBuilder) scopeHasHTTPPort(port uint32) bool {
 	return false
 }
 
-// sidecarVirtualHosts returns a virtual host "HOSTNAME:PORT" per service in scope with HTTP port port, in
-// scope order, each name claimed by the first service to use it (Envoy rejects a table naming a domain
-// twice), and those of VirtualService hosts outside the registry (hostVirtualServices) placed among them by
-// name; those claim their names first, as istiod builds a VirtualService's before the services'. found is
-// false when no service in scope has that HTTP port.
-func (b *routeBuilder) sidecarVirtualHosts(port uint32) (vhosts []*route.VirtualHost, found bool) {
-	if _, found = slices.BinarySearch(b.scope.routePorts, port); !found {
+// sidecarVirtualHosts returns a virtual host "HOSTNAME:PORT" per service of services with HTTP port port
+// (or, with sniffed, a port of unknown protocol too), in order, each name claimed by the first service to
+// use it (Envoy rejects a table naming a domain twice), and those of VirtualService hosts outside the
+// registry (hostVirtualServices) placed among them by name; those claim their names first, as istiod builds
+// a VirtualService's before the services'. found is false, unless sniffed (an egress listener's port,
+// whose configuration always exists), when no service in scope has that HTTP port.
+func (b *routeBuilder) sidecarVirtualHosts(services []*model.Service, port uint32, sniffed bool) (vhosts []*route.VirtualHost, found bool) {
+	if _, found = slices.BinarySearch(b.scope.routePorts, port); !found && !sniffed {
 		return nil, false
 	}
-	domains := newDomainSet(16 * len(b.scope.Services))
+	domains := newDomainSet(16 * len(services))
 	var hostVhosts []*route.VirtualHost
 	for _, h := range b.hostVirtualServices(port) {
 		all := virtualServiceHostDomains(h.host, port)
@@ -316,9 +350,9 @@ func (b *routeBuilder) sidecarVirtualHosts(port uint32) (vhosts []*route.Virtual
 			hostVhosts = append(hostVhosts, &route.VirtualHost{Name: all[1], Domains: ds, Routes: h.routes, IncludeRequestAttemptCount: true})
 		}
 	}
-	for _, svc := range b.scope.Services {
+	for _, svc := range services {
 		sp := svc.PortByNumber(port)
-		if sp == nil || !isHTTPPort(sp) {
+		if sp == nil || !isHTTPPort(sp) && !(sniffed && sp.Protocol == model.ProtocolUnset) {
 			continue
 		}
 		ds := domains.add(serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix))

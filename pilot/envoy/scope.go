@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +31,36 @@ type Scope struct {
 	// routePorts are the HTTP port numbers of Services, sorted; routePortsByName the same sorted as
 	// route configuration names ("10000" before "9080"). Every sidecar push reads them.
 	routePorts, routePortsByName []uint32
+	// trims are the trimmed copies of services this scope made, handed on to the next scope.
+	trims map[trimKey]*model.Service
+	// listeners are the Sidecar's egress listeners in order, when one has a port, a bind or a capture
+	// mode; nil otherwise: then one catch-all over Services builds every outbound listener.
+	listeners []*egressListener
+}
+
+// egressListener is one egress listener of a Sidecar, as istiod's IstioEgressListenerWrapper: the services
+// its hosts select (for a listener with a port, only those with that port, trimmed to it).
+type egressListener struct {
+	port     uint32         // 0: the catch-all, on every port of its services
+	protocol model.Protocol // the egress port's: what its listener speaks, whatever the services say
+	// bind is the address its listeners take ("": each service's VIP, 0.0.0.0 for HTTP); bindToPort makes
+	// them real listeners (captureMode NONE), on 127.0.0.1 without a bind.
+	bind       string
+	bindToPort bool
+	// services are as the listener sees them: ports carry the egress port's protocol. originals are the
+	// same services (same order) with their own protocols, for the routes' virtual hosts.
+	services, originals []*model.Service
+}
+
+// egressForRoute returns the egress listener a route configuration for port serves, as istiod's
+// GetEgressListenerForRDS: the listener on that port, else the catch-all; nil for none (or no egress).
+func (s *Scope) egressForRoute(port uint32) *egressListener {
+	for _, el := range s.listeners {
+		if el.port == 0 || el.port == port {
+			return el
+		}
+	}
+	return nil
 }
 
 // Service returns the service the proxy sees for host, or nil.
@@ -45,11 +77,19 @@ type scopeID struct {
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
 	id, inputs := scopeID{proxy.Namespace, sidecar}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
-	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) { return buildScope(push, proxy.Namespace, sidecar), nil })
+	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) {
+		prev, _ := g.scopes.latest(id)
+		return buildScope(push, proxy.Namespace, sidecar, prev), nil
+	})
 	return s
 }
 
-func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Scope {
+// buildScope builds the scope of proxies in ns under sidecar. prev, an earlier scope of the same proxies,
+// lends the trimmed copies of services that did not change, so that what is cached against them stays.
+func buildScope(push *model.PushContext, ns string, sidecar *config.Config, prev *Scope) *Scope {
+	if sidecar != nil && needsEgressListeners(sidecar.Spec.(*networking.Sidecar)) {
+		return buildEgressScope(push, ns, sidecar, prev)
+	}
 	var egress []egressHost
 	if sidecar != nil {
 		egressListeners := sidecar.Spec.(*networking.Sidecar).Egress
@@ -90,6 +130,142 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config) *Sco
 		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
 	})
 	return s
+}
+
+// needsEgressListeners reports whether sc's egress listeners do more than one catch-all: one has a port,
+// a bind or captureMode NONE (IPTABLES is the default capture).
+func needsEgressListeners(sc *networking.Sidecar) bool {
+	for _, eg := range sc.Egress {
+		if eg.Port != nil || eg.Bind != "" || eg.CaptureMode == networking.CaptureMode_NONE {
+			return true
+		}
+	}
+	return false
+}
+
+// buildEgressScope is buildScope for a Sidecar whose egress listeners differ, as istiod's sidecar scope:
+// each listener selects services from its hosts (one with a port only those with that port, trimmed to
+// it), and the scope's services are their union, ports merged, so that clusters exist for the selected
+// ports only.
+func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config, prev *Scope) *Scope {
+	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}, RegistryOnly: registryOnly(push.Mesh, sidecar),
+		trims: map[trimKey]*model.Service{}}
+	var prevTrims map[trimKey]*model.Service
+	if prev != nil {
+		prevTrims = prev.trims
+	}
+	trim := func(svc *model.Service, ports []uint32, proto model.Protocol) *model.Service {
+		k := trimKey{svc, fmt.Sprint(ports), proto}
+		if t, ok := s.trims[k]; ok {
+			return t
+		}
+		t, ok := prevTrims[k]
+		if !ok {
+			c := *svc
+			c.Ports = nil
+			for _, p := range svc.Ports {
+				if slices.Contains(ports, p.Port) {
+					if proto != "" {
+						cp := *p
+						cp.Protocol = proto
+						p = &cp
+					}
+					c.Ports = append(c.Ports, p)
+				}
+			}
+			t = &c
+		}
+		s.trims[k] = t
+		return t
+	}
+	// The service each hostname resolves to for ns, by hostname.
+	var all []*model.Service
+	seen := map[string]bool{}
+	for _, svc := range push.AllServices() {
+		if seen[svc.Hostname] {
+			continue
+		}
+		seen[svc.Hostname] = true
+		if c := push.ServiceForHostname(ns, svc.Hostname); c != nil {
+			all = append(all, c)
+		}
+	}
+	wholly := map[string]bool{}       // a catch-all selects the service: every port
+	selected := map[string][]uint32{} // the ports listeners with a port selected
+	routePorts := map[uint32]bool{}
+	for _, eg := range sidecar.Spec.(*networking.Sidecar).Egress {
+		hosts := egressHosts(eg.Hosts, ns)
+		s.egress = append(s.egress, hosts...)
+		el := &egressListener{bind: eg.Bind, bindToPort: eg.CaptureMode == networking.CaptureMode_NONE}
+		if eg.Port != nil {
+			el.port, el.protocol = eg.Port.Number, model.ParseProtocol(eg.Port.Protocol)
+			if el.protocol.IsHTTP() {
+				routePorts[el.port] = true
+			}
+		}
+		for _, svc := range all {
+			if !egressAllows(hosts, svc) {
+				continue
+			}
+			if el.port == 0 {
+				wholly[svc.Hostname] = true
+				el.services = append(el.services, svc)
+				el.originals = append(el.originals, svc)
+				continue
+			}
+			if svc.PortByNumber(el.port) == nil {
+				continue
+			}
+			selected[svc.Hostname] = append(selected[svc.Hostname], el.port)
+			el.originals = append(el.originals, trim(svc, []uint32{el.port}, ""))
+			el.services = append(el.services, trim(svc, []uint32{el.port}, el.protocol))
+		}
+		if el.port == 0 {
+			for _, p := range httpPorts(el.services) {
+				routePorts[p] = true
+			}
+		}
+		s.listeners = append(s.listeners, el)
+	}
+	for _, svc := range all {
+		switch {
+		case wholly[svc.Hostname]:
+		case len(selected[svc.Hostname]) > 0:
+			ports := slices.Sorted(slices.Values(selected[svc.Hostname]))
+			svc = trim(svc, slices.Compact(ports), "")
+		default:
+			continue
+		}
+		s.byHost[svc.Hostname] = svc
+		s.Services = append(s.Services, svc)
+	}
+	s.routePorts = slices.Sorted(maps.Keys(routePorts))
+	s.routePortsByName = slices.Clone(s.routePorts)
+	slices.SortFunc(s.routePortsByName, func(a, b uint32) int {
+		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
+	})
+	return s
+}
+
+// trimKey names a copy of a service with some of its ports (and, for an egress listener's view of it,
+// the protocol of the egress port).
+type trimKey struct {
+	svc      *model.Service
+	ports    string
+	protocol model.Protocol
+}
+
+// egressHosts reads an egress listener's hosts, "." standing for ns.
+func egressHosts(hosts []string, ns string) []egressHost {
+	out := make([]egressHost, 0, len(hosts))
+	for _, h := range hosts {
+		hostNS, host, _ := strings.Cut(h, "/")
+		if hostNS == "." {
+			hostNS = ns
+		}
+		out = append(out, egressHost{namespace: hostNS, host: host})
+	}
+	return out
 }
 
 // registryOnly is the outbound traffic policy of a proxy under sidecar (nil: none): its Sidecar's, else the
