@@ -114,6 +114,9 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "TLSV1_0 and TLSV1_1 without cipherSuites are warned: Envoy's default ciphers do not support them"},
 	{networkingPkg + "ServerTLSSettings", "cipher_suites"}: {Status: Partly,
 		Note: "names Envoy does not know, and repeats, are warned and left out, as istiod leaves them out"},
+	{networkingPkg + "Port", "target_port"}: {Status: Rejected,
+		Note: "refused, as istiod refuses it: the gateway listens on the targetPort of the Service port the server names"},
+	{networkingPkg + "SidecarPort", "target_port"}: {Status: Rejected, Note: "refused, as istiod refuses it"},
 	{networkingPkg + "Server", "default_endpoint"}: {Status: Warned,
 		Note: "ignored, as istiod ignores it on a Gateway: the server forwards as its routes say"},
 

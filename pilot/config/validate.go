@@ -406,6 +406,10 @@ func validateGateway(s *networking.Gateway) error {
 	}
 	for i, srv := range s.Servers {
 		f := fmt.Sprintf("spec.servers[%d]", i)
+		if srv.Port != nil && srv.Port.TargetPort != 0 {
+			// Refused as istiod refuses it: the listener port comes from the Service port the server names.
+			return fieldErr(f+".port.targetPort", "has no effect on a Gateway: the gateway listens on the targetPort of the Service port numbered %d", srv.Port.Number)
+		}
 		if srv.Port == nil || !validPort(int64(srv.Port.Number)) {
 			return fieldErr(f+".port.number", "a port number (1-65535) is required")
 		}
@@ -442,6 +446,9 @@ func validateSidecar(s *networking.Sidecar) error {
 		f := fmt.Sprintf("spec.egress[%d]", i)
 		if eg == nil {
 			return fieldErr(f, "an egress listener may not be null")
+		}
+		if eg.Port != nil && eg.Port.TargetPort != 0 {
+			return fieldErr(f+".port.targetPort", "has no effect on a Sidecar egress listener (istiod refuses it too)")
 		}
 		if len(eg.Hosts) == 0 {
 			return fieldErr(f+".hosts", "at least one host is required")
@@ -502,6 +509,9 @@ var ingressProtocols = map[string]bool{"tcp": true, "grpc": true, "grpc-web": tr
 // validateSidecarIngress checks an ingress listener as istiod's validation does, and refuses what Sextant
 // does not serve as istiod would.
 func validateSidecarIngress(f string, in *networking.IstioIngressListener, seen map[uint32]bool) error {
+	if in.Port != nil && in.Port.TargetPort != 0 {
+		return fieldErr(f+".port.targetPort", "has no effect on a Sidecar ingress listener (istiod refuses it too): defaultEndpoint names where traffic goes")
+	}
 	if in.Port == nil || !validPort(int64(in.Port.Number)) {
 		return fieldErr(f+".port.number", "a port number (1-65535) is required")
 	}
