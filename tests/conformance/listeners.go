@@ -145,8 +145,12 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 					if p == outboundCapturePort {
 						continue
 					}
+					// A range is asked at both ends, so a chain's prefix length counts, not its address alone.
 					for _, r := range m.GetPrefixRanges() {
 						addTo(outbound, p, r.GetAddressPrefix())
+						if last, ok := lastAddress(r); ok {
+							addTo(outbound, p, last)
+						}
 					}
 					if m.GetDestinationPort() != nil || port != outboundCapturePort {
 						addTo(outbound, p, otherIP)
@@ -193,6 +197,25 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 	slices.Sort(p.Inbound)
 	slices.Sort(p.Gateway)
 	return p
+}
+
+// lastAddress is the highest address of a prefix range.
+func lastAddress(r *core.CidrRange) (string, bool) {
+	a, err := netip.ParseAddr(r.GetAddressPrefix())
+	if err != nil {
+		return "", false
+	}
+	b := a.AsSlice()
+	bits := int(r.GetPrefixLen().GetValue())
+	for i := range b {
+		for j := range 8 {
+			if i*8+j >= bits {
+				b[i] |= 0x80 >> j
+			}
+		}
+	}
+	last, _ := netip.AddrFromSlice(b)
+	return last.String(), true
 }
 
 func sortedKeys(m map[string]bool) []string {

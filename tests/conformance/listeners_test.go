@@ -106,6 +106,30 @@ func TestListenerInboundModeChangeIsNamed(t *testing.T) {
 	}
 }
 
+// A chain's prefix ranges are asked at both ends: two sides whose chains start at one address but differ
+// in prefix length send the range's last address differently, and that is a difference.
+func TestProbesAskPrefixRangesAtBothEnds(t *testing.T) {
+	side := func(bits uint32) []*listener.Listener {
+		return []*listener.Listener{{
+			Address:    &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{Address: "0.0.0.0", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 6379}}}},
+			BindToPort: wrapperspb.Bool(false),
+			FilterChains: []*listener.FilterChain{{Name: "subnets", FilterChainMatch: &listener.FilterChainMatch{
+				PrefixRanges: []*core.CidrRange{{AddressPrefix: "172.16.0.0", PrefixLen: wrapperspb.UInt32(bits)}}}}},
+			DefaultFilterChain: &listener.FilterChain{Name: "rest"},
+		}}
+	}
+	istiod, sextant := side(12), side(16)
+	probes := ProbesOf(istiod, sextant)
+	for _, want := range []string{"172.16.0.0", "172.16.255.255", "172.31.255.255"} {
+		if !slices.Contains(probes.Outbound[6379], want) {
+			t.Errorf("probes on 6379 %v, want %s among them", probes.Outbound[6379], want)
+		}
+	}
+	if a, b := selectChain(istiod[0], trafficClass{name: "tcp"}, "172.31.255.255", 6379), selectChain(sextant[0], trafficClass{name: "tcp"}, "172.31.255.255", 6379); a.GetName() == b.GetName() {
+		t.Errorf("the /12's last address reaches %s on both sides", a.GetName())
+	}
+}
+
 // Envoy does not fall back to the chains without a port when a port has chains of its own but none
 // matches: the connection gets the default chain, here none.
 func TestSelectChainFollowsEnvoysPortRule(t *testing.T) {
