@@ -858,26 +858,11 @@ func Warnings(c *Config) []*FieldError {
 				warn(f+".abort.http2Error", "not implemented (istiod neither): no abort is injected")
 			}
 		}
-		// A TCP or TLS match with sourceLabels or destinationSubnets is never taken: the listener has no such condition.
-		l4 := func(f string, labels map[string]string, subnets []string) {
-			if len(labels) > 0 {
-				warn(f+".sourceLabels", "not implemented for tcp and tls routes: this match never matches")
-			}
-			if len(subnets) > 0 {
-				warn(f+".destinationSubnets", "not implemented: this match never matches")
-			}
-		}
 		for i, r := range s.Tcp {
 			for j, m := range r.Match {
-				l4(fmt.Sprintf("spec.tcp[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
 				if m.SourceSubnet != "" {
 					warn(fmt.Sprintf("spec.tcp[%d].match[%d].sourceSubnet", i, j), "not implemented: the match does not test the source address")
 				}
-			}
-		}
-		for i, r := range s.Tls {
-			for j, m := range r.Match {
-				l4(fmt.Sprintf("spec.tls[%d].match[%d]", i, j), m.SourceLabels, m.DestinationSubnets)
 			}
 		}
 	case *networking.DestinationRule:

@@ -184,13 +184,13 @@ spec:
     route: [{destination: {host: reviews}}]
   - delegate: {name: inner, namespace: shop}
   tcp:
-  - match: [{port: 9000}, {sourceLabels: {app: a}}]
+  - match: [{port: 9000}, {sourceLabels: {app: a}, sourceSubnet: 10.1.0.0/16}]
     route: [{destination: {host: reviews}}]
   tls:
-  - match: [{sniHosts: [reviews], destinationSubnets: [10.0.0.0/8]}]
+  - match: [{sniHosts: [reviews], destinationSubnets: [10.0.0.0/8], sourceLabels: {app: a}}]
     route: [{destination: {host: reviews}}]
-`, []string{ // corsPolicy, retryRemoteLocalities and statPrefix are honoured
-			"spec.tcp[0].match[1].sourceLabels", "spec.tls[0].match[0].destinationSubnets"}},
+`, []string{ // corsPolicy, retryRemoteLocalities, statPrefix, sourceLabels and destinationSubnets are honoured
+			"spec.tcp[0].match[1].sourceSubnet"}},
 		{"ServiceEntry", `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: se, namespace: shop}

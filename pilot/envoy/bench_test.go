@@ -171,3 +171,42 @@ func BenchmarkEndpointPush(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLDSSourceLabels is LDS for another sidecar of a namespace (served from the cache) at 1000
+// services with three ports, when one VirtualService's tcp route matches on sourceLabels: a proxy whose
+// labels satisfy no such match shares the listeners of every other such proxy, and one whose labels do
+// shares those of the proxies satisfying the same matches.
+func BenchmarkLDSSourceLabels(b *testing.B) {
+	push := pushFromYAML(b, []byte(benchMeshYAML(1000, benchThreePorts)+`---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: svc-1-tcp, namespace: ns-1}
+spec:
+  hosts: [svc-1]
+  tcp:
+  - match: [{sourceLabels: {app: batch}, port: 9090}]
+    route: [{destination: {host: svc-2.ns-2.svc.cluster.local}}]
+`))
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"no-match", map[string]string{"app": "client"}},
+		{"match", map[string]string{"app": "batch"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			g := New(Options{}).ByTypeURL()[xds.ListenerType]
+			w := wildcard(xds.ListenerType)
+			if _, err := g.Generate(sidecarIn("ns-1", "10.200.0.1", c.labels), push, w, nil); err != nil {
+				b.Fatal(err)
+			}
+			other := sidecarIn("ns-1", "10.200.0.2", map[string]string{"app": c.labels["app"], "pod-template-hash": "x"})
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := g.Generate(other, push, w, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

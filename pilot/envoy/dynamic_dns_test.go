@@ -192,7 +192,7 @@ func TestDynamicDNSListeners(t *testing.T) {
 	if !slices.Equal(listenerFilterNames(tls), []string{ldsTLSInspectorFilter}) {
 		t.Errorf("443 listener filters %v", listenerFilterNames(tls))
 	}
-	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
+	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
 		t.Errorf("443 without the wildcard's SNI goes to %q", got)
 	}
 }

@@ -30,8 +30,11 @@ package envoy
 //     listener filters have no timeout (istiod's). Other ports: a service with VIPs matches on them (/32, /128, or its
 //     address block) and port; one without on the port only, the first service (by hostname) keeping a shared port. They forward with
 //     tcp_proxy to the service's outbound cluster, or to the destinations of the first matching `tcp`
-//     route of the VirtualService for the host (weighted_clusters for several). TLS/HTTPS ports, as
-//     istiod's, get a chain per `tls` route of the host's VirtualService (server_names = sniHosts), else
+//     route of the VirtualService for the host (weighted_clusters for several); a route whose matches
+//     all name destinationSubnets gets a chain of its own on them (prefix ranges), as istiod's, and the
+//     service's chains leave out the VIPs those hold. TLS/HTTPS ports, as istiod's, take no `tcp` route
+//     but get a chain per `tls` route match of the host's VirtualService (server_names = sniHosts as
+//     written, prefix ranges = its destinationSubnets, which stay for the later matches), else
 //     the service's own chain: on its VIPs, or without a VIP (or with an address block) for its hostname
 //     only (server_names = hostname), so ServiceEntries sharing port 443 are told apart by SNI and a
 //     connection naming none of them follows the outbound traffic policy (PassthroughFilterChain, as on
@@ -42,8 +45,10 @@ package envoy
 //     port's oldest HTTP service (whose listener istiod keeps; elsewhere the cluster resolves the host
 //     itself). Ports of unknown protocol are
 //     sniffed as istiod does: HTTP (http_inspector) goes through RDS under the port number like an HTTP
-//     port, anything else through tcp_proxy. VirtualService tcp/tls matches on sourceLabels or
-//     destinationSubnets never apply (the listeners are shared by all proxies of a namespace).
+//     port, anything else through tcp_proxy. VirtualService tcp/tls matches on port, gateways,
+//     sourceNamespace and sourceLabels are decided for the proxy, as istiod's matchTCP/matchTLS: the
+//     listeners are shared by the proxies of a scope whose labels satisfy the same sourceLabels matches
+//     (l4LabelKey; without such a match in the mesh, by all of them).
 //   - virtualInbound (0.0.0.0:15006, the original_dst listener filter but no use_original_dst: a hand-off
 //     would skip its mTLS and RBAC for a port an outbound listener also has) has chains per port of the proxy's own workload
 //     (the target ports of the services selecting it, or the ports of its Sidecar's ingress listeners
@@ -84,8 +89,11 @@ package envoy
 //     files. minProtocolVersion and cipherSuites are not applied.
 //   - TLS servers terminating TLS, and TCP servers, forward to the first `tcp` route (matching the port) of
 //     a VirtualService bound to the Gateway whose hosts the server allows.
-//   - PASSTHROUGH servers get a chain per `tls` route of the VirtualServices bound to the Gateway,
-//     server_names = the route's sniHosts the server's hosts allow, tcp_proxy to its destinations.
+//   - PASSTHROUGH servers get a chain per `tls` route match of the VirtualServices bound to the Gateway,
+//     server_names = the match's sniHosts, tcp_proxy to its destinations; a match naming a server name an
+//     earlier chain took is left out whole, as istiod's. On a gateway, as istiod's, a tcp or tls match is
+//     decided by its port and gateways only (sourceLabels, sourceNamespace, destinationSubnets do not
+//     restrict it).
 //     AUTO_PASSTHROUGH servers get a chain per mesh service port and subset their hosts cover, server_names =
 //     outbound_.PORT_.SUBSET_.HOST with Istio's mTLS ALPNs, tcp_proxy to the SNI-DNAT cluster of that name
 //     (CDS sends those clusters to a gateway with such a server), and no RBAC, as istiod's.

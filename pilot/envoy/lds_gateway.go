@@ -265,16 +265,16 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 			mode := s.GetTls().GetMode()
 			switch mode {
 			case networking.ServerTLSSettings_PASSTHROUGH:
-				var ok bool
-				allow := func(host string) bool { return serverHostsAllow(s.Hosts, gs.gw.Namespace, "", host) }
 				for _, vs := range push.VirtualServices(gs.gw.Namespace, gwName) {
 					if !vsBindsTo(vs, s.Hosts, gs.gw.Namespace) {
 						continue
 					}
-					for _, r := range sniRoutes(push, vs, gs.gw.Namespace, gwName, s.Port.Number, allow) {
-						if r.sni, ok = claim(r.sni); !ok {
+					for _, r := range gatewaySNIRoutes(push, vs, gs.gw.Namespace, gwName, s.Port.Number) {
+						// As istiod, a match naming an SNI an earlier chain on the address took is left out whole.
+						if slices.ContainsFunc(r.sni, func(n string) bool { return claimed[n] }) {
 							continue
 						}
+						claim(r.sni)
 						chains = append(chains, &listener.FilterChain{
 							Name:             name + "/" + strings.Join(r.sni, ","),
 							FilterChainMatch: &listener.FilterChainMatch{ServerNames: r.sni},
@@ -441,7 +441,7 @@ func gatewayTCPDestinations(push *model.PushContext, gs gatewayServer, gwName st
 		if !vsBindsTo(vs, gs.server.Hosts, gs.gw.Namespace) {
 			continue
 		}
-		if d := tcpRouteDests(push, vs, gs.gw.Namespace, gwName, port); len(d) > 0 {
+		if d := gatewayTCPRouteDests(push, vs, gs.gw.Namespace, gwName, port); len(d) > 0 {
 			return d
 		}
 	}

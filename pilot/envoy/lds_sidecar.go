@@ -31,8 +31,10 @@ import (
 )
 
 // outboundListenerKey: the outbound listeners (all but virtualOutbound and virtualInbound) depend on the
-// proxy's scope (its namespace, Sidecar and snapshot) and nothing else of the proxy. The whole set is
-// built, marshaled and cached per key in Generators.lists.
+// proxy's scope (its namespace, Sidecar and snapshot), and on its labels only through the VirtualService
+// tcp and tls matches on sourceLabels they satisfy (l4LabelKey, empty for nearly every proxy), which is
+// part of the list's id. The whole set is built, marshaled and cached per id and key in
+// Generators.listenerLists.
 type outboundListenerKey struct {
 	scope   *Scope
 	routing any // routingID: TCP and TLS routes come from VirtualServices
@@ -55,7 +57,8 @@ type inboundListenerKey struct {
 // virtualInbound and virtualOutbound.
 func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
 	scope := l.g.scopeFor(proxy, push)
-	outbound, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type}, push)
+	labels := l4LabelKey(push, proxy.Labels)
+	outbound, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type}, labels, proxy.Labels, push)
 	if err != nil {
 		return nil, err
 	}
@@ -72,20 +75,57 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	own := xds.Resources{capture, in}
 	sortByName(own)
 	// The outbound list is sorted already.
-	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: string(proxy.Type)}, outbound, own), nil
+	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: string(proxy.Type), labels: labels},
+		outbound, own), nil
 }
 
-// outboundListeners returns the outbound listeners of key's scope, sorted by name, each marshaled on its
-// own: a change to one destination changes that listener's bytes (and version) only.
-func (l listenerGenerator) outboundListeners(key outboundListenerKey, push *model.PushContext) (xds.Resources, error) {
+// l4LabelKey names which VirtualService tcp and tls matches on sourceLabels the proxy's labels satisfy:
+// the positions of those matches among all of them in the mesh (by VirtualService, oldest first, then
+// route and match), "" when none does. Proxies with the same key get the same outbound listeners; the
+// walk is over the few VirtualServices with such matches only.
+func l4LabelKey(push *model.PushContext, labels map[string]string) string {
+	var b []byte
+	i := 0
+	satisfied := func(sel map[string]string) {
+		if len(sel) == 0 {
+			return
+		}
+		i++
+		for k, v := range sel {
+			if lv, ok := labels[k]; !ok || lv != v {
+				return
+			}
+		}
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, ',')
+	}
+	for _, vs := range push.L4SourceLabelled() {
+		for _, r := range vs.Spec.Tcp {
+			for _, m := range r.Match {
+				satisfied(m.SourceLabels)
+			}
+		}
+		for _, r := range vs.Spec.Tls {
+			for _, m := range r.Match {
+				satisfied(m.SourceLabels)
+			}
+		}
+	}
+	return string(b)
+}
+
+// outboundListeners returns the outbound listeners of key's scope for proxies of labels (whose
+// l4LabelKey is labelKey), sorted by name, each marshaled on its own: a change to one destination changes
+// that listener's bytes (and version) only.
+func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string, push *model.PushContext) (xds.Resources, error) {
 	g := l.g
-	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ)}
+	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ), labels: labelKey}
 	built, err := g.listenerLists.getOrBuild(id, key, func() (*listenerList, error) {
 		prev, _ := g.listenerLists.latest(id)
 		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope); ok || err != nil {
 			return next, err
 		}
-		return g.buildOutboundListeners(push, key.scope)
+		return g.buildOutboundListeners(push, key.scope, labels, labelKey)
 	})
 	if err != nil {
 		return nil, err
@@ -155,12 +195,15 @@ type outboundListener struct {
 // Envoy looks for the exact IP:port first, then 0.0.0.0:port. The chains are planned as data first; a
 // listener whose plan is the one built before is not built again, so adding a service builds its own
 // listeners only.
-func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope) (*listenerList, error) {
+//
+// labels are the proxy's, for tcp and tls matches on sourceLabels; labelKey (l4LabelKey) names what of
+// them the listeners may depend on, so the list and its listeners are cached under it.
+func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope, labels map[string]string, labelKey string) (*listenerList, error) {
 	built := &listenerList{scope: scope, routing: routingID(push), mesh: push.Mesh, httpPorts: map[uint32]int{}, contested: map[string]bool{},
-		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}}
+		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey}
 	var byName map[string]*outboundListener
 	if scope.listeners == nil {
-		byName = planOutbound(push, scope, scope.Services, egressBinding{}, built)
+		byName = planOutbound(push, scope, scope.Services, egressBinding{}, labels, built)
 	} else {
 		// As istiod: each egress listener's services in turn; a listener address:port one has taken is
 		// not added to by a later one (the catch-all's services do not join a port a listener with a port
@@ -176,7 +219,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				// Every service shares the one address: istiod's first service (the oldest) keeps a match.
 				services = slices.SortedStableFunc(slices.Values(services), model.CompareServices)
 			}
-			for name, ol := range planOutbound(push, scope, services, b, built) {
+			for name, ol := range planOutbound(push, scope, services, b, labels, built) {
 				if _, taken := byName[name]; !taken {
 					byName[name] = ol
 				}
@@ -194,9 +237,10 @@ type egressBinding struct {
 	real bool
 }
 
-// planOutbound plans the outbound listeners of services, keyed by name, recording in built what
-// deriveOutboundListeners needs.
-func planOutbound(push *model.PushContext, scope *Scope, services []*model.Service, b egressBinding, built *listenerList) map[string]*outboundListener {
+// planOutbound plans the outbound listeners of services, keyed by name, for a proxy of labels, recording
+// in built what deriveOutboundListeners needs.
+func planOutbound(push *model.PushContext, scope *Scope, services []*model.Service, b egressBinding, labels map[string]string,
+	built *listenerList) map[string]*outboundListener {
 	byName := map[string]*outboundListener{}
 	// from is the service of each VIP listener's chains: a listener with chains of two services, or one whose
 	// match a service was refused, is contested.
@@ -308,6 +352,10 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 		if vs != nil && (len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0) {
 			built.l4Routed = true
 		}
+		var ownBlock []string // istiod's destination CIDRs of the service: its addresses when they are blocks
+		if block {
+			ownBlock = svc.Addresses
+		}
 		for _, p := range svc.Ports {
 			if p.Protocol.IsHTTP() {
 				continue
@@ -332,11 +380,40 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 			if name == ol.name && ol.httpPort {
 				name += "_tcp" // the HTTP chain has the listener's name
 			}
-			dests := tcpRouteDests(push, vs, scope.Namespace, model.MeshGateway, p.Port)
-			if len(dests) == 0 {
-				dests = []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
+			// A chain on destinationSubnets has the same match on whichever listener it is: on a VIP listener
+			// its claim is that listener's alone.
+			at := ""
+			if ol.ip != "0.0.0.0" {
+				at = ol.name + "|"
 			}
-			portOnly := true // a chain taking every connection to the listener on this port
+			own := []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
+			isTLS := p.Protocol == model.ProtocolTLS || p.Protocol == model.ProtocolHTTPS
+			// As istiod, a TLS port takes tls routes only, any other port tcp routes only.
+			var tcp sidecarTCP
+			var tlsRoutes []l4Route
+			if isTLS {
+				tlsRoutes = sidecarTLSRoutes(push, vs, scope.Namespace, labels, p.Port)
+			} else {
+				tcp = sidecarTCPRoutes(push, vs, scope.Namespace, labels, p.Port, ownBlock)
+			}
+			// istiod leaves a VIP service's own chains without prefix ranges, so a chain on destinationSubnets
+			// holding one of its VIPs takes every connection to that VIP (Envoy prefers a matching prefix). Here
+			// its chains match its VIPs: those a subnet chain holds are left out of them.
+			chainVIPs := vips
+			if len(vips) > 0 && !block {
+				var subnets []*core.CidrRange
+				for _, r := range append(slices.Clone(tcp.subnetRoutes), tlsRoutes...) {
+					subnets = append(subnets, r.subnets...)
+				}
+				if len(subnets) > 0 {
+					chainVIPs = slices.DeleteFunc(slices.Clone(vips), func(v *core.CidrRange) bool { return rangesContain(subnets, v.AddressPrefix) })
+				}
+			}
+			dests := own
+			if len(tcp.def) > 0 {
+				dests = tcp.def
+			}
+			portOnly := !tcp.noDefault // a chain taking every connection to the listener on this port
 			switch p.Protocol {
 			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
 				if claim(vips, p.Port, "http") {
@@ -345,7 +422,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 					if b.ip == "0.0.0.0" {
 						route = ""
 					}
-					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true, route: route})
+					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: chainVIPs, alpn: sniffedHTTP, http: true, route: route})
 				} else {
 					built.contested[ol.name] = true
 				}
@@ -353,21 +430,25 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 				// As istiod: the VirtualService's tls routes by SNI, else the service's own chain; without a VIP
 				// (or with an address block) only the SNI tells the hosts sharing the port apart, so only
 				// connections naming the host reach it and the rest fall through to the traffic policy.
-				routes := sniRoutes(push, vs, scope.Namespace, model.MeshGateway, p.Port, nil)
+				routes := tlsRoutes
 				switch {
 				case len(routes) > 0:
 					portOnly = false
 				case sniOnly:
-					routes = []sniRoute{{sni: []string{svc.Hostname}, dests: dests}}
+					routes = []l4Route{{sni: []string{svc.Hostname}, dests: own}}
 					if svc.Resolution == model.DynamicDNS {
 						routes[0].dnsCache = svc.Hostname // the SNI names the host the forward proxy resolves
 					}
 					portOnly = false
 				}
 				for _, r := range routes {
+					ranges, claimRanges, where := chainVIPs, vips, ""
+					if r.subnets != nil {
+						ranges, claimRanges, where = r.subnets, r.subnets, at
+					}
 					var sni []string
 					for _, n := range r.sni {
-						if claim(vips, p.Port, n) {
+						if claim(claimRanges, p.Port, where+n) {
 							sni = append(sni, n)
 						}
 					}
@@ -377,15 +458,25 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 					if len(sni) == 0 {
 						continue
 					}
-					addChain(ol, svc, chainPlan{name: name + "/" + strings.Join(sni, ","), port: p.Port, vips: vips, sni: sni, dests: r.dests,
-						dnsCache: r.dnsCache})
+					chainName := name + "/" + strings.Join(sni, ",")
+					if r.subnets != nil {
+						chainName += "@" + rangesText(r.subnets)
+					}
+					addChain(ol, svc, chainPlan{name: chainName, port: p.Port, vips: ranges, sni: sni, dests: r.dests, dnsCache: r.dnsCache})
 				}
+			}
+			for _, r := range tcp.subnetRoutes {
+				if !claim(r.subnets, p.Port, at) {
+					built.contested[ol.name] = true
+					continue
+				}
+				addChain(ol, svc, chainPlan{name: name + "@" + rangesText(r.subnets), port: p.Port, vips: r.subnets, dests: r.dests})
 			}
 			if !portOnly {
 				continue
 			}
 			if claim(vips, p.Port, "") {
-				addChain(ol, svc, chainPlan{name: name, port: p.Port, vips: vips, dests: dests})
+				addChain(ol, svc, chainPlan{name: name, port: p.Port, vips: chainVIPs, dests: dests})
 			} else {
 				built.contested[ol.name] = true
 			}
@@ -397,10 +488,12 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 // finishOutboundListeners completes the planned listeners and marshals them, sorted by name.
 func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, built *listenerList, byName map[string]*outboundListener) (*listenerList, error) {
 	// A listener whose chains all match on more than the port (SNI, application protocol, address block)
-	// sends what none takes where the capture listener would: Envoy closes a connection no chain matches.
-	// On an HTTP port the chain taking the port is the listener's default chain, as istiod's: Envoy picks
-	// a chain level by level without going back, so a connection the HTTP chain's transport protocol
-	// (raw_buffer) matches but its application protocol does not would find no chain at all.
+	// sends what none takes where the capture listener would, in its default chain as istiod's: Envoy
+	// picks a chain level by level without going back, so a connection a chain on destinationSubnets takes
+	// by address but not by server name would find no chain at all, and be closed.
+	// On an HTTP port the chain taking the port is the listener's default chain, as istiod's, for the same
+	// reason: a connection the HTTP chain's transport protocol (raw_buffer) matches but its application
+	// protocol does not.
 	catchAll := catchAllCluster(scope.RegistryOnly)
 	for _, ol := range byName {
 		if len(ol.chains) == 0 {
@@ -408,8 +501,8 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 		}
 		i := slices.IndexFunc(ol.chains, func(c chainPlan) bool { return c.takesPort(ol.ip) })
 		if i < 0 {
-			ol.chains = append(ol.chains, chainPlan{name: passthroughChain, port: ol.port, dests: []tcpDest{{catchAll, 100}}})
-			i = len(ol.chains) - 1
+			ol.chains = append(ol.chains, chainPlan{name: passthroughChain, port: ol.port, dests: []tcpDest{{catchAll, 100}}, isDefault: true})
+			continue
 		}
 		ol.chains[i].isDefault = ol.httpPort
 	}
@@ -438,7 +531,7 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 				additional = append(additional, ip)
 			}
 		}
-		r, err := g.outboundListenerResource(scope, ol, additional, push.Mesh.PathNormalization.Normalization)
+		r, err := g.outboundListenerResource(scope, built.labelKey, ol, additional, push.Mesh.PathNormalization.Normalization)
 		if err != nil {
 			return nil, err
 		}
@@ -449,8 +542,8 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 }
 
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
-func (g *Generators) outboundListenerResource(scope *Scope, ol *outboundListener, additional []string, paths string) (*xds.Resource, error) {
-	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar}
+func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol *outboundListener, additional []string, paths string) (*xds.Resource, error) {
+	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, labels: labelKey}
 	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*xds.Resource, error) {
 		return marshal(ol.name, ol.build(additional, paths))
 	})
@@ -470,6 +563,7 @@ type listenerList struct {
 	contested       map[string]bool // VIP listeners with chains of several services, or a match a service was refused
 	extras          map[string]bool // IP_PORT of every additional address a listener asked for
 	l4Routed        bool            // a VirtualService sends TCP or TLS somewhere: its chains depend on other services
+	labelKey        string          // l4LabelKey of the proxies it was built for
 	derived         bool            // from the previous list, not from a walk over every service
 }
 
@@ -517,7 +611,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 		return nil, false, nil // a walk over all is as cheap
 	}
 	next = &listenerList{scope: scope, routing: prev.routing, mesh: prev.mesh, httpPorts: prev.httpPorts, contested: prev.contested,
-		extras: prev.extras, dynamicDNSPorts: prev.dynamicDNSPorts, derived: true}
+		extras: prev.extras, dynamicDNSPorts: prev.dynamicDNSPorts, labelKey: prev.labelKey, derived: true}
 	if len(removed) == 0 && len(added) == 0 {
 		next.list = prev.list
 		return next, true, nil
@@ -566,7 +660,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 			freshNames[name] = true
 			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port, chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
 				vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
-			r, err := g.outboundListenerResource(scope, ol, nil, push.Mesh.PathNormalization.Normalization)
+			r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization)
 			if err != nil {
 				return nil, false, err
 			}
@@ -619,9 +713,25 @@ type chainPlan struct {
 }
 
 // takesPort reports whether the chain takes every connection reaching listener address ip on its port: it
-// matches on no server name or application protocol, and on no address block narrower than the listener's.
+// matches on no server name or application protocol, and on no address block narrower than the listener's
+// (on a VIP listener, its ranges hold the VIP).
 func (c chainPlan) takesPort(ip string) bool {
-	return len(c.sni) == 0 && len(c.alpn) == 0 && (ip != "0.0.0.0" || len(c.vips) == 0)
+	return len(c.sni) == 0 && len(c.alpn) == 0 &&
+		(len(c.vips) == 0 || ip != "0.0.0.0" && (c.vips[0].AddressPrefix == ip || rangesContain(c.vips, ip)))
+}
+
+// rangesText spells prefix ranges for names and keys: "10.0.0.0/8,192.168.1.1/32".
+func rangesText(ranges []*core.CidrRange) string {
+	var b strings.Builder
+	for i, r := range ranges {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(r.AddressPrefix)
+		b.WriteByte('/')
+		b.WriteString(strconv.FormatUint(uint64(r.PrefixLen.GetValue()), 10))
+	}
+	return b.String()
 }
 
 func (c chainPlan) build(paths string) *listener.FilterChain {
@@ -749,21 +859,36 @@ func vipCIDR(a string) *core.CidrRange {
 	return &core.CidrRange{AddressPrefix: ip.String(), PrefixLen: wrapperspb.UInt32(uint32(ip.BitLen()))}
 }
 
-// l4Matches reports whether a VirtualService tcp/tls match (its port and destinationSubnets checked by the
-// caller) applies on gateway for a client in proxyNS (for gateways: the Gateway's namespace). Matches on
-// sourceLabels are not evaluated: they never apply.
-func l4Matches(gateways []string, sourceNS string, sourceLabels map[string]string, gateway, proxyNS, vsNS string) bool {
-	if len(sourceLabels) > 0 {
+// sidecarL4Match is istiod's matchTCP / matchTLS for a sidecar: the parts of a tcp or tls match decided
+// by the proxy itself (port, gateways, sourceNamespace, sourceLabels), evaluated when its listeners are
+// built. destinationSubnets are left to the caller: they become prefix ranges.
+func sidecarL4Match(gateways []string, sourceNS string, sourceLabels map[string]string, matchPort, port uint32, proxyNS string,
+	labels map[string]string) bool {
+	if matchPort != 0 && matchPort != port {
 		return false
 	}
 	if sourceNS != "" && sourceNS != proxyNS {
+		return false
+	}
+	for k, v := range sourceLabels {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return len(gateways) == 0 || slices.Contains(gateways, model.MeshGateway)
+}
+
+// gatewayL4Match is istiod's l4SingleMatch: on a gateway a tcp or tls match is decided by its port and
+// gateways alone; sourceLabels, sourceNamespace and destinationSubnets do not restrict it.
+func gatewayL4Match(gateways []string, matchPort, port uint32, gateway, vsNS string) bool {
+	if matchPort != 0 && matchPort != port {
 		return false
 	}
 	if len(gateways) == 0 {
 		return true
 	}
 	for _, g := range gateways {
-		if g == gateway || (g != model.MeshGateway && ldsGatewayName(g, vsNS) == gateway) {
+		if g != model.MeshGateway && ldsGatewayName(g, vsNS) == gateway {
 			return true
 		}
 	}
@@ -782,15 +907,153 @@ func ldsGatewayName(g, ns string) string {
 	return ns + "/" + g
 }
 
-// tcpRouteDests returns the destinations of the first tcp route of vs matching port, nil for none.
-func tcpRouteDests(push *model.PushContext, vs *model.VirtualService, proxyNS, gateway string, port uint32) []tcpDest {
+// l4Route is a chain a VirtualService tcp or tls route asks for on a sidecar's service port.
+type l4Route struct {
+	dnsCache string // chainPlan.dnsCache
+	// subnets are the destinationSubnets it matches as prefix ranges, in place of the service's addresses
+	// (nil: the service's).
+	subnets []*core.CidrRange
+	sni     []string
+	dests   []tcpDest
+}
+
+// sidecarTCP is what a VirtualService's tcp routes make of a sidecar's TCP port.
+type sidecarTCP struct {
+	subnetRoutes []l4Route // the routes whose matches all name destinationSubnets, one chain each
+	def          []tcpDest // the first route taking every address; nil: the service's cluster
+	noDefault    bool      // a subnet route matches the service's own address block: no default chain
+}
+
+// sidecarTCPRoutes is istiod's buildSidecarOutboundTCPFilterChainOpts for the tcp routes of vs on port,
+// for a proxy in proxyNS with labels: in route order, a route whose applying matches all name
+// destinationSubnets gets a chain on them (all its matches' subnets), and the first route with an applying
+// match without (or with no match at all) takes the rest and ends the walk. ownBlock are the service's
+// address blocks (istiod's destination CIDRs: a subnet route naming exactly them replaces the default).
+func sidecarTCPRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS string, labels map[string]string, port uint32,
+	ownBlock []string) sidecarTCP {
+	var out sidecarTCP
+	if vs == nil {
+		return out
+	}
+	for _, r := range vs.Spec.Tcp {
+		if len(r.Route) == 0 {
+			continue
+		}
+		dests := l4Destinations(push, vs, proxyNS, r.Route, port)
+		if len(dests) == 0 {
+			continue
+		}
+		if len(r.Match) == 0 {
+			out.def = dests
+			return out
+		}
+		var subnets []string
+		for _, m := range r.Match {
+			if !sidecarL4Match(m.Gateways, m.SourceNamespace, m.SourceLabels, m.Port, port, proxyNS, labels) {
+				continue
+			}
+			if len(m.DestinationSubnets) == 0 {
+				out.def = dests
+				return out
+			}
+			subnets = append(subnets, m.DestinationSubnets...)
+		}
+		if len(subnets) == 0 {
+			continue
+		}
+		out.subnetRoutes = append(out.subnetRoutes, l4Route{subnets: subnetRanges(subnets), dests: dests})
+		if len(ownBlock) > 0 && slices.Equal(slices.Sorted(slices.Values(subnets)), slices.Sorted(slices.Values(ownBlock))) {
+			out.noDefault = true
+		}
+	}
+	return out
+}
+
+// sidecarTLSRoutes is istiod's buildSidecarOutboundTLSFilterChainOpts for the tls routes of vs on port: a
+// chain per applying match, on its sniHosts as written and its destinationSubnets. As istiod's, a match's
+// subnets stay in force for the matches after it that name none; an SNI already matched on the same
+// addresses by an earlier chain is left out (Envoy refuses two chains of one match).
+func sidecarTLSRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS string, labels map[string]string,
+	port uint32) []l4Route {
+	if vs == nil {
+		return nil
+	}
+	var out []l4Route
+	var cidrs []string
+	claimed := map[string]bool{}
+	for _, r := range vs.Spec.Tls {
+		if len(r.Route) == 0 {
+			continue
+		}
+		dests := l4Destinations(push, vs, proxyNS, r.Route, port)
+		if len(dests) == 0 {
+			continue
+		}
+		for _, m := range r.Match {
+			if !sidecarL4Match(m.Gateways, m.SourceNamespace, m.SourceLabels, m.Port, port, proxyNS, labels) {
+				continue
+			}
+			if len(m.DestinationSubnets) > 0 {
+				cidrs = m.DestinationSubnets
+			}
+			var ranges []*core.CidrRange
+			if len(cidrs) > 0 {
+				ranges = subnetRanges(cidrs)
+			}
+			at := strings.Join(cidrs, ",") + "|"
+			var sni []string
+			for _, h := range m.SniHosts {
+				if claimed[at+h] {
+					continue
+				}
+				claimed[at+h] = true
+				sni = append(sni, h)
+			}
+			if len(sni) > 0 {
+				out = append(out, l4Route{subnets: ranges, sni: sni, dests: dests})
+			}
+		}
+	}
+	return out
+}
+
+// subnetRanges are destinationSubnets as prefix ranges, as istiod's: an address is its /32 (/128), and a
+// range on the unspecified address (0.0.0.0/N) is left out, matching every address.
+func subnetRanges(subnets []string) []*core.CidrRange {
+	sorted := slices.Sorted(slices.Values(subnets))
+	out := make([]*core.CidrRange, 0, len(sorted))
+	for _, s := range sorted {
+		if c := vipCIDR(s); c != nil && c.AddressPrefix != "0.0.0.0" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// rangesContain reports whether one of ranges holds address ip.
+func rangesContain(ranges []*core.CidrRange, ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	for _, r := range ranges {
+		if p, err := netip.ParsePrefix(r.AddressPrefix + "/" + strconv.FormatUint(uint64(r.PrefixLen.GetValue()), 10)); err == nil && p.Masked().Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// gatewayTCPRouteDests returns the destinations of the first tcp route of vs applying on a gateway's
+// server port, nil for none.
+func gatewayTCPRouteDests(push *model.PushContext, vs *model.VirtualService, proxyNS, gateway string, port uint32) []tcpDest {
 	if vs == nil {
 		return nil
 	}
 	for _, r := range vs.Spec.Tcp {
 		matched := len(r.Match) == 0
 		for _, m := range r.Match {
-			if len(m.DestinationSubnets) == 0 && l4Matches(m.Gateways, m.SourceNamespace, m.SourceLabels, gateway, proxyNS, vs.Namespace) && (m.Port == 0 || m.Port == port) {
+			if gatewayL4Match(m.Gateways, m.Port, port, gateway, vs.Namespace) {
 				matched = true
 				break
 			}
@@ -810,35 +1073,21 @@ type sniRoute struct {
 	dnsCache string // chainPlan.dnsCache
 }
 
-// sniRoutes returns a chain per tls route match of vs on port: its sniHosts (those allow accepts, when
-// set) and the route's destinations. An SNI already claimed by an earlier route is left out.
-func sniRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS, gateway string, port uint32, allow func(string) bool) []sniRoute {
+// gatewaySNIRoutes returns a chain per tls route match of vs applying on a gateway's server port: its
+// sniHosts as written, as istiod's (not narrowed to the server's hosts), and the route's destinations.
+func gatewaySNIRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS, gateway string, port uint32) []sniRoute {
 	if vs == nil {
 		return nil
 	}
 	var out []sniRoute
-	claimed := map[string]bool{}
 	for _, r := range vs.Spec.Tls {
 		dests := l4Destinations(push, vs, proxyNS, r.Route, port)
-		if len(dests) == 0 {
+		if len(r.Route) == 0 || len(dests) == 0 {
 			continue
 		}
 		for _, m := range r.Match {
-			if len(m.DestinationSubnets) > 0 || !l4Matches(m.Gateways, m.SourceNamespace, m.SourceLabels, gateway, proxyNS, vs.Namespace) ||
-				(m.Port != 0 && m.Port != port) {
-				continue
-			}
-			var sni []string
-			for _, h := range m.SniHosts {
-				h = model.ResolveHost(h, vs.Namespace, push.Mesh.DomainSuffix)
-				if claimed[h] || (allow != nil && !allow(h)) {
-					continue
-				}
-				claimed[h] = true
-				sni = append(sni, h)
-			}
-			if len(sni) > 0 {
-				out = append(out, sniRoute{sni: sni, dests: dests})
+			if gatewayL4Match(m.Gateways, m.Port, port, gateway, vs.Namespace) && len(m.SniHosts) > 0 {
+				out = append(out, sniRoute{sni: slices.Compact(slices.Sorted(slices.Values(m.SniHosts))), dests: dests})
 			}
 		}
 	}

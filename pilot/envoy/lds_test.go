@@ -305,6 +305,15 @@ func ldsChain(t *testing.T, l *listener.Listener, name string) *listener.FilterC
 	return nil
 }
 
+// ldsDefaultChain is l's default chain, which must be named name.
+func ldsDefaultChain(t *testing.T, l *listener.Listener, name string) *listener.FilterChain {
+	t.Helper()
+	if fc := l.DefaultFilterChain; fc == nil || fc.Name != name {
+		t.Fatalf("listener %s: default chain %v, want %q", l.Name, fc.GetName(), name)
+	}
+	return l.DefaultFilterChain
+}
+
 func ldsTCPProxyOf(t *testing.T, fc *listener.FilterChain) *tcpproxy.TcpProxy {
 	t.Helper()
 	f := fc.Filters[len(fc.Filters)-1]
@@ -476,7 +485,7 @@ func TestListenerSidecarOutbound(t *testing.T) {
 			t.Errorf("443 chain %s takes connections without a host's SNI", fc.Name)
 		}
 	}
-	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
+	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
 		t.Errorf("443 fallthrough %q", got)
 	}
 	if got := listenerFilterNames(tls); !slices.Equal(got, []string{ldsTLSInspectorFilter}) {
@@ -497,7 +506,7 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	if r := block.FilterChainMatch.PrefixRanges; len(r) != 1 || r[0].AddressPrefix != "192.168.10.0" || r[0].PrefixLen.GetValue() != 24 {
 		t.Errorf("address block match %v", r)
 	}
-	if got := ldsTCPProxyOf(t, ldsChain(t, ldsFind(t, ls, "0.0.0.0_5432"), "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
+	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, ldsFind(t, ls, "0.0.0.0_5432"), "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
 		t.Errorf("5432 outside the block goes to %q", got)
 	}
 }
@@ -509,7 +518,7 @@ func TestListenerTLSWithoutVIPRegistryOnly(t *testing.T) {
 	m.OutboundTrafficPolicy.Mode = mesh.RegistryOnly
 	ls := ldsGenerate(t, New(Options{}), ldsFrontend, ldsPush(t, m), wildcard(xds.ListenerType))
 	tls := ldsFind(t, ls, "0.0.0.0_443")
-	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != BlackHoleCluster {
+	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != BlackHoleCluster {
 		t.Errorf("443 fallthrough %q, want %s", got, BlackHoleCluster)
 	}
 	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "0.0.0.0_443/refunds.example.com")).GetCluster(); got != "outbound|443||refunds.example.com" {

@@ -324,6 +324,38 @@ func (ps *PushContext) VirtualServiceForHost(proxyNS, gateway, host string) *Vir
 	return idx.(*vsHostIndex).forHost(host)
 }
 
+// L4SourceLabelled returns the VirtualServices bound to mesh (visible anywhere or not) with a tcp or tls
+// match on sourceLabels, oldest first. Shared: not to be modified.
+func (ps *PushContext) L4SourceLabelled() []*VirtualService {
+	idx := ps.virtualServices
+	idx.l4Once.Do(func() {
+		for _, vs := range idx.byGateway[MeshGateway] {
+			if hasL4SourceLabels(vs.Spec) {
+				idx.l4Labelled = append(idx.l4Labelled, vs)
+			}
+		}
+	})
+	return idx.l4Labelled
+}
+
+func hasL4SourceLabels(s *networking.VirtualService) bool {
+	for _, r := range s.Tcp {
+		for _, m := range r.Match {
+			if len(m.SourceLabels) > 0 {
+				return true
+			}
+		}
+	}
+	for _, r := range s.Tls {
+		for _, m := range r.Match {
+			if len(m.SourceLabels) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Gateways returns the Gateways whose selector matches a gateway proxy's labels, oldest first.
 func (ps *PushContext) Gateways(labels map[string]string) []*config.Config {
 	var out []*config.Config

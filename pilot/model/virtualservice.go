@@ -46,6 +46,10 @@ type virtualServiceIndex struct {
 	// byHost caches, per [proxy namespace, gateway], the visible VirtualServices by host: a sidecar's route
 	// tables look one up per service, and scanning every VirtualService each time was a tenth of a build.
 	byHost sync.Map // [2]string → *vsHostIndex
+	// l4Labelled are the mesh VirtualServices with a tcp or tls match on sourceLabels, found on first use:
+	// only with one of them do a sidecar's listeners depend on its labels.
+	l4Once     sync.Once
+	l4Labelled []*VirtualService
 }
 
 // vsHostIndex answers VirtualServiceForHost for one proxy namespace and gateway.
