@@ -226,7 +226,7 @@ func TestValidateGoDurations(t *testing.T) {
 func TestValidateWarnings(t *testing.T) {
 	files := debugtest.Scenario()
 	files["60-stat-prefix.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: stats, namespace: shop}\nspec:\n  hosts: [cart]\n" +
-		"  tcp:\n  - match: [{sourceLabels: {app: a}}]\n    route: [{destination: {host: cart}}]\n"
+		"  tcp:\n  - match: [{sourceSubnet: 10.1.0.0/16}]\n    route: [{destination: {host: cart}}]\n"
 	env := debugtest.Start(t, files)
 	var serverErrs []struct {
 		Warning bool
@@ -234,7 +234,7 @@ func TestValidateWarnings(t *testing.T) {
 		Error   string
 	}
 	env.GetJSON(t, "/debug/config_errors", &serverErrs)
-	if len(serverErrs) != 2 || serverErrs[0].Warning || !serverErrs[1].Warning || serverErrs[1].Field != "spec.tcp[0].match[0].sourceLabels" {
+	if len(serverErrs) != 2 || serverErrs[0].Warning || !serverErrs[1].Warning || serverErrs[1].Field != "spec.tcp[0].match[0].sourceSubnet" {
 		t.Fatalf("config_errors = %+v", serverErrs)
 	}
 	var ps debug.PushStatus

@@ -851,7 +851,7 @@ func TestWarnings(t *testing.T) {
 	st := store.New()
 	src := file.New(file.Options{Dir: dir, Store: st, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
 	statPrefix := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n  hosts: [r]\n" +
-		"  tcp:\n  - match: [{sourceLabels: {app: a}}]\n    route: [{destination: {host: r}}]\n"
+		"  tcp:\n  - match: [{sourceSubnet: 10.1.0.0/16}]\n    route: [{destination: {host: r}}]\n"
 	p := write(t, dir, "vs.yaml", statPrefix)
 	for range 2 {
 		if err := src.Load(); err != nil {
@@ -862,7 +862,7 @@ func TestWarnings(t *testing.T) {
 		t.Fatalf("VirtualService not served: %v", src.Errors())
 	}
 	ws := src.Warnings()
-	if len(ws) != 1 || !ws[0].Warning || ws[0].File != p || ws[0].Index != 0 || ws[0].Field != "spec.tcp[0].match[0].sourceLabels" ||
+	if len(ws) != 1 || !ws[0].Warning || ws[0].File != p || ws[0].Index != 0 || ws[0].Field != "spec.tcp[0].match[0].sourceSubnet" ||
 		ws[0].Kind != "VirtualService" || ws[0].Name != "r" {
 		t.Fatalf("warnings = %+v", ws)
 	}

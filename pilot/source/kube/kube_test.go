@@ -1040,7 +1040,7 @@ func TestWarningsPerGeneration(t *testing.T) {
 		o := newVirtualService("reviews", rv, "reviews")
 		o.Generation = gen
 		if statPrefix {
-			o.Spec.Tcp = []*networking.TCPRoute{{Match: []*networking.L4MatchAttributes{{SourceLabels: map[string]string{"app": "a"}}},
+			o.Spec.Tcp = []*networking.TCPRoute{{Match: []*networking.L4MatchAttributes{{SourceSubnet: "10.1.0.0/16"}},
 				Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "reviews"}}}}}
 		}
 		return o
@@ -1048,7 +1048,7 @@ func TestWarningsPerGeneration(t *testing.T) {
 	h := newHarness(t, harnessOpts{istio: []runtime.Object{vs("1", 1, true)}})
 	h.eventually("warning", func() bool { return len(h.src.Warnings()) == 1 })
 	w := h.src.Warnings()[0]
-	if !w.Warning || w.File != "kube" || w.Kind != "VirtualService" || w.Namespace != ns || w.Name != "reviews" || w.Field != "spec.tcp[0].match[0].sourceLabels" {
+	if !w.Warning || w.File != "kube" || w.Kind != "VirtualService" || w.Namespace != ns || w.Name != "reviews" || w.Field != "spec.tcp[0].match[0].sourceSubnet" {
 		t.Errorf("warning = %+v", w)
 	}
 	if h.get(config.VirtualService, ns, "reviews") == nil {
@@ -1070,7 +1070,7 @@ func TestWarningsPerGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("generation 2 logged", func() bool { return count() == 2 })
-	if !strings.Contains(h.logs.String(), "field=spec.tcp[0].match[0].sourceLabels") {
+	if !strings.Contains(h.logs.String(), "field=spec.tcp[0].match[0].sourceSubnet") {
 		t.Errorf("log does not name the field:\n%s", h.logs)
 	}
 
