@@ -467,13 +467,13 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		if inlineEndpoints(k.svc) {
 			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 			c.EdsClusterConfig = nil
-			c.LoadAssignment = inlineLoadAssignment(push, name, k.endpoints, k.port.Port)
+			c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, clusterMTLS(push, k.dr, k.subset, k.port.Port))
 		}
 	case model.DNSLB:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STRICT_DNS}
 		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
 		c.RespectDnsTtl = true
-		c.LoadAssignment = inlineLoadAssignment(push, name, k.endpoints, k.port.Port)
+		c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, clusterMTLS(push, k.dr, k.subset, k.port.Port))
 	case model.DNSRoundRobinLB:
 		// One address of the name at a time, as istiod's DNS_ROUND_ROBIN.
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_LOGICAL_DNS}
@@ -485,7 +485,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 				eps = []*model.Endpoint{ep}
 			}
 		}
-		c.LoadAssignment = loadAssignment(name, eps, nil, flavorEnvoy, serverMTLS{push})
+		c.LoadAssignment = loadAssignment(name, eps, nil, flavorEnvoy, clusterMTLS(push, k.dr, k.subset, k.port.Port))
 	case model.Passthrough:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
@@ -1081,60 +1081,67 @@ func rawBufferSocket() *core.TransportSocket {
 	return &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
 }
 
-// effectivePolicy merges a DestinationRule's traffic policy as Istio does: port-level settings over the
-// top level, then the subset's policy (with its own port-level settings) over that.
+// effectivePolicy is a DestinationRule's traffic policy for a subset and a service port, as istiod's
+// MergeSubsetTrafficPolicy: the rule's policy resolved for the port (forPort), then the subset's, resolved
+// the same way, over it: field by field, or for the four port-level settings whole when the subset has a
+// portLevelSettings entry for the port.
 func effectivePolicy(dr *model.DestinationRule, subset string, port uint32) *networking.TrafficPolicy {
 	if dr == nil {
 		return nil
 	}
-	policy := forPort(dr.Spec.TrafficPolicy, port)
-	if subset != "" {
-		for _, ss := range dr.Spec.Subsets {
-			if ss.Name == subset && ss.TrafficPolicy != nil {
-				policy = mergePolicy(policy, forPort(ss.TrafficPolicy, port))
-			}
+	policy, _ := forPort(dr.Spec.TrafficPolicy, port)
+	if subset == "" {
+		return policy
+	}
+	for _, ss := range dr.Spec.Subsets {
+		if ss.Name != subset || ss.TrafficPolicy == nil {
+			continue
 		}
+		sp, portLevel := forPort(ss.TrafficPolicy, port)
+		if policy == nil {
+			return sp
+		}
+		return overlayPolicy(policy, sp, portLevel)
 	}
 	return policy
 }
 
-// forPort applies a policy's port-level settings for port.
-func forPort(p *networking.TrafficPolicy, port uint32) *networking.TrafficPolicy {
+// forPort is the policy p gives port, and whether a portLevelSettings entry matched (istiod's
+// GetPortLevelTrafficPolicy). The first entry for the port replaces p whole: connectionPool, loadBalancer,
+// outlierDetection and tls are the entry's, default where it sets none (never p's top level), and p's
+// proxyProtocol no longer applies. Every per-port reading of a DestinationRule's cluster settings goes here.
+func forPort(p *networking.TrafficPolicy, port uint32) (*networking.TrafficPolicy, bool) {
 	if p == nil {
-		return nil
+		return nil, false
 	}
 	for _, pl := range p.PortLevelSettings {
-		if pl.GetPort().GetNumber() == port {
-			return mergePolicy(p, &networking.TrafficPolicy{LoadBalancer: pl.LoadBalancer, ConnectionPool: pl.ConnectionPool,
-				OutlierDetection: pl.OutlierDetection, Tls: pl.Tls})
+		if pl.GetPort() != nil && pl.GetPort().GetNumber() == port {
+			return &networking.TrafficPolicy{LoadBalancer: pl.LoadBalancer, ConnectionPool: pl.ConnectionPool,
+				OutlierDetection: pl.OutlierDetection, Tls: pl.Tls}, true
 		}
 	}
-	return p
+	return p, false
 }
 
-func mergePolicy(base, over *networking.TrafficPolicy) *networking.TrafficPolicy {
-	if base == nil {
-		return over
-	}
+// overlayPolicy is base with the settings over sets (istiod's MergeTrafficPolicy); with replace (over came
+// from a port-level entry) connectionPool, loadBalancer, outlierDetection and tls are over's even when unset.
+func overlayPolicy(base, over *networking.TrafficPolicy, replace bool) *networking.TrafficPolicy {
 	out := &networking.TrafficPolicy{LoadBalancer: base.LoadBalancer, ConnectionPool: base.ConnectionPool,
-		OutlierDetection: base.OutlierDetection, Tls: base.Tls, ProxyProtocol: base.ProxyProtocol, PortLevelSettings: base.PortLevelSettings}
-	if over.LoadBalancer != nil {
+		OutlierDetection: base.OutlierDetection, Tls: base.Tls, ProxyProtocol: base.ProxyProtocol}
+	if over.LoadBalancer != nil || replace {
 		out.LoadBalancer = over.LoadBalancer
 	}
-	if over.ConnectionPool != nil {
+	if over.ConnectionPool != nil || replace {
 		out.ConnectionPool = over.ConnectionPool
 	}
-	if over.OutlierDetection != nil {
+	if over.OutlierDetection != nil || replace {
 		out.OutlierDetection = over.OutlierDetection
 	}
-	if over.Tls != nil {
+	if over.Tls != nil || replace {
 		out.Tls = over.Tls
 	}
 	if over.ProxyProtocol != nil {
 		out.ProxyProtocol = over.ProxyProtocol
-	}
-	if len(over.PortLevelSettings) > 0 {
-		out.PortLevelSettings = over.PortLevelSettings
 	}
 	return out
 }
@@ -1154,12 +1161,12 @@ func clusterMetadata(svc *model.Service, subset string) *core.Metadata {
 }
 
 // inlineLoadAssignment carries endpoints inside the cluster, for DNS and static clusters.
-func inlineLoadAssignment(push *model.PushContext, name string, se *model.ServiceEndpoints, port uint32) *endpoint.ClusterLoadAssignment {
+func inlineLoadAssignment(name string, se *model.ServiceEndpoints, port uint32, mtls serverMTLS) *endpoint.ClusterLoadAssignment {
 	var eps []*model.Endpoint
 	if se != nil {
 		eps = se.ByPort[port]
 	}
-	return loadAssignment(name, eps, nil, flavorEnvoy, serverMTLS{push})
+	return loadAssignment(name, eps, nil, flavorEnvoy, mtls)
 }
 
 // buildInboundCluster forwards to the workload at the connection's original destination (its pod IP and
@@ -1211,12 +1218,8 @@ func inboundRulePool(dr *model.DestinationRule, port uint32) *networking.Connect
 	if dr == nil {
 		return nil
 	}
-	for _, pl := range dr.Spec.GetTrafficPolicy().GetPortLevelSettings() {
-		if pl.GetPort().GetNumber() == port {
-			return pl.ConnectionPool
-		}
-	}
-	return dr.Spec.GetTrafficPolicy().GetConnectionPool()
+	policy, _ := forPort(dr.Spec.GetTrafficPolicy(), port)
+	return policy.GetConnectionPool()
 }
 
 // inboundPool is pool without its h2UpgradePolicy, which istiod applies to outbound clusters only.

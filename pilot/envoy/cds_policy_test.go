@@ -2,12 +2,14 @@ package envoy
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"testing"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
@@ -304,5 +306,150 @@ spec:
 	common := http1.GetCommonHttpProtocolOptions()
 	if common.GetIdleTimeout().AsDuration() != 10*time.Minute || common.GetMaxConnectionDuration().AsDuration() != time.Hour || common.GetMaxRequestsPerConnection().GetValue() != 5 {
 		t.Errorf("common HTTP options = %v", common)
+	}
+}
+
+// A portLevelSettings entry for the port replaces the top-level connectionPool, loadBalancer,
+// outlierDetection and tls whole, and drops the proxyProtocol, as istiod's GetPortLevelTrafficPolicy: what
+// the entry leaves unset is the default, not the top level's. A subset's policy then overrides field by
+// field, unless the subset has its own entry for the port, which replaces those four settings again.
+func TestPortLevelSettingsReplaceTopLevel(t *testing.T) {
+	cs := policyClusters(t, `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy:
+    loadBalancer: {simple: RANDOM}
+    outlierDetection: {consecutive5xxErrors: 5, interval: 10s}
+    tls: {mode: DISABLE}
+    proxyProtocol: {version: V2}
+    portLevelSettings:
+    - port: {number: 9080}
+      connectionPool: {tcp: {maxConnections: 20}}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      outlierDetection: {consecutive5xxErrors: 7, interval: 10s}
+  - name: v2
+    labels: {version: v2}
+    trafficPolicy:
+      loadBalancer: {simple: ROUND_ROBIN}
+      portLevelSettings:
+      - port: {number: 9080}
+        outlierDetection: {consecutive5xxErrors: 3, interval: 10s}
+`, map[string]string{"app": "sleep"})
+	cases := []struct {
+		cluster        string
+		maxConnections uint32
+		consecutive5xx uint32 // 0: no outlier detection
+		lb             cluster.Cluster_LbPolicy
+	}{
+		{reviewsCluster, 20, 0, cluster.Cluster_LEAST_REQUEST},
+		{"outbound|9080|v1|reviews.default.svc.cluster.local", 20, 7, cluster.Cluster_LEAST_REQUEST},
+		{"outbound|9080|v2|reviews.default.svc.cluster.local", math.MaxUint32, 3, cluster.Cluster_LEAST_REQUEST},
+	}
+	for _, tc := range cases {
+		c := clusterByName(t, cs, tc.cluster)
+		if got := c.GetCircuitBreakers().GetThresholds()[0].GetMaxConnections().GetValue(); got != tc.maxConnections {
+			t.Errorf("%s: max_connections %d, want %d", tc.cluster, got, tc.maxConnections)
+		}
+		if got := c.GetOutlierDetection().GetConsecutive_5Xx().GetValue(); got != tc.consecutive5xx || (tc.consecutive5xx == 0) != (c.OutlierDetection == nil) {
+			t.Errorf("%s: outlier detection %v, want consecutive 5xx %d", tc.cluster, c.OutlierDetection, tc.consecutive5xx)
+		}
+		if c.LbPolicy != tc.lb {
+			t.Errorf("%s: lb %v, want %v", tc.cluster, c.LbPolicy, tc.lb)
+		}
+		// The top-level tls DISABLE no longer applies: auto mTLS does; nor does the top-level PROXY protocol.
+		if len(c.TransportSocketMatches) == 0 {
+			t.Errorf("%s: no auto mTLS: top-level tls DISABLE applied", tc.cluster)
+		}
+		if c.TransportSocket != nil {
+			t.Errorf("%s: transport socket %s: top-level proxyProtocol applied", tc.cluster, c.TransportSocket.Name)
+		}
+	}
+}
+
+// Where a port-level entry drops the rule's tls, the cluster does auto mTLS, yet istiod's endpoints still
+// take the rule's mode for the port (a port-level tls, else the top level's; the subset's, else the
+// rule's): a mode other than ISTIO_MUTUAL takes tlsMode istio off them, so the proxy connects in plaintext.
+func TestEndpointTLSModeUnderPortLevelSettings(t *testing.T) {
+	push := pushFromYAML(t, []byte(`
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: default}
+spec:
+  clusterIP: 10.0.0.11
+  selector: {app: reviews}
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-v1, namespace: default, labels: {app: reviews, version: v1, security.istio.io/tlsMode: istio}}
+spec: {serviceAccountName: reviews, containers: [{name: app, image: reviews}]}
+status: {podIP: 10.1.0.2, phase: Running, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: reviews-1, namespace: default, labels: {kubernetes.io/service-name: reviews}}
+addressType: IPv4
+ports: [{name: http, port: 9080}]
+endpoints:
+- addresses: [10.1.0.2]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: reviews-v1, namespace: default}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy:
+    tls: {mode: SIMPLE}
+    portLevelSettings:
+    - port: {number: 9080}
+      connectionPool: {tcp: {maxConnections: 20}}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      tls: {mode: ISTIO_MUTUAL}
+      portLevelSettings:
+      - port: {number: 9080}
+        connectionPool: {tcp: {maxConnections: 30}}
+`))
+	want := map[string]string{reviewsCluster: "disabled", "outbound|9080|v1|reviews.default.svc.cluster.local": "istio"}
+	proxy := sidecarIn("default", "10.1.0.1", map[string]string{"app": "sleep"})
+	g := New(Options{})
+	res, err := g.ByTypeURL()[xds.EndpointType].Generate(proxy, push, named(xds.EndpointType, slices.Sorted(maps.Keys(want))...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clas []*endpoint.ClusterLoadAssignment
+	for _, r := range res {
+		cla := newCLA()
+		if err := r.Any.UnmarshalTo(cla); err != nil {
+			t.Fatal(err)
+		}
+		if err := cla.ValidateAll(); err != nil {
+			t.Errorf("%s: %v", cla.ClusterName, err)
+		}
+		clas = append(clas, cla)
+	}
+	cs := generate(t, g, xds.ClusterType, proxy, push, wildcard(xds.ClusterType), newCluster)
+	if len(clas) != len(want) {
+		t.Fatalf("got %d assignments, want %d", len(clas), len(want))
+	}
+	for _, cla := range clas {
+		if c := clusterByName(t, cs, cla.ClusterName); c.TransportSocket != nil || len(c.TransportSocketMatches) == 0 {
+			t.Errorf("%s: not auto mTLS: %v", cla.ClusterName, c.TransportSocket)
+		}
+		lb := cla.GetEndpoints()[0].GetLbEndpoints()[0]
+		got := lb.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
+		if got != want[cla.ClusterName] {
+			t.Errorf("%s: endpoint tlsMode %q, want %q", cla.ClusterName, got, want[cla.ClusterName])
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
@@ -58,9 +59,10 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		if svc == nil || svc.PortByNumber(cn.Port) == nil {
 			continue
 		}
-		// The rule matters for a subset's labels and, where some rule has them, for locality settings.
+		// The rule matters for a subset's labels, for the endpoints' tlsMode (clusterMTLS) and, where some
+		// rule has them, for locality settings.
 		var dr *model.DestinationRule
-		if cn.Subset != "" || push.DestinationRulesLocalityAware() {
+		if cn.Subset != "" || fl == flavorEnvoy || push.DestinationRulesLocalityAware() {
 			dr = push.DestinationRuleFor(proxy.Namespace, proxy.Labels, svc)
 		}
 		var subsetLabels map[string]string
@@ -96,7 +98,7 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 			if se != nil {
 				eps = se.ByPort[cn.Port]
 			}
-			cla := loadAssignment(name, eps, subsetLabels, fl, serverMTLS{push})
+			cla := loadAssignment(name, eps, subsetLabels, fl, clusterMTLS(push, dr, cn.Subset, cn.Port))
 			lp.apply(cla)
 			return cla
 		})
@@ -339,19 +341,70 @@ func healthStatus(h model.Health) core.HealthStatus {
 
 // serverMTLS decides an endpoint's tlsMode as istiod's mtlsChecker does: an endpoint with a sidecar keeps
 // tlsMode istio, which auto mTLS's transport socket match selects, unless its server's PeerAuthentication
-// disables mTLS on the endpoint's port (workload, port-level, namespace or mesh policy). istiod also lets a
-// DestinationRule's explicit mode decide it; that changes nothing a proxy does, since a cluster with an
-// explicit mode has one transport socket for every endpoint, so the rule is not looked up for it.
-type serverMTLS struct{ push *model.PushContext }
+// disables mTLS on the endpoint's port (workload, port-level, namespace or mesh policy), or the
+// DestinationRule's mode for the port (rule, see ruleTLSMode) decides it.
+type serverMTLS struct {
+	push *model.PushContext
+	rule *networking.ClientTLSSettings_TLSmode
+}
 
 func (m serverMTLS) tlsMode(ep *model.Endpoint) string {
 	if ep.TLSMode != model.DefaultTLSModeMesh || m.push == nil {
+		return ep.TLSMode
+	}
+	if m.rule != nil {
+		if *m.rule != networking.ClientTLSSettings_ISTIO_MUTUAL {
+			return "disabled"
+		}
 		return ep.TLSMode
 	}
 	if m.push.ServerMTLSMode(ep.Namespace, ep.Labels, ep.Port) == model.MTLSDisable {
 		return "disabled"
 	}
 	return ep.TLSMode
+}
+
+// clusterMTLS is the serverMTLS of the endpoints of dr's cluster for subset and port. istiod's mtlsChecker
+// reads the rule's TLS mode with its own precedence (ruleTLSMode); it changes what a proxy does only where
+// the cluster does auto mTLS although the rule sets a mode, i.e. where a port-level entry without tls
+// replaced the rule's (forPort), so it is looked up for those clusters alone.
+func clusterMTLS(push *model.PushContext, dr *model.DestinationRule, subset string, port uint32) serverMTLS {
+	m := serverMTLS{push: push}
+	if dr != nil && effectivePolicy(dr, subset, port).GetTls() == nil {
+		m.rule = ruleTLSMode(dr, subset, port)
+	}
+	return m
+}
+
+// ruleTLSMode is istiod's tlsModeForDestinationRule: a policy's port-level tls for port, else its own; the
+// subset's policy's, else the rule's. Unlike the clusters' forPort, a port-level entry without tls leaves
+// the top level's mode.
+func ruleTLSMode(dr *model.DestinationRule, subset string, port uint32) *networking.ClientTLSSettings_TLSmode {
+	modeOf := func(tp *networking.TrafficPolicy) *networking.ClientTLSSettings_TLSmode {
+		var mode *networking.ClientTLSSettings_TLSmode
+		if tp.GetTls() != nil {
+			mode = &tp.Tls.Mode
+		}
+		for _, pl := range tp.GetPortLevelSettings() {
+			if pl.GetPort().GetNumber() == port && pl.Tls != nil {
+				mode = &pl.Tls.Mode
+				break
+			}
+		}
+		return mode
+	}
+	if subset == "" {
+		return modeOf(dr.Spec.GetTrafficPolicy())
+	}
+	for _, ss := range dr.Spec.GetSubsets() {
+		if ss.GetName() == subset {
+			if mode := modeOf(ss.GetTrafficPolicy()); mode != nil {
+				return mode
+			}
+			return modeOf(dr.Spec.GetTrafficPolicy())
+		}
+	}
+	return nil
 }
 
 // endpointMetadata carries what auto mTLS and telemetry read: the tlsMode transport socket match and
