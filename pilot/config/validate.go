@@ -161,6 +161,11 @@ func validateServiceEntry(s *networking.ServiceEntry) error {
 			return err
 		}
 	}
+	if s.Resolution == networking.ServiceEntry_NONE && len(s.Endpoints) > 0 {
+		// As Istio's validation: connections go to the address dialled, so there is nothing to list; a
+		// workloadSelector names the workloads whose addresses sidecars listen on.
+		return fieldErr("spec.endpoints", "cannot be set with resolution NONE (the default): connections go to the address dialled")
+	}
 	if s.Resolution == networking.ServiceEntry_DNS_ROUND_ROBIN && len(s.Endpoints) > 1 {
 		// As Istio's validation: the proxy uses one address at a time (an Envoy LOGICAL_DNS cluster).
 		return fieldErr("spec.endpoints", "resolution DNS_ROUND_ROBIN takes at most one endpoint, not %d", len(s.Endpoints))

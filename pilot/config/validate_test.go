@@ -89,6 +89,23 @@ func TestSidecarEgressErrors(t *testing.T) {
 	}
 }
 
+// A ServiceEntry of resolution NONE (the default) with endpoints is refused, as istiod's validation refuses
+// it; a workload selector is its way to name workloads.
+func TestServiceEntryNoneEndpointsRefused(t *testing.T) {
+	const head = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n  hosts: [db.example.com]\n" +
+		"  ports: [{number: 5432, name: tcp, protocol: TCP}]\n"
+	for _, resolution := range []string{"", "  resolution: NONE\n"} {
+		_, err := parseOne(t, head+resolution+"  endpoints: [{address: 10.1.0.1}]\n")
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != "spec.endpoints" || !strings.Contains(ce.Message, "resolution NONE") {
+			t.Errorf("%q: error %v, want field spec.endpoints naming resolution NONE", resolution, err)
+		}
+	}
+	if _, err := parseOne(t, head+"  resolution: NONE\n  workloadSelector: {labels: {app: db}}\n"); err != nil {
+		t.Errorf("resolution NONE with a workload selector refused: %v", err)
+	}
+}
+
 func warningFields(ws []*config.FieldError) []string {
 	var out []string
 	for _, w := range ws {
