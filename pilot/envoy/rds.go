@@ -544,7 +544,8 @@ func hostPort(host string, port uint32) string {
 // serviceDomains returns the names a sidecar in proxyNS may use for svc on port, istiod's list
 // (generateVirtualHostDomains): the hostname, the hostname as an absolute name with its trailing dot, for a
 // hostname NAME.NAMESPACE.svc.SUFFIX the shorter forms a pod's DNS search path resolves (NAME only from
-// that namespace, NAME.NAMESPACE, NAME.NAMESPACE.svc), and each VIP; each with and without ":PORT".
+// that namespace, NAME.NAMESPACE, NAME.NAMESPACE.svc), for a headless Service each of those with a "*."
+// prefix, and each VIP; each with and without ":PORT".
 func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string) []string {
 	names := []string{svc.Hostname}
 	if net.ParseIP(svc.Hostname) == nil {
@@ -557,6 +558,13 @@ func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string) []s
 				names = append(names, name)
 			}
 			names = append(names, base, base+".svc")
+		}
+	}
+	// A headless Service's pods have names of their own under its hostname (POD.NAME.NAMESPACE.svc.SUFFIX,
+	// from a StatefulSet): istiod's virtual host takes every name below each of its names too.
+	if svc.Resolution == model.Passthrough && svc.Source.Kind == config.Service {
+		for _, n := range names {
+			names = append(names, "*."+n)
 		}
 	}
 	for _, addr := range svc.Addresses {
