@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"math"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,13 +46,16 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	// DestinationRules with a workloadSelector apply only to the proxies they select: proxies that share a
 	// selection (usually none) share the cluster list.
 	variant := strconv.Itoa(int(flavor))
-	who := proxyView{router: proxy.Type == xds.Router}
+	who := proxyView{router: proxy.Type == xds.Router, dnsFamily: dnsLookupFamily(proxy.IPAddresses)}
 	if who.router {
 		variant += "gw"
 		if hasAutoPassthrough(push.Gateways(proxy.Labels)) {
 			who.sniDNAT = true
 			variant += "sni"
 		}
+	}
+	if who.dnsFamily != cluster.Cluster_V4_ONLY {
+		variant += "\x00" + who.dnsFamily.String() // DNS clusters resolve the proxy's own family
 	}
 	if sel := push.DestinationRuleSelection(scope.Namespace, proxy.Labels); sel != "" {
 		// Without a selection labels stay nil: the proxy is built as any proxy of the namespace.
@@ -142,6 +146,8 @@ type proxyView struct {
 	// sniDNAT: a gateway with an AUTO_PASSTHROUGH server, which gets an SNI-DNAT cluster per cluster of a
 	// mesh service (istiod's buildOutboundSniDnatClusters).
 	sniDNAT bool
+	// dnsFamily: the address family DNS and dynamic forward proxy clusters resolve (dnsLookupFamily).
+	dnsFamily cluster.Cluster_DnsLookupFamily
 }
 
 // outboundListKey is what the outbound clusters of a scope are built from.
@@ -204,6 +210,14 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 				// and gateways' clusters do not replace each other.
 				key.sniffedAtGateway, slot = true, "gateway\x00"+slot
 			}
+			family := "" // IPv4 and IPv6 proxies do not replace each other's DNS clusters
+			if svc.Resolution.ByDNS() || svc.Resolution == model.DynamicDNS {
+				key.dnsFamily = who.dnsFamily
+				if who.dnsFamily != cluster.Cluster_V4_ONLY {
+					family = who.dnsFamily.String() + "\x00"
+				}
+			}
+			slot = family + slot
 			r, err := c.g.clusters.get(slot, key, func() proto.Message { return buildOutboundCluster(push, key) })
 			if err != nil {
 				return nil, err
@@ -219,7 +233,7 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 				continue
 			}
 			key.sniDNAT = true
-			r, err = c.g.clusters.get(slotName(flavor, sni), key, func() proto.Message { return buildOutboundCluster(push, key) })
+			r, err = c.g.clusters.get(family+slotName(flavor, sni), key, func() proto.Message { return buildOutboundCluster(push, key) })
 			if err != nil {
 				return nil, err
 			}
@@ -433,6 +447,8 @@ type outboundClusterKey struct {
 	// sniDNAT: the cluster named outbound_.PORT_.SUBSET_.HOST an AUTO_PASSTHROUGH gateway forwards to. It
 	// originates no TLS and sends no PROXY header: the client's own mTLS connection passes through.
 	sniDNAT bool
+	// dnsFamily: for DNS and DYNAMIC_DNS services, the family the proxy resolves names in.
+	dnsFamily cluster.Cluster_DnsLookupFamily
 }
 
 type inboundClusterKey struct {
@@ -471,13 +487,13 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		}
 	case model.DNSLB:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STRICT_DNS}
-		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+		c.DnsLookupFamily = k.dnsFamily
 		c.RespectDnsTtl = true
 		c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, clusterMTLS(push, k.dr, k.subset, k.port.Port))
 	case model.DNSRoundRobinLB:
 		// One address of the name at a time, as istiod's DNS_ROUND_ROBIN.
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_LOGICAL_DNS}
-		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+		c.DnsLookupFamily = k.dnsFamily
 		c.RespectDnsTtl = true
 		var eps []*model.Endpoint
 		if k.endpoints != nil {
@@ -511,13 +527,13 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	if k.sniDNAT {
 		// As istiod's sni-dnat cluster mode: no TLS origination, no PROXY protocol.
 		if k.svc.Resolution == model.DynamicDNS {
-			setDynamicForwardProxy(c, k.svc.Hostname, nil)
+			setDynamicForwardProxy(c, k.svc.Hostname, k.dnsFamily, nil)
 		}
 		return c
 	}
 	applyTLS(c, policy.GetTls(), k, h2)
 	if k.svc.Resolution == model.DynamicDNS {
-		setDynamicForwardProxy(c, k.svc.Hostname, policy.GetTls())
+		setDynamicForwardProxy(c, k.svc.Hostname, k.dnsFamily, policy.GetTls())
 	}
 	applyProxyProtocol(c, policy.GetProxyProtocol())
 	return c
@@ -528,10 +544,25 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 // cluster then picks it from.
 func dnsCacheName(hostname string) string { return hostname + "_dfp_dns_cache" }
 
-// dfpDNSCache is the DNS cache configuration of a DYNAMIC_DNS host, the same in its cluster and its filters.
-// IPv4 only, as Sextant's DNS clusters.
-func dfpDNSCache(hostname string) *dfpcommon.DnsCacheConfig {
-	return &dfpcommon.DnsCacheConfig{Name: dnsCacheName(hostname), DnsLookupFamily: cluster.Cluster_V4_ONLY}
+// dfpDNSCache is the DNS cache configuration of a DYNAMIC_DNS host, the same in its cluster and its filters:
+// Envoy requires one cache name to have one configuration, so both resolve the proxy's family.
+func dfpDNSCache(hostname string, family cluster.Cluster_DnsLookupFamily) *dfpcommon.DnsCacheConfig {
+	return &dfpcommon.DnsCacheConfig{Name: dnsCacheName(hostname), DnsLookupFamily: family}
+}
+
+// dnsLookupFamily is the address family a proxy with addresses ips resolves DNS names in, istiod's
+// SelectDNSLookupFamily under its defaults (no ISTIO_DUAL_STACK, no extra IPv4 listener for IPv6 pods):
+// IPv6 only for a proxy whose addresses are all IPv6, else IPv4 only (also dual-stack and address-less).
+func dnsLookupFamily(ips []string) cluster.Cluster_DnsLookupFamily {
+	if len(ips) == 0 {
+		return cluster.Cluster_V4_ONLY
+	}
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
+			return cluster.Cluster_V4_ONLY
+		}
+	}
+	return cluster.Cluster_V6_ONLY
 }
 
 // setDynamicForwardProxy makes c the dynamic forward proxy cluster of hostname: each request's host (the
@@ -540,7 +571,7 @@ func dfpDNSCache(hostname string) *dfpcommon.DnsCacheConfig {
 // (auto_sni, auto_san_validation) or the cluster says it allows less; as istiod, TLS settles it: no fixed SNI
 // and the certificate checked against the host, unless the rule fixes an SNI or turns checking off. A
 // plaintext cluster with HTTP options of its own allows less outright (no TLS, nothing to check).
-func setDynamicForwardProxy(c *cluster.Cluster, hostname string, tls *networking.ClientTLSSettings) {
+func setDynamicForwardProxy(c *cluster.Cluster, hostname string, family cluster.Cluster_DnsLookupFamily, tls *networking.ClientTLSSettings) {
 	insecure := false
 	switch {
 	case c.TransportSocket != nil:
@@ -564,7 +595,7 @@ func setDynamicForwardProxy(c *cluster.Cluster, hostname string, tls *networking
 	c.ClusterDiscoveryType = &cluster.Cluster_ClusterType{ClusterType: &cluster.Cluster_CustomClusterType{
 		Name: "envoy.clusters.dynamic_forward_proxy",
 		TypedConfig: ldsAny(&dfpcluster.ClusterConfig{
-			ClusterImplementationSpecifier: &dfpcluster.ClusterConfig_DnsCacheConfig{DnsCacheConfig: dfpDNSCache(hostname)},
+			ClusterImplementationSpecifier: &dfpcluster.ClusterConfig_DnsCacheConfig{DnsCacheConfig: dfpDNSCache(hostname, family)},
 			AllowInsecureClusterOptions:    insecure,
 		}),
 	}}

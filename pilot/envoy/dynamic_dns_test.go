@@ -56,7 +56,12 @@ func dfpClusterConfig(t *testing.T, c *cluster.Cluster) *dfpcluster.ClusterConfi
 
 func wantDNSCache(t *testing.T, where string, got *dfpcommon.DnsCacheConfig) {
 	t.Helper()
-	want := &dfpcommon.DnsCacheConfig{Name: "*.api.example.com_dfp_dns_cache", DnsLookupFamily: cluster.Cluster_V4_ONLY}
+	wantDNSCacheFamily(t, where, got, cluster.Cluster_V4_ONLY)
+}
+
+func wantDNSCacheFamily(t *testing.T, where string, got *dfpcommon.DnsCacheConfig, family cluster.Cluster_DnsLookupFamily) {
+	t.Helper()
+	want := &dfpcommon.DnsCacheConfig{Name: "*.api.example.com_dfp_dns_cache", DnsLookupFamily: family}
 	if !proto.Equal(got, want) {
 		t.Errorf("%s: DNS cache %v, want %v", where, got, want)
 	}
@@ -194,5 +199,76 @@ func TestDynamicDNSListeners(t *testing.T) {
 	}
 	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
 		t.Errorf("443 without the wildcard's SNI goes to %q", got)
+	}
+}
+
+// As istiod (SelectDNSLookupFamily under its defaults), a proxy whose addresses are all IPv6 resolves names
+// in IPv6: the forward proxy's DNS cache (its cluster and the listener filters that fill it, which Envoy
+// requires to agree) and DNS clusters; a dual-stack or IPv4 proxy keeps IPv4. Proxies of both families in
+// one namespace share the generator's caches without getting each other's.
+func TestDynamicDNSLookupFamily(t *testing.T) {
+	push := pushFromYAML(t, []byte(dynamicDNSMesh+`---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: dns, namespace: default}
+spec:
+  hosts: [db.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: dns-rr, namespace: default}
+spec:
+  hosts: [cache.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS_ROUND_ROBIN
+  ports: [{number: 6379, name: tcp, protocol: TCP}]
+`))
+	dual := sidecarIn("default", "10.1.9.8", nil)
+	dual.IPAddresses = append(dual.IPAddresses, "fd00::8")
+	g := New(Options{})
+	for _, tc := range []struct {
+		name  string
+		proxy *xds.Proxy
+		want  cluster.Cluster_DnsLookupFamily
+	}{
+		{"ipv4", sidecarIn("default", "10.1.9.9", nil), cluster.Cluster_V4_ONLY},
+		{"ipv6", sidecarIn("default", "fd00::9", nil), cluster.Cluster_V6_ONLY},
+		{"dual stack", dual, cluster.Cluster_V4_ONLY},
+		{"ipv4 again", sidecarIn("default", "10.1.9.7", nil), cluster.Cluster_V4_ONLY},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := generate(t, g, xds.ClusterType, tc.proxy, push, wildcard(xds.ClusterType), newCluster)
+			for _, c := range cs {
+				if err := validateDeep(c); err != nil {
+					t.Errorf("%s: %v", c.Name, err)
+				}
+			}
+			for _, port := range []string{"80", "8000", "443"} {
+				c := clusterByName(t, cs, "outbound|"+port+"||*.api.example.com")
+				wantDNSCacheFamily(t, c.Name, dfpClusterConfig(t, c).GetDnsCacheConfig(), tc.want)
+			}
+			for _, name := range []string{"outbound|5432||db.example.com", "outbound|6379||cache.example.com"} {
+				if got := clusterByName(t, cs, name).DnsLookupFamily; got != tc.want {
+					t.Errorf("%s: dns_lookup_family %v, want %v", name, got, tc.want)
+				}
+			}
+
+			ls := ldsGenerate(t, g, tc.proxy, push, wildcard(xds.ListenerType))
+			h := ldsHCMOf(t, ldsChain(t, ldsFind(t, ls, "0.0.0.0_8000"), "0.0.0.0_8000"))
+			fc := &dfphttp.FilterConfig{}
+			if err := h.HttpFilters[3].GetTypedConfig().UnmarshalTo(fc); err != nil {
+				t.Fatal(err)
+			}
+			wantDNSCacheFamily(t, "8000 filter", fc.GetDnsCacheConfig(), tc.want)
+			chain := ldsChain(t, ldsFind(t, ls, "0.0.0.0_443"), "0.0.0.0_443/*.api.example.com")
+			sni := &dfpsni.FilterConfig{}
+			if err := chain.Filters[0].GetTypedConfig().UnmarshalTo(sni); err != nil {
+				t.Fatal(err)
+			}
+			wantDNSCacheFamily(t, "443 SNI filter", sni.GetDnsCacheConfig(), tc.want)
+		})
 	}
 }

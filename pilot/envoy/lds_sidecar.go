@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -39,6 +40,8 @@ type outboundListenerKey struct {
 	scope   *Scope
 	routing any // routingID: TCP and TLS routes come from VirtualServices
 	typ     xds.ProxyType
+	// dnsFamily: the family the dynamic forward proxy filters resolve in, the proxy's (dnsLookupFamily).
+	dnsFamily cluster.Cluster_DnsLookupFamily
 }
 
 // virtualOutboundKey: virtualOutbound depends on the outbound traffic policy alone; sidecars with the same
@@ -58,7 +61,7 @@ type inboundListenerKey struct {
 func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
 	scope := l.g.scopeFor(proxy, push)
 	labels := l4LabelKey(push, proxy.Labels)
-	outbound, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type}, labels, proxy.Labels, push)
+	outbound, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type, dnsLookupFamily(proxy.IPAddresses)}, labels, proxy.Labels, push)
 	if err != nil {
 		return nil, err
 	}
@@ -119,13 +122,13 @@ func l4LabelKey(push *model.PushContext, labels map[string]string) string {
 // that listener's bytes (and version) only.
 func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string, push *model.PushContext) (xds.Resources, error) {
 	g := l.g
-	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ), labels: labelKey}
+	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ) + familyVariant(key.dnsFamily), labels: labelKey}
 	built, err := g.listenerLists.getOrBuild(id, key, func() (*listenerList, error) {
 		prev, _ := g.listenerLists.latest(id)
-		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope); ok || err != nil {
+		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope, key.dnsFamily); ok || err != nil {
 			return next, err
 		}
-		return g.buildOutboundListeners(push, key.scope, labels, labelKey)
+		return g.buildOutboundListeners(push, key.scope, labels, labelKey, key.dnsFamily)
 	})
 	if err != nil {
 		return nil, err
@@ -198,12 +201,13 @@ type outboundListener struct {
 //
 // labels are the proxy's, for tcp and tls matches on sourceLabels; labelKey (l4LabelKey) names what of
 // them the listeners may depend on, so the list and its listeners are cached under it.
-func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope, labels map[string]string, labelKey string) (*listenerList, error) {
+func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope, labels map[string]string, labelKey string,
+	family cluster.Cluster_DnsLookupFamily) (*listenerList, error) {
 	built := &listenerList{scope: scope, routing: routingID(push), mesh: push.Mesh, httpPorts: map[uint32]int{}, contested: map[string]bool{},
 		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey}
 	var byName map[string]*outboundListener
 	if scope.listeners == nil {
-		byName = planOutbound(push, scope, scope.Services, egressBinding{}, labels, built)
+		byName = planOutbound(push, scope, scope.Services, egressBinding{}, labels, built, family)
 	} else {
 		// As istiod: each egress listener's services in turn; a listener address:port one has taken is
 		// not added to by a later one (the catch-all's services do not join a port a listener with a port
@@ -219,14 +223,14 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 				// Every service shares the one address: istiod's first service (the oldest) keeps a match.
 				services = slices.SortedStableFunc(slices.Values(services), model.CompareServices)
 			}
-			for name, ol := range planOutbound(push, scope, services, b, labels, built) {
+			for name, ol := range planOutbound(push, scope, services, b, labels, built, family) {
 				if _, taken := byName[name]; !taken {
 					byName[name] = ol
 				}
 			}
 		}
 	}
-	return g.finishOutboundListeners(push, scope, built, byName)
+	return g.finishOutboundListeners(push, scope, built, byName, family)
 }
 
 // egressBinding is where an egress listener's outbound listeners are: ip "" for each service's VIP (and
@@ -240,7 +244,7 @@ type egressBinding struct {
 // planOutbound plans the outbound listeners of services, keyed by name, for a proxy of labels, recording
 // in built what deriveOutboundListeners needs.
 func planOutbound(push *model.PushContext, scope *Scope, services []*model.Service, b egressBinding, labels map[string]string,
-	built *listenerList) map[string]*outboundListener {
+	built *listenerList, family cluster.Cluster_DnsLookupFamily) map[string]*outboundListener {
 	byName := map[string]*outboundListener{}
 	// from is the service of each VIP listener's chains: a listener with chains of two services, or one whose
 	// match a service was refused, is contested.
@@ -323,7 +327,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 	// Elsewhere the cluster resolves the host itself when it picks one.
 	for port, svc := range oldestHTTP {
 		if ol := byName[httpIP+"_"+ldsPortName(port)]; ol != nil && svc.Resolution == model.DynamicDNS {
-			ol.chains[0].dnsCache = svc.Hostname
+			ol.chains[0].dnsCache, ol.chains[0].dnsFamily = svc.Hostname, family
 		}
 	}
 	// Then TCP, TLS and unknown protocols: on the VIP when there is one, else on the port.
@@ -438,6 +442,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 					routes = []l4Route{{sni: []string{svc.Hostname}, dests: own}}
 					if svc.Resolution == model.DynamicDNS {
 						routes[0].dnsCache = svc.Hostname // the SNI names the host the forward proxy resolves
+						routes[0].dnsFamily = family
 					}
 					portOnly = false
 				}
@@ -462,7 +467,8 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 					if r.subnets != nil {
 						chainName += "@" + rangesText(r.subnets)
 					}
-					addChain(ol, svc, chainPlan{name: chainName, port: p.Port, vips: ranges, sni: sni, dests: r.dests, dnsCache: r.dnsCache})
+					addChain(ol, svc, chainPlan{name: chainName, port: p.Port, vips: ranges, sni: sni, dests: r.dests, dnsCache: r.dnsCache,
+						dnsFamily: r.dnsFamily})
 				}
 			}
 			for _, r := range tcp.subnetRoutes {
@@ -486,7 +492,8 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 }
 
 // finishOutboundListeners completes the planned listeners and marshals them, sorted by name.
-func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, built *listenerList, byName map[string]*outboundListener) (*listenerList, error) {
+func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, built *listenerList, byName map[string]*outboundListener,
+	family cluster.Cluster_DnsLookupFamily) (*listenerList, error) {
 	// A listener whose chains all match on more than the port (SNI, application protocol, address block)
 	// sends what none takes where the capture listener would, in its default chain as istiod's: Envoy
 	// picks a chain level by level without going back, so a connection a chain on destinationSubnets takes
@@ -531,7 +538,7 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 				additional = append(additional, ip)
 			}
 		}
-		r, err := g.outboundListenerResource(scope, built.labelKey, ol, additional, push.Mesh.PathNormalization.Normalization)
+		r, err := g.outboundListenerResource(scope, built.labelKey, ol, additional, push.Mesh.PathNormalization.Normalization, family)
 		if err != nil {
 			return nil, err
 		}
@@ -542,8 +549,10 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 }
 
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
-func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol *outboundListener, additional []string, paths string) (*xds.Resource, error) {
-	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, labels: labelKey}
+func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol *outboundListener, additional []string, paths string,
+	family cluster.Cluster_DnsLookupFamily) (*xds.Resource, error) {
+	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, labels: labelKey,
+		variant: familyVariant(family)}
 	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*xds.Resource, error) {
 		return marshal(ol.name, ol.build(additional, paths))
 	})
@@ -599,7 +608,7 @@ func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*c
 // every service of the mesh for each namespace. ok is false when a full build is needed: when one of them
 // shares a VIP listener or an additional address with another service, when an HTTP port appears or goes
 // away (0.0.0.0_PORT does), or when a VirtualService's TCP or TLS routes depend on other services.
-func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope) (next *listenerList, ok bool, err error) {
+func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope, family cluster.Cluster_DnsLookupFamily) (next *listenerList, ok bool, err error) {
 	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed {
 		return nil, false, nil
 	}
@@ -660,7 +669,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 			freshNames[name] = true
 			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port, chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
 				vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
-			r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization)
+			r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, family)
 			if err != nil {
 				return nil, false, err
 			}
@@ -709,7 +718,17 @@ type chainPlan struct {
 	isDefault bool
 	// dnsCache, when set, is the DYNAMIC_DNS hostname whose DNS cache the chain fills before forwarding: a
 	// dynamic forward proxy HTTP filter reads the Host header, an SNI one the server name.
-	dnsCache string
+	dnsCache  string
+	dnsFamily cluster.Cluster_DnsLookupFamily // the family dnsCache resolves in
+}
+
+// familyVariant tells apart the cached outbound listeners of proxies resolving DNS in different families
+// (empty for IPv4, the common case), so that neither replaces the other's.
+func familyVariant(f cluster.Cluster_DnsLookupFamily) string {
+	if f == cluster.Cluster_V4_ONLY {
+		return ""
+	}
+	return "\x00" + f.String()
 }
 
 // takesPort reports whether the chain takes every connection reaching listener address ip on its port: it
@@ -745,7 +764,7 @@ func (c chainPlan) build(paths string) *listener.FilterChain {
 		if c.dnsCache != "" { // before the router, which needs the host resolved
 			n := len(hc.HttpFilters)
 			hc.HttpFilters = append(hc.HttpFilters[:n-1:n-1], ldsHTTPFilter(ldsHTTPDynamicForwardProxyFilter, &dfphttp.FilterConfig{
-				ImplementationSpecifier: &dfphttp.FilterConfig_DnsCacheConfig{DnsCacheConfig: dfpDNSCache(c.dnsCache)}}), hc.HttpFilters[n-1])
+				ImplementationSpecifier: &dfphttp.FilterConfig_DnsCacheConfig{DnsCacheConfig: dfpDNSCache(c.dnsCache, c.dnsFamily)}}), hc.HttpFilters[n-1])
 		}
 		ldsMeshHTTPManager(hc, paths)
 		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
@@ -753,7 +772,7 @@ func (c chainPlan) build(paths string) *listener.FilterChain {
 	filters := []*listener.Filter{ldsTCPProxyFilter(c.dests[0].name, c.dests)}
 	if c.dnsCache != "" {
 		filters = append([]*listener.Filter{ldsNetworkFilter(ldsSNIDynamicForwardProxyFilter, &dfpsni.FilterConfig{
-			DnsCacheConfig: dfpDNSCache(c.dnsCache), PortSpecifier: &dfpsni.FilterConfig_PortValue{PortValue: c.port}})}, filters...)
+			DnsCacheConfig: dfpDNSCache(c.dnsCache, c.dnsFamily), PortSpecifier: &dfpsni.FilterConfig_PortValue{PortValue: c.port}})}, filters...)
 	}
 	return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: filters}
 }
@@ -796,6 +815,9 @@ func (ol *outboundListener) describe(additional []string) string {
 		}
 		b.WriteByte('|')
 		b.WriteString(c.dnsCache)
+		if c.dnsCache != "" {
+			b.WriteString(c.dnsFamily.String())
+		}
 		for _, d := range c.dests {
 			b.WriteByte('|')
 			b.WriteString(d.name)
@@ -909,7 +931,8 @@ func ldsGatewayName(g, ns string) string {
 
 // l4Route is a chain a VirtualService tcp or tls route asks for on a sidecar's service port.
 type l4Route struct {
-	dnsCache string // chainPlan.dnsCache
+	dnsCache  string // chainPlan.dnsCache
+	dnsFamily cluster.Cluster_DnsLookupFamily
 	// subnets are the destinationSubnets it matches as prefix ranges, in place of the service's addresses
 	// (nil: the service's).
 	subnets []*core.CidrRange
@@ -1068,9 +1091,10 @@ func gatewayTCPRouteDests(push *model.PushContext, vs *model.VirtualService, pro
 }
 
 type sniRoute struct {
-	sni      []string
-	dests    []tcpDest
-	dnsCache string // chainPlan.dnsCache
+	sni       []string
+	dests     []tcpDest
+	dnsCache  string // chainPlan.dnsCache
+	dnsFamily cluster.Cluster_DnsLookupFamily
 }
 
 // gatewaySNIRoutes returns a chain per tls route match of vs applying on a gateway's server port: its

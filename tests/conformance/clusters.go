@@ -112,6 +112,10 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 		}
 	default:
 		f["type"] = c.GetType().String()
+		if t := c.GetType(); t == cluster.Cluster_STRICT_DNS || t == cluster.Cluster_LOGICAL_DNS {
+			// Which addresses a name resolves to (A or AAAA records) decides where connections go.
+			f["dns_lookup_family"] = c.GetDnsLookupFamily().String()
+		}
 	}
 	f["connect_timeout"] = durationOr(c.GetConnectTimeout(), defaultConnectTimeout)
 	if err := lbFields(f, c); err != nil {
