@@ -414,6 +414,7 @@ func (s *Server) Warnings() []*config.Error {
 		out = append(out, ps.AuthorizationProblems()...)
 		out = append(out, ps.VirtualServiceProblems()...)
 		out = append(out, ps.DNSRoundRobinProblems()...)
+		out = append(out, ps.DynamicDNSProblems()...)
 	}
 	return out
 }

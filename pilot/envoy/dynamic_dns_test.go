@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -270,5 +271,50 @@ spec:
 			}
 			wantDNSCacheFamily(t, "443 SNI filter", sni.GetDnsCacheConfig(), tc.want)
 		})
+	}
+}
+
+// As istiod, a DestinationRule's load balancer and subsets do nothing for a DYNAMIC_DNS host (the forward
+// proxy picks each request's address; no subset cluster is built): each such field is warned, naming the
+// object and the field, and a rule's other fields or rules of other hosts are not.
+func TestDynamicDNSDestinationRuleWarnings(t *testing.T) {
+	push := pushFromYAML(t, []byte(dynamicDNSMesh+`---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: wildcard, namespace: default}
+spec:
+  host: "*.api.example.com"
+  trafficPolicy:
+    loadBalancer: {simple: LEAST_REQUEST}
+    connectionPool: {tcp: {maxConnections: 10}}
+    portLevelSettings:
+    - port: {number: 8000}
+      loadBalancer: {consistentHash: {httpHeaderName: x-user}}
+    - port: {number: 7777}
+      loadBalancer: {simple: RANDOM}
+  subsets: [{name: v1, labels: {version: v1}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: default}
+spec:
+  host: web
+  trafficPolicy: {loadBalancer: {simple: RANDOM}}
+  subsets: [{name: v1, labels: {version: v1}}]
+`))
+	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	if c := clusterByName(t, cs, "outbound|8000||*.api.example.com"); c.LbPolicy != cluster.Cluster_CLUSTER_PROVIDED {
+		t.Errorf("lb policy %v, want CLUSTER_PROVIDED", c.LbPolicy)
+	}
+	var got []string
+	for _, p := range push.DynamicDNSProblems() {
+		if !p.Warning || p.Kind != "DestinationRule" || p.Namespace != "default" || p.Name != "wildcard" || !strings.Contains(p.Message, "*.api.example.com") {
+			t.Errorf("warning %+v", p)
+		}
+		got = append(got, p.Field)
+	}
+	want := []string{"spec.subsets[0]", "spec.trafficPolicy.loadBalancer", "spec.trafficPolicy.portLevelSettings[0].loadBalancer"}
+	if !slices.Equal(got, want) {
+		t.Errorf("warned fields %v, want %v", got, want)
 	}
 }

@@ -54,6 +54,8 @@ type DestinationRule struct {
 	// Selector is the workloadSelector's labels (nil: the rule applies to every workload). Such a rule
 	// applies only to the selected workloads of its own namespace, ahead of the rule without selector.
 	Selector map[string]string
+	// origins are the objects of Sources, as written: warnings name their fields.
+	origins []*config.Config
 }
 
 type destinationRuleIndex struct {
@@ -97,7 +99,8 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 		idx.localityAware = idx.localityAware || localityAware(spec)
 		dr := merged[k]
 		if dr == nil {
-			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: exportTo, Sources: []config.Key{c.Key}, Selector: selector}
+			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: exportTo, Sources: []config.Key{c.Key}, Selector: selector,
+				origins: []*config.Config{c}}
 			merged[k] = dr
 			idx.byNamespace[c.Namespace] = append(idx.byNamespace[c.Namespace], dr)
 			continue
@@ -114,6 +117,7 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 		}
 		dr.Spec = ms
 		dr.Sources = append(dr.Sources, c.Key)
+		dr.origins = append(dr.origins, c)
 	}
 	idx.exact, idx.wildcards = map[string]map[string]int{}, map[string]int{}
 	for ns, rules := range idx.byNamespace {
