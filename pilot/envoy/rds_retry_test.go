@@ -3,10 +3,13 @@ package envoy
 import (
 	"slices"
 	"testing"
+	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -160,5 +163,60 @@ func TestRouteRetryRemoteLocalities(t *testing.T) {
 	}
 	if other := routes["routed/single-hashed-own-retries"].GetRoute().GetRetryPolicy(); other.GetRetryPriority() != nil {
 		t.Errorf("retry priority without retryRemoteLocalities: %v", other.GetRetryPriority())
+	}
+}
+
+// As istiod, the mesh config's defaultHttpRetryPolicy replaces the built-in default on every route that
+// sets no retries, the default route of a service without a VirtualService too (retry.ConvertPolicy of the
+// mesh policy: a single hashed destination still retries on the same host); a route's own retries win, and
+// attempts 0 in the mesh turns retries off. One generator serves both meshes without mixing them up.
+func TestRouteMeshDefaultRetryPolicy(t *testing.T) {
+	st := storeFromYAML(t, []byte(retryMesh))
+	g := New(Options{})
+	routesFor := func(m *mesh.Config) map[string]*route.Route {
+		t.Helper()
+		rcs := generateRoutes(t, g, &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}, model.Build(st, m), named(xds.RouteType, "80"))
+		out := map[string]*route.Route{}
+		for _, host := range []string{"plain", "hashed", "routed"} {
+			for _, r := range virtualHost(t, rcs[0], host+".ns.svc.cluster.local:80").Routes {
+				out[host+"/"+r.Name] = r
+			}
+		}
+		return out
+	}
+	withPolicy := func(yaml string) *mesh.Config {
+		m := mesh.Default()
+		if err := mesh.Parse([]byte(yaml), m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	before := routesFor(mesh.Default())
+	if n := before["plain/default"].GetRoute().GetRetryPolicy().GetNumRetries().GetValue(); n != 2 {
+		t.Fatalf("without a mesh policy: %d retries, want istiod's 2", n)
+	}
+	routes := routesFor(withPolicy("defaultHttpRetryPolicy: {attempts: 4, retryOn: \"5xx,409\", perTryTimeout: 3s}\n"))
+	for _, name := range []string{"plain/default", "hashed/default", "routed/single-hashed", "routed/split-hashed"} {
+		p := routes[name].GetRoute().GetRetryPolicy()
+		if p.GetNumRetries().GetValue() != 4 || p.GetRetryOn() != "5xx,retriable-status-codes" || !slices.Equal(p.GetRetriableStatusCodes(), []uint32{409}) ||
+			p.GetPerTryTimeout().AsDuration() != 3*time.Second || p.GetHostSelectionRetryMaxAttempts() != 5 {
+			t.Errorf("%s: retry policy %v, want the mesh's", name, p)
+		}
+		if got, want := previousHosts(p), name != "routed/single-hashed"; got != want {
+			t.Errorf("%s: previous hosts %v, want %v", name, got, want)
+		}
+	}
+	if p := routes["routed/single-hashed-own-retries"].GetRoute().GetRetryPolicy(); p.GetNumRetries().GetValue() != 3 {
+		t.Errorf("a route's own retries: %v, want 3 attempts", p)
+	}
+	off := routesFor(withPolicy("defaultHttpRetryPolicy: {attempts: 0}\n"))
+	for _, name := range []string{"plain/default", "routed/single-hashed"} {
+		if p := off[name].GetRoute().GetRetryPolicy(); p != nil {
+			t.Errorf("%s: retry policy %v, want none under attempts 0", name, p)
+		}
+	}
+	if p := off["routed/remote-localities"].GetRoute().GetRetryPolicy(); p.GetNumRetries().GetValue() != 2 {
+		t.Errorf("a route's own retries under attempts 0: %v", p)
 	}
 }

@@ -557,12 +557,15 @@ func (b *routeBuilder) setTimeout(action *route.RouteAction, t *durationpb.Durat
 	action.MaxStreamDuration = &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: timeout}
 }
 
-// retryPolicy is istiod's (retry.ConvertPolicy): its default when the route says nothing (two retries on
-// connection failures, refused streams and gRPC unavailable or cancelled, none on an HTTP status), none when
-// attempts is 0. Retries go to another host (previous-hosts predicate, up to 5 picks) unless the route has a
+// retryPolicy is istiod's (retry.ConvertPolicy): when the route says nothing, the mesh config's
+// defaultHttpRetryPolicy, else istiod's default (two retries on connection failures, refused streams and
+// gRPC unavailable or cancelled, none on an HTTP status); none when attempts is 0. Retries go to another host (previous-hosts predicate, up to 5 picks) unless the route has a
 // single hashed destination or retryIgnorePreviousHosts says otherwise; retryRemoteLocalities moves them
 // to other priorities (localities) first.
 func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route.RetryPolicy {
+	if in == nil {
+		in = b.push.Mesh.DefaultRetries()
+	}
 	if in != nil && in.Attempts <= 0 {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
@@ -111,6 +112,8 @@ type vhostList struct {
 	hosts      []vhostListEntry
 	claimed    claims // every domain of the list, lower-cased
 	usedLabels bool   // the list depends on the proxy's labels (list is then unset)
+	// retries: the mesh's default retry policy, which routes without retries take.
+	retries *networking.HTTPRetry
 	// partial is set when a service lost some of its domains to an earlier one (a shared VIP): removing
 	// that one would give them back, which only a full build gets right.
 	partial bool
@@ -131,7 +134,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
 	rules := push.DestinationRulesID()
 	domains := newDomainSet(16 * len(scope.Services))
-	out := &vhostList{scope: scope, routing: routingID(push), claimed: claims{base: domains}}
+	out := &vhostList{scope: scope, routing: routingID(push), claimed: claims{base: domains}, retries: push.Mesh.DefaultRetries()}
 	for _, h := range b.hostVirtualServices(port) {
 		all := virtualServiceHostDomains(h.host, port)
 		ds := domains.add(all)
@@ -141,7 +144,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 		if len(ds) == 0 {
 			continue
 		}
-		r, err := g.hostVirtualHost(b.proxy.Namespace, h, port, rules, name, ds)
+		r, err := g.hostVirtualHost(b.proxy.Namespace, h, port, rules, push.Mesh.DefaultRetries(), name, ds)
 		if err != nil {
 			return nil, err
 		}
@@ -212,7 +215,7 @@ func (l *vhostList) addHosts() {
 // last one built is reused while the VirtualService, the DestinationRules, the domains and the destination
 // services its routes resolved are the same, so a full build of the list (a proxy label set, a service
 // added) hands out the same resources; routes chosen by the proxy's labels are marshaled each time.
-func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, rules any, routeConfig string,
+func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, rules any, retries *networking.HTTPRetry, routeConfig string,
 	domains []string) (*xds.Resource, error) {
 	name := routeConfig + "/" + virtualServiceHostDomains(h.host, port)[1]
 	build := func() (*xds.Resource, error) {
@@ -222,7 +225,7 @@ func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, 
 		return build()
 	}
 	id := vhostID{service: "VirtualService host " + h.host, port: port, namespace: proxyNS}
-	inputs := routedVhostInputs{vs: h.vs, rules: rules, domains: strings.Join(domains, ",")}
+	inputs := routedVhostInputs{vs: h.vs, rules: rules, retries: retries, domains: strings.Join(domains, ",")}
 	if e, ok := g.routedVhosts.get(id, inputs); ok && slices.Equal(e.deps, h.deps) {
 		return e.res, nil
 	}
@@ -248,7 +251,7 @@ func (l *vhostList) add(e vhostListEntry) {
 func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string,
 	port uint32) (next *vhostList, ok bool, err error) {
 	routing := routingID(push)
-	if prev == nil || prev.usedLabels || prev.partial || prev.routing != routing {
+	if prev == nil || prev.usedLabels || prev.partial || prev.routing != routing || prev.retries != push.Mesh.DefaultRetries() {
 		return nil, false, nil
 	}
 	removed, added := scopeChanges(prev.scope.Services, scope.Services)
@@ -271,7 +274,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 			return nil, false, nil
 		}
 	}
-	next = &vhostList{scope: scope, routing: routing, claimed: prev.claimed.edit()}
+	next = &vhostList{scope: scope, routing: routing, claimed: prev.claimed.edit(), retries: prev.retries}
 	var kept []vhostListEntry
 	for _, e := range prev.entries {
 		if removed[e.svc] {
@@ -335,7 +338,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 			h := *e.host // prev's entry is left as it was
 			h.routes, h.deps = sub.virtualServiceRoutes(h.vs, model.MeshGateway, port), deps
 			e.host = &h
-			if e.res, err = g.hostVirtualHost(proxy.Namespace, h, port, rules, name, e.domains); err != nil {
+			if e.res, err = g.hostVirtualHost(proxy.Namespace, h, port, rules, push.Mesh.DefaultRetries(), name, e.domains); err != nil {
 				return nil, false, err
 			}
 		}
@@ -418,6 +421,8 @@ type vhostID struct {
 type vhostInputs struct {
 	svc   *model.Service
 	rules any // DestinationRulesID: consistent-hash policies
+	// retries: the mesh's default retry policy, which the default route takes.
+	retries *networking.HTTPRetry
 }
 
 // vhostEntry is a marshaled virtual host with every domain it names.
@@ -428,7 +433,7 @@ type vhostEntry struct {
 
 // plainVirtualHost returns the virtual host of svc, without a VirtualService, on port for b's proxy's namespace.
 func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, routeConfig string) (vhostEntry, error) {
-	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace}, vhostInputs{svc, rules}
+	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace}, vhostInputs{svc, rules, b.push.Mesh.DefaultRetries()}
 	return g.vhosts.getOrBuild(id, inputs, func() (vhostEntry, error) {
 		ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix)
 		r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, routeConfig, ds))
@@ -453,7 +458,7 @@ func (b *routeBuilder) virtualHost(svc *model.Service, port uint32, routeConfig 
 func (g *Generators) routedVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, vs *model.VirtualService,
 	routeConfig string, domains []string) (*xds.Resource, error) {
 	id := vhostID{svc.Key(), port, b.proxy.Namespace}
-	inputs := routedVhostInputs{vs: vs, svc: svc, rules: rules, domains: strings.Join(domains, ",")}
+	inputs := routedVhostInputs{vs: vs, svc: svc, rules: rules, retries: b.push.Mesh.DefaultRetries(), domains: strings.Join(domains, ",")}
 	if e, ok := g.routedVhosts.get(id, inputs); ok && depsHold(b.push, b.proxy.Namespace, e.deps) {
 		return e.res, nil
 	}
@@ -472,9 +477,11 @@ func (g *Generators) routedVirtualHost(b *routeBuilder, svc *model.Service, port
 }
 
 type routedVhostInputs struct {
-	vs      *model.VirtualService
-	svc     *model.Service
-	rules   any
+	vs    *model.VirtualService
+	svc   *model.Service
+	rules any
+	// retries: the mesh's default retry policy, which routes without retries take.
+	retries *networking.HTTPRetry
 	domains string
 }
 

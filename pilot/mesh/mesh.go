@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	networking "istio.io/api/networking/v1alpha3"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
@@ -34,6 +36,9 @@ type Config struct {
 	PathNormalization PathNormalization `json:"pathNormalization"`
 	// JWKSFetch bounds the fetching of RequestAuthentication key sets (a Sextant field; see JWKSFetch).
 	JWKSFetch JWKSFetch `json:"jwksFetch"`
+	// DefaultHTTPRetryPolicy is the retry policy of HTTP routes whose VirtualService sets no retries, and of
+	// routes without a VirtualService (nil: istiod's built-in default, two retries on connection failures).
+	DefaultHTTPRetryPolicy *RetryPolicy `json:"defaultHttpRetryPolicy,omitempty"`
 	// Unimplemented lists the fields of the mesh config file Sextant does not read (Istio's MeshConfig has many
 	// more), "defaultConfig.NAME" for proxy defaults, so that they are reported rather than silently ignored.
 	Unimplemented []string `json:"-"`
@@ -82,7 +87,31 @@ const (
 
 // readFields are the top-level fields Parse reads.
 var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "domainSuffix": true, "clusterID": true, "network": true,
-	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true, "jwksFetch": true, "defaultConfig": true}
+	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true, "jwksFetch": true, "defaultConfig": true,
+	"defaultHttpRetryPolicy": true}
+
+// RetryPolicy is Istio's MeshConfig.defaultHttpRetryPolicy, a VirtualService's HTTPRetry, read as istiod
+// reads it (protobuf JSON: perTryTimeout "2s", unknown fields refused).
+type RetryPolicy struct{ Spec *networking.HTTPRetry }
+
+// DefaultRetries returns the mesh's default HTTP retry policy, nil when the mesh config sets none.
+func (c *Config) DefaultRetries() *networking.HTTPRetry {
+	if c == nil || c.DefaultHTTPRetryPolicy == nil {
+		return nil
+	}
+	return c.DefaultHTTPRetryPolicy.Spec
+}
+
+func (p *RetryPolicy) UnmarshalJSON(data []byte) error {
+	spec := &networking.HTTPRetry{}
+	if err := protojson.Unmarshal(data, spec); err != nil {
+		return fmt.Errorf("field defaultHttpRetryPolicy: %w", err)
+	}
+	p.Spec = spec
+	return nil
+}
+
+func (p RetryPolicy) MarshalJSON() ([]byte, error) { return protojson.Marshal(p.Spec) }
 
 func (c *Config) addUnimplemented(name string) {
 	if i, found := slices.BinarySearch(c.Unimplemented, name); !found {
@@ -187,6 +216,9 @@ func Parse(data []byte, cfg *Config) error {
 			return fmt.Errorf("field pathNormalization.normalization: %q: want one of %s, %s, %s, %s, %s", n, PathNormalizationNone,
 				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
 		}
+	}
+	if file.DefaultHTTPRetryPolicy != nil {
+		cfg.DefaultHTTPRetryPolicy = file.DefaultHTTPRetryPolicy
 	}
 	if err := file.JWKSFetch.validate(); err != nil {
 		return err

@@ -18,6 +18,7 @@ func FuzzParse(f *testing.F) {
 		"rootNamespace: Not_Valid\n",
 		"trustDomain: \"\"\n",
 		"defaultConfig: []\n",
+		"defaultHttpRetryPolicy: {attempts: 3, perTryTimeout: 1.5s, retryOn: gateway-error, retryRemoteLocalities: true}\n",
 		"rootNamespace: 7\n",
 		"{\"trustDomain\": \"td\", \"meshNetworks\": {\"n\": {}}}",
 		"a: &x [*x]\n",

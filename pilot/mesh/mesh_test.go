@@ -188,3 +188,33 @@ func TestUnimplementedFieldsAreListed(t *testing.T) {
 		t.Errorf("after a second overlay naming one again: %q, %v", cfg.Unimplemented, err)
 	}
 }
+
+// defaultHttpRetryPolicy is read as istiod reads it (protobuf JSON of a VirtualService's HTTPRetry), kept
+// over a later overlay that does not set it, and refused when istiod would refuse it.
+func TestDefaultHTTPRetryPolicy(t *testing.T) {
+	cfg := Default()
+	if cfg.DefaultRetries() != nil {
+		t.Fatalf("default %v, want none", cfg.DefaultRetries())
+	}
+	data := "defaultHttpRetryPolicy:\n  attempts: 5\n  perTryTimeout: 2s\n  retryOn: 5xx,409\n  retryIgnorePreviousHosts: false\n"
+	if err := Parse([]byte(data), cfg); err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.DefaultRetries()
+	if p.GetAttempts() != 5 || p.GetPerTryTimeout().AsDuration() != 2*time.Second || p.GetRetryOn() != "5xx,409" ||
+		p.GetRetryIgnorePreviousHosts() == nil || p.GetRetryIgnorePreviousHosts().GetValue() {
+		t.Errorf("policy %v", p)
+	}
+	if len(cfg.Unimplemented) != 0 {
+		t.Errorf("unimplemented %q", cfg.Unimplemented)
+	}
+	if err := Parse([]byte("trustDomain: example.org\n"), cfg); err != nil || cfg.DefaultRetries() != p {
+		t.Errorf("after an overlay without it: %v, %v", cfg.DefaultRetries(), err)
+	}
+	for _, bad := range []string{"defaultHttpRetryPolicy: {attempts: 2, retries: 3}\n", "defaultHttpRetryPolicy: {perTryTimeout: 2}\n",
+		"defaultHttpRetryPolicy: [1]\n"} {
+		if err := Parse([]byte(bad), Default()); err == nil || !strings.Contains(err.Error(), "defaultHttpRetryPolicy") {
+			t.Errorf("%q: error %v, want one naming defaultHttpRetryPolicy", bad, err)
+		}
+	}
+}
