@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -322,5 +323,56 @@ func TestDebugCommandsSendTheToken(t *testing.T) {
 	defer mu.Unlock()
 	if len(seen) < 4 || seen[0] != "Bearer good-token" || seen[1] != "Bearer good-token" || seen[2] != "Bearer good-token" || seen[len(seen)-1] != "" {
 		t.Errorf("Authorization headers sent: %q", seen)
+	}
+}
+
+// A VirtualService delegating to one the validated files do not define is warned (it may live in the
+// cluster), naming the object and spec.http[N].delegate, in the server's words; a delegate defined in
+// another -f path resolves.
+func TestValidateWarnsMissingDelegate(t *testing.T) {
+	files := debugtest.Scenario()
+	files["70-root.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: shop}\nspec:\n  hosts: [cart]\n" +
+		"  http:\n  - match: [{uri: {prefix: /a}}]\n    delegate: {name: cart-a}\n  - delegate: {name: cart-b, namespace: shop}\n"
+	env := debugtest.Start(t, files)
+	var serverErrs []struct {
+		Warning bool
+		Field   string
+		Error   string
+	}
+	env.GetJSON(t, "/debug/config_errors", &serverErrs)
+	var want []string
+	for _, e := range serverErrs {
+		if e.Warning && strings.HasSuffix(e.Field, ".delegate") {
+			want = append(want, "warning: "+e.Error)
+		}
+	}
+	if len(want) != 2 {
+		t.Fatalf("server config_errors = %+v, want two delegate warnings", serverErrs)
+	}
+	root := filepath.Join(env.Dir, "70-root.yaml")
+	out, err := run(t, "validate", "-f", root)
+	if err != nil {
+		t.Fatalf("validate failed on warnings only: %v\n%s", err, out)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(l, "warning: ") {
+			got = append(got, l)
+		}
+	}
+	if !slices.Equal(got, want) || !strings.Contains(got[0], "spec.http[0].delegate") || !strings.Contains(got[1], "spec.http[1].delegate") {
+		t.Errorf("validate warnings\n  %s\nthe server's\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+
+	// The delegates in a second path: nothing to warn about.
+	other := t.TempDir()
+	doc := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-a, namespace: shop}\nspec:\n  http:\n  - route: [{destination: {host: cart}}]\n" +
+		"---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-b, namespace: shop}\nspec:\n  http:\n  - route: [{destination: {host: cart}}]\n"
+	if err := os.WriteFile(filepath.Join(other, "d.yaml"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(t, "validate", "-f", root, "-f", other)
+	if err != nil || strings.Contains(out, "warning:") || !strings.Contains(out, "3 objects accepted, 0 documents rejected") {
+		t.Errorf("validate with the delegates: %v\n%s", err, out)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
 )
@@ -20,7 +22,9 @@ func validateCommand() *cobra.Command {
 		Short: "Check config files offline, with the errors the server would give",
 		Long: `Parse and validate YAML/JSON config the way the server's file source does (the same code, so the same
 messages, naming file, document, object and field). Fields Sextant accepts but does not implement are listed
-after the errors as warnings. Exits non-zero when anything is rejected; warnings alone exit 0.`,
+after the errors as warnings, and so are the references the server would warn about (a VirtualService
+delegating to one none of the files defines, which may still exist in the cluster). Exits non-zero when
+anything is rejected; warnings alone exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -28,8 +32,9 @@ after the errors as warnings. Exits non-zero when anything is rejected; warnings
 			}
 			var rejected, warnings []*config.Error
 			objects := 0
+			// One store for every path, so that references between objects of different paths resolve.
+			st := store.New()
 			for _, p := range paths {
-				st := store.New()
 				src := file.New(file.Options{Dir: p, Store: st, Logger: slog.New(slog.DiscardHandler)})
 				if err := src.Load(); err != nil {
 					return err
@@ -40,6 +45,7 @@ after the errors as warnings. Exits non-zero when anything is rejected; warnings
 					objects += n
 				}
 			}
+			warnings = append(warnings, snapshotWarnings(model.Build(st, mesh.Default()))...)
 			out := cmd.OutOrStdout()
 			if output == "json" {
 				type entry struct {
@@ -67,7 +73,7 @@ after the errors as warnings. Exits non-zero when anything is rejected; warnings
 				}
 				fmt.Fprintf(out, "%d objects accepted, %d documents rejected", objects, len(rejected))
 				if len(warnings) > 0 {
-					fmt.Fprintf(out, ", %d warnings (fields accepted but not implemented)", len(warnings))
+					fmt.Fprintf(out, ", %d warnings (fields accepted but not implemented or without effect)", len(warnings))
 				}
 				fmt.Fprintln(out)
 			}
@@ -81,4 +87,14 @@ after the errors as warnings. Exits non-zero when anything is rejected; warnings
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
+}
+
+// snapshotWarnings are the warnings the server gives about the accepted objects taken together, with the
+// same messages: those that need only the files (not Secrets, the mesh config or connected proxies).
+func snapshotWarnings(ps *model.PushContext) []*config.Error {
+	var out []*config.Error
+	out = append(out, ps.VirtualServiceProblems()...)
+	out = append(out, ps.DNSRoundRobinProblems()...)
+	out = append(out, ps.DynamicDNSProblems()...)
+	return out
 }
