@@ -32,6 +32,10 @@ type UpdateResult struct {
 	ServicesUpdated map[string]struct{}
 	// WorkloadsUpdated holds the uids of workloads added, changed or removed.
 	WorkloadsUpdated map[string]struct{}
+	// AddressesUpdated holds the keys of the services in ServicesUpdated that sidecars reach through a
+	// listener per endpoint address (Service.ListensOnEndpoints) whose addresses on those ports changed:
+	// their listeners change, not only their endpoints.
+	AddressesUpdated map[string]struct{}
 	// SecretsUpdated holds namespace/name of Secrets added, changed or removed: only SDS is pushed for them.
 	SecretsUpdated map[string]struct{}
 }
@@ -56,18 +60,19 @@ const (
 func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	start := time.Now()
 	ps := &PushContext{
-		Version:          1,
-		Mesh:             m,
-		destinationRules: buildDestinationRules(reader, m),
-		virtualServices:  buildVirtualServices(reader, m),
-		gateways:         buildGateways(reader),
-		sidecars:         buildSidecars(reader),
-		authorization:    buildNamespaced(reader, config.AuthorizationPolicy),
-		peerAuthn:        buildPeerAuthentications(reader, m.RootNamespace, nil),
-		requestAuthn:     buildRequestAuthn(reader),
-		accounts:         &accountsGeneration{},
-		credentials:      buildCredentials(reader),
-		sortedServices:   &lazyServiceList{},
+		Version:           1,
+		Mesh:              m,
+		destinationRules:  buildDestinationRules(reader, m),
+		virtualServices:   buildVirtualServices(reader, m),
+		gateways:          buildGateways(reader),
+		sidecars:          buildSidecars(reader),
+		authorization:     buildNamespaced(reader, config.AuthorizationPolicy),
+		peerAuthn:         buildPeerAuthentications(reader, m.RootNamespace, nil),
+		requestAuthn:      buildRequestAuthn(reader),
+		accounts:          &accountsGeneration{},
+		endpointAddresses: &accountsGeneration{},
+		credentials:       buildCredentials(reader),
+		sortedServices:    &lazyServiceList{},
 	}
 	nsb := cowmap.New[*config.Config]().Edit()
 	for _, c := range reader.List(config.Namespace) {
@@ -817,6 +822,13 @@ func (u *updater) finish() {
 			}
 			u.setEndpoints(key, s.Namespace, eps)
 			u.res.ServicesUpdated[key] = struct{}{}
+			if s.ListensOnEndpoints() && !sameListenerAddresses(s, old, eps) {
+				if u.res.AddressesUpdated == nil {
+					u.res.AddressesUpdated = map[string]struct{}{}
+					u.next.endpointAddresses = &accountsGeneration{}
+				}
+				u.res.AddressesUpdated[key] = struct{}{}
+			}
 		}
 		if accountsChanged {
 			// Clients check the servers' identities against these (SANs in their clusters): as in istiod,
@@ -849,6 +861,28 @@ func (u *updater) finish() {
 	if u.credentials != nil {
 		u.next.credentials = u.credentials.Map()
 	}
+}
+
+// sameListenerAddresses reports whether a and b (nil: none) hold the same addresses on every port of svc that
+// gets a listener per endpoint address: all a sidecar's listeners read of them. Health, weights and labels
+// change endpoints only.
+func sameListenerAddresses(svc *Service, a, b *ServiceEndpoints) bool {
+	for _, p := range svc.Ports {
+		if !svc.ListensOnEndpointPort(p) {
+			continue
+		}
+		var ea, eb []*Endpoint
+		if a != nil {
+			ea = a.ByPort[p.Port]
+		}
+		if b != nil {
+			eb = b.ByPort[p.Port]
+		}
+		if !slices.EqualFunc(ea, eb, func(x, y *Endpoint) bool { return x.Address == y.Address }) {
+			return false
+		}
+	}
+	return true
 }
 
 // endpointsEqual reports whether a and b serve the same endpoints (the pods they refer to aside).

@@ -517,3 +517,64 @@ func TestClusterEndpointWaitsForItsPod(t *testing.T) {
 		t.Errorf("file slice naming an absent pod: endpoints %+v, want 10.1.0.9 with tlsMode disabled", eps)
 	}
 }
+
+// A headless Service's sidecar listeners are its endpoints' addresses (Service.ListensOnEndpoints): an
+// endpoint change that changes them is reported in AddressesUpdated and changes EndpointAddressesID; one
+// that changes only health, or only a HTTP port's addresses, or a service with a VIP, does not.
+func TestUpdateReportsListenerAddresses(t *testing.T) {
+	m := newMesh(t)
+	m.node("n1", "r", "z")
+	tcp := corev1.ServicePort{Name: "tcp-db", Port: 5432}
+	m.service("ns", "db", "None", nil, nil, tcp, httpPort(8080))
+	m.service("ns", "api", "10.0.0.1", nil, nil, corev1.ServicePort{Name: "tcp-db", Port: 5432})
+	m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true})
+	m.slice("ns", "db-http", "db", "http", 8080, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true})
+	m.slice("ns", "api-tcp", "api", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.5", node: "n1", ready: true})
+	ps := model.Build(m.store, mesh.Default())
+	db := "ns/db.ns.svc.cluster.local"
+	if !ps.ServiceForHostname("ns", "db.ns.svc.cluster.local").ListensOnEndpoints() || ps.ServiceForHostname("ns", "api.ns.svc.cluster.local").ListensOnEndpoints() {
+		t.Fatal("ListensOnEndpoints: want the headless service only")
+	}
+	step := func(what string, put func(), wantAddresses bool) {
+		t.Helper()
+		var changes []model.Change
+		before := map[config.Key]*config.Config{}
+		for _, name := range []string{"db-tcp", "db-http", "api-tcp"} {
+			k := config.Key{Kind: config.EndpointSlice, Namespace: "ns", Name: name}
+			before[k] = m.store.Get(k)
+		}
+		put()
+		for k, old := range before {
+			if cur := m.store.Get(k); cur != old {
+				changes = append(changes, model.Change{Key: k, Old: old, New: cur})
+			}
+		}
+		next, res := model.Update(ps, m.store, changes)
+		if res.Full || len(res.ServicesUpdated) == 0 {
+			t.Errorf("%s: full %v, services updated %v: want an endpoint push", what, res.Full, res.ServicesUpdated)
+		}
+		_, got := res.AddressesUpdated[db]
+		if got != wantAddresses || len(res.AddressesUpdated) > 1 {
+			t.Errorf("%s: AddressesUpdated %v, want %s: %v", what, res.AddressesUpdated, db, wantAddresses)
+		}
+		if changed := next.EndpointAddressesID() != ps.EndpointAddressesID(); changed != wantAddresses {
+			t.Errorf("%s: EndpointAddressesID changed %v, want %v", what, changed, wantAddresses)
+		}
+		ps = next
+	}
+	step("a TCP endpoint added", func() {
+		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: true})
+	}, true)
+	step("an endpoint not ready", func() {
+		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: false})
+	}, false)
+	step("an HTTP endpoint added", func() {
+		m.slice("ns", "db-http", "db", "http", 8080, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.3", node: "n1", ready: true})
+	}, false)
+	step("a VIP service's endpoint added", func() {
+		m.slice("ns", "api-tcp", "api", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.5", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.6", node: "n1", ready: true})
+	}, false)
+	step("a TCP endpoint removed", func() {
+		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: false})
+	}, true)
+}

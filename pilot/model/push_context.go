@@ -55,6 +55,9 @@ type PushContext struct {
 	requestAuthn     *requestAuthnIndex
 	// accounts changes identity whenever some service's ServiceAccounts do.
 	accounts *accountsGeneration
+	// endpointAddresses changes identity whenever the endpoint addresses of a service that sidecars listen
+	// for per endpoint (Service.ListensOnEndpoints) do.
+	endpointAddresses *accountsGeneration
 	// credentials: NAMESPACE/NAME → every Secret, parsed when first asked for.
 	credentials *cowmap.Map[*Credential]
 
@@ -473,6 +476,10 @@ func (ps *PushContext) PoliciesID() any {
 
 // WorkloadsID identifies the workload index.
 func (ps *PushContext) WorkloadsID() any { return ps.workloads }
+
+// EndpointAddressesID changes whenever the endpoint addresses of some service that sidecars reach through a
+// listener per endpoint (Service.ListensOnEndpoints) do, and with no other endpoint change; comparable.
+func (ps *PushContext) EndpointAddressesID() any { return ps.endpointAddresses }
 
 // EndpointsID identifies the endpoint index.
 func (ps *PushContext) EndpointsID() any { return ps.endpoints }

@@ -18,6 +18,10 @@ type PushRequest struct {
 	ServicesUpdated map[string]struct{}
 	// WorkloadsUpdated holds uids of workloads added, changed or removed.
 	WorkloadsUpdated map[string]struct{}
+	// AddressesUpdated holds the services of ServicesUpdated whose endpoint addresses sidecars listen on
+	// (UpdateResult.AddressesUpdated): an incremental push then changes the listeners of the proxies that
+	// see them.
+	AddressesUpdated map[string]struct{}
 	// SecretAccessUpdated holds the identities (NAMESPACE/SERVICE_ACCOUNT) whose permission to be served
 	// their namespace's Secrets was decided or changed: their proxies get SDS again, nothing else.
 	SecretAccessUpdated map[string]struct{}
@@ -43,6 +47,7 @@ func (r *PushRequest) Merge(o *PushRequest) *PushRequest {
 		ConfigsUpdated:      unionKeys(r.ConfigsUpdated, o.ConfigsUpdated),
 		ServicesUpdated:     unionKeys(r.ServicesUpdated, o.ServicesUpdated),
 		WorkloadsUpdated:    unionKeys(r.WorkloadsUpdated, o.WorkloadsUpdated),
+		AddressesUpdated:    unionKeys(r.AddressesUpdated, o.AddressesUpdated),
 		SecretAccessUpdated: unionKeys(r.SecretAccessUpdated, o.SecretAccessUpdated),
 		Reason:              map[string]int{},
 		Start:               r.Start,

@@ -145,6 +145,19 @@ func (s *Service) PortByNumber(n uint32) *Port {
 	return nil
 }
 
+// ListensOnEndpoints reports whether sidecars reach svc through a listener per endpoint address, as istiod
+// does: it has no address of its own and sends each connection to the address dialled (a headless Service,
+// a ServiceEntry with resolution NONE and no addresses), so only its endpoints' addresses are its own. Its
+// ports other than HTTP (and UDP) get those listeners.
+func (s *Service) ListensOnEndpoints() bool {
+	return s.Resolution == Passthrough && len(s.Addresses) == 0
+}
+
+// ListensOnEndpointPort reports whether port p of svc gets a listener per endpoint address.
+func (s *Service) ListensOnEndpointPort(p *Port) bool {
+	return s.ListensOnEndpoints() && !p.Protocol.IsHTTP() && p.Protocol != ProtocolUDP
+}
+
 // VisibleTo reports whether a proxy in namespace ns may see the service.
 func (s *Service) VisibleTo(ns string) bool {
 	return visible(s.ExportTo, ns)

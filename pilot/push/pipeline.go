@@ -289,6 +289,7 @@ func (p *Pipeline) apply(pending map[config.Key]*model.Change, start time.Time) 
 		ConfigsUpdated:   updated,
 		ServicesUpdated:  res.ServicesUpdated,
 		WorkloadsUpdated: res.WorkloadsUpdated,
+		AddressesUpdated: res.AddressesUpdated,
 		Reason:           reasons,
 		Start:            start,
 		Push:             next,

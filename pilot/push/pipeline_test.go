@@ -287,3 +287,22 @@ func TestFirstChangeAfterQuietSpellUsesTheShortQuietPeriod(t *testing.T) {
 		t.Errorf("with no first-change period, a change was pushed after %s, before the %s quiet period", took, after)
 	}
 }
+
+// An endpoint change of a headless service that changes its addresses carries them in AddressesUpdated: the
+// proxies that see the service need their listeners (one per endpoint address) pushed too.
+func TestHeadlessAddressChangeIsInTheRequest(t *testing.T) {
+	st := store.New()
+	svc := service("db")
+	svc.Spec.(*corev1.Service).Spec.ClusterIP = corev1.ClusterIPNone
+	svc.Spec.(*corev1.Service).Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, AppProtocol: ptr("tcp")}}
+	st.Upsert(store.LayerFile, svc)
+	st.Upsert(store.LayerFile, slice("db", "10.1.0.1"))
+	rec := running(t, push.Options{Store: st, DebounceAfter: 10 * time.Millisecond})
+	st.Upsert(store.LayerFile, slice("db", "10.1.0.1", "10.1.0.2"))
+	req := rec.next(t, 2*time.Second)
+	if _, ok := req.AddressesUpdated["ns/db.ns.svc.cluster.local"]; req.Full || !ok {
+		t.Errorf("full %v, AddressesUpdated %v: want an incremental push naming the headless service", req.Full, req.AddressesUpdated)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
