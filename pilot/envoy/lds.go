@@ -12,8 +12,12 @@ package envoy
 //   - One listener per outbound destination (bind_to_port false, traffic_direction OUTBOUND), each its own
 //     xDS resource, so adding a service sends its new listener only (versions are content hashes):
 //     "VIP_PORT" (VIP:PORT) for a service with VIPs, on its first VIP with the others as
-//     additional_addresses (an address already another listener's is left to that one); "0.0.0.0_PORT" for
-//     the HTTP chain of a port, for services without VIP (headless, ServiceEntry without addresses) and for
+//     additional_addresses (an address already another listener's is left to that one); "IP_PORT" per
+//     endpoint address for the TCP and sniffed ports of a service without VIP that sends connections to the
+//     address dialled (a headless Service, a ServiceEntry of resolution NONE without addresses), as istiod,
+//     so other addresses on the port follow the outbound traffic policy (none for the sidecar's own address;
+//     such a ServiceEntry with neither endpoints nor a workload selector stays on 0.0.0.0_PORT, istiod's
+//     fallback); "0.0.0.0_PORT" for the HTTP chain of a port, for other services without VIP and for
 //     services with an address block (CIDR), which no listener address can stand for. No 0.0.0.0_PORT is
 //     built on the sidecar's own ports (15001, 15006, 15021, 15090): Envoy refuses two listeners on one
 //     address (istiod skips them too). Each listener has the tls_inspector and http_inspector its chains
@@ -118,6 +122,7 @@ package envoy
 import (
 	"log/slog"
 	"strconv"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -182,6 +187,8 @@ var (
 
 type listenerGenerator struct{ g *Generators }
 
+var _ xds.PushFilter = listenerGenerator{}
+
 // Generate returns the proxy's listeners: all of them for a wildcard subscription, else those named.
 func (l listenerGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
 	var (
@@ -208,6 +215,26 @@ func (l listenerGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w
 		}
 	}
 	return kept, nil
+}
+
+// NeedsPush implements xds.PushFilter: every full push, and an endpoint push to the sidecars that see a
+// service whose endpoint addresses they listen on (Service.ListensOnEndpoints) when those changed. Other
+// endpoint changes leave listeners alone, as do all of them for gateways and proxyless clients.
+func (l listenerGenerator) NeedsPush(proxy *xds.Proxy, _ *xds.WatchedResource, req *model.PushRequest) bool {
+	if req == nil || req.Full {
+		return true
+	}
+	if len(req.AddressesUpdated) == 0 || proxy == nil || proxy.Type != xds.Sidecar || req.Push == nil {
+		return false
+	}
+	scope := l.g.scopeFor(proxy, req.Push)
+	for key := range req.AddressesUpdated {
+		ns, host, _ := strings.Cut(key, "/")
+		if svc := scope.Service(host); svc != nil && svc.Namespace == ns {
+			return true
+		}
+	}
+	return false
 }
 
 // ldsAny marshals m deterministically (RBAC policies are maps), so equal listeners have equal bytes and

@@ -42,6 +42,9 @@ type outboundListenerKey struct {
 	typ     xds.ProxyType
 	// dnsFamily: the family the dynamic forward proxy filters resolve in, the proxy's (dnsLookupFamily).
 	dnsFamily cluster.Cluster_DnsLookupFamily
+	// addresses is EndpointAddressesID: services without an address of their own have a listener per
+	// endpoint address.
+	addresses any
 }
 
 // virtualOutboundKey: virtualOutbound depends on the outbound traffic policy alone; sidecars with the same
@@ -61,9 +64,16 @@ type inboundListenerKey struct {
 func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
 	scope := l.g.scopeFor(proxy, push)
 	labels := l4LabelKey(push, proxy.Labels)
-	outbound, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type, dnsLookupFamily(proxy.IPAddresses)}, labels, proxy.Labels, push)
+	built, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type, dnsLookupFamily(proxy.IPAddresses), push.EndpointAddressesID()},
+		labels, proxy.Labels, push)
 	if err != nil {
 		return nil, err
+	}
+	outbound := built.list
+	if len(proxy.IPAddresses) > 0 {
+		if own := built.endpointIPs[proxy.IPAddresses[0]]; len(own) > 0 {
+			outbound = l.g.withoutOwnListeners(scope, labels, proxy.IPAddresses[0], built.list, own)
+		}
 	}
 	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly}, VirtualOutboundListener, func() proto.Message {
 		return buildVirtualOutbound(scope.RegistryOnly)
@@ -117,10 +127,28 @@ func l4LabelKey(push *model.PushContext, labels map[string]string) string {
 	return string(b)
 }
 
+// withoutOwnListeners returns list without the listeners named own, those built for the proxy's own address
+// ip as an endpoint of a service it reaches per endpoint address: as istiod, a sidecar has no outbound
+// listener for itself (its application reaching its own address is not captured as outbound traffic, and
+// the listener would stand beside the inbound one). Shared by the replicas of a scope at that address.
+func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list xds.Resources, own []string) xds.Resources {
+	id := listID{kind: "lds-own-address", name: ip, namespace: scope.Namespace, sidecar: scope.Sidecar, labels: labels}
+	out, _ := g.lists.getOrBuild(id, refOf(list), func() (xds.Resources, error) {
+		kept := make(xds.Resources, 0, len(list))
+		for _, r := range list {
+			if !slices.Contains(own, r.Name) {
+				kept = append(kept, r)
+			}
+		}
+		return kept, nil
+	})
+	return out
+}
+
 // outboundListeners returns the outbound listeners of key's scope for proxies of labels (whose
 // l4LabelKey is labelKey), sorted by name, each marshaled on its own: a change to one destination changes
 // that listener's bytes (and version) only.
-func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string, push *model.PushContext) (xds.Resources, error) {
+func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string, push *model.PushContext) (*listenerList, error) {
 	g := l.g
 	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ) + familyVariant(key.dnsFamily), labels: labelKey}
 	built, err := g.listenerLists.getOrBuild(id, key, func() (*listenerList, error) {
@@ -133,7 +161,7 @@ func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey s
 	if err != nil {
 		return nil, err
 	}
-	return built.list, nil
+	return built, nil
 }
 
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.
@@ -204,7 +232,7 @@ type outboundListener struct {
 func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope, labels map[string]string, labelKey string,
 	family cluster.Cluster_DnsLookupFamily) (*listenerList, error) {
 	built := &listenerList{scope: scope, routing: routingID(push), mesh: push.Mesh, httpPorts: map[uint32]int{}, contested: map[string]bool{},
-		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey}
+		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey, endpoints: map[string]*endpointRecord{}}
 	var byName map[string]*outboundListener
 	if scope.listeners == nil {
 		byName = planOutbound(push, scope, scope.Services, egressBinding{}, labels, built, family)
@@ -215,7 +243,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 		byName = map[string]*outboundListener{}
 		for _, el := range scope.listeners {
 			services := el.services
-			b := egressBinding{ip: el.bind, real: el.bindToPort}
+			b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0}
 			if b.real && b.ip == "" {
 				b.ip = "127.0.0.1"
 			}
@@ -230,6 +258,14 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			}
 		}
 	}
+	// An endpoint's listener another service has chains on (or an additional address of) is not its own
+	// alone: an endpoint change then needs a full build (deriveEndpointListeners).
+	for _, rec := range built.endpoints {
+		for _, n := range rec.names {
+			rec.plain = rec.plain && !built.contested[n] && !built.extras[n]
+		}
+	}
+	built.indexEndpointIPs()
 	return g.finishOutboundListeners(push, scope, built, byName, family)
 }
 
@@ -239,6 +275,9 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 type egressBinding struct {
 	ip   string
 	real bool
+	// port: the egress listener names a port; as istiod, only the catch-all one listens per endpoint
+	// address of a headless service.
+	port bool
 }
 
 // planOutbound plans the outbound listeners of services, keyed by name, for a proxy of labels, recording
@@ -330,7 +369,125 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 			ol.chains[0].dnsCache, ol.chains[0].dnsFamily = svc.Hostname, family
 		}
 	}
-	// Then TCP, TLS and unknown protocols: on the VIP when there is one, else on the port.
+	// addPortChains plans the chains of svc's port p on ol, matching vips (block: they are address blocks;
+	// sniOnly: only the SNI tells the services on the listener apart).
+	addPortChains := func(ol *outboundListener, svc *model.Service, vs *model.VirtualService, vips []*core.CidrRange, block, sniOnly bool,
+		namePrefix string, p *model.Port) {
+		var ownBlock []string // istiod's destination CIDRs of the service: its addresses when they are blocks
+		if block {
+			ownBlock = svc.Addresses
+		}
+		name := namePrefix + "_" + ldsPortName(p.Port)
+		if name == ol.name && ol.httpPort {
+			name += "_tcp" // the HTTP chain has the listener's name
+		}
+		// A chain on destinationSubnets has the same match on whichever listener it is: on a VIP listener
+		// its claim is that listener's alone.
+		at := ""
+		if ol.ip != "0.0.0.0" {
+			at = ol.name + "|"
+		}
+		own := []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
+		isTLS := p.Protocol == model.ProtocolTLS || p.Protocol == model.ProtocolHTTPS
+		// As istiod, a TLS port takes tls routes only, any other port tcp routes only.
+		var tcp sidecarTCP
+		var tlsRoutes []l4Route
+		if isTLS {
+			tlsRoutes = sidecarTLSRoutes(push, vs, scope.Namespace, labels, p.Port)
+		} else {
+			tcp = sidecarTCPRoutes(push, vs, scope.Namespace, labels, p.Port, ownBlock)
+		}
+		// istiod leaves a VIP service's own chains without prefix ranges, so a chain on destinationSubnets
+		// holding one of its VIPs takes every connection to that VIP (Envoy prefers a matching prefix). Here
+		// its chains match its VIPs: those a subnet chain holds are left out of them.
+		chainVIPs := vips
+		if len(vips) > 0 && !block {
+			var subnets []*core.CidrRange
+			for _, r := range append(slices.Clone(tcp.subnetRoutes), tlsRoutes...) {
+				subnets = append(subnets, r.subnets...)
+			}
+			if len(subnets) > 0 {
+				chainVIPs = slices.DeleteFunc(slices.Clone(vips), func(v *core.CidrRange) bool { return rangesContain(subnets, v.AddressPrefix) })
+			}
+		}
+		dests := own
+		if len(tcp.def) > 0 {
+			dests = tcp.def
+		}
+		portOnly := !tcp.noDefault // a chain taking every connection to the listener on this port
+		switch p.Protocol {
+		case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
+			if claim(vips, p.Port, "http") {
+				// istiod's route is the service's own, HOST:PORT, except on a 0.0.0.0 bind: PORT.
+				route := hostPort(svc.Hostname, p.Port)
+				if b.ip == "0.0.0.0" {
+					route = ""
+				}
+				addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: chainVIPs, alpn: sniffedHTTP, http: true, route: route})
+			} else {
+				built.contested[ol.name] = true
+			}
+		case model.ProtocolTLS, model.ProtocolHTTPS:
+			// As istiod: the VirtualService's tls routes by SNI, else the service's own chain; without a VIP
+			// (or with an address block) only the SNI tells the hosts sharing the port apart, so only
+			// connections naming the host reach it and the rest fall through to the traffic policy.
+			routes := tlsRoutes
+			switch {
+			case len(routes) > 0:
+				portOnly = false
+			case sniOnly:
+				routes = []l4Route{{sni: []string{svc.Hostname}, dests: own}}
+				if svc.Resolution == model.DynamicDNS {
+					routes[0].dnsCache = svc.Hostname // the SNI names the host the forward proxy resolves
+					routes[0].dnsFamily = family
+				}
+				portOnly = false
+			}
+			for _, r := range routes {
+				ranges, claimRanges, where := chainVIPs, vips, ""
+				if r.subnets != nil {
+					ranges, claimRanges, where = r.subnets, r.subnets, at
+				}
+				var sni []string
+				for _, n := range r.sni {
+					if claim(claimRanges, p.Port, where+n) {
+						sni = append(sni, n)
+					}
+				}
+				if len(sni) < len(r.sni) {
+					built.contested[ol.name] = true
+				}
+				if len(sni) == 0 {
+					continue
+				}
+				chainName := name + "/" + strings.Join(sni, ",")
+				if r.subnets != nil {
+					chainName += "@" + rangesText(r.subnets)
+				}
+				addChain(ol, svc, chainPlan{name: chainName, port: p.Port, vips: ranges, sni: sni, dests: r.dests, dnsCache: r.dnsCache,
+					dnsFamily: r.dnsFamily})
+			}
+		}
+		for _, r := range tcp.subnetRoutes {
+			if !claim(r.subnets, p.Port, at) {
+				built.contested[ol.name] = true
+				continue
+			}
+			addChain(ol, svc, chainPlan{name: name + "@" + rangesText(r.subnets), port: p.Port, vips: r.subnets, dests: r.dests})
+		}
+		if !portOnly {
+			return
+		}
+		if claim(vips, p.Port, "") {
+			addChain(ol, svc, chainPlan{name: name, port: p.Port, vips: chainVIPs, dests: dests})
+		} else {
+			built.contested[ol.name] = true
+		}
+	}
+	// Then TCP, TLS and unknown protocols: on the VIP when there is one, else on the port; for a service
+	// without an address of its own that sends connections to the address dialled (headless), on each of
+	// its endpoints' addresses (unless an egress listener binds an address), as istiod: other addresses on
+	// the port are not the service's.
 	for _, svc := range services {
 		var vips []*core.CidrRange
 		block := false // an address is a CIDR block: no listener address can stand for it
@@ -356,9 +513,12 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 		if vs != nil && (len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0) {
 			built.l4Routed = true
 		}
-		var ownBlock []string // istiod's destination CIDRs of the service: its addresses when they are blocks
-		if block {
-			ownBlock = svc.Addresses
+		var rec *endpointRecord
+		if svc.ListensOnEndpoints() && b.ip == "" && !b.port {
+			if rec = built.endpoints[svc.Key()]; rec == nil {
+				rec = &endpointRecord{eps: push.Endpoints(svc.Key()), plain: scope.listeners == nil}
+				built.endpoints[svc.Key()] = rec
+			}
 		}
 		for _, p := range svc.Ports {
 			if p.Protocol.IsHTTP() {
@@ -366,6 +526,21 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 			}
 			if p.Protocol == model.ProtocolUDP {
 				continue // as istiod: no listener for UDP
+			}
+			if rec != nil && svc.ListensOnEndpointPort(p) {
+				eps := push.EndpointsForPort(svc, p.Port, nil)
+				// istiod keeps the port's wildcard listener for a ServiceEntry with neither endpoints nor a
+				// workload selector, whose addresses are not known; a Kubernetes Service without endpoints has
+				// no listener on the port, nor one whose selector selects nothing yet.
+				if svc.Source.Kind == config.Service || len(eps) > 0 || svc.Selector != nil {
+					for _, ip := range endpointIPs(eps) {
+						ol := listenerFor(ip.AddressPrefix, p.Port)
+						rec.names = append(rec.names, ol.name)
+						addPortChains(ol, svc, vs, []*core.CidrRange{ip}, false, false, ip.AddressPrefix, p)
+					}
+					continue
+				}
+				rec.plain = false // the wildcard listener: not rebuilt per endpoint change
 			}
 			var ol *outboundListener
 			switch {
@@ -380,112 +555,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 					built.extras[v.AddressPrefix+"_"+ldsPortName(p.Port)] = true
 				}
 			}
-			name := namePrefix + "_" + ldsPortName(p.Port)
-			if name == ol.name && ol.httpPort {
-				name += "_tcp" // the HTTP chain has the listener's name
-			}
-			// A chain on destinationSubnets has the same match on whichever listener it is: on a VIP listener
-			// its claim is that listener's alone.
-			at := ""
-			if ol.ip != "0.0.0.0" {
-				at = ol.name + "|"
-			}
-			own := []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
-			isTLS := p.Protocol == model.ProtocolTLS || p.Protocol == model.ProtocolHTTPS
-			// As istiod, a TLS port takes tls routes only, any other port tcp routes only.
-			var tcp sidecarTCP
-			var tlsRoutes []l4Route
-			if isTLS {
-				tlsRoutes = sidecarTLSRoutes(push, vs, scope.Namespace, labels, p.Port)
-			} else {
-				tcp = sidecarTCPRoutes(push, vs, scope.Namespace, labels, p.Port, ownBlock)
-			}
-			// istiod leaves a VIP service's own chains without prefix ranges, so a chain on destinationSubnets
-			// holding one of its VIPs takes every connection to that VIP (Envoy prefers a matching prefix). Here
-			// its chains match its VIPs: those a subnet chain holds are left out of them.
-			chainVIPs := vips
-			if len(vips) > 0 && !block {
-				var subnets []*core.CidrRange
-				for _, r := range append(slices.Clone(tcp.subnetRoutes), tlsRoutes...) {
-					subnets = append(subnets, r.subnets...)
-				}
-				if len(subnets) > 0 {
-					chainVIPs = slices.DeleteFunc(slices.Clone(vips), func(v *core.CidrRange) bool { return rangesContain(subnets, v.AddressPrefix) })
-				}
-			}
-			dests := own
-			if len(tcp.def) > 0 {
-				dests = tcp.def
-			}
-			portOnly := !tcp.noDefault // a chain taking every connection to the listener on this port
-			switch p.Protocol {
-			case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
-				if claim(vips, p.Port, "http") {
-					// istiod's route is the service's own, HOST:PORT, except on a 0.0.0.0 bind: PORT.
-					route := hostPort(svc.Hostname, p.Port)
-					if b.ip == "0.0.0.0" {
-						route = ""
-					}
-					addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: chainVIPs, alpn: sniffedHTTP, http: true, route: route})
-				} else {
-					built.contested[ol.name] = true
-				}
-			case model.ProtocolTLS, model.ProtocolHTTPS:
-				// As istiod: the VirtualService's tls routes by SNI, else the service's own chain; without a VIP
-				// (or with an address block) only the SNI tells the hosts sharing the port apart, so only
-				// connections naming the host reach it and the rest fall through to the traffic policy.
-				routes := tlsRoutes
-				switch {
-				case len(routes) > 0:
-					portOnly = false
-				case sniOnly:
-					routes = []l4Route{{sni: []string{svc.Hostname}, dests: own}}
-					if svc.Resolution == model.DynamicDNS {
-						routes[0].dnsCache = svc.Hostname // the SNI names the host the forward proxy resolves
-						routes[0].dnsFamily = family
-					}
-					portOnly = false
-				}
-				for _, r := range routes {
-					ranges, claimRanges, where := chainVIPs, vips, ""
-					if r.subnets != nil {
-						ranges, claimRanges, where = r.subnets, r.subnets, at
-					}
-					var sni []string
-					for _, n := range r.sni {
-						if claim(claimRanges, p.Port, where+n) {
-							sni = append(sni, n)
-						}
-					}
-					if len(sni) < len(r.sni) {
-						built.contested[ol.name] = true
-					}
-					if len(sni) == 0 {
-						continue
-					}
-					chainName := name + "/" + strings.Join(sni, ",")
-					if r.subnets != nil {
-						chainName += "@" + rangesText(r.subnets)
-					}
-					addChain(ol, svc, chainPlan{name: chainName, port: p.Port, vips: ranges, sni: sni, dests: r.dests, dnsCache: r.dnsCache,
-						dnsFamily: r.dnsFamily})
-				}
-			}
-			for _, r := range tcp.subnetRoutes {
-				if !claim(r.subnets, p.Port, at) {
-					built.contested[ol.name] = true
-					continue
-				}
-				addChain(ol, svc, chainPlan{name: name + "@" + rangesText(r.subnets), port: p.Port, vips: r.subnets, dests: r.dests})
-			}
-			if !portOnly {
-				continue
-			}
-			if claim(vips, p.Port, "") {
-				addChain(ol, svc, chainPlan{name: name, port: p.Port, vips: chainVIPs, dests: dests})
-			} else {
-				built.contested[ol.name] = true
-			}
+			addPortChains(ol, svc, vs, vips, block, sniOnly, namePrefix, p)
 		}
 	}
 	return byName
@@ -574,6 +644,49 @@ type listenerList struct {
 	l4Routed        bool            // a VirtualService sends TCP or TLS somewhere: its chains depend on other services
 	labelKey        string          // l4LabelKey of the proxies it was built for
 	derived         bool            // from the previous list, not from a walk over every service
+	// endpoints records, per service of the scope reached per endpoint address (Service.ListensOnEndpoints),
+	// by key, the endpoints its listeners were built from; shared with derived lists until one changes.
+	endpoints map[string]*endpointRecord
+	// endpointIPs names, per endpoint address, the listeners built for it: a sidecar at that address leaves
+	// them out (withoutOwnListeners).
+	endpointIPs map[string][]string
+}
+
+// endpointRecord is how a service's listeners per endpoint address were built.
+type endpointRecord struct {
+	eps   *model.ServiceEndpoints // as of the build
+	names []string                // its listeners, one per address and port
+	// plain: each of them holds the service's chains alone, rebuilt from its endpoints alone.
+	plain bool
+}
+
+// indexEndpointIPs fills l.endpointIPs from l.endpoints.
+func (l *listenerList) indexEndpointIPs() {
+	l.endpointIPs = map[string][]string{}
+	for _, rec := range l.endpoints {
+		for _, n := range rec.names {
+			ip := n[:strings.LastIndexByte(n, '_')]
+			if !slices.Contains(l.endpointIPs[ip], n) {
+				l.endpointIPs[ip] = append(l.endpointIPs[ip], n)
+			}
+		}
+	}
+}
+
+// endpointIPs returns the distinct addresses of eps (sorted by address) that are IP addresses, as
+// /32 or /128 ranges: a ServiceEntry endpoint may be a hostname, which no listener can stand for (istiod
+// skips it too).
+func endpointIPs(eps []*model.Endpoint) []*core.CidrRange {
+	out := make([]*core.CidrRange, 0, len(eps))
+	for i, ep := range eps {
+		if i > 0 && eps[i-1].Address == ep.Address {
+			continue
+		}
+		if ip, err := netip.ParseAddr(ep.Address); err == nil {
+			out = append(out, &core.CidrRange{AddressPrefix: ip.String(), PrefixLen: wrapperspb.UInt32(uint32(ip.BitLen()))})
+		}
+	}
+	return out
 }
 
 // plainVIPService reports whether svc's outbound listeners are its own, whatever else is in scope: one VIP
@@ -623,7 +736,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 		extras: prev.extras, dynamicDNSPorts: prev.dynamicDNSPorts, labelKey: prev.labelKey, derived: true}
 	if len(removed) == 0 && len(added) == 0 {
 		next.list = prev.list
-		return next, true, nil
+		return g.deriveEndpointListeners(prev, next, push, scope, family)
 	}
 	next.httpPorts = maps.Clone(prev.httpPorts)
 	drop := map[string]bool{}
@@ -698,7 +811,92 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 		}
 	}
 	next.list = mergeByName(next.list, fresh)
+	return g.deriveEndpointListeners(prev, next, push, scope, family)
+}
+
+// deriveEndpointListeners brings next, derived from prev, up to date with the endpoints of the scope's
+// services reached per endpoint address: one whose endpoints changed has its listeners replaced by those of
+// its addresses now, the others' stay. ok is false when a full build is needed: a listener of the service
+// is not its own alone, or the name of a new one is taken.
+func (g *Generators) deriveEndpointListeners(prev, next *listenerList, push *model.PushContext, scope *Scope,
+	family cluster.Cluster_DnsLookupFamily) (*listenerList, bool, error) {
+	next.endpoints, next.endpointIPs = prev.endpoints, prev.endpointIPs
+	var drop map[string]bool
+	var fresh xds.Resources
+	freshNames := map[string]bool{}
+	for _, svc := range scope.endpointListened {
+		rec := prev.endpoints[svc.Key()]
+		cur := push.Endpoints(svc.Key())
+		if rec != nil && rec.eps == cur {
+			continue
+		}
+		if rec == nil || !rec.plain {
+			return nil, false, nil
+		}
+		if drop == nil {
+			drop, next.endpoints = map[string]bool{}, maps.Clone(prev.endpoints)
+		}
+		for _, n := range rec.names {
+			drop[n] = true
+		}
+		fresher := &endpointRecord{eps: cur, plain: true}
+		for _, p := range svc.Ports {
+			if !svc.ListensOnEndpointPort(p) {
+				continue
+			}
+			eps := push.EndpointsForPort(svc, p.Port, nil)
+			if svc.Source.Kind != config.Service && len(eps) == 0 && svc.Selector == nil {
+				return nil, false, nil // the port's wildcard listener (buildOutboundListeners)
+			}
+			for _, ip := range endpointIPs(eps) {
+				ol := endpointListenerPlan(svc, p, ip)
+				if freshNames[ol.name] || prev.extras[ol.name] || prev.contested[ol.name] {
+					return nil, false, nil
+				}
+				freshNames[ol.name] = true
+				fresher.names = append(fresher.names, ol.name)
+				r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, family)
+				if err != nil {
+					return nil, false, err
+				}
+				fresh = append(fresh, r)
+			}
+		}
+		next.endpoints[svc.Key()] = fresher
+	}
+	if drop == nil {
+		return next, true, nil
+	}
+	sortByName(fresh)
+	kept := make(xds.Resources, 0, len(next.list)+len(fresh))
+	for _, r := range next.list {
+		if drop[r.Name] {
+			continue
+		}
+		if freshNames[r.Name] {
+			return nil, false, nil // another service's listener
+		}
+		kept = append(kept, r)
+	}
+	next.list = mergeByName(kept, fresh)
+	next.indexEndpointIPs()
 	return next, true, nil
+}
+
+// endpointListenerPlan is the listener of svc's port p on endpoint address ip when it holds svc's chains
+// alone and no VirtualService routes svc's TCP or TLS (as buildOutboundListeners plans it then): a sniffed
+// port's HTTP chain, and the chain taking the rest to the service's cluster, which sends it on to ip.
+func endpointListenerPlan(svc *model.Service, p *model.Port, ip *core.CidrRange) *outboundListener {
+	name := ip.AddressPrefix + "_" + ldsPortName(p.Port)
+	vips := []*core.CidrRange{ip}
+	ol := &outboundListener{name: name, ip: ip.AddressPrefix, port: p.Port}
+	if p.Protocol == model.ProtocolUnset {
+		ol.chains = append(ol.chains, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true,
+			route: hostPort(svc.Hostname, p.Port)})
+	}
+	ol.chains = append(ol.chains, chainPlan{name: name, port: p.Port, vips: vips,
+		dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}})
+	return ol
 }
 
 // chainPlan is an outbound filter chain as data.

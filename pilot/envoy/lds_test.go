@@ -345,9 +345,9 @@ func filterNames(fc *listener.FilterChain) []string {
 }
 
 // ldsSidecarOutboundNames are the listeners of every sidecar in testdata/lds/mesh.yaml, in order.
-var ldsSidecarOutboundNames = []string{"0.0.0.0_27017", "0.0.0.0_443", "0.0.0.0_5432", "0.0.0.0_7070", "0.0.0.0_80",
+var ldsSidecarOutboundNames = []string{"0.0.0.0_443", "0.0.0.0_5432", "0.0.0.0_7070", "0.0.0.0_80",
 	"0.0.0.0_9080", "10.0.0.20_3306", "10.0.0.21_3306", "10.0.0.25_8000", "10.0.0.25_9000", "10.0.0.30_9001",
-	"10.0.0.40_8443", "10.0.0.41_6379", VirtualInboundListener, VirtualOutboundListener}
+	"10.0.0.40_8443", "10.0.0.41_6379", "10.1.3.1_27017", "10.1.3.2_27017", VirtualInboundListener, VirtualOutboundListener}
 
 func listenerNames(ls []*listener.Listener) []string {
 	var out []string
@@ -446,10 +446,17 @@ func TestListenerSidecarOutbound(t *testing.T) {
 		t.Errorf("echo weighted clusters %v", wc)
 	}
 
-	// Headless: the port only, on 0.0.0.0.
-	mongo := ldsChain(t, ldsFind(t, ls, "0.0.0.0_27017"), "0.0.0.0_27017")
-	if len(mongo.FilterChainMatch.PrefixRanges) != 0 || mongo.FilterChainMatch.DestinationPort.GetValue() != 27017 {
-		t.Errorf("mongo match %v", mongo.FilterChainMatch)
+	// Headless: a listener on each endpoint's address (istiod's), none on 0.0.0.0: another address on the
+	// port is not the service's, and goes where the capture listener sends it.
+	for _, ip := range []string{"10.1.3.1", "10.1.3.2"} {
+		l := ldsFind(t, ls, ip+"_27017")
+		fc := envoyChain(l, connection{ip: ip, port: 27017})
+		if fc == nil || ldsTCPProxyOf(t, fc).GetCluster() != "outbound|27017||mongo.shop.svc.cluster.local" {
+			t.Errorf("mongo endpoint %s: chain %v, want tcp_proxy to mongo's cluster", ip, fc)
+		}
+	}
+	if slices.Contains(listenerNames(ls), "0.0.0.0_27017") {
+		t.Error("listener 0.0.0.0_27017: every address on the port is taken for the headless service")
 	}
 
 	// Sniffed port: HTTP by ALPN through RDS "HOST:8000" (istiod's name), the rest TCP; the http_inspector on
@@ -530,12 +537,15 @@ func TestListenerTLSWithoutVIPRegistryOnly(t *testing.T) {
 // address belongs to one listener only.
 func TestListenerOutboundAddresses(t *testing.T) {
 	push := ldsPush(t, nil, `
-apiVersion: v1
-kind: Service
+# Without addresses or endpoints: on 0.0.0.0_PORT (istiod's wildcard listener for such a ServiceEntry).
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
 metadata: {name: odd-ports, namespace: shop}
 spec:
-  clusterIP: None
-  ports: [{name: tcp-a, port: 15001}, {name: tcp-b, port: 15006}, {name: tcp-c, port: 15021}, {name: tcp-d, port: 15090}, {name: tcp-e, port: 15002}]
+  hosts: [odd-ports.example.com]
+  resolution: NONE
+  ports: [{name: tcp-a, number: 15001, protocol: TCP}, {name: tcp-b, number: 15006, protocol: TCP}, {name: tcp-c, number: 15021, protocol: TCP},
+    {name: tcp-d, number: 15090, protocol: TCP}, {name: tcp-e, number: 15002, protocol: TCP}]
 ---
 apiVersion: v1
 kind: Service
@@ -927,11 +937,11 @@ func TestListenerTrustDomain(t *testing.T) {
 
 // Outbound listener lists derived from the previous snapshot's (deriveOutboundListeners) equal what a fresh
 // build gives, through random service adds, changes and deletes: VIPs shared with other services, services
-// without a VIP, several addresses, sniffed and TLS ports, HTTP ports that come and go, and TCP routes to
-// services that come and go.
+// without a VIP, several addresses, sniffed and TLS ports, HTTP ports that come and go, TCP routes to
+// services that come and go, and endpoints of headless services (listened on per address, some shared).
 func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 	st, push, g, proxies := derivationFixture(t)
-	rng := rand.New(rand.NewPCG(9, 10))
+	rng, ends := rand.New(rand.NewPCG(9, 10)), rand.New(rand.NewPCG(11, 12))
 	live := map[config.Key]bool{}
 	derived := 0
 	for step := range 250 {
@@ -939,7 +949,7 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 		ns := fmt.Sprintf("ns-%d", 3+rng.IntN(2))
 		switch r := rng.IntN(12); {
 		case r < 3: // delete what was added under that name
-			for _, kind := range []config.Kind{config.Service, config.ServiceEntry, config.VirtualService} {
+			for _, kind := range []config.Kind{config.Service, config.ServiceEntry, config.VirtualService, config.EndpointSlice} {
 				if key := (config.Key{Kind: kind, Namespace: ns, Name: name}); live[key] {
 					push = deleteConfig(st, push, key)
 					delete(live, key)
@@ -968,6 +978,19 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: %s\n  ports: %s\n",
 				name, ns, vip, ports))
 			live[config.Key{Kind: config.Service, Namespace: ns, Name: name}] = true
+		}
+		if ends.IntN(3) == 0 { // endpoints of a service: a headless one listens on their addresses
+			name := fmt.Sprintf("extra-%d", ends.IntN(12))
+			ns := fmt.Sprintf("ns-%d", 3+ends.IntN(2))
+			var eps []string
+			for i := range ends.IntN(4) {
+				// Mostly the service's own addresses; now and then one another service has too.
+				eps = append(eps, fmt.Sprintf("{addresses: [10.77.%d.%d]}", ends.IntN(40), i))
+			}
+			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: %s, namespace: %s, labels: {kubernetes.io/service-name: %s}}\n"+
+				"addressType: IPv4\nports: [{name: tcp, port: 9090}, {name: other, port: 7000}, {name: tls, port: 443}, {name: http, port: 80}]\nendpoints: [%s]\n",
+				name, ns, name, strings.Join(eps, ", ")))
+			live[config.Key{Kind: config.EndpointSlice, Namespace: ns, Name: name}] = true
 		}
 		if step == 150 {
 			for key := range live {

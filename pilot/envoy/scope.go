@@ -28,6 +28,9 @@ type Scope struct {
 	// egress are its Sidecar's egress hosts (nil without a Sidecar): they also choose the VirtualServices
 	// whose hosts outside the registry get virtual hosts (hostVirtualServices).
 	egress []egressHost
+	// endpointListened are the Services that sidecars reach through a listener per endpoint address
+	// (Service.ListensOnEndpoints), by hostname: their endpoints' addresses decide the outbound listeners.
+	endpointListened []*model.Service
 	// routePorts are the HTTP port numbers of Services, sorted; routePortsByName the same sorted as
 	// route configuration names ("10000" before "9080"). Every sidecar push reads them.
 	routePorts, routePortsByName []uint32
@@ -123,6 +126,9 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config, prev
 		}
 		s.byHost[chosen.Hostname] = chosen
 		s.Services = append(s.Services, chosen)
+		if chosen.ListensOnEndpoints() {
+			s.endpointListened = append(s.endpointListened, chosen)
+		}
 	}
 	s.routePorts = httpPorts(s.Services)
 	s.routePortsByName = slices.Clone(s.routePorts)
