@@ -224,8 +224,11 @@ func (l listenerGenerator) NeedsPush(proxy *xds.Proxy, _ *xds.WatchedResource, r
 	if req == nil || req.Full {
 		return true
 	}
-	if len(req.AddressesUpdated) == 0 || proxy == nil || proxy.Type != xds.Sidecar || req.Push == nil {
+	if len(req.AddressesUpdated) == 0 || proxy == nil || proxy.Type != xds.Sidecar {
 		return false
+	}
+	if req.Push == nil {
+		return true // a request kept without its snapshot (distribution tracking): whom it concerns is unknown
 	}
 	scope := l.g.scopeFor(proxy, req.Push)
 	for key := range req.AddressesUpdated {

@@ -262,6 +262,12 @@ spec:
 		if filter.NeedsPush(gateway, w, req) {
 			t.Errorf("%s: LDS pushed to a gateway", what)
 		}
+		// Distribution tracking asks about requests kept without their snapshot: a sidecar may be concerned.
+		kept := *req
+		kept.Push = nil
+		if got := filter.NeedsPush(frontend, w, &kept); got != wantPush {
+			t.Errorf("%s: a request kept without its snapshot concerns frontend's LDS %v, want %v", what, got, wantPush)
+		}
 		push = next
 		checkSameAsFreshBuild(t, g, xds.ListenerType, frontend, push, 0)
 		checkSameAsFreshBuild(t, g, xds.ListenerType, outsider, push, 0)
