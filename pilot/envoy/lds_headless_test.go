@@ -116,6 +116,53 @@ func TestHeadlessListensOnEndpointAddresses(t *testing.T) {
 	}
 }
 
+// A VirtualService's tcp matches on sourceLabels and destinationSubnets apply on a headless service's
+// listeners per endpoint address as on a VIP's, as istiod's: each endpoint's listener is planned like a VIP
+// listener of that address, for the labels of the proxy.
+func TestHeadlessEndpointListenersL4Matches(t *testing.T) {
+	push := ldsPush(t, nil, headlessDB, `
+apiVersion: v1
+kind: Service
+metadata: {name: db-replica, namespace: shop}
+spec:
+  clusterIP: 10.0.9.9
+  ports: [{name: tcp-db, port: 5433}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: shop}
+spec:
+  hosts: [db]
+  tcp:
+  - match: [{sourceLabels: {app: batch}, port: 5433}]
+    route: [{destination: {host: db-replica}}]
+  - match: [{destinationSubnets: [10.1.5.2/32], port: 5433}]
+    route: [{destination: {host: db-replica}}]
+  - route: [{destination: {host: db}}]
+`)
+	g := New(Options{})
+	batch := ldsSidecar("batch-1", "10.1.0.20", map[string]string{"app": "batch"})
+	const replica, db = "outbound|5433||db-replica.shop.svc.cluster.local", "outbound|5433||db.shop.svc.cluster.local"
+	for _, tc := range []struct {
+		proxy *xds.Proxy
+		ip    string
+		want  string
+	}{
+		{ldsFrontend, "10.1.5.1", db},
+		{ldsFrontend, "10.1.5.2", replica}, // the subnet holds the endpoint's address
+		{ldsFrontend, "10.1.5.9", PassthroughCluster},
+		{batch, "10.1.5.1", replica},
+		{batch, "10.1.5.2", replica},
+		{batch, "10.1.5.9", PassthroughCluster},
+		{ldsFrontend, "10.1.5.1", db}, // built for the frontend's labels still, after batch's
+	} {
+		ls := ldsGenerate(t, g, tc.proxy, push, wildcard(xds.ListenerType))
+		if got := outboundCluster(t, ls, connection{ip: tc.ip, port: 5433}); got != tc.want {
+			t.Errorf("%s: %s:5433 goes to %s, want %s", tc.proxy.Name, tc.ip, got, tc.want)
+		}
+	}
+}
+
 // A sidecar that is itself an endpoint of a headless service has no outbound listener for its own address,
 // as istiod's; its replicas' listeners are shared.
 func TestHeadlessNoListenerForOwnAddress(t *testing.T) {
