@@ -117,7 +117,7 @@ var compatTable = map[CompatField]CompatEntry{
 
 	// Gateway
 	{networkingPkg + "ServerTLSSettings", "mode"}: {Status: Honoured,
-		Note: "AUTO_PASSTHROUGH forwards mTLS by its server name (outbound_.PORT_.SUBSET_.HOST) to SNI-DNAT clusters, as istiod; like istiod's, those chains carry no AuthorizationPolicy (the destination's sidecar enforces)"},
+		Note: "AUTO_PASSTHROUGH forwards mTLS by its server name (outbound_.PORT_.SUBSET_.HOST) to SNI-DNAT clusters, as istiod; like istiod's, those chains carry no AuthorizationPolicy (the destination's sidecar enforces), and a policy applying to such a gateway's pods is warned"},
 	{networkingPkg + "ServerTLSSettings", "min_protocol_version"}: {Status: Partly, Values: []string{"TLSV1_0", "TLSV1_1"},
 		Note: "TLSV1_0 and TLSV1_1 without cipherSuites are warned: Envoy's default ciphers do not support them"},
 	{networkingPkg + "ServerTLSSettings", "cipher_suites"}: {Status: Partly,

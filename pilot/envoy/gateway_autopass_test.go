@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -248,5 +249,34 @@ func TestGatewayAutoPassthroughEndpoints(t *testing.T) {
 	}
 	if !slices.Contains(names, "outbound_.9001_.v1_.echo.shop.svc.cluster.local") || !slices.Contains(names, "outbound_.9001_._.echo.shop.svc.cluster.local") {
 		t.Errorf("endpoint push for echo sends %v, want its SNI-DNAT clusters too", names)
+	}
+}
+
+// A policy selecting a gateway with AUTO_PASSTHROUGH servers is not applied there (as in istiod); the
+// operator is told so, naming the policy and the Gateway, and a policy selecting other workloads is not named.
+func TestAutoPassthroughPolicyIsReported(t *testing.T) {
+	push := pushFromYAML(t, []byte(autoPassthroughYAML+`---
+apiVersion: v1
+kind: Pod
+metadata: {name: ew-1, namespace: istio-system, labels: {istio: eastwestgateway}}
+spec: {serviceAccountName: ew}
+status: {podIP: 10.1.2.1, phase: Running, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: echo-only, namespace: shop}
+spec:
+  selector: {matchLabels: {app: echo}}
+  action: DENY
+  rules: [{}]
+`))
+	var named []string
+	for _, p := range push.AuthorizationProblems() {
+		if p.Warning && strings.Contains(p.Message, "AUTO_PASSTHROUGH servers of Gateway istio-system/cross-network") {
+			named = append(named, p.Namespace+"/"+p.Name+" "+p.Field)
+		}
+	}
+	if want := []string{"istio-system/ew-deny spec"}; !slices.Equal(named, want) {
+		t.Fatalf("policies reported for the AUTO_PASSTHROUGH gateway: %v, want %v", named, want)
 	}
 }

@@ -418,9 +418,50 @@ func (ps *PushContext) AuthorizationProblems() []*config.Error {
 			}
 		}
 	}
+	out = append(out, ps.autoPassthroughPolicyProblems()...)
 	slices.SortFunc(out, func(a, b *config.Error) int {
-		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name), strings.Compare(a.Message, b.Message))
 	})
+	return out
+}
+
+// autoPassthroughPolicyProblems warns about each AuthorizationPolicy applying to a gateway workload whose
+// Gateways have an AUTO_PASSTHROUGH server: that server forwards the client's mTLS unopened, so, as in
+// istiod, no policy is applied on its port (the destination's sidecar applies its own).
+func (ps *PushContext) autoPassthroughPolicyProblems() []*config.Error {
+	if ps.gateways == nil || ps.workloads == nil || ps.authorization == nil {
+		return nil
+	}
+	hasPassthrough := func(g *config.Config) bool {
+		return slices.ContainsFunc(g.Spec.(*networking.Gateway).Servers, func(s *networking.Server) bool {
+			return s.GetTls().GetMode() == networking.ServerTLSSettings_AUTO_PASSTHROUGH
+		})
+	}
+	if !slices.ContainsFunc(ps.gateways.all, hasPassthrough) {
+		return nil
+	}
+	type pair struct{ policy, gateway config.Key }
+	seen := map[pair]bool{}
+	var out []*config.Error
+	for _, w := range ps.workloads.byUID.All() {
+		for _, g := range ps.Gateways(w.Labels) {
+			if !hasPassthrough(g) {
+				continue
+			}
+			pols := ps.AuthorizationPolicies(w.Namespace, w.Labels)
+			for _, group := range [][]*config.Config{pols.Allow, pols.Deny, pols.Audit, pols.Custom} {
+				for _, c := range group {
+					if seen[pair{c.Key, g.Key}] {
+						continue
+					}
+					seen[pair{c.Key, g.Key}] = true
+					out = append(out, &config.Error{File: c.Source, Kind: string(c.Kind), Namespace: c.Namespace, Name: c.Name, Field: "spec",
+						Warning: true, Message: "not applied on the AUTO_PASSTHROUGH servers of Gateway " + g.Namespace + "/" + g.Name +
+							" (as in istiod): they forward the client's mTLS to its destination unopened, whose sidecar applies its own policies"})
+				}
+			}
+		}
+	}
 	return out
 }
 
