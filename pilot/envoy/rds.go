@@ -204,7 +204,8 @@ type routeBuilder struct {
 	gateways     []*config.Config
 	gatewayPorts gatewayPorts
 	grpc         bool
-	// usedLabels records that a VirtualService match on sourceLabels was evaluated against the proxy.
+	// usedLabels records that the routes depend on the proxy's labels: a VirtualService match on
+	// sourceLabels, or a DestinationRule with a workloadSelector, was evaluated against the proxy.
 	usedLabels bool
 	// deps, when set, collects the destination services the routes resolved.
 	deps *[]serviceDep

@@ -148,3 +148,100 @@ func TestRouteHashPolicyPerDestination(t *testing.T) {
 		}
 	}
 }
+
+const selectedHashMesh = `
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: ns}
+spec:
+  clusterIP: 10.1.0.2
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: plain, namespace: ns}
+spec:
+  clusterIP: 10.1.0.3
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: api, namespace: ns}
+spec:
+  hosts: [api]
+  http:
+  - name: to-v1
+    route:
+    - destination: {host: api, subset: v1}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: api, namespace: ns}
+spec:
+  host: api
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-every}}}
+  subsets: [{name: v1, labels: {version: v1}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: plain, namespace: ns}
+spec:
+  host: plain
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-every}}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: api-client, namespace: ns}
+spec:
+  host: api
+  workloadSelector: {matchLabels: {app: client}}
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-client}}}
+  subsets: [{name: v1, labels: {version: v1}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: plain-client, namespace: ns}
+spec:
+  host: plain
+  workloadSelector: {matchLabels: {app: client}}
+  trafficPolicy: {loadBalancer: {consistentHash: {httpCookie: {name: client, ttl: 10s}}}}
+`
+
+// A route's hash policy comes from the DestinationRule the proxy applies to the destination, as istiod's
+// route builder takes it from the proxy's sidecar scope: a rule whose workloadSelector selects the proxy
+// comes before the namespace's rule without selector, for a VirtualService destination and a service's
+// default route alike; other proxies of the namespace keep the rule without. One generator serves the
+// selected and unselected proxies in turn, so no cache hands one's routes to the other.
+func TestRouteHashPolicyFromSelectedDestinationRule(t *testing.T) {
+	push := pushFromYAML(t, []byte(selectedHashMesh))
+	for _, vhds := range []bool{false, true} {
+		g := New(Options{})
+		for _, labels := range []map[string]string{{"app": "client"}, {"app": "other"}, {"app": "client", "version": "v2"}, nil} {
+			byName := map[string]*route.VirtualHost{}
+			if vhds {
+				for _, vh := range generateVirtualHosts(t, g, envoyProxy("ns", labels, true, 1, 38), push) {
+					byName[vh.Name[len("8080/"):]] = vh
+				}
+			} else {
+				p := &xds.Proxy{Type: xds.Sidecar, Namespace: "ns", Labels: labels}
+				for _, vh := range generateRoutes(t, g, p, push, named(xds.RouteType, "8080"))[0].VirtualHosts {
+					byName[vh.Name] = vh
+				}
+			}
+			api, plain := byName["api.ns.svc.cluster.local:8080"], byName["plain.ns.svc.cluster.local:8080"]
+			if api == nil || plain == nil {
+				t.Fatalf("vhds %v, labels %v: virtual hosts %v", vhds, labels, byName)
+			}
+			wantAPI, wantPlain := []string{"header:x-every"}, []string{"header:x-every"}
+			if labels["app"] == "client" {
+				wantAPI, wantPlain = []string{"header:x-client"}, []string{"cookie:client"}
+			}
+			if got := hashTexts(api.Routes[0].GetRoute()); !slices.Equal(got, wantAPI) {
+				t.Errorf("vhds %v, labels %v: VirtualService route to api: hash policies %v, want %v", vhds, labels, got, wantAPI)
+			}
+			if got := hashTexts(plain.Routes[0].GetRoute()); !slices.Equal(got, wantPlain) {
+				t.Errorf("vhds %v, labels %v: default route of plain: hash policies %v, want %v", vhds, labels, got, wantPlain)
+			}
+		}
+	}
+}

@@ -649,7 +649,7 @@ func parseRetryOn(s string) (string, []uint32) {
 // serviceHashPolicy is the hash policy of the default route of svc on port (istiod's hashForService): the
 // DestinationRule's consistentHash, replaced by that of the port's portLevelSettings when it sets one.
 func (b *routeBuilder) serviceHashPolicy(svc *model.Service, port uint32) *route.RouteAction_HashPolicy {
-	dr := b.push.DestinationRule(b.proxy.Namespace, svc)
+	dr := b.destinationRule(svc)
 	if dr == nil {
 		return nil
 	}
@@ -674,7 +674,7 @@ func (b *routeBuilder) destinationHashPolicy(d routeDestination, explicitPort ui
 	if d.svc == nil {
 		return nil
 	}
-	dr := b.push.DestinationRule(b.proxy.Namespace, d.svc)
+	dr := b.destinationRule(d.svc)
 	if dr == nil {
 		return nil
 	}
@@ -695,6 +695,15 @@ func (b *routeBuilder) destinationHashPolicy(d routeDestination, explicitPort ui
 		}
 	}
 	return consistentHashPolicy(tp.GetLoadBalancer().GetConsistentHash())
+}
+
+// destinationRule is the DestinationRule the proxy applies to svc: as istiod's route builder (its sidecar
+// scope's rule for outbound traffic), one whose workloadSelector selects the proxy comes first. A choice
+// that weighed such a rule makes the routes depend on the proxy's labels.
+func (b *routeBuilder) destinationRule(svc *model.Service) *model.DestinationRule {
+	dr, byLabels := b.push.DestinationRuleByLabels(b.proxy.Namespace, b.proxy.Labels, svc)
+	b.usedLabels = b.usedLabels || byLabels
+	return dr
 }
 
 // portLevelConsistentHash is the consistentHash of the first portLevelSettings entry for port (0: none).

@@ -337,6 +337,8 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 			sub := &routeBuilder{push: push, proxy: proxy, scope: scope, deps: &deps}
 			h := *e.host // prev's entry is left as it was
 			h.routes, h.deps = sub.virtualServiceRoutes(h.vs, model.MeshGateway, port), deps
+			h.labelled = sub.usedLabels
+			b.usedLabels = b.usedLabels || sub.usedLabels
 			e.host = &h
 			if e.res, err = g.hostVirtualHost(proxy.Namespace, h, port, rules, push.Mesh.DefaultRetries(), name, e.domains); err != nil {
 				return nil, false, err
@@ -433,12 +435,17 @@ type vhostEntry struct {
 
 // plainVirtualHost returns the virtual host of svc, without a VirtualService, on port for b's proxy's namespace.
 func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, routeConfig string) (vhostEntry, error) {
-	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace}, vhostInputs{svc, rules, b.push.Mesh.DefaultRetries()}
-	return g.vhosts.getOrBuild(id, inputs, func() (vhostEntry, error) {
+	build := func() (vhostEntry, error) {
 		ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix)
 		r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, routeConfig, ds))
 		return vhostEntry{res: r, domains: ds, lower: lowerAll(ds)}, err
-	})
+	}
+	// A DestinationRule with a workloadSelector for svc makes its hash policy the proxy's labels' own.
+	if _, byLabels := b.push.DestinationRuleByLabels(b.proxy.Namespace, b.proxy.Labels, svc); byLabels {
+		return build()
+	}
+	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace}, vhostInputs{svc, rules, b.push.Mesh.DefaultRetries()}
+	return g.vhosts.getOrBuild(id, inputs, build)
 }
 
 // virtualHost is the VHDS virtual host ROUTE_CONFIG/HOSTNAME:PORT of svc, naming domains.

@@ -159,14 +159,14 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 // visible rules of the most specific matching host, the first whose selector selects the proxy, else the
 // one without selector. found reports whether ns has a visible rule for host at all: istiod stops there
 // even when no rule of that host selects the proxy.
-func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string, labels map[string]string) (dr *DestinationRule, found bool) {
+func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string, labels map[string]string) (dr *DestinationRule, found, byLabels bool) {
 	rules := idx.byNamespace[ns]
 	if len(rules) == 0 {
-		return nil, false // most namespaces have no rule: spare the hostname's hashing
+		return nil, false, false // most namespaces have no rule: spare the hostname's hashing
 	}
 	if i, ok := idx.exact[ns][host]; ok {
-		if dr, found := pickRule(rules[i:], proxyNS, labels); found {
-			return dr, true
+		if dr, found, byLabels := pickRule(rules[i:], proxyNS, labels); found {
+			return dr, true, byLabels
 		}
 	}
 	for i, r := range rules[idx.wildcards[ns]:] {
@@ -175,12 +175,13 @@ func (idx *destinationRuleIndex) lookup(ns, proxyNS, host string, labels map[str
 		}
 		return pickRule(rules[idx.wildcards[ns]+i:], proxyNS, labels)
 	}
-	return nil, false
+	return nil, false, false
 }
 
 // pickRule chooses among the rules of one host (rules[0]'s, the rules that follow it with the same host)
 // the one a proxy of proxyNS with labels applies; found is false when none of them is visible to it.
-func pickRule(rules []*DestinationRule, proxyNS string, labels map[string]string) (dr *DestinationRule, found bool) {
+// byLabels reports whether a visible rule with a selector was weighed (they come first).
+func pickRule(rules []*DestinationRule, proxyNS string, labels map[string]string) (dr *DestinationRule, found, byLabels bool) {
 	for i, r := range rules {
 		if i > 0 && r.Host != rules[0].Host {
 			break
@@ -189,11 +190,12 @@ func pickRule(rules []*DestinationRule, proxyNS string, labels map[string]string
 			continue
 		}
 		found = true
+		byLabels = byLabels || r.Selector != nil
 		if r.Selector == nil || labelsMatch(r.Selector, labels) {
-			return r, true
+			return r, true, byLabels
 		}
 	}
-	return nil, found
+	return nil, found, byLabels
 }
 
 // localityAware reports whether any traffic policy of spec sets outlier detection or locality load balancing.

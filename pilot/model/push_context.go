@@ -264,20 +264,30 @@ func (ps *PushContext) DestinationRule(proxyNS string, svc *Service) *Destinatio
 // the service's namespace, then the root namespace — Istio's precedence. Once a namespace has a rule for
 // the host, the search stops there, as in istiod, even if none of them selects the proxy.
 func (ps *PushContext) DestinationRuleFor(proxyNS string, labels map[string]string, svc *Service) *DestinationRule {
-	if dr, found := ps.destinationRules.lookup(proxyNS, proxyNS, svc.Hostname, labels); found {
-		return dr
+	dr, _ := ps.DestinationRuleByLabels(proxyNS, labels, svc)
+	return dr
+}
+
+// DestinationRuleByLabels is DestinationRuleFor, and reports whether the choice weighed a rule with a
+// workloadSelector: then a proxy with other labels may apply another rule, and what is built from the
+// answer can only be shared between proxies of the same labels.
+func (ps *PushContext) DestinationRuleByLabels(proxyNS string, labels map[string]string, svc *Service) (dr *DestinationRule, byLabels bool) {
+	dr, found, byLabels := ps.destinationRules.lookup(proxyNS, proxyNS, svc.Hostname, labels)
+	if found {
+		return dr, byLabels
 	}
+	// Rules with a selector are never exported: only the proxy's own namespace's depend on its labels.
 	if svc.Namespace != proxyNS {
-		if dr, found := ps.destinationRules.lookup(svc.Namespace, proxyNS, svc.Hostname, labels); found {
-			return dr
+		if dr, found, _ := ps.destinationRules.lookup(svc.Namespace, proxyNS, svc.Hostname, labels); found {
+			return dr, byLabels
 		}
 	}
 	root := ps.Mesh.RootNamespace
 	if root != proxyNS && root != svc.Namespace {
-		dr, _ := ps.destinationRules.lookup(root, proxyNS, svc.Hostname, labels)
-		return dr
+		dr, _, _ := ps.destinationRules.lookup(root, proxyNS, svc.Hostname, labels)
+		return dr, byLabels
 	}
-	return nil
+	return nil, byLabels
 }
 
 // DestinationRulesLocalityAware reports whether some DestinationRule sets outlier detection or locality
