@@ -65,7 +65,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	var out xds.Resources
 	if w.Wildcard {
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
-		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: variant}
+		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: variant}
 		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID(),
 			accounts: push.ServiceAccountsID()}
 		built, err := g.clusterLists.getOrBuild(id, inputs, func() (*clusterList, error) {
@@ -128,7 +128,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	}
 	sortByName(extra)
 	if w.Wildcard {
-		return g.sharedMerge(listID{kind: "cds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: variant}, out, extra), nil
+		return g.sharedMerge(listID{kind: "cds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: variant}, out, extra), nil
 	}
 	return mergeByName(out, extra), nil
 }

@@ -240,6 +240,8 @@ type listID struct {
 	variant    string
 	labels     string
 	labelled   bool
+	// captureNone: built for a scope of proxies without capture (Scope.captureNone).
+	captureNone bool
 }
 
 // resourceName strips the flavor prefix slot names carry.

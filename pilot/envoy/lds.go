@@ -77,6 +77,16 @@ package envoy
 //     the HTTP chains (jwt.go). What could not be translated is logged at debug level; a policy made to
 //     deny because it cannot be honoured, as a warning.
 //
+// The interception mode in the node metadata (INTERCEPTION_MODE) changes a sidecar's layout as istiod's:
+//   - TPROXY: both capture listeners are transparent, and virtualInbound restores the client's address
+//     upstream (original_src, mark 1337).
+//   - NONE (no iptables, e.g. a VM): no capture listeners; every outbound listener binds its port on
+//     127.0.0.1 (or its egress listener's bind) as under captureMode NONE (Scope.captureNone); no inbound
+//     listener or cluster for the services' ports, only a listener bound to each Sidecar ingress port of
+//     the default capture mode, on its bind, else the proxy's address.
+//   - UNPRIVILEGED_POD: bound listeners on ports below 1024 (a sidecar's, a gateway's) are left out,
+//     with a warning.
+//
 // Gateways (router proxies) get one listener "BIND_PORT" ("0.0.0.0_PORT" without bind) per Gateway server
 // address, for the Gateways selecting the proxy's labels. PORT is where the pod receives the server's
 // traffic: the target port of the first port of that number of a Service selecting the pod (unless the
@@ -166,6 +176,7 @@ const (
 	ldsRouterFilterName              = "envoy.filters.http.router"
 	ldsTLSInspectorFilter            = "envoy.filters.listener.tls_inspector"
 	ldsOriginalDstFilter             = "envoy.filters.listener.original_dst"
+	ldsOriginalSrcFilter             = "envoy.filters.listener.original_src"
 	ldsHTTPInspectorFilter           = "envoy.filters.listener.http_inspector"
 	ldsTLSSocketName                 = "envoy.transport_sockets.tls"
 )

@@ -3,6 +3,7 @@ package envoy
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -147,6 +148,12 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 	var out xds.Resources
 	var auto *autoPassthrough
 	for _, a := range addrs {
+		if proxy.Unprivileged && a.port < 1024 {
+			// As istiod: an unprivileged gateway pod (UNPRIVILEGED_POD) cannot bind the port.
+			slog.Warn("gateway listener left out: the proxy is unprivileged (UNPRIVILEGED_POD) and cannot bind a port below 1024",
+				"proxy", proxy.ID, "port", a.port)
+			continue
+		}
 		key := gatewayListenerKey{version: push.Version, gateways: set, ports: ports.describe(), addr: a, policies: policyKey}
 		if hasAutoPassthroughServer(byAddr[a]) {
 			if auto == nil {

@@ -16,6 +16,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	dfphttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
 	httpinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
+	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	dfpsni "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_dynamic_forward_proxy/v3"
@@ -49,7 +50,7 @@ type outboundListenerKey struct {
 
 // virtualOutboundKey: virtualOutbound depends on the outbound traffic policy alone; sidecars with the same
 // policy share one.
-type virtualOutboundKey struct{ registryOnly bool }
+type virtualOutboundKey struct{ registryOnly, transparent bool }
 
 // inboundListenerKey: virtualInbound is built from what desc spells out (ports, modes, the policies' keys and
 // versions) alone; policies also key by index identity, so an edited policy rebuilds it even if a source
@@ -75,8 +76,19 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 			outbound = l.g.withoutOwnListeners(scope, labels, proxy.IPAddresses[0], built.list, own)
 		}
 	}
-	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly}, VirtualOutboundListener, func() proto.Message {
-		return buildVirtualOutbound(scope.RegistryOnly)
+	if proxy.Unprivileged && len(built.privileged) > 0 {
+		outbound = l.g.withoutPrivileged(scope, labels, proxy, outbound, built.privileged)
+	}
+	if capturesNothing(proxy) {
+		// istiod's proxyNoneMode: no iptables send traffic anywhere, so no capture listeners; the outbound
+		// listeners bind ports of their own (the scope's), and inbound ones only a Sidecar's ingress
+		// listeners ask for.
+		return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: true,
+			variant: string(proxy.Type), labels: labels}, outbound, l.boundInboundListeners(proxy, push)), nil
+	}
+	tproxy := proxy.InterceptionMode == xds.InterceptTPROXY
+	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly, tproxy}, VirtualOutboundListener, func() proto.Message {
+		return buildVirtualOutbound(scope.RegistryOnly, tproxy)
 	})
 	if err != nil {
 		return nil, err
@@ -85,10 +97,10 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	if err != nil {
 		return nil, err
 	}
-	own := xds.Resources{capture, in}
+	own := append(xds.Resources{capture, in}, l.boundInboundListeners(proxy, push)...)
 	sortByName(own)
 	// The outbound list is sorted already.
-	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, variant: string(proxy.Type), labels: labels},
+	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: string(proxy.Type), labels: labels},
 		outbound, own), nil
 }
 
@@ -132,11 +144,30 @@ func l4LabelKey(push *model.PushContext, labels map[string]string) string {
 // listener for itself (its application reaching its own address is not captured as outbound traffic, and
 // the listener would stand beside the inbound one). Shared by the replicas of a scope at that address.
 func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list xds.Resources, own []string) xds.Resources {
-	id := listID{kind: "lds-own-address", name: ip, namespace: scope.Namespace, sidecar: scope.Sidecar, labels: labels}
+	id := listID{kind: "lds-own-address", name: ip, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labels}
 	out, _ := g.lists.getOrBuild(id, refOf(list), func() (xds.Resources, error) {
 		kept := make(xds.Resources, 0, len(list))
 		for _, r := range list {
 			if !slices.Contains(own, r.Name) {
+				kept = append(kept, r)
+			}
+		}
+		return kept, nil
+	})
+	return out
+}
+
+// withoutPrivileged returns list without the listeners named privileged, bound to ports below 1024: an
+// unprivileged proxy (UNPRIVILEGED_POD) cannot bind them, and istiod leaves them out, with a warning.
+// Shared by the unprivileged proxies of a scope.
+func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *xds.Proxy, list xds.Resources, privileged []string) xds.Resources {
+	id := listID{kind: "lds-unprivileged", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labels}
+	out, _ := g.lists.getOrBuild(id, refOf(list), func() (xds.Resources, error) {
+		slog.Warn("outbound listeners left out: unprivileged proxies (UNPRIVILEGED_POD) cannot bind ports below 1024",
+			"proxy", proxy.ID, "namespace", scope.Namespace, "listeners", privileged)
+		kept := make(xds.Resources, 0, len(list))
+		for _, r := range list {
+			if !slices.Contains(privileged, r.Name) {
 				kept = append(kept, r)
 			}
 		}
@@ -150,7 +181,7 @@ func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list x
 // that listener's bytes (and version) only.
 func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string, push *model.PushContext) (*listenerList, error) {
 	g := l.g
-	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, variant: string(key.typ) + familyVariant(key.dnsFamily), labels: labelKey}
+	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, captureNone: key.scope.captureNone, variant: string(key.typ) + familyVariant(key.dnsFamily), labels: labelKey}
 	built, err := g.listenerLists.getOrBuild(id, key, func() (*listenerList, error) {
 		prev, _ := g.listenerLists.latest(id)
 		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope, key.dnsFamily); ok || err != nil {
@@ -183,11 +214,13 @@ func catchAllCluster(registryOnly bool) string {
 // to 15001, use_original_dst hands each connection to the listener for its original destination (see
 // buildOutboundListeners), and what no listener takes goes to PassthroughCluster, or under REGISTRY_ONLY
 // to BlackHoleCluster (istiod's catch-all chain; the chain keeps one name so only its cluster changes).
-func buildVirtualOutbound(registryOnly bool) *listener.Listener {
+// Under TPROXY capture (transparent) the listener takes connections addressed elsewhere, as istiod's.
+func buildVirtualOutbound(registryOnly, transparent bool) *listener.Listener {
 	catchAll := catchAllCluster(registryOnly)
 	return &listener.Listener{
 		Name:             VirtualOutboundListener,
 		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
+		Transparent:      transparentFor(transparent),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		ListenerFilters:  []*listener.ListenerFilter{ldsOriginalDst()},
@@ -613,6 +646,9 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 			return nil, err
 		}
 		out = append(out, r)
+		if ol.real && ol.port > 0 && ol.port < 1024 {
+			built.privileged = append(built.privileged, ol.name)
+		}
 	}
 	built.list = out
 	return built, nil
@@ -621,7 +657,7 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
 func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol *outboundListener, additional []string, paths string,
 	family cluster.Cluster_DnsLookupFamily) (*xds.Resource, error) {
-	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, labels: labelKey,
+	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labelKey,
 		variant: familyVariant(family)}
 	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*xds.Resource, error) {
 		return marshal(ol.name, ol.build(additional, paths))
@@ -650,6 +686,8 @@ type listenerList struct {
 	// endpointIPs names, per endpoint address, the listeners built for it: a sidecar at that address leaves
 	// them out (withoutOwnListeners).
 	endpointIPs map[string][]string
+	// privileged names the listeners that bind a port below 1024, which an unprivileged proxy cannot.
+	privileged []string
 }
 
 // endpointRecord is how a service's listeners per endpoint address were built.
@@ -1350,8 +1388,8 @@ type inboundPort struct {
 	// the mesh's inbound traffic policy; bind names its chains (capture, not bind, decides what arrives).
 	ingress bool
 	bind    string
-	// bound: the ingress listener's captureMode is NONE, for which istiod binds a listener of its own on the
-	// port instead of a chain on the capture listener (validation refuses it: Sextant builds no such listener).
+	// bound: istiod binds a listener of its own on the port instead of a chain on the capture listener: the
+	// ingress listener's captureMode is NONE, or DEFAULT for a proxy that captures nothing.
 	bound bool
 	// endpoint is where the port's inbound cluster sends: "" the connection's original destination, else
 	// an IP or unix://PATH (an ingress listener's defaultEndpoint, resolved); endpointPort is its port.
@@ -1412,8 +1450,14 @@ func (g *Generators) sidecarInboundPortsOf(proxy *xds.Proxy, push *model.PushCon
 	}
 	ports, _ := g.inboundPorts.getOrBuild(proxy, in, func() ([]inboundPort, error) {
 		ports := sidecarInboundPorts(push, proxy.Namespace, w, labels)
+		none := capturesNothing(proxy)
 		if in.sidecar != nil && len(in.sidecar.Spec.(*networking.Sidecar).Ingress) > 0 {
-			return sidecarIngressPorts(in.sidecar.Spec.(*networking.Sidecar), proxy.IPAddresses, ports), nil
+			return sidecarIngressPorts(in.sidecar.Spec.(*networking.Sidecar), proxy.IPAddresses, ports, none), nil
+		}
+		if none {
+			// As istiod: without capture a listener on a service's port would take the workload's own port
+			// from it, so only a Sidecar's ingress listeners (with their defaultEndpoint) make inbound ports.
+			return nil, nil
 		}
 		if in.sidecar != nil {
 			withInboundPool(ports, in.sidecar.Spec.(*networking.Sidecar).GetInboundConnectionPool())
@@ -1468,11 +1512,14 @@ type inboundInputs struct {
 	policies model.AuthorizationPolicies
 	env      authzEnv
 	paths    string // mesh pathNormalization
+	// tproxy: the capture is TPROXY, which keeps the client's address: the capture listener is transparent
+	// and restores it upstream (original_src), as istiod's.
+	tproxy bool
 }
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|", ns, in.env.describe(), in.mtls.Mode, in.paths)
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|", ns, in.env.describe(), in.mtls.Mode, in.paths, in.tproxy)
 	for _, p := range in.ports {
 		fmt.Fprintf(&b, "%d/%s/%s/%s/%t,", p.port, p.protocol, in.mtls.ModeForPort(p.port), p.bind, p.bound)
 	}
@@ -1484,21 +1531,115 @@ func (in inboundInputs) describe(ns string) string {
 	return b.String()
 }
 
-func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushContext) (*xds.Resource, error) {
+// inboundInputsOf gathers what the proxy's inbound listeners are built from.
+func (l listenerGenerator) inboundInputsOf(proxy *xds.Proxy, push *model.PushContext) inboundInputs {
 	_, labels, ports := l.g.sidecarInboundPortsOf(proxy, push)
 	in := inboundInputs{
 		ports:    ports,
 		mtls:     push.PeerAuthentication(proxy.Namespace, labels),
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
 		paths:    push.Mesh.PathNormalization.Normalization,
+		tproxy:   proxy.InterceptionMode == xds.InterceptTPROXY,
 	}
 	in.env = newAuthzEnv(push, in.policies)
 	in.env.jwt = newJWTAuthn(push, proxy.Namespace, labels, false)
+	return in
+}
+
+func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushContext) (*xds.Resource, error) {
+	in := l.inboundInputsOf(proxy, push)
 	return l.g.cached(inboundListenerKey{push.PoliciesID(), in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
 		lis, notes := buildVirtualInbound(in)
 		logAuthzNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)
 		return lis
 	})
+}
+
+// boundInboundListeners returns, sorted by name, a listener bound to each inbound port that is bound (a
+// Sidecar ingress listener's under captureMode NONE, or under the default capture for a proxy that
+// captures nothing), as istiod's inboundCustomListener: on the ingress listener's bind, else the proxy's
+// first global unicast address, else 0.0.0.0, with the port's chains as virtualInbound would have them.
+func (l listenerGenerator) boundInboundListeners(proxy *xds.Proxy, push *model.PushContext) xds.Resources {
+	in := l.inboundInputsOf(proxy, push)
+	var out xds.Resources
+	var desc string
+	for _, p := range in.ports {
+		if !p.bound || ldsReservedPorts[p.port] {
+			continue
+		}
+		if proxy.Unprivileged && p.port < 1024 {
+			slog.Warn("inbound listener left out: the proxy is unprivileged (UNPRIVILEGED_POD) and cannot bind a port below 1024",
+				"proxy", proxy.ID, "port", p.port)
+			continue
+		}
+		if desc == "" {
+			desc = in.describe(proxy.Namespace)
+		}
+		bind := cmp.Or(p.bind, globalUnicastIP(proxy.IPAddresses), "0.0.0.0")
+		name := bind + "_" + ldsPortName(p.port)
+		r, err := l.g.cached(inboundListenerKey{push.PoliciesID(), desc + "|bound " + name}, name, func() proto.Message {
+			lis, notes := buildBoundInbound(in, p, bind)
+			logAuthzNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)
+			return lis
+		})
+		if err != nil {
+			slog.Warn("inbound listener left out: it cannot be marshaled", "proxy", proxy.ID, "listener", name, "error", err)
+			continue
+		}
+		out = append(out, r)
+	}
+	sortByName(out)
+	return out
+}
+
+// globalUnicastIP is the first of ips that is a global unicast address (istiod's GlobalUnicastIP), "" for none.
+func globalUnicastIP(ips []string) string {
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil && a.IsGlobalUnicast() {
+			return ip
+		}
+	}
+	return ""
+}
+
+// inboundPortChains builds the chains of the workload port p: those of its protocol and mTLS mode, as
+// istiod's (pilot/pkg/networking/core/filterchain_options.go).
+func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilter, tcpRBAC []*listener.Filter) []*listener.FilterChain {
+	cluster := InboundClusterName(p.port)
+	// istiod names a chain by its bind address and port: names only, the match is the port.
+	bind := cmp.Or(p.bind, "0.0.0.0")
+	chainName := "inbound_" + bind + "_" + ldsPortName(p.port)
+	manager := ldsInboundManager(cluster, chainName, ldsPortName(p.port), p.protocol, httpRBAC)
+	ldsMeshHTTPManager(manager, in.paths)
+	filters := inboundFilters{
+		http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
+		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}})),
+	}
+	kind := inboundSniffed
+	switch {
+	case p.protocol.IsHTTP():
+		kind = inboundHTTP
+	case p.protocol != model.ProtocolUnset:
+		kind = inboundTCP
+	}
+	return inboundChains(chainName, wrapperspb.UInt32(p.port), inboundChainOptions(kind, in.mtls.ModeForPort(p.port)), in.env.trustDomain, filters)
+}
+
+// buildBoundInbound builds the listener bound to bind and the inbound port p, istiod's inboundCustomListener:
+// the port's chains, the inspectors they need, and no original_dst (nothing redirected the connection).
+func buildBoundInbound(in inboundInputs, p inboundPort, bind string) (*listener.Listener, []string) {
+	httpRBAC, notes := buildHTTPRBAC(in.policies, in.env)
+	tcpRBAC, tcpNotes := buildTCPRBAC(in.policies, in.env)
+	chains := inboundPortChains(in, p, httpRBAC, tcpRBAC)
+	return &listener.Listener{
+		Name:                             bind + "_" + ldsPortName(p.port),
+		Address:                          socketAddress(bind, p.port),
+		TrafficDirection:                 core.TrafficDirection_INBOUND,
+		ListenerFilters:                  inboundInspectors(chains),
+		ListenerFiltersTimeout:           durationpb.New(0), // istiod's protocol detection timeout, as on virtualInbound
+		ContinueOnListenerFiltersTimeout: true,
+		FilterChains:                     chains,
+	}, append(notes, tcpNotes...)
 }
 
 // buildVirtualInbound builds the inbound capture listener, and notes on policies it could not translate.
@@ -1517,25 +1658,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 			continue
 		}
 		declared[p.port] = true
-		cluster := InboundClusterName(p.port)
-		// istiod names a chain by its bind address and port: names only, the match is the port.
-		bind := cmp.Or(p.bind, "0.0.0.0")
-		chainName := "inbound_" + bind + "_" + ldsPortName(p.port)
-		manager := ldsInboundManager(cluster, chainName, ldsPortName(p.port), p.protocol, httpRBAC)
-		ldsMeshHTTPManager(manager, in.paths)
-		filters := inboundFilters{
-			http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
-			tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}})),
-		}
-		kind := inboundSniffed
-		switch {
-		case p.protocol.IsHTTP():
-			kind = inboundHTTP
-		case p.protocol != model.ProtocolUnset:
-			kind = inboundTCP
-		}
-		chains = append(chains, inboundChains(chainName, wrapperspb.UInt32(p.port),
-			inboundChainOptions(kind, in.mtls.ModeForPort(p.port)), in.env.trustDomain, filters)...)
+		chains = append(chains, inboundPortChains(in, p, httpRBAC, tcpRBAC)...)
 	}
 
 	manager := ldsInboundManager(InboundPassthroughCluster, InboundPassthroughCluster, "0", model.ProtocolUnset, httpRBAC)
@@ -1554,20 +1677,38 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), in.env.trustDomain, passthrough)...)
 	}
 
+	filters := []*listener.ListenerFilter{ldsOriginalDst()}
+	if in.tproxy {
+		// TPROXY keeps the client's address: original_src binds the upstream connection to it (marked
+		// 1337, which Istio's rules route back through the proxy), as istiod's.
+		filters = append(filters, ldsListenerFilter(ldsOriginalSrcFilter, &originalsrc.OriginalSrc{Mark: tproxyMark}))
+	}
 	// No use_original_dst (istiod has none either): it would hand a connection to the outbound listener
 	// 0.0.0.0_PORT of any service on the same port, past this listener's mTLS and RBAC. The original_dst
 	// listener filter alone restores the destination the chains match on.
 	return &listener.Listener{
 		Name:             VirtualInboundListener,
 		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
+		Transparent:      transparentFor(in.tproxy),
 		TrafficDirection: core.TrafficDirection_INBOUND,
-		ListenerFilters:  append([]*listener.ListenerFilter{ldsOriginalDst()}, inboundInspectors(chains)...),
+		ListenerFilters:  append(filters, inboundInspectors(chains)...),
 		// istiod's protocol detection has no timeout (mesh protocolDetectionTimeout 0s): the inspectors wait
 		// for the client's first bytes, so a server-first protocol must be declared on its port.
 		ListenerFiltersTimeout:           durationpb.New(0),
 		ContinueOnListenerFiltersTimeout: true,
 		FilterChains:                     chains,
 	}, notes
+}
+
+// tproxyMark is the socket mark istiod's original_src sets under TPROXY capture.
+const tproxyMark = 1337
+
+// transparentFor is a listener's transparent setting: set (true) for TPROXY capture, else Envoy's default.
+func transparentFor(transparent bool) *wrapperspb.BoolValue {
+	if transparent {
+		return wrapperspb.Bool(true)
+	}
+	return nil
 }
 
 // inboundKind is how an inbound port's protocol decides its chains.

@@ -34,7 +34,9 @@ const unixAddressPrefix = "unix://"
 // listeners are set, sorted by port; the first listener of a port keeps it (istiod's conflict rule). targets
 // are the workload's service ports: a service reaching an ingress port lends its cluster its
 // DestinationRule's connection pool (for the ingress port's number), as istiod's findOrCreateService.
-func sidecarIngressPorts(sidecar *networking.Sidecar, ips []string, targets []inboundPort) []inboundPort {
+// captureNone is for a proxy without capture, on which a listener of the default capture mode binds its
+// port (istiod's getBindToPort).
+func sidecarIngressPorts(sidecar *networking.Sidecar, ips []string, targets []inboundPort, captureNone bool) []inboundPort {
 	seen := map[uint32]bool{}
 	var out []inboundPort
 	for _, in := range sidecar.Ingress {
@@ -44,7 +46,7 @@ func sidecarIngressPorts(sidecar *networking.Sidecar, ips []string, targets []in
 		}
 		seen[n] = true
 		p := inboundPort{port: n, protocol: model.ParseProtocol(in.GetPort().GetProtocol()), ingress: true, bind: in.GetBind(),
-			bound: in.GetCaptureMode() == networking.CaptureMode_NONE}
+			bound: in.GetCaptureMode() == networking.CaptureMode_NONE || captureNone && in.GetCaptureMode() == networking.CaptureMode_DEFAULT}
 		var ok bool
 		p.endpoint, p.endpointPort, ok = ingressEndpoint(in.GetDefaultEndpoint(), ips)
 		p.skipCluster = !ok

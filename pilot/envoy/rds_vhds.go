@@ -37,7 +37,7 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 	}
 	scope := g.scopeFor(proxy, push)
 	lists := make([]xds.Resources, 0, len(scope.routePortsByName))
-	id := listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar}
+	id := listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone}
 	for _, port := range scope.routePortsByName { // the output is sorted by resource name
 		list, labelled, err := g.virtualHosts(proxy, push, scope, strconv.FormatUint(uint64(port), 10), port)
 		if err != nil {
@@ -65,7 +65,7 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 // of a scope (and of a label set, when a VirtualService's sourceLabels made them depend on it: labelled).
 func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (
 	list xds.Resources, labelled bool, err error) {
-	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar}
+	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone}
 	inputs := [2]any{routingID(push), scope}
 	var mine xds.Resources // built for this proxy's labels along the way
 	built, err := g.vhostLists.getOrBuild(id, inputs, func() (*vhostList, error) {

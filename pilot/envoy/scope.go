@@ -37,8 +37,12 @@ type Scope struct {
 	// trims are the trimmed copies of services this scope made, handed on to the next scope.
 	trims map[trimKey]*model.Service
 	// listeners are the Sidecar's egress listeners in order, when one has a port, a bind or a capture
-	// mode; nil otherwise: then one catch-all over Services builds every outbound listener.
+	// mode, or the proxies capture nothing; nil otherwise: then one catch-all over Services builds every
+	// outbound listener.
 	listeners []*egressListener
+	// captureNone: the scope of proxies without iptables capture (INTERCEPTION_MODE NONE), as istiod's
+	// every egress listener binds a port of its own, on the loopback address unless it names a bind.
+	captureNone bool
 }
 
 // egressListener is one egress listener of a Sidecar, as istiod's IstioEgressListenerWrapper: the services
@@ -72,26 +76,39 @@ func (s *Scope) Service(host string) *model.Service { return s.byHost[host] }
 // scopeID is whom a scope is for. It is built from the services and Sidecars (and not the snapshot version),
 // so endpoint-only pushes reuse scopes and everything cached against them.
 type scopeID struct {
-	namespace string
-	sidecar   *config.Config
+	namespace   string
+	sidecar     *config.Config
+	captureNone bool
 }
 
 // scopeFor returns the proxy's scope. Proxies in one namespace under the same Sidecar share it.
+// Sidecars that capture nothing (INTERCEPTION_MODE NONE) have scopes of their own, whose listeners bind.
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
-	id, inputs := scopeID{proxy.Namespace, sidecar}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
+	none := capturesNothing(proxy)
+	id, inputs := scopeID{proxy.Namespace, sidecar, none}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
 	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) {
 		prev, _ := g.scopes.latest(id)
+		if none {
+			return buildEgressScope(push, proxy.Namespace, sidecar, prev, true), nil
+		}
 		return buildScope(push, proxy.Namespace, sidecar, prev), nil
 	})
 	return s
+}
+
+// capturesNothing reports whether proxy is a sidecar without iptables capture (INTERCEPTION_MODE NONE):
+// istiod gives it no capture listeners, binds its outbound listeners and builds no inbound ones but those
+// of its Sidecar's ingress listeners. Gateways bind their ports whatever the mode.
+func capturesNothing(proxy *xds.Proxy) bool {
+	return proxy.Type == xds.Sidecar && proxy.CaptureNone()
 }
 
 // buildScope builds the scope of proxies in ns under sidecar. prev, an earlier scope of the same proxies,
 // lends the trimmed copies of services that did not change, so that what is cached against them stays.
 func buildScope(push *model.PushContext, ns string, sidecar *config.Config, prev *Scope) *Scope {
 	if sidecar != nil && needsEgressListeners(sidecar.Spec.(*networking.Sidecar)) {
-		return buildEgressScope(push, ns, sidecar, prev)
+		return buildEgressScope(push, ns, sidecar, prev, false)
 	}
 	var egress []egressHost
 	if sidecar != nil {
@@ -152,10 +169,11 @@ func needsEgressListeners(sc *networking.Sidecar) bool {
 // buildEgressScope is buildScope for a Sidecar whose egress listeners differ, as istiod's sidecar scope:
 // each listener selects services from its hosts (one with a port only those with that port, trimmed to
 // it), and the scope's services are their union, ports merged, so that clusters exist for the selected
-// ports only.
-func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config, prev *Scope) *Scope {
+// ports only. captureNone is for proxies without capture: every listener binds (istiod's proxyNoneMode),
+// and without a Sidecar (or egress listeners) one catch-all over every host does.
+func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config, prev *Scope, captureNone bool) *Scope {
 	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}, RegistryOnly: registryOnly(push.Mesh, sidecar),
-		trims: map[trimKey]*model.Service{}}
+		trims: map[trimKey]*model.Service{}, captureNone: captureNone}
 	var prevTrims map[trimKey]*model.Service
 	if prev != nil {
 		prevTrims = prev.trims
@@ -199,10 +217,20 @@ func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config
 	wholly := map[string]bool{}       // a catch-all selects the service: every port
 	selected := map[string][]uint32{} // the ports listeners with a port selected
 	routePorts := map[uint32]bool{}
-	for _, eg := range sidecar.Spec.(*networking.Sidecar).Egress {
+	var egress []*networking.IstioEgressListener
+	if sidecar != nil {
+		egress = sidecar.Spec.(*networking.Sidecar).Egress
+	}
+	if len(egress) == 0 {
+		// istiod's default egress listener, as in buildScope.
+		egress = []*networking.IstioEgressListener{{Hosts: []string{"*/*"}}}
+	}
+	for _, eg := range egress {
 		hosts := egressHosts(eg.Hosts, ns)
-		s.egress = append(s.egress, hosts...)
-		el := &egressListener{bind: eg.Bind, bindToPort: eg.CaptureMode == networking.CaptureMode_NONE}
+		if sidecar != nil {
+			s.egress = append(s.egress, hosts...)
+		}
+		el := &egressListener{bind: eg.Bind, bindToPort: captureNone || eg.CaptureMode == networking.CaptureMode_NONE}
 		if eg.Port != nil {
 			el.port, el.protocol = eg.Port.Number, model.ParseProtocol(eg.Port.Protocol)
 			if el.protocol.IsHTTP() {

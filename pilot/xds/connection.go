@@ -218,6 +218,9 @@ func serve[Req interface {
 		proxy.Identity = &id
 	}
 	proxy.Delta = delta
+	for _, note := range proxy.MetadataNotes {
+		s.log.Warn("node metadata not honoured as sent", "proxy", logText(proxy.NodeID), "note", note)
+	}
 	c = s.newConnection(ctx, proxy, delta, stream)
 	c.flight, c.pushFn = fl, push
 	c.turn.Lock() // pushes wait until the first request is handled

@@ -54,9 +54,31 @@ type Proxy struct {
 	// Identity is the verified identity of an authenticated stream; nil on a stream that was not
 	// authenticated (the plaintext development port), where every claim above is the client's word.
 	Identity *authn.Identity
+	// InterceptionMode is how the workload's traffic reaches the proxy (metadata INTERCEPTION_MODE, from the
+	// pod annotation sidecar.istio.io/interceptionMode): iptables REDIRECT (the default), TPROXY, or NONE for
+	// a proxy without iptables (VMs, unprivileged pods), whose listeners must bind ports of their own.
+	InterceptionMode InterceptionMode
+	// Unprivileged is metadata UNPRIVILEGED_POD: the proxy cannot bind ports below 1024.
+	Unprivileged bool
+	// MetadataNotes name node metadata that was read otherwise than sent (an unknown interception mode),
+	// for the transport to report when the proxy connects.
+	MetadataNotes []string
 	// Node is the node as received; read only.
 	Node *core.Node
 }
+
+// InterceptionMode is how traffic is captured for a sidecar, as Istio's TrafficInterceptionMode.
+type InterceptionMode string
+
+const (
+	InterceptRedirect InterceptionMode = "REDIRECT"
+	InterceptTPROXY   InterceptionMode = "TPROXY"
+	InterceptNone     InterceptionMode = "NONE"
+)
+
+// CaptureNone reports whether no iptables rules send the workload's traffic to the proxy: its listeners bind
+// their own ports, and there are no capture listeners.
+func (p *Proxy) CaptureNone() bool { return p.InterceptionMode == InterceptNone }
 
 // AtLeast reports whether the client's build version (node.user_agent_build_version) is at least major.minor.
 func (p *Proxy) AtLeast(major, minor uint32) bool {
@@ -196,6 +218,27 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 			return err
 		}
 	}
+	mode, err := str("INTERCEPTION_MODE")
+	if err != nil {
+		return err
+	}
+	switch m := InterceptionMode(mode); m {
+	case InterceptRedirect, InterceptTPROXY, InterceptNone:
+		p.InterceptionMode = m
+	default:
+		// istiod reads any other value as REDIRECT; so does Sextant, saying so.
+		p.InterceptionMode = InterceptRedirect
+		if mode != "" {
+			p.MetadataNotes = append(p.MetadataNotes, fmt.Sprintf("metadata INTERCEPTION_MODE %q is not REDIRECT, TPROXY or NONE: read as REDIRECT",
+				logText(mode)))
+		}
+	}
+	unprivileged, err := str("UNPRIVILEGED_POD")
+	if err != nil {
+		return err
+	}
+	// As istiod: strconv.ParseBool, anything else is false.
+	p.Unprivileged, _ = strconv.ParseBool(unprivileged)
 	ips, err := str("INSTANCE_IPS")
 	if err != nil {
 		return err

@@ -58,6 +58,34 @@ func TestParseProxy(t *testing.T) {
 	}
 }
 
+// INTERCEPTION_MODE and UNPRIVILEGED_POD are read as istiod reads them: a mode it does not know is
+// REDIRECT (with a note the transport logs), UNPRIVILEGED_POD is strconv.ParseBool.
+func TestParseProxyInterception(t *testing.T) {
+	for _, tc := range []struct {
+		md           map[string]any
+		mode         InterceptionMode
+		unprivileged bool
+		noted        bool
+	}{
+		{nil, InterceptRedirect, false, false},
+		{map[string]any{"INTERCEPTION_MODE": "NONE", "UNPRIVILEGED_POD": "true"}, InterceptNone, true, false},
+		{map[string]any{"INTERCEPTION_MODE": "TPROXY", "UNPRIVILEGED_POD": "1"}, InterceptTPROXY, true, false},
+		{map[string]any{"INTERCEPTION_MODE": "REDIRECT", "UNPRIVILEGED_POD": "yes"}, InterceptRedirect, false, false},
+		{map[string]any{"INTERCEPTION_MODE": "tproxy"}, InterceptRedirect, false, true},
+	} {
+		p, err := ParseProxy(node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", tc.md))
+		must(t, err)
+		if p.InterceptionMode != tc.mode || p.Unprivileged != tc.unprivileged || (len(p.MetadataNotes) > 0) != tc.noted ||
+			p.CaptureNone() != (tc.mode == InterceptNone) {
+			t.Errorf("%v: mode %q unprivileged %t notes %q", tc.md, p.InterceptionMode, p.Unprivileged, p.MetadataNotes)
+		}
+	}
+	_, err := ParseProxy(node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"INTERCEPTION_MODE": true}))
+	if err == nil || !strings.Contains(err.Error(), "metadata INTERCEPTION_MODE: want a string") {
+		t.Fatalf("a non-string mode: %v", err)
+	}
+}
+
 var badNodes = []struct {
 	name string
 	node *core.Node

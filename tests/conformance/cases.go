@@ -33,6 +33,9 @@ type Proxy struct {
 	// Locality is REGION/ZONE[/SUBZONE], sent as the node's locality (as the agent does from its node).
 	Locality string `json:"locality,omitempty"`
 	Type     string `json:"type,omitempty"`
+	// Metadata is more node metadata, as the agent sends it (string values, Istio's names), e.g.
+	// INTERCEPTION_MODE (the pod annotation sidecar.istio.io/interceptionMode) or UNPRIVILEGED_POD.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // LoadCases reads every case directory under root, sorted by name.

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -45,6 +46,16 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 				Namespace: p.Namespace,
 				ClusterID: "Kubernetes",
 			},
+		}
+		if len(p.Metadata) > 0 {
+			// The fields of istiod's node metadata carry the agent's names as JSON tags.
+			raw, err := json.Marshal(p.Metadata)
+			if err != nil {
+				return nil, err
+			}
+			if err := json.Unmarshal(raw, proxy.Metadata); err != nil {
+				return nil, fmt.Errorf("proxy %s: metadata: %w", p.Name, err)
+			}
 		}
 		if p.Locality != "" {
 			proxy.Locality = p.locality()

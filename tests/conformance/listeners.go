@@ -13,6 +13,7 @@ import (
 	dfphttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
 	extauthzhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 	extauthznet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
@@ -288,7 +289,12 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 			l := findListener(listeners, func(lip string, p uint32, l *listener.Listener) bool {
 				return lip == ip && p == port && (l.GetBindToPort() == nil || l.GetBindToPort().GetValue())
 			})
-			probeListener(out, Key{Kind: KindListener, Host: "bound " + ip, Port: port}, l, ip, port, classesFor(port))
+			classes := classesFor(port)
+			if l.GetTrafficDirection() == core.TrafficDirection_INBOUND {
+				// A Sidecar ingress listener bound to its port: what peers and clients send the workload.
+				classes = inboundClasses
+			}
+			probeListener(out, Key{Kind: KindListener, Host: "bound " + ip, Port: port}, l, ip, port, classes)
 		}
 	}
 	// Nothing names this destination: the capture listener's own chains decide.
@@ -367,6 +373,7 @@ func probeListener(out Snapshot, key Key, l *listener.Listener, ip string, port 
 		out[key] = f
 		return
 	}
+	listenerSocketFields(f, l)
 	type reached struct {
 		classes []string
 		fields  []Fields
@@ -393,6 +400,21 @@ func probeListener(out Snapshot, key Key, l *listener.Listener, ip string, port 
 		ck := key
 		ck.Subset = summary
 		out[ck] = mergeByClass(r.classes, r.fields)
+	}
+}
+
+// listenerSocketFields records what the listener's socket does beyond picking a chain: transparent (TPROXY capture:
+// it accepts connections to any address) and original_src (the upstream connection keeps the client's
+// address, with its socket mark), each only when set.
+func listenerSocketFields(f Fields, l *listener.Listener) {
+	if l.GetTransparent().GetValue() {
+		f["listener.transparent"] = "true"
+	}
+	for _, lf := range l.GetListenerFilters() {
+		var src originalsrc.OriginalSrc
+		if lf.GetTypedConfig().MessageIs(&src) && lf.GetTypedConfig().UnmarshalTo(&src) == nil {
+			f["listener.original_src"] = "mark " + strconv.FormatUint(uint64(src.GetMark()), 10)
+		}
 	}
 }
 

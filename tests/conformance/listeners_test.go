@@ -10,6 +10,7 @@ import (
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -348,5 +349,63 @@ func TestBoundSidecarListenerIsCompared(t *testing.T) {
 	}
 	if !named {
 		t.Error("real against virtual listener: no difference on the bound address")
+	}
+}
+
+// TPROXY capture shows on the capture listeners: transparent on both, original_src on the inbound one. A
+// side without them differs on the key that probes the capture listener itself and on every inbound port.
+func TestTransparentCaptureIsCompared(t *testing.T) {
+	c, out := sextantDefaults(t)
+	src, err := anypb.New(&originalsrc.OriginalSrc{Mark: 1337})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tproxy := cloneOutput(out)
+	for _, l := range tproxy.Listeners {
+		switch _, p := listenerAddress(l.GetAddress()); p {
+		case outboundCapturePort:
+			l.Transparent = wrapperspb.Bool(true)
+		case inboundCapturePort:
+			l.Transparent = wrapperspb.Bool(true)
+			l.ListenerFilters = append(l.ListenerFilters, &listener.ListenerFilter{Name: "original_src",
+				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: src}})
+		}
+	}
+	a, b := listenerSnapshots(t, c, out, tproxy)
+	found := map[string]bool{}
+	for _, d := range Compare(c.Name, "p", a, b) {
+		switch {
+		case d.Key == Key{Kind: KindListener, Host: "other-ip"} && d.Field == "listener.transparent" && d.Sextant == "true":
+			found["outbound transparent"] = true
+		case d.Key == Key{Kind: KindListener, Inbound: true} && d.Field == "listener.transparent" && d.Sextant == "true":
+			found["inbound transparent"] = true
+		case d.Key == Key{Kind: KindListener, Inbound: true} && d.Field == "listener.original_src" && d.Sextant == "mark 1337":
+			found["inbound original_src"] = true
+		}
+	}
+	if len(found) != 3 {
+		t.Fatalf("TPROXY settings named: %v, want outbound and inbound transparent and inbound original_src", found)
+	}
+}
+
+// A bound inbound listener (a Sidecar ingress listener on a proxy without capture) is asked what a sidecar
+// peer and a plaintext client send, as the inbound capture listener is.
+func TestBoundInboundListenerTakesInboundClasses(t *testing.T) {
+	c, out := sextantDefaults(t)
+	tp, err := anypb.New(&tcpproxy.TcpProxy{StatPrefix: "s", ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: "inbound|9999||"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cloneOutput(out)
+	o.Listeners = append(o.Listeners, &listener.Listener{Name: "10.1.0.1_9999", TrafficDirection: core.TrafficDirection_INBOUND,
+		Address: &core.Address{Address: &core.Address_SocketAddress{
+			SocketAddress: &core.SocketAddress{Address: "10.1.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 9999}}}},
+		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{Name: "tcp", ConfigType: &listener.Filter_TypedConfig{TypedConfig: tp}}}}}})
+	a, _ := listenerSnapshots(t, c, o, o)
+	f := a[Key{Kind: KindListener, Host: "bound 10.1.0.1", Port: 9999}]
+	for _, class := range inboundClasses {
+		if f[class.name] == "" {
+			t.Errorf("bound inbound listener: class %s not asked (%v)", class.name, f)
+		}
 	}
 }

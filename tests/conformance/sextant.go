@@ -97,13 +97,17 @@ func RenderSextant(c *Case, tmp string) (map[string]*Output, error) {
 }
 
 // sextantProxy builds the node an Istio sidecar or gateway sends: TYPE~IP~POD.NS~NS.svc.cluster.local with
-// its labels and namespace in the metadata.
+// its labels, namespace and the case's other metadata.
 func sextantProxy(p Proxy) (*sxds.Proxy, error) {
 	labels := map[string]any{}
 	for k, v := range p.Labels {
 		labels[k] = v
 	}
-	md, err := structpb.NewStruct(map[string]any{"LABELS": labels, "NAMESPACE": p.Namespace, "NAME": p.Name})
+	fields := map[string]any{"LABELS": labels, "NAMESPACE": p.Namespace, "NAME": p.Name}
+	for k, v := range p.Metadata {
+		fields[k] = v
+	}
+	md, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, err
 	}
