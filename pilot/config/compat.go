@@ -76,6 +76,10 @@ const (
 // line against the code: honoured fields are read by the generators, warned ones warn, rejected ones fail.
 var compatTable = map[CompatField]CompatEntry{
 	// VirtualService
+	{networkingPkg + "VirtualService", "tcp"}: {Status: Honoured,
+		Note: "a sidecar takes the tcp routes of every VirtualService for the host, one after the other (oldest first), as istiod: the first route taking every address ends the walk; a gateway server the first applying route of the VirtualServices bound to it"},
+	{networkingPkg + "VirtualService", "tls"}: {Status: Honoured,
+		Note: "a sidecar takes the tls matches of every VirtualService for the host, one after the other (oldest first), as istiod: a server name an earlier one matched on the same addresses stays the earlier one's, and the service's own chain is built only when none applies; on a gateway server, likewise over the VirtualServices bound to it (a match naming a server name already taken is left out whole)"},
 	{networkingPkg + "L4MatchAttributes", "source_labels"}: {Status: Honoured,
 		Note: "per sidecar, as istiod: a match whose labels the proxy lacks is left out of its listeners; on a gateway it does not restrict the match, as istiod"},
 	{networkingPkg + "L4MatchAttributes", "destination_subnets"}: {Status: Honoured,
@@ -85,7 +89,7 @@ var compatTable = map[CompatField]CompatEntry{
 	{networkingPkg + "TLSMatchAttributes", "source_labels"}: {Status: Honoured,
 		Note: "per sidecar, as istiod: a match whose labels the proxy lacks is left out of its listeners; on a gateway it does not restrict the match, as istiod"},
 	{networkingPkg + "TLSMatchAttributes", "destination_subnets"}: {Status: Honoured,
-		Note: "the chain matches them as prefix ranges, as istiod's (and, as istiod's, so do the later matches of the VirtualService that name none); on a gateway they do not restrict the match, as istiod"},
+		Note: "the chain matches them as prefix ranges, as istiod's (and, as istiod's, so do the later matches that name none, in the later VirtualServices for the host too); on a gateway they do not restrict the match, as istiod"},
 	{networkingPkg + "L4MatchAttributes", "source_namespace"}: {Status: Honoured,
 		Note: "per sidecar; on a gateway it does not restrict the match, as istiod"},
 	{networkingPkg + "TLSMatchAttributes", "source_namespace"}: {Status: Honoured,

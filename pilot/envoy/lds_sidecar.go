@@ -404,7 +404,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 	}
 	// addPortChains plans the chains of svc's port p on ol, matching vips (block: they are address blocks;
 	// sniOnly: only the SNI tells the services on the listener apart).
-	addPortChains := func(ol *outboundListener, svc *model.Service, vs *model.VirtualService, vips []*core.CidrRange, block, sniOnly bool,
+	addPortChains := func(ol *outboundListener, svc *model.Service, vss []*model.VirtualService, vips []*core.CidrRange, block, sniOnly bool,
 		namePrefix string, p *model.Port) {
 		var ownBlock []string // istiod's destination CIDRs of the service: its addresses when they are blocks
 		if block {
@@ -426,9 +426,9 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 		var tcp sidecarTCP
 		var tlsRoutes []l4Route
 		if isTLS {
-			tlsRoutes = sidecarTLSRoutes(push, vs, scope.Namespace, labels, p.Port)
+			tlsRoutes = sidecarTLSRoutes(push, vss, scope.Namespace, labels, p.Port)
 		} else {
-			tcp = sidecarTCPRoutes(push, vs, scope.Namespace, labels, p.Port, ownBlock)
+			tcp = sidecarTCPRoutes(push, vss, scope.Namespace, labels, p.Port, ownBlock)
 		}
 		// istiod leaves a VIP service's own chains without prefix ranges, so a chain on destinationSubnets
 		// holding one of its VIPs takes every connection to that VIP (Envoy prefers a matching prefix). Here
@@ -542,8 +542,9 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 			sniOnly = block || len(vips) == 0 && b.ip == "0.0.0.0"
 			vips, block = nil, false
 		}
-		vs := push.VirtualServiceForHost(scope.Namespace, model.MeshGateway, svc.Hostname)
-		if vs != nil && (len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0) {
+		// As istiod, the tcp and tls routes of every VirtualService for the host, one after the other.
+		vss := push.VirtualServicesForHost(scope.Namespace, model.MeshGateway, svc.Hostname)
+		if hasL4Routes(vss) {
 			built.l4Routed = true
 		}
 		var rec *endpointRecord
@@ -569,7 +570,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 					for _, ip := range endpointIPs(eps) {
 						ol := listenerFor(ip.AddressPrefix, p.Port)
 						rec.names = append(rec.names, ol.name)
-						addPortChains(ol, svc, vs, []*core.CidrRange{ip}, false, false, ip.AddressPrefix, p)
+						addPortChains(ol, svc, vss, []*core.CidrRange{ip}, false, false, ip.AddressPrefix, p)
 					}
 					continue
 				}
@@ -588,7 +589,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 					built.extras[v.AddressPrefix+"_"+ldsPortName(p.Port)] = true
 				}
 			}
-			addPortChains(ol, svc, vs, vips, block, sniOnly, namePrefix, p)
+			addPortChains(ol, svc, vss, vips, block, sniOnly, namePrefix, p)
 		}
 	}
 	return byName
@@ -739,7 +740,7 @@ func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*c
 	if vip == nil || vip.PrefixLen.GetValue() < ldsHostBits(vip.AddressPrefix) {
 		return nil, false
 	}
-	if vs := push.VirtualServiceForHost(ns, model.MeshGateway, svc.Hostname); vs != nil && (len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0) {
+	if hasL4Routes(push.VirtualServicesForHost(ns, model.MeshGateway, svc.Hostname)) {
 		return nil, false
 	}
 	for _, p := range svc.Ports {
@@ -1183,97 +1184,102 @@ type sidecarTCP struct {
 	noDefault    bool      // a subnet route matches the service's own address block: no default chain
 }
 
-// sidecarTCPRoutes is istiod's buildSidecarOutboundTCPFilterChainOpts for the tcp routes of vs on port,
-// for a proxy in proxyNS with labels: in route order, a route whose applying matches all name
-// destinationSubnets gets a chain on them (all its matches' subnets), and the first route with an applying
-// match without (or with no match at all) takes the rest and ends the walk. ownBlock are the service's
-// address blocks (istiod's destination CIDRs: a subnet route naming exactly them replaces the default).
-func sidecarTCPRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS string, labels map[string]string, port uint32,
+// sidecarTCPRoutes is istiod's buildSidecarOutboundTCPFilterChainOpts for the tcp routes of vss (the
+// VirtualServices for the host, in order) on port, for a proxy in proxyNS with labels: in route order, one
+// VirtualService after the other, a route whose applying matches all name destinationSubnets gets a chain
+// on them (all its matches' subnets), and the first route with an applying match without (or with no
+// match at all) takes the rest and ends the walk over all of them. ownBlock are the service's address
+// blocks (istiod's destination CIDRs: a subnet route naming exactly them replaces the default).
+func sidecarTCPRoutes(push *model.PushContext, vss []*model.VirtualService, proxyNS string, labels map[string]string, port uint32,
 	ownBlock []string) sidecarTCP {
 	var out sidecarTCP
-	if vs == nil {
-		return out
-	}
-	for _, r := range vs.Spec.Tcp {
-		if len(r.Route) == 0 {
-			continue
-		}
-		dests := l4Destinations(push, vs, proxyNS, r.Route, port)
-		if len(dests) == 0 {
-			continue
-		}
-		if len(r.Match) == 0 {
-			out.def = dests
-			return out
-		}
-		var subnets []string
-		for _, m := range r.Match {
-			if !sidecarL4Match(m.Gateways, m.SourceNamespace, m.SourceLabels, m.Port, port, proxyNS, labels) {
+	for _, vs := range vss {
+		for _, r := range vs.Spec.Tcp {
+			if len(r.Route) == 0 {
 				continue
 			}
-			if len(m.DestinationSubnets) == 0 {
+			dests := l4Destinations(push, vs, proxyNS, r.Route, port)
+			if len(dests) == 0 {
+				continue
+			}
+			if len(r.Match) == 0 {
 				out.def = dests
 				return out
 			}
-			subnets = append(subnets, m.DestinationSubnets...)
-		}
-		if len(subnets) == 0 {
-			continue
-		}
-		out.subnetRoutes = append(out.subnetRoutes, l4Route{subnets: subnetRanges(subnets), dests: dests})
-		if len(ownBlock) > 0 && slices.Equal(slices.Sorted(slices.Values(subnets)), slices.Sorted(slices.Values(ownBlock))) {
-			out.noDefault = true
+			var subnets []string
+			for _, m := range r.Match {
+				if !sidecarL4Match(m.Gateways, m.SourceNamespace, m.SourceLabels, m.Port, port, proxyNS, labels) {
+					continue
+				}
+				if len(m.DestinationSubnets) == 0 {
+					out.def = dests
+					return out
+				}
+				subnets = append(subnets, m.DestinationSubnets...)
+			}
+			if len(subnets) == 0 {
+				continue
+			}
+			out.subnetRoutes = append(out.subnetRoutes, l4Route{subnets: subnetRanges(subnets), dests: dests})
+			if len(ownBlock) > 0 && slices.Equal(slices.Sorted(slices.Values(subnets)), slices.Sorted(slices.Values(ownBlock))) {
+				out.noDefault = true
+			}
 		}
 	}
 	return out
 }
 
-// sidecarTLSRoutes is istiod's buildSidecarOutboundTLSFilterChainOpts for the tls routes of vs on port: a
-// chain per applying match, on its sniHosts as written and its destinationSubnets. As istiod's, a match's
-// subnets stay in force for the matches after it that name none; an SNI already matched on the same
-// addresses by an earlier chain is left out (Envoy refuses two chains of one match).
-func sidecarTLSRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS string, labels map[string]string,
+// sidecarTLSRoutes is istiod's buildSidecarOutboundTLSFilterChainOpts for the tls routes of vss (the
+// VirtualServices for the host, in order) on port: a chain per applying match, on its sniHosts as written
+// and its destinationSubnets. As istiod's, a match's subnets stay in force for the matches after it that
+// name none, in the later VirtualServices too; an SNI already matched on the same addresses by an earlier
+// chain is left out (Envoy refuses two chains of one match).
+func sidecarTLSRoutes(push *model.PushContext, vss []*model.VirtualService, proxyNS string, labels map[string]string,
 	port uint32) []l4Route {
-	if vs == nil {
-		return nil
-	}
 	var out []l4Route
 	var cidrs []string
 	claimed := map[string]bool{}
-	for _, r := range vs.Spec.Tls {
-		if len(r.Route) == 0 {
-			continue
-		}
-		dests := l4Destinations(push, vs, proxyNS, r.Route, port)
-		if len(dests) == 0 {
-			continue
-		}
-		for _, m := range r.Match {
-			if !sidecarL4Match(m.Gateways, m.SourceNamespace, m.SourceLabels, m.Port, port, proxyNS, labels) {
+	for _, vs := range vss {
+		for _, r := range vs.Spec.Tls {
+			if len(r.Route) == 0 {
 				continue
 			}
-			if len(m.DestinationSubnets) > 0 {
-				cidrs = m.DestinationSubnets
+			dests := l4Destinations(push, vs, proxyNS, r.Route, port)
+			if len(dests) == 0 {
+				continue
 			}
-			var ranges []*core.CidrRange
-			if len(cidrs) > 0 {
-				ranges = subnetRanges(cidrs)
-			}
-			at := strings.Join(cidrs, ",") + "|"
-			var sni []string
-			for _, h := range m.SniHosts {
-				if claimed[at+h] {
+			for _, m := range r.Match {
+				if !sidecarL4Match(m.Gateways, m.SourceNamespace, m.SourceLabels, m.Port, port, proxyNS, labels) {
 					continue
 				}
-				claimed[at+h] = true
-				sni = append(sni, h)
-			}
-			if len(sni) > 0 {
-				out = append(out, l4Route{subnets: ranges, sni: sni, dests: dests})
+				if len(m.DestinationSubnets) > 0 {
+					cidrs = m.DestinationSubnets
+				}
+				var ranges []*core.CidrRange
+				if len(cidrs) > 0 {
+					ranges = subnetRanges(cidrs)
+				}
+				at := strings.Join(cidrs, ",") + "|"
+				var sni []string
+				for _, h := range m.SniHosts {
+					if claimed[at+h] {
+						continue
+					}
+					claimed[at+h] = true
+					sni = append(sni, h)
+				}
+				if len(sni) > 0 {
+					out = append(out, l4Route{subnets: ranges, sni: sni, dests: dests})
+				}
 			}
 		}
 	}
 	return out
+}
+
+// hasL4Routes reports whether one of vss has tcp or tls routes.
+func hasL4Routes(vss []*model.VirtualService) bool {
+	return slices.ContainsFunc(vss, func(vs *model.VirtualService) bool { return len(vs.Spec.Tcp) > 0 || len(vs.Spec.Tls) > 0 })
 }
 
 // subnetRanges are destinationSubnets as prefix ranges, as istiod's: an address is its /32 (/128), and a

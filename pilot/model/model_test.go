@@ -452,6 +452,50 @@ func TestVirtualServiceForHostPrecedence(t *testing.T) {
 	}
 }
 
+// Every VirtualService for a host, as istiod's getConfigsForHost: those with a host overlapping it (a
+// wildcard on either side), oldest first whatever the specificity of the host that matched, each once;
+// visibility by exportTo.
+func TestVirtualServicesForHost(t *testing.T) {
+	st := store.New()
+	for i, vs := range []struct {
+		name     string
+		hosts    []string
+		exportTo []string
+	}{
+		{"a", []string{"*.example.com"}, nil},
+		{"b", []string{"foo.example.com"}, nil},
+		{"c", []string{"*.foo.example.com", "foo.example.com"}, nil},
+		{"d", []string{"*"}, nil},
+		{"e", []string{"private.example.com", "*.example.com"}, []string{"."}},
+		{"f", []string{"bar.example.com"}, nil},
+	} {
+		st.Upsert(store.LayerFile, &config.Config{
+			Key:               config.Key{Kind: config.VirtualService, Namespace: "ns", Name: vs.name},
+			CreationTimestamp: metav1.Unix(int64(i), 0).Time,
+			Spec:              &networking.VirtualService{Hosts: vs.hosts, ExportTo: vs.exportTo},
+		})
+	}
+	ps := model.Build(st, mesh.Default())
+	for _, tc := range []struct{ ns, host, want string }{
+		{"ns", "foo.example.com", "a,b,c,d,e"},
+		{"ns", "x.foo.example.com", "a,c,d,e"},
+		{"ns", "bar.example.com", "a,d,e,f"},
+		{"elsewhere", "bar.example.com", "a,d,f"},
+		{"elsewhere", "other.org", "d"},
+		{"elsewhere", "*.example.com", "a,b,c,d,f"}, // a ServiceEntry's wildcard host overlaps exact ones
+		{"elsewhere", "*.foo.example.com", "a,c,d"},
+		{"elsewhere", "*.org", "d"},
+	} {
+		var got []string
+		for _, vs := range ps.VirtualServicesForHost(tc.ns, model.MeshGateway, tc.host) {
+			got = append(got, vs.Config.Key.Name)
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("from %s, %s: got %v, want %s", tc.ns, tc.host, got, tc.want)
+		}
+	}
+}
+
 // TestClusterEndpointWaitsForItsPod: a cluster's EndpointSlice can arrive before the status that gives its
 // pod an IP. The endpoint is held back until then, so it never goes out without the pod's tlsMode and
 // labels, and the service is not pushed twice. A slice from files is taken as it is.

@@ -329,12 +329,24 @@ func (ps *PushContext) VirtualServices(proxyNS, gateway string) []*VirtualServic
 // VirtualServiceForHost returns the VirtualService for host on gateway visible in proxyNS: an exact host
 // first, then the most specific wildcard; among equals, the oldest.
 func (ps *PushContext) VirtualServiceForHost(proxyNS, gateway, host string) *VirtualService {
+	return ps.vsHostIndex(proxyNS, gateway).forHost(host)
+}
+
+// VirtualServicesForHost returns every VirtualService on gateway visible in proxyNS with a host
+// overlapping host (either may be a wildcard), in the order of VirtualServices: istiod's getConfigsForHost,
+// whose tcp and tls routes a sidecar's listeners for host take one VirtualService after the other. Shared:
+// not to be modified.
+func (ps *PushContext) VirtualServicesForHost(proxyNS, gateway, host string) []*VirtualService {
+	return ps.vsHostIndex(proxyNS, gateway).allForHost(host)
+}
+
+func (ps *PushContext) vsHostIndex(proxyNS, gateway string) *vsHostIndex {
 	key := [2]string{proxyNS, gateway}
 	idx, ok := ps.virtualServices.byHost.Load(key)
 	if !ok {
 		idx, _ = ps.virtualServices.byHost.LoadOrStore(key, newVSHostIndex(ps.VirtualServices(proxyNS, gateway)))
 	}
-	return idx.(*vsHostIndex).forHost(host)
+	return idx.(*vsHostIndex)
 }
 
 // L4SourceLabelled returns the VirtualServices bound to mesh (visible anywhere or not) with a tcp or tls

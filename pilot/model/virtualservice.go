@@ -52,10 +52,15 @@ type virtualServiceIndex struct {
 	l4Labelled []*VirtualService
 }
 
-// vsHostIndex answers VirtualServiceForHost for one proxy namespace and gateway.
+// vsHostIndex answers VirtualServiceForHost and VirtualServicesForHost for one proxy namespace and gateway.
 type vsHostIndex struct {
 	exact    map[string]*VirtualService // the oldest VirtualService naming the host exactly
 	wildcard []vsPattern                // wildcard hosts, oldest VirtualService first
+	// visible are the VirtualServices indexed, oldest first; exactAll every one naming a host exactly, in
+	// that order, and pos each one's place in it.
+	visible  []*VirtualService
+	exactAll map[string][]*VirtualService
+	pos      map[*VirtualService]int
 }
 
 type vsPattern struct {
@@ -64,13 +69,20 @@ type vsPattern struct {
 }
 
 func newVSHostIndex(visible []*VirtualService) *vsHostIndex {
-	idx := &vsHostIndex{exact: map[string]*VirtualService{}}
-	for _, vs := range visible {
+	idx := &vsHostIndex{exact: map[string]*VirtualService{}, visible: visible, exactAll: map[string][]*VirtualService{},
+		pos: make(map[*VirtualService]int, len(visible))}
+	for i, vs := range visible {
+		idx.pos[vs] = i
 		for _, h := range vs.Hosts {
 			if strings.HasPrefix(h, "*") {
 				idx.wildcard = append(idx.wildcard, vsPattern{h, vs})
-			} else if _, taken := idx.exact[h]; !taken {
+				continue
+			}
+			if _, taken := idx.exact[h]; !taken {
 				idx.exact[h] = vs
+			}
+			if list := idx.exactAll[h]; len(list) == 0 || list[len(list)-1] != vs {
+				idx.exactAll[h] = append(list, vs)
 			}
 		}
 	}
@@ -91,6 +103,57 @@ func (idx *vsHostIndex) forHost(host string) *VirtualService {
 		}
 	}
 	return best
+}
+
+// allForHost is every VirtualService with a host overlapping host, in the index's order, whatever the
+// specificity of the host that matched. The result is shared: not to be modified.
+func (idx *vsHostIndex) allForHost(host string) []*VirtualService {
+	if strings.HasPrefix(host, "*") {
+		// A wildcard service host (a ServiceEntry's) overlaps exact hosts too: rare enough to scan.
+		var out []*VirtualService
+		for _, vs := range idx.visible {
+			if slices.ContainsFunc(vs.Hosts, func(h string) bool { return hostsOverlap(h, host) }) {
+				out = append(out, vs)
+			}
+		}
+		return out
+	}
+	exact := idx.exactAll[host]
+	var out []*VirtualService
+	for _, w := range idx.wildcard {
+		if !HostMatches(w.pattern, host) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(exact)
+		}
+		if !slices.Contains(out, w.vs) {
+			out = append(out, w.vs)
+		}
+	}
+	if out == nil {
+		return exact
+	}
+	slices.SortFunc(out, func(a, b *VirtualService) int { return idx.pos[a] - idx.pos[b] })
+	return out
+}
+
+// hostsOverlap is istiod's host.Name.Matches: equal hosts, or a wildcard matching the other host (both
+// wildcards: the longer is within the shorter).
+func hostsOverlap(a, b string) bool {
+	aw, bw := strings.HasPrefix(a, "*"), strings.HasPrefix(b, "*")
+	switch {
+	case aw && bw:
+		if len(a) < len(b) {
+			return strings.HasSuffix(b[1:], a[1:])
+		}
+		return strings.HasSuffix(a[1:], b[1:])
+	case aw:
+		return strings.HasSuffix(b, a[1:])
+	case bw:
+		return strings.HasSuffix(a, b[1:])
+	}
+	return a == b
 }
 
 func compareVirtualServices(a, b *VirtualService) int { return compareConfigs(a.Config, b.Config) }
