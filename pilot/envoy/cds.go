@@ -103,11 +103,12 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 				// (neither its outlier detection nor its load balancer or TLS); the Sidecar's replaces it.
 				pool = inboundRulePool(push.DestinationRule(proxy.Namespace, ip.svc), ip.svcPort)
 			}
-			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: pool}
+			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: pool,
+				family: who.dnsFamily}
 			if !ip.ingress && push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost {
-				// The mesh's inbound traffic policy LOCALHOST sends a service's port to 127.0.0.1:PORT; a Sidecar
-				// ingress listener's defaultEndpoint alone decides its own.
-				key.endpoint, key.endpointPort = "127.0.0.1", ip.port
+				// The mesh's inbound traffic policy LOCALHOST sends a service's port to the loopback (127.0.0.1, ::1
+				// for an IPv6-only proxy) at PORT; a Sidecar ingress listener's defaultEndpoint alone decides its own.
+				key.endpoint, key.endpointPort = loopbackIP(who.dnsFamily), ip.port
 			}
 			r, err := g.cached(key, name, func() proto.Message { return buildInboundCluster(key) })
 			if err != nil {
@@ -120,7 +121,11 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		if !wants(w, name) {
 			continue
 		}
-		r, err := g.cached(staticClusterKey{name}, name, func() proto.Message { return buildStaticCluster(name) })
+		key := staticClusterKey{name: name}
+		if name == InboundPassthroughCluster {
+			key.family, key.dual = who.dnsFamily, ipModeOf(proxy.IPAddresses) == dualStack
+		}
+		r, err := g.cached(key, name, func() proto.Message { return buildStaticCluster(key) })
 		if err != nil {
 			return nil, err
 		}
@@ -462,8 +467,17 @@ type inboundClusterKey struct {
 	// pool is the connection pool (the Sidecar's, else the DestinationRule's), nil for none: the snapshot's
 	// objects are immutable, so a pointer stands for its content.
 	pool *networking.ConnectionPoolSettings
+	// family is the proxy's (dnsLookupFamily): the loopback and source addresses follow it.
+	family cluster.Cluster_DnsLookupFamily
 }
-type staticClusterKey struct{ name string }
+
+// staticClusterKey: BlackHoleCluster and PassthroughCluster are the same for every proxy;
+// InboundPassthroughCluster's source addresses follow the proxy's family (and dual stack).
+type staticClusterKey struct {
+	name   string
+	family cluster.Cluster_DnsLookupFamily
+	dual   bool
+}
 
 func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluster.Cluster {
 	name := OutboundClusterName(k.port.Port, k.subset, k.svc.Hostname)
@@ -1229,9 +1243,9 @@ func buildInboundCluster(k inboundClusterKey) *cluster.Cluster {
 		}}}
 	}
 	if k.endpoint != "127.0.0.1" && k.endpoint != "::1" {
-		// Bound to 127.0.0.6 so that iptables does not capture the sidecar's own connection to the pod
+		// Bound to 127.0.0.6 (::6) so that iptables does not capture the sidecar's own connection to the pod
 		// (istiod binds every inbound cluster but a loopback one, a Unix socket's too).
-		c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress(inboundPassthroughBindIP, 0).GetSocketAddress()}
+		c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress(inboundSourceIP(k.family), 0).GetSocketAddress()}
 	}
 	// istiod's inbound clusters lift the circuit breakers (where the pool sets no limit), so the proxy never
 	// limits its own workload; the pool applies as on an outbound cluster, but never upgrades to HTTP/2.
@@ -1263,14 +1277,11 @@ func inboundPool(pool *networking.ConnectionPoolSettings) *networking.Connection
 	return pool
 }
 
-// inboundPassthroughBindIP is the source address of a sidecar's connections to its own workload, which
-// Istio's iptables rules let pass unredirected.
-const inboundPassthroughBindIP = "127.0.0.6"
-
 // inboundCleanupSeconds is the longest whole-second time.Duration, as istiod sets it.
 const inboundCleanupSeconds = (math.MaxInt64 - 999999999) / int64(time.Second)
 
-func buildStaticCluster(name string) *cluster.Cluster {
+func buildStaticCluster(k staticClusterKey) *cluster.Cluster {
+	name := k.name
 	c := &cluster.Cluster{Name: name, ConnectTimeout: durationpb.New(defaultConnectTimeout)}
 	switch name {
 	case BlackHoleCluster:
@@ -1279,8 +1290,13 @@ func buildStaticCluster(name string) *cluster.Cluster {
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
 		if name == InboundPassthroughCluster {
-			// Istio binds inbound passthrough connections to 127.0.0.6 so they are not redirected again.
-			c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress(inboundPassthroughBindIP, 0).GetSocketAddress()}
+			// Istio binds inbound passthrough connections to 127.0.0.6 (::6) so they are not redirected again.
+			// Envoy cannot bind one family and connect to the other: a dual-stack proxy also gets ::6, which
+			// Envoy picks for IPv6 destinations (istiod's, whatever ISTIO_DUAL_STACK says).
+			c.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress(inboundSourceIP(k.family), 0).GetSocketAddress()}
+			if k.dual {
+				c.UpstreamBindConfig.ExtraSourceAddresses = []*core.ExtraSourceAddress{{Address: socketAddress("::6", 0).GetSocketAddress()}}
+			}
 		}
 	}
 	return c

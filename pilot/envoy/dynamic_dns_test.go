@@ -258,13 +258,17 @@ spec:
 			}
 
 			ls := ldsGenerate(t, g, tc.proxy, push, wildcard(xds.ListenerType))
-			h := ldsHCMOf(t, ldsChain(t, ldsFind(t, ls, "0.0.0.0_8000"), "0.0.0.0_8000"))
+			unspecified := "0.0.0.0" // the proxy's unspecified address names its listeners without a VIP
+			if tc.want == cluster.Cluster_V6_ONLY {
+				unspecified = "::"
+			}
+			h := ldsHCMOf(t, ldsChain(t, ldsFind(t, ls, unspecified+"_8000"), unspecified+"_8000"))
 			fc := &dfphttp.FilterConfig{}
 			if err := h.HttpFilters[3].GetTypedConfig().UnmarshalTo(fc); err != nil {
 				t.Fatal(err)
 			}
 			wantDNSCacheFamily(t, "8000 filter", fc.GetDnsCacheConfig(), tc.want)
-			chain := ldsChain(t, ldsFind(t, ls, "0.0.0.0_443"), "0.0.0.0_443/*.api.example.com")
+			chain := ldsChain(t, ldsFind(t, ls, unspecified+"_443"), unspecified+"_443/*.api.example.com")
 			sni := &dfpsni.FilterConfig{}
 			if err := chain.Filters[0].GetTypedConfig().UnmarshalTo(sni); err != nil {
 				t.Fatal(err)

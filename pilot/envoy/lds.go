@@ -21,7 +21,15 @@ package envoy
 //     services with an address block (CIDR), which no listener address can stand for. No 0.0.0.0_PORT is
 //     built on the sidecar's own ports (15001, 15006, 15021, 15090): Envoy refuses two listeners on one
 //     address (istiod skips them too). Each listener has the tls_inspector and http_inspector its chains
-//     need. The wildcard listeners are IPv4 (0.0.0.0), like virtualOutbound: no dual-stack capture.
+//     need.
+//   - Addresses follow the proxy's IP family as istiod's under its defaults (addresses.go): an IPv6-only
+//     proxy has [::] where the others have 0.0.0.0 (virtualOutbound, virtualInbound, the listeners without
+//     a VIP, a gateway's servers), ::1 for 127.0.0.1 and ::6 for 127.0.0.6; a dual-stack proxy's listeners
+//     on 0.0.0.0 (and 127.0.0.1) take [::] (::1) as an additional address, its capture listeners do not
+//     (ISTIO_DUAL_STACK's), and its InboundPassthroughCluster also binds ::6. A dual-stack Kubernetes
+//     Service is reached on its ClusterIPs of the proxy's family (a dual-stack proxy: of its first
+//     ClusterIP's family), the others staying out of its listeners and domains; with none of that family,
+//     on its first ClusterIP.
 //   - Their chains keep the matches one shared capture listener needed (destination port, VIPs as prefix
 //     ranges), harmless within one destination's listener. HTTP ports (HTTP, HTTP2, gRPC) match on the
 //     destination port and what the http_inspector finds to be plaintext HTTP (raw_buffer, ALPN

@@ -123,6 +123,8 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 	ports := gatewayPortsOf(proxy, push)
 	var names []string
 	byAddr := map[gatewayAddr][]gatewayServer{}
+	// Servers without a bind listen on the unspecified address of the proxy's family, as istiod's.
+	wildcard := wildcardIP(dnsLookupFamily(proxy.IPAddresses))
 	for _, gw := range gws {
 		names = append(names, gw.Key.String())
 		for _, s := range gw.Spec.(*networking.Gateway).Servers {
@@ -131,7 +133,7 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 			}
 			bind := s.Bind
 			if _, err := netip.ParseAddr(bind); err != nil {
-				bind = "0.0.0.0" // unset, or a unix socket: not supported
+				bind = wildcard // unset, or a unix socket: not supported
 			}
 			a := gatewayAddr{bind, ports.listen(s.Port.Number)}
 			byAddr[a] = append(byAddr[a], gatewayServer{gw, s})

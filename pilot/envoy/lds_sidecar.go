@@ -41,16 +41,23 @@ type outboundListenerKey struct {
 	scope   *Scope
 	routing any // routingID: TCP and TLS routes come from VirtualServices
 	typ     xds.ProxyType
-	// dnsFamily: the family the dynamic forward proxy filters resolve in, the proxy's (dnsLookupFamily).
+	// dnsFamily: the proxy's family (dnsLookupFamily): the one its dynamic forward proxy filters resolve
+	// in, and of the unspecified and loopback addresses its listeners take.
 	dnsFamily cluster.Cluster_DnsLookupFamily
+	// mode: the proxy's IP mode (dnsFamily is its family): it picks a dual-stack Service's VIPs, and a
+	// dual-stack proxy's listeners on the unspecified address take [::] too.
+	mode ipMode
 	// addresses is EndpointAddressesID: services without an address of their own have a listener per
 	// endpoint address.
 	addresses any
 }
 
-// virtualOutboundKey: virtualOutbound depends on the outbound traffic policy alone; sidecars with the same
-// policy share one.
-type virtualOutboundKey struct{ registryOnly, transparent bool }
+// virtualOutboundKey: virtualOutbound depends on the outbound traffic policy, the capture (TPROXY) and the
+// proxy's IP family alone; sidecars alike in these share one.
+type virtualOutboundKey struct {
+	registryOnly, transparent bool
+	family                    cluster.Cluster_DnsLookupFamily
+}
 
 // inboundListenerKey: virtualInbound is built from what desc spells out (ports, modes, the policies' keys and
 // versions) alone; policies also key by index identity, so an edited policy rebuilds it even if a source
@@ -65,7 +72,9 @@ type inboundListenerKey struct {
 func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
 	scope := l.g.scopeFor(proxy, push)
 	labels := l4LabelKey(push, proxy.Labels)
-	built, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type, dnsLookupFamily(proxy.IPAddresses), push.EndpointAddressesID()},
+	mode := ipModeOf(proxy.IPAddresses)
+	family := mode.family()
+	built, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type, family, mode, push.EndpointAddressesID()},
 		labels, proxy.Labels, push)
 	if err != nil {
 		return nil, err
@@ -84,11 +93,11 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 		// listeners bind ports of their own (the scope's), and inbound ones only a Sidecar's ingress
 		// listeners ask for.
 		return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: true,
-			variant: string(proxy.Type), labels: labels}, outbound, l.boundInboundListeners(proxy, push)), nil
+			variant: string(proxy.Type) + mode.variant(), labels: labels}, outbound, l.boundInboundListeners(proxy, push)), nil
 	}
 	tproxy := proxy.InterceptionMode == xds.InterceptTPROXY
-	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly, tproxy}, VirtualOutboundListener, func() proto.Message {
-		return buildVirtualOutbound(scope.RegistryOnly, tproxy)
+	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly, tproxy, family}, VirtualOutboundListener, func() proto.Message {
+		return buildVirtualOutbound(scope.RegistryOnly, tproxy, family)
 	})
 	if err != nil {
 		return nil, err
@@ -100,7 +109,8 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	own := append(xds.Resources{capture, in}, l.boundInboundListeners(proxy, push)...)
 	sortByName(own)
 	// The outbound list is sorted already.
-	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: string(proxy.Type), labels: labels},
+	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
+		variant: string(proxy.Type) + mode.variant(), labels: labels},
 		outbound, own), nil
 }
 
@@ -181,13 +191,14 @@ func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *xds.P
 // that listener's bytes (and version) only.
 func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string, push *model.PushContext) (*listenerList, error) {
 	g := l.g
-	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, captureNone: key.scope.captureNone, variant: string(key.typ) + familyVariant(key.dnsFamily), labels: labelKey}
+	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, captureNone: key.scope.captureNone,
+		variant: string(key.typ) + key.mode.variant(), labels: labelKey}
 	built, err := g.listenerLists.getOrBuild(id, key, func() (*listenerList, error) {
 		prev, _ := g.listenerLists.latest(id)
 		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope, key.dnsFamily); ok || err != nil {
 			return next, err
 		}
-		return g.buildOutboundListeners(push, key.scope, labels, labelKey, key.dnsFamily)
+		return g.buildOutboundListeners(push, key.scope, labels, labelKey, key.dnsFamily, key.mode)
 	})
 	if err != nil {
 		return nil, err
@@ -214,12 +225,13 @@ func catchAllCluster(registryOnly bool) string {
 // to 15001, use_original_dst hands each connection to the listener for its original destination (see
 // buildOutboundListeners), and what no listener takes goes to PassthroughCluster, or under REGISTRY_ONLY
 // to BlackHoleCluster (istiod's catch-all chain; the chain keeps one name so only its cluster changes).
-// Under TPROXY capture (transparent) the listener takes connections addressed elsewhere, as istiod's.
-func buildVirtualOutbound(registryOnly, transparent bool) *listener.Listener {
+// Under TPROXY capture (transparent) the listener takes connections addressed elsewhere, as istiod's. It
+// listens on the unspecified address of the proxy's family.
+func buildVirtualOutbound(registryOnly, transparent bool, family cluster.Cluster_DnsLookupFamily) *listener.Listener {
 	catchAll := catchAllCluster(registryOnly)
 	return &listener.Listener{
 		Name:             VirtualOutboundListener,
-		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
+		Address:          socketAddress(wildcardIP(family), VirtualOutboundPort),
 		Transparent:      transparentFor(transparent),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
@@ -231,9 +243,9 @@ func buildVirtualOutbound(registryOnly, transparent bool) *listener.Listener {
 	}
 }
 
-// ldsWildcardReserved are the ports of the sidecar's own listeners on 0.0.0.0 (virtualOutbound,
+// ldsWildcardReserved are the ports of the sidecar's own listeners on the unspecified address (virtualOutbound,
 // virtualInbound, and the bootstrap's health and Prometheus listeners). Envoy refuses a second listener on
-// one address, so no outbound listener 0.0.0.0_PORT is built on them (istiod skips them too).
+// one address, so no outbound listener 0.0.0.0_PORT ([::]_PORT) is built on them (istiod skips them too).
 var ldsWildcardReserved = map[uint32]bool{VirtualOutboundPort: true, VirtualInboundPort: true, 15021: true, 15090: true}
 
 // outboundListener collects the chains of one outbound listener.
@@ -263,9 +275,9 @@ type outboundListener struct {
 // labels are the proxy's, for tcp and tls matches on sourceLabels; labelKey (l4LabelKey) names what of
 // them the listeners may depend on, so the list and its listeners are cached under it.
 func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope, labels map[string]string, labelKey string,
-	family cluster.Cluster_DnsLookupFamily) (*listenerList, error) {
+	family cluster.Cluster_DnsLookupFamily, mode ipMode) (*listenerList, error) {
 	built := &listenerList{scope: scope, routing: routingID(push), mesh: push.Mesh, httpPorts: map[uint32]int{}, contested: map[string]bool{},
-		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey, endpoints: map[string]*endpointRecord{}}
+		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey, endpoints: map[string]*endpointRecord{}, mode: mode}
 	var byName map[string]*outboundListener
 	if scope.listeners == nil {
 		byName = planOutbound(push, scope, scope.Services, egressBinding{}, labels, built, family)
@@ -278,7 +290,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 			services := el.services
 			b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0}
 			if b.real && b.ip == "" {
-				b.ip = "127.0.0.1"
+				b.ip, b.loopback = loopbackIP(family), true
 			}
 			if b.ip != "" {
 				// Every service shares the one address: istiod's first service (the oldest) keeps a match.
@@ -311,6 +323,8 @@ type egressBinding struct {
 	// port: the egress listener names a port; as istiod, only the catch-all one listens per endpoint
 	// address of a headless service.
 	port bool
+	// loopback: ip is the proxy's loopback, the egress listener naming no bind.
+	loopback bool
 }
 
 // planOutbound plans the outbound listeners of services, keyed by name, for a proxy of labels, recording
@@ -328,17 +342,27 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 		from[ol.name] = svc
 		ol.chains = append(ol.chains, c)
 	}
+	wildcard := wildcardIP(family)
 	listenerFor := func(ip string, port uint32) *outboundListener {
 		name := ip + "_" + ldsPortName(port)
 		ol := byName[name]
 		if ol == nil {
 			ol = &outboundListener{name: name, ip: ip, port: port, real: b.real}
 			byName[name] = ol
+			// A dual-stack proxy's unspecified and loopback addresses are IPv4's and IPv6's (istiod's wildcards
+			// and localhosts): where an egress listener binds none, its listeners take IPv6's as an additional
+			// address.
+			if built.mode == dualStack && b.ip == "" && ip == wildcard {
+				ol.extra = []string{"::"}
+			} else if built.mode == dualStack && b.loopback {
+				ol.extra = []string{"::1"}
+			}
 		}
 		return ol
 	}
-	// httpIP is the address of a port's HTTP listener; on 0.0.0.0 it takes sniffed plaintext HTTP only.
-	httpIP := cmp.Or(b.ip, "0.0.0.0")
+	// httpIP is the address of a port's HTTP listener; on the proxy's unspecified address (0.0.0.0, or [::]
+	// for an IPv6-only proxy) it takes sniffed plaintext HTTP only.
+	httpIP := cmp.Or(b.ip, wildcard)
 	// claim reserves a match (VIPs, port, SNI or "http" for sniffed HTTP, "" for neither): Envoy refuses two
 	// chains with the same match, so the first service (HTTP ports first, then by hostname) keeps it.
 	taken := map[string]bool{}
@@ -379,12 +403,12 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 			}
 			// Bound to one address the HTTP chain takes the whole port (Envoy refuses two chains alike).
 			what := "http"
-			if httpIP != "0.0.0.0" {
+			if httpIP != wildcard {
 				what = ""
 			}
 			if claim(nil, p.Port, what) {
 				ol := listenerFor(httpIP, p.Port)
-				if httpIP == "0.0.0.0" {
+				if httpIP == wildcard {
 					ol.httpPort = true
 					ol.chains = append(ol.chains, chainPlan{name: ol.name, port: p.Port, http: true, alpn: sniffedHTTP, transport: "raw_buffer"})
 				} else {
@@ -417,7 +441,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 		// A chain on destinationSubnets has the same match on whichever listener it is: on a VIP listener
 		// its claim is that listener's alone.
 		at := ""
-		if ol.ip != "0.0.0.0" {
+		if ol.ip != wildcard {
 			at = ol.name + "|"
 		}
 		own := []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}
@@ -451,9 +475,10 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 		switch p.Protocol {
 		case model.ProtocolUnset: // sniffed: HTTP through RDS like an HTTP port, the rest TCP
 			if claim(vips, p.Port, "http") {
-				// istiod's route is the service's own, HOST:PORT, except on a 0.0.0.0 bind: PORT.
+				// istiod's route is the service's own, HOST:PORT, except on a bind to the proxy's unspecified
+				// address: PORT.
 				route := hostPort(svc.Hostname, p.Port)
-				if b.ip == "0.0.0.0" {
+				if b.ip == wildcard {
 					route = ""
 				}
 				addChain(ol, svc, chainPlan{name: name + "_http", port: p.Port, vips: chainVIPs, alpn: sniffedHTTP, http: true, route: route})
@@ -524,22 +549,23 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 	for _, svc := range services {
 		var vips []*core.CidrRange
 		block := false // an address is a CIDR block: no listener address can stand for it
-		for _, a := range svc.Addresses {
+		addrs := listenVIPs(svc, built.mode)
+		for _, a := range addrs {
 			if c := vipCIDR(a); c != nil {
 				vips = append(vips, c)
 				block = block || c.PrefixLen.GetValue() < ldsHostBits(c.AddressPrefix)
 			}
 		}
-		namePrefix := "0.0.0.0"
+		namePrefix := wildcard
 		if len(vips) > 0 {
-			namePrefix = svc.Addresses[0]
+			namePrefix = addrs[0]
 		}
 		// On a bound address istiod matches no destination addresses (the listener is the address), and
 		// tells services apart by SNI only where their own address says nothing: an address block, or
-		// none on a 0.0.0.0 bind.
+		// none on a bind to the proxy's unspecified address.
 		sniOnly := len(vips) == 0 || block
 		if b.ip != "" {
-			sniOnly = block || len(vips) == 0 && b.ip == "0.0.0.0"
+			sniOnly = block || len(vips) == 0 && b.ip == wildcard
 			vips, block = nil, false
 		}
 		// As istiod, the tcp and tls routes of every VirtualService for the host, one after the other.
@@ -581,7 +607,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 			case b.ip != "":
 				ol = listenerFor(b.ip, p.Port)
 			case len(vips) == 0 || block:
-				ol = listenerFor("0.0.0.0", p.Port)
+				ol = listenerFor(wildcard, p.Port)
 			default:
 				ol = listenerFor(vips[0].AddressPrefix, p.Port)
 				for _, v := range vips[1:] {
@@ -631,7 +657,7 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 		if len(ol.chains) == 0 { // every chain went to an earlier service: Envoy refuses a listener without
 			continue
 		}
-		if ol.ip == "0.0.0.0" && ldsWildcardReserved[ol.port] {
+		if isUnspecifiedIP(ol.ip) && ldsWildcardReserved[ol.port] {
 			slog.Debug("outbound listener left out: its address is the sidecar's own", "listener", ol.name, "namespace", scope.Namespace)
 			continue
 		}
@@ -642,7 +668,7 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 				additional = append(additional, ip)
 			}
 		}
-		r, err := g.outboundListenerResource(scope, built.labelKey, ol, additional, push.Mesh.PathNormalization.Normalization, family)
+		r, err := g.outboundListenerResource(scope, built.labelKey, ol, additional, push.Mesh.PathNormalization.Normalization, built.mode)
 		if err != nil {
 			return nil, err
 		}
@@ -657,9 +683,9 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
 func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol *outboundListener, additional []string, paths string,
-	family cluster.Cluster_DnsLookupFamily) (*xds.Resource, error) {
-	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labelKey,
-		variant: familyVariant(family)}
+	mode ipMode) (*xds.Resource, error) {
+	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
+		labels: labelKey, variant: mode.variant()}
 	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*xds.Resource, error) {
 		return marshal(ol.name, ol.build(additional, paths))
 	})
@@ -680,6 +706,7 @@ type listenerList struct {
 	extras          map[string]bool // IP_PORT of every additional address a listener asked for
 	l4Routed        bool            // a VirtualService sends TCP or TLS somewhere: its chains depend on other services
 	labelKey        string          // l4LabelKey of the proxies it was built for
+	mode            ipMode          // of the proxies it was built for
 	derived         bool            // from the previous list, not from a walk over every service
 	// endpoints records, per service of the scope reached per endpoint address (Service.ListensOnEndpoints),
 	// by key, the endpoints its listeners were built from; shared with derived lists until one changes.
@@ -772,7 +799,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 		return nil, false, nil // a walk over all is as cheap
 	}
 	next = &listenerList{scope: scope, routing: prev.routing, mesh: prev.mesh, httpPorts: prev.httpPorts, contested: prev.contested,
-		extras: prev.extras, dynamicDNSPorts: prev.dynamicDNSPorts, labelKey: prev.labelKey, derived: true}
+		extras: prev.extras, dynamicDNSPorts: prev.dynamicDNSPorts, labelKey: prev.labelKey, mode: prev.mode, derived: true}
 	if len(removed) == 0 && len(added) == 0 {
 		next.list = prev.list
 		return g.deriveEndpointListeners(prev, next, push, scope, family)
@@ -821,7 +848,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 			freshNames[name] = true
 			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port, chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
 				vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
-			r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, family)
+			r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, prev.mode)
 			if err != nil {
 				return nil, false, err
 			}
@@ -894,7 +921,7 @@ func (g *Generators) deriveEndpointListeners(prev, next *listenerList, push *mod
 				}
 				freshNames[ol.name] = true
 				fresher.names = append(fresher.names, ol.name)
-				r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, family)
+				r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, prev.mode)
 				if err != nil {
 					return nil, false, err
 				}
@@ -959,13 +986,19 @@ type chainPlan struct {
 	dnsFamily cluster.Cluster_DnsLookupFamily // the family dnsCache resolves in
 }
 
-// familyVariant tells apart the cached outbound listeners of proxies resolving DNS in different families
-// (empty for IPv4, the common case), so that neither replaces the other's.
-func familyVariant(f cluster.Cluster_DnsLookupFamily) string {
-	if f == cluster.Cluster_V4_ONLY {
-		return ""
+// listenVIPs are the addresses a proxy's outbound listeners take for svc, as istiod's GetAddressForProxy
+// and GetExtraAddressesForProxy under its defaults (no ISTIO_DUAL_STACK): a Kubernetes Service's ClusterIPs
+// of the proxy's family (every one for a dual-stack proxy, the first its own address and the others
+// additional ones), else its first ClusterIP alone; a ServiceEntry's addresses are each its own (istiod
+// builds a service per address), whatever their family.
+func listenVIPs(svc *model.Service, mode ipMode) []string {
+	if len(svc.Addresses) < 2 || svc.Source.Kind != config.Service {
+		return svc.Addresses
 	}
-	return "\x00" + f.String()
+	if vips := kubeVIPs(svc.Addresses, mode); len(vips) > 0 {
+		return vips
+	}
+	return svc.Addresses[:1]
 }
 
 // takesPort reports whether the chain takes every connection reaching listener address ip on its port: it
@@ -973,7 +1006,7 @@ func familyVariant(f cluster.Cluster_DnsLookupFamily) string {
 // (on a VIP listener, its ranges hold the VIP).
 func (c chainPlan) takesPort(ip string) bool {
 	return len(c.sni) == 0 && len(c.alpn) == 0 &&
-		(len(c.vips) == 0 || ip != "0.0.0.0" && (c.vips[0].AddressPrefix == ip || rangesContain(c.vips, ip)))
+		(len(c.vips) == 0 || !isUnspecifiedIP(ip) && (c.vips[0].AddressPrefix == ip || rangesContain(c.vips, ip)))
 }
 
 // rangesText spells prefix ranges for names and keys: "10.0.0.0/8,192.168.1.1/32".
@@ -1521,11 +1554,12 @@ type inboundInputs struct {
 	// tproxy: the capture is TPROXY, which keeps the client's address: the capture listener is transparent
 	// and restores it upstream (original_src), as istiod's.
 	tproxy bool
+	family cluster.Cluster_DnsLookupFamily // the proxy's (dnsLookupFamily): the listener's address
 }
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|", ns, in.env.describe(), in.mtls.Mode, in.paths, in.tproxy)
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s|", ns, in.env.describe(), in.mtls.Mode, in.paths, in.tproxy, in.family)
 	for _, p := range in.ports {
 		fmt.Fprintf(&b, "%d/%s/%s/%s/%t,", p.port, p.protocol, in.mtls.ModeForPort(p.port), p.bind, p.bound)
 	}
@@ -1546,6 +1580,7 @@ func (l listenerGenerator) inboundInputsOf(proxy *xds.Proxy, push *model.PushCon
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
 		paths:    push.Mesh.PathNormalization.Normalization,
 		tproxy:   proxy.InterceptionMode == xds.InterceptTPROXY,
+		family:   dnsLookupFamily(proxy.IPAddresses),
 	}
 	in.env = newAuthzEnv(push, in.policies)
 	in.env.jwt = newJWTAuthn(push, proxy.Namespace, labels, false)
@@ -1564,7 +1599,7 @@ func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushCon
 // boundInboundListeners returns, sorted by name, a listener bound to each inbound port that is bound (a
 // Sidecar ingress listener's under captureMode NONE, or under the default capture for a proxy that
 // captures nothing), as istiod's inboundCustomListener: on the ingress listener's bind, else the proxy's
-// first global unicast address, else 0.0.0.0, with the port's chains as virtualInbound would have them.
+// first global unicast address, else the unspecified address of its family, with the port's chains as virtualInbound would have them.
 func (l listenerGenerator) boundInboundListeners(proxy *xds.Proxy, push *model.PushContext) xds.Resources {
 	in := l.inboundInputsOf(proxy, push)
 	var out xds.Resources
@@ -1581,7 +1616,7 @@ func (l listenerGenerator) boundInboundListeners(proxy *xds.Proxy, push *model.P
 		if desc == "" {
 			desc = in.describe(proxy.Namespace)
 		}
-		bind := cmp.Or(p.bind, globalUnicastIP(proxy.IPAddresses), "0.0.0.0")
+		bind := cmp.Or(p.bind, globalUnicastIP(proxy.IPAddresses), wildcardIP(in.family))
 		name := bind + "_" + ldsPortName(p.port)
 		r, err := l.g.cached(inboundListenerKey{push.PoliciesID(), desc + "|bound " + name}, name, func() proto.Message {
 			lis, notes := buildBoundInbound(in, p, bind)
@@ -1613,7 +1648,7 @@ func globalUnicastIP(ips []string) string {
 func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilter, tcpRBAC []*listener.Filter) []*listener.FilterChain {
 	cluster := InboundClusterName(p.port)
 	// istiod names a chain by its bind address and port: names only, the match is the port.
-	bind := cmp.Or(p.bind, "0.0.0.0")
+	bind := cmp.Or(p.bind, wildcardIP(in.family))
 	chainName := "inbound_" + bind + "_" + ldsPortName(p.port)
 	manager := ldsInboundManager(cluster, chainName, ldsPortName(p.port), p.protocol, httpRBAC)
 	ldsMeshHTTPManager(manager, in.paths)
@@ -1694,7 +1729,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	// listener filter alone restores the destination the chains match on.
 	return &listener.Listener{
 		Name:             VirtualInboundListener,
-		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
+		Address:          socketAddress(wildcardIP(in.family), VirtualInboundPort),
 		Transparent:      transparentFor(in.tproxy),
 		TrafficDirection: core.TrafficDirection_INBOUND,
 		ListenerFilters:  append(filters, inboundInspectors(chains)...),

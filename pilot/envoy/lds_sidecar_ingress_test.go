@@ -97,8 +97,8 @@ func TestSidecarIngressReplacesServicePorts(t *testing.T) {
 		t.Errorf("6000 is %s with %v, want ORIGINAL_DST", sniffed.GetType(), sniffed.LoadAssignment)
 	}
 	for _, c := range []*cluster.Cluster{tcp, sniffed} {
-		if got := c.GetUpstreamBindConfig().GetSourceAddress().GetAddress(); got != inboundPassthroughBindIP {
-			t.Errorf("%s binds to %q, want %s", c.Name, got, inboundPassthroughBindIP)
+		if got := c.GetUpstreamBindConfig().GetSourceAddress().GetAddress(); got != "127.0.0.6" {
+			t.Errorf("%s binds to %q, want 127.0.0.6", c.Name, got)
 		}
 	}
 	// The ingress listener's own pool replaces the Sidecar's; the Sidecar's applies to the others, without
@@ -212,7 +212,7 @@ spec:
 	if got := staticAddress(t, c); got != "unix:/var/run/app.sock" {
 		t.Errorf("9090 sends to %s", got)
 	}
-	if got := c.GetUpstreamBindConfig().GetSourceAddress().GetAddress(); got != inboundPassthroughBindIP {
+	if got := c.GetUpstreamBindConfig().GetSourceAddress().GetAddress(); got != "127.0.0.6" {
 		t.Errorf("binds to %q", got)
 	}
 }

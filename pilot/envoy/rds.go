@@ -112,6 +112,8 @@ type routeKey struct {
 	labelled bool
 	// vhds: a sidecar route configuration whose virtual hosts come over VHDS.
 	vhds bool
+	// mode: the proxy's IP mode decides which VIPs of a dual-stack Service are domains (serviceDomains).
+	mode ipMode
 }
 
 // Markers stored in the resource cache under a routeKey. They are never modified.
@@ -123,8 +125,9 @@ var (
 // routeConfig returns the marshaled RouteConfiguration name for proxy, or nil when it does not exist.
 func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwPorts gatewayPorts,
 	gwKey, name string) (*xds.Resource, error) {
+	mode := ipModeOf(proxy.IPAddresses)
 	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey,
-		vhds: g.usesVHDS(proxy) && scope.listeners == nil} // egress listeners' routes are inline
+		vhds: g.usesVHDS(proxy) && scope.listeners == nil, mode: mode} // egress listeners' routes are inline
 	r, ok := g.resources.Get(key)
 	if ok && r == routeDependsOnLabel {
 		key.labels, key.labelled = model.LabelsKey(proxy.Labels), true
@@ -136,7 +139,7 @@ func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scop
 		}
 		return r, nil
 	}
-	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts, grpc: proxy.Type == xds.GRPC}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts, grpc: proxy.Type == xds.GRPC, mode: mode}
 	var rc *route.RouteConfiguration
 	switch proxy.Type {
 	case xds.Router:
@@ -204,6 +207,7 @@ type routeBuilder struct {
 	gateways     []*config.Config
 	gatewayPorts gatewayPorts
 	grpc         bool
+	mode         ipMode // the proxy's
 	// usedLabels records that the routes depend on the proxy's labels: a VirtualService match on
 	// sourceLabels, or a DestinationRule with a workloadSelector, was evaluated against the proxy.
 	usedLabels bool
@@ -356,7 +360,7 @@ func (b *routeBuilder) sidecarVirtualHosts(services []*model.Service, port uint3
 		if sp == nil || !isHTTPPort(sp) && !(sniffed && sp.Protocol == model.ProtocolUnset) {
 			continue
 		}
-		ds := domains.add(serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix))
+		ds := domains.add(serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix, b.mode))
 		if len(ds) == 0 {
 			continue // every name already belongs to an earlier virtual host
 		}
@@ -418,7 +422,7 @@ func (b *routeBuilder) hostVirtualServices(port uint32) []hostRoutes {
 			continue
 		}
 		var deps []serviceDep
-		sub := &routeBuilder{push: b.push, proxy: b.proxy, scope: b.scope, deps: &deps}
+		sub := &routeBuilder{push: b.push, proxy: b.proxy, scope: b.scope, deps: &deps, mode: b.mode}
 		routes := sub.virtualServiceRoutes(vs, model.MeshGateway, port)
 		b.usedLabels = b.usedLabels || sub.usedLabels
 		if b.deps != nil {
@@ -546,8 +550,9 @@ func hostPort(host string, port uint32) string {
 // (generateVirtualHostDomains): the hostname, the hostname as an absolute name with its trailing dot, for a
 // hostname NAME.NAMESPACE.svc.SUFFIX the shorter forms a pod's DNS search path resolves (NAME only from
 // that namespace, NAME.NAMESPACE, NAME.NAMESPACE.svc), for a headless Service each of those with a "*."
-// prefix, and each VIP; each with and without ":PORT".
-func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string) []string {
+// prefix, and each VIP (of a Kubernetes Service, those of the proxy's family: kubeVIPs); each with and
+// without ":PORT".
+func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string, mode ipMode) []string {
 	names := []string{svc.Hostname}
 	if net.ParseIP(svc.Hostname) == nil {
 		names = append(names, svc.Hostname+".")
@@ -568,7 +573,11 @@ func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string) []s
 			names = append(names, "*."+n)
 		}
 	}
-	for _, addr := range svc.Addresses {
+	vips := svc.Addresses
+	if svc.Source.Kind == config.Service {
+		vips = kubeVIPs(vips, mode)
+	}
+	for _, addr := range vips {
 		if addr == "" || addr == "0.0.0.0" || addr == "::" || strings.Contains(addr, "/") {
 			continue
 		}

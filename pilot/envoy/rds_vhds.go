@@ -37,7 +37,8 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 	}
 	scope := g.scopeFor(proxy, push)
 	lists := make([]xds.Resources, 0, len(scope.routePortsByName))
-	id := listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone}
+	id := listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
+		variant: ipModeOf(proxy.IPAddresses).variant()}
 	for _, port := range scope.routePortsByName { // the output is sorted by resource name
 		list, labelled, err := g.virtualHosts(proxy, push, scope, strconv.FormatUint(uint64(port), 10), port)
 		if err != nil {
@@ -65,7 +66,8 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 // of a scope (and of a label set, when a VirtualService's sourceLabels made them depend on it: labelled).
 func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (
 	list xds.Resources, labelled bool, err error) {
-	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone}
+	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
+		variant: ipModeOf(proxy.IPAddresses).variant()}
 	inputs := [2]any{routingID(push), scope}
 	var mine xds.Resources // built for this proxy's labels along the way
 	built, err := g.vhostLists.getOrBuild(id, inputs, func() (*vhostList, error) {
@@ -131,7 +133,7 @@ type vhostListEntry struct {
 
 // buildVirtualHosts builds the virtual hosts of route configuration name for proxy.
 func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (*vhostList, error) {
-	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope, mode: ipModeOf(proxy.IPAddresses)}
 	rules := push.DestinationRulesID()
 	domains := newDomainSet(16 * len(scope.Services))
 	out := &vhostList{scope: scope, routing: routingID(push), claimed: claims{base: domains}, retries: push.Mesh.DefaultRetries()}
@@ -171,7 +173,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 			// Another service claimed some of its names (a shared VIP): built with the rest.
 			out.partial = true
 		} else {
-			all := serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix)
+			all := serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix, b.mode)
 			if ds = domains.add(all); len(ds) < len(all) {
 				out.partial = true
 			}
@@ -283,7 +285,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 			kept = append(kept, e)
 		}
 	}
-	b := &routeBuilder{push: push, proxy: proxy, scope: scope}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope, mode: ipModeOf(proxy.IPAddresses)}
 	rules := push.DestinationRulesID()
 	var fresh []vhostListEntry
 	for _, svc := range added {
@@ -299,7 +301,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 			}
 			e.res, e.domains, e.lower = plain.res, plain.domains, plain.lower
 		} else {
-			e.domains = serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix)
+			e.domains = serviceDomains(svc, port, proxy.Namespace, push.Mesh.DomainSuffix, b.mode)
 			e.lower = lowerAll(e.domains)
 		}
 		for _, d := range e.lower {
@@ -334,7 +336,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 	for _, e := range prev.hosts {
 		if !depsHold(push, proxy.Namespace, e.host.deps) {
 			var deps []serviceDep
-			sub := &routeBuilder{push: push, proxy: proxy, scope: scope, deps: &deps}
+			sub := &routeBuilder{push: push, proxy: proxy, scope: scope, deps: &deps, mode: ipModeOf(proxy.IPAddresses)}
 			h := *e.host // prev's entry is left as it was
 			h.routes, h.deps = sub.virtualServiceRoutes(h.vs, model.MeshGateway, port), deps
 			h.labelled = sub.usedLabels
@@ -417,6 +419,7 @@ type vhostID struct {
 	service   string // namespace/hostname
 	port      uint32
 	namespace string
+	mode      ipMode // the proxies': a dual-stack Service's VIPs per family
 }
 
 // vhostInputs is what such a virtual host is built from besides its identity.
@@ -436,7 +439,7 @@ type vhostEntry struct {
 // plainVirtualHost returns the virtual host of svc, without a VirtualService, on port for b's proxy's namespace.
 func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, routeConfig string) (vhostEntry, error) {
 	build := func() (vhostEntry, error) {
-		ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix)
+		ds := serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix, b.mode)
 		r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), b.virtualHost(svc, port, routeConfig, ds))
 		return vhostEntry{res: r, domains: ds, lower: lowerAll(ds)}, err
 	}
@@ -444,7 +447,7 @@ func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port 
 	if _, byLabels := b.push.DestinationRuleByLabels(b.proxy.Namespace, b.proxy.Labels, svc); byLabels {
 		return build()
 	}
-	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace}, vhostInputs{svc, rules, b.push.Mesh.DefaultRetries()}
+	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace, b.mode}, vhostInputs{svc, rules, b.push.Mesh.DefaultRetries()}
 	return g.vhosts.getOrBuild(id, inputs, build)
 }
 
@@ -464,13 +467,13 @@ func (b *routeBuilder) virtualHost(svc *model.Service, port uint32, routeConfig 
 // proxy's labels (sourceLabels) are built each time.
 func (g *Generators) routedVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, vs *model.VirtualService,
 	routeConfig string, domains []string) (*xds.Resource, error) {
-	id := vhostID{svc.Key(), port, b.proxy.Namespace}
+	id := vhostID{svc.Key(), port, b.proxy.Namespace, b.mode}
 	inputs := routedVhostInputs{vs: vs, svc: svc, rules: rules, retries: b.push.Mesh.DefaultRetries(), domains: strings.Join(domains, ",")}
 	if e, ok := g.routedVhosts.get(id, inputs); ok && depsHold(b.push, b.proxy.Namespace, e.deps) {
 		return e.res, nil
 	}
 	var deps []serviceDep
-	sub := &routeBuilder{push: b.push, proxy: b.proxy, scope: b.scope, deps: &deps}
+	sub := &routeBuilder{push: b.push, proxy: b.proxy, scope: b.scope, deps: &deps, mode: b.mode}
 	r, err := marshal(routeConfig+"/"+hostPort(svc.Hostname, port), sub.virtualHost(svc, port, routeConfig, domains))
 	if err != nil {
 		return nil, err

@@ -36,7 +36,12 @@ type Proxy struct {
 	// Metadata is more node metadata, as the agent sends it (string values, Istio's names), e.g.
 	// INTERCEPTION_MODE (the pod annotation sidecar.istio.io/interceptionMode) or UNPRIVILEGED_POD.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// ExtraIPs are the proxy's other addresses (a dual-stack pod's second family), after IP.
+	ExtraIPs []string `json:"extraIPs,omitempty"`
 }
+
+// ips are all the proxy's addresses, IP first.
+func (p Proxy) ips() []string { return append([]string{p.IP}, p.ExtraIPs...) }
 
 // LoadCases reads every case directory under root, sorted by name.
 func LoadCases(root string) ([]*Case, error) {

@@ -124,10 +124,14 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 	cbFields(f, c.GetCircuitBreakers())
 	outlierFields(f, c.GetOutlierDetection())
 	// The source address decides whether iptables captures the connection again: a sidecar's connections to
-	// its own workload's pod address must leave from 127.0.0.6.
+	// its own workload's pod address must leave from 127.0.0.6 (::6 for IPv6); Envoy picks among the extra
+	// source addresses the one of the destination's family.
 	f["upstream_bind"] = "none"
 	if sa := c.GetUpstreamBindConfig().GetSourceAddress(); sa != nil {
 		f["upstream_bind"] = sa.GetAddress()
+		for _, e := range c.GetUpstreamBindConfig().GetExtraSourceAddresses() {
+			f["upstream_bind"] += "," + e.GetAddress().GetAddress()
+		}
 	}
 	if ka := c.GetUpstreamConnectionOptions().GetTcpKeepalive(); ka != nil {
 		f["tcp_keepalive"] = fmt.Sprintf("probes=%s time=%s interval=%s", uint32Or(ka.GetKeepaliveProbes(), "os"),

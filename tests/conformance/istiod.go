@@ -40,7 +40,7 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 			ID:              p.Name + "." + p.Namespace,
 			ConfigNamespace: p.Namespace,
 			Labels:          p.Labels,
-			IPAddresses:     []string{p.IP},
+			IPAddresses:     p.ips(),
 			Metadata: &model.NodeMetadata{
 				Labels:    p.Labels,
 				Namespace: p.Namespace,

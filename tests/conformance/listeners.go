@@ -41,13 +41,23 @@ const (
 )
 
 // otherIP and otherPort stand for a destination no listener names: where traffic to an address or port the
-// mesh does not know goes.
+// mesh does not know goes. An IPv6-only proxy's application connects to IPv6 addresses: otherIP is asked
+// as otherIPv6 there.
 const (
 	otherIP   = "192.0.2.1"
+	otherIPv6 = "2001:db8::1"
 	otherPort = 65111
-	// peerIP is the source of every probe: another pod of the mesh, not the proxy itself.
-	peerIP = "10.1.0.250"
+	// peerIP (peerIPv6 towards an IPv6 destination) is the source of every probe: another pod of the mesh,
+	// not the proxy itself.
+	peerIP   = "10.1.0.250"
+	peerIPv6 = "fd00::250"
 )
+
+// isIPv6 reports whether ip is an IPv6 address (not IPv4, nor IPv4-mapped).
+func isIPv6(ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	return err == nil && !a.Is4() && !a.Is4In6()
+}
 
 // trafficClass is one kind of connection a client opens: what Envoy's listener filters can learn from its
 // first bytes (TLS or not, SNI, ALPN offered, or the HTTP version sniffed from plaintext).
@@ -259,7 +269,9 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 	if proxyType == "router" {
 		for _, port := range probes.Gateway {
 			l := findListener(listeners, func(ip string, p uint32, _ *listener.Listener) bool { return p == port })
-			probeListener(out, Key{Kind: KindListener, Host: "0.0.0.0", Port: port}, l, proxyIP, port, classesFor(port))
+			key := Key{Kind: KindListener, Host: "0.0.0.0", Port: port}
+			probeListener(out, key, l, proxyIP, port, classesFor(port))
+			recordBind(out, key, l)
 		}
 		return
 	}
@@ -267,19 +279,27 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 	// use_original_dst on the outbound capture listener is what hands connections on; without it the
 	// capture listener's own chains take everything.
 	handOff := capture.GetUseOriginalDst().GetValue()
+	other := otherIP
+	if isIPv6(proxyIP) {
+		other = otherIPv6
+	}
 	ports := make([]uint32, 0, len(probes.Outbound))
 	for p := range probes.Outbound {
 		ports = append(ports, p)
 	}
 	for _, port := range ports {
 		for _, ip := range probes.Outbound[port] {
+			key := Key{Kind: KindListener, Host: outboundHostText(ip), Port: port}
+			if ip == otherIP {
+				ip = other
+			}
 			l := capture
 			if handOff {
 				if to := outboundListener(listeners, ip, port); to != nil {
 					l = to
 				}
 			}
-			probeListener(out, Key{Kind: KindListener, Host: outboundHostText(ip), Port: port}, l, ip, port, classesFor(port))
+			probeListener(out, key, l, ip, port, classesFor(port))
 		}
 	}
 	// A listener of its own (an egress listener with captureMode NONE): the application connects to its
@@ -298,7 +318,8 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		}
 	}
 	// Nothing names this destination: the capture listener's own chains decide.
-	probeListener(out, Key{Kind: KindListener, Host: outboundHostText(otherIP)}, capture, otherIP, otherPort, classesFor(0))
+	probeListener(out, Key{Kind: KindListener, Host: outboundHostText(otherIP)}, capture, other, otherPort, classesFor(0))
+	recordBind(out, Key{Kind: KindListener, Host: outboundHostText(otherIP)}, capture)
 	inbound := findListener(listeners, func(_ string, p uint32, _ *listener.Listener) bool { return p == inboundCapturePort })
 	for _, port := range append(slices.Clone(probes.Inbound), 0) {
 		dst := port
@@ -307,7 +328,7 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		}
 		l := inbound
 		// With use_original_dst the capture listener hands the connection to a listener of its original
-		// destination (the pod's IP:PORT, else 0.0.0.0:PORT) when there is one: an outbound listener, then.
+		// destination (the pod's IP:PORT, else 0.0.0.0:PORT or [::]:PORT) when there is one: an outbound listener, then.
 		if inbound.GetUseOriginalDst().GetValue() {
 			if to := outboundListener(listeners, proxyIP, dst); to != nil {
 				l = to
@@ -315,6 +336,25 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		}
 		probeListener(out, Key{Kind: KindListener, Inbound: true, Port: port}, l, proxyIP, dst, inboundClasses)
 	}
+	recordBind(out, Key{Kind: KindListener, Inbound: true}, inbound)
+}
+
+// recordBind adds to key the addresses l listens on (its own and its additional ones): which family's
+// connections a gateway's or a capture listener takes at all.
+func recordBind(out Snapshot, key Key, l *listener.Listener) {
+	if l == nil || out[key] == nil {
+		return
+	}
+	addrs := []string{}
+	for _, a := range append([]*core.Address{l.GetAddress()}, func() (as []*core.Address) {
+		for _, x := range l.GetAdditionalAddresses() {
+			as = append(as, x.GetAddress())
+		}
+		return as
+	}()...) {
+		addrs = append(addrs, a.GetSocketAddress().GetAddress())
+	}
+	out[key]["bind"] = strings.Join(addrs, ",")
 }
 
 func outboundHostText(ip string) string {
@@ -335,8 +375,13 @@ func findListener(ls []*listener.Listener, match func(ip string, port uint32, l 
 }
 
 // outboundListener is the listener use_original_dst hands a connection to: the one bound (bind_to_port
-// false) to its exact address, else the one on 0.0.0.0 of its port.
+// false) to its exact address, else the one on the unspecified address of its family (0.0.0.0, or [::] for
+// an IPv6 destination) and its port, as Envoy's ConnectionHandlerImpl::getBalancedHandlerByAddress.
 func outboundListener(ls []*listener.Listener, ip string, port uint32) *listener.Listener {
+	unspecified := "0.0.0.0"
+	if isIPv6(ip) {
+		unspecified = "::"
+	}
 	var wildcard *listener.Listener
 	for _, l := range ls {
 		if l.GetBindToPort() == nil || l.GetBindToPort().GetValue() {
@@ -354,7 +399,7 @@ func outboundListener(ls []*listener.Listener, ip string, port uint32) *listener
 			if aip == ip {
 				return l
 			}
-			if aip == "0.0.0.0" && wildcard == nil {
+			if aip == unspecified && wildcard == nil {
 				wildcard = l
 			}
 		}
@@ -507,6 +552,9 @@ func selectChain(l *listener.Listener, c trafficClass, ip string, port uint32) *
 		candidates = filterChains(candidates, func(m *listener.FilterChainMatch) bool { return len(m.GetApplicationProtocols()) == 0 })
 	}
 	peer := netip.MustParseAddr(peerIP)
+	if s.ip.Is6() && !s.ip.Is4In6() {
+		peer = netip.MustParseAddr(peerIPv6)
+	}
 	candidates = longestPrefix(candidates, peer, func(m *listener.FilterChainMatch) []*core.CidrRange { return m.GetDirectSourcePrefixRanges() })
 	candidates = filterChains(candidates, func(m *listener.FilterChainMatch) bool {
 		return m.GetSourceType() != listener.FilterChainMatch_SAME_IP_OR_LOOPBACK

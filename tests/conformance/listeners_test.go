@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -407,5 +408,53 @@ func TestBoundInboundListenerTakesInboundClasses(t *testing.T) {
 		if f[class.name] == "" {
 			t.Errorf("bound inbound listener: class %s not asked (%v)", class.name, f)
 		}
+	}
+}
+
+// An IPv6-only proxy's listeners on 0.0.0.0 instead of [::] take none of its application's connections:
+// the probes ask IPv6 destinations of such a proxy, so the capture listener's address and every port whose
+// listener has no VIP of its own are differences.
+func TestIPv6ProxyWildcardIsCompared(t *testing.T) {
+	c, err := LoadCase(filepath.Join("cases", "ipv6-only"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := RenderSextant(c, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Proxy
+	for _, q := range c.Proxies {
+		if q.Name == "client-v6" {
+			p = q
+		}
+	}
+	out := outs[p.Name]
+	v4 := cloneOutput(out)
+	for _, l := range v4.Listeners {
+		if sa := l.GetAddress().GetSocketAddress(); sa.GetAddress() == "::" {
+			sa.Address = "0.0.0.0"
+		}
+	}
+	probes := ProbesOf(out.Listeners, v4.Listeners)
+	a, err := out.Normalise(p, probes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v4.Normalise(p, probes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bind, http bool
+	for _, d := range Compare(c.Name, p.Name, a, b) {
+		switch {
+		case d.Key == Key{Kind: KindListener, Host: "other-ip"} && d.Field == "bind" && d.Istiod == "::" && d.Sextant == "0.0.0.0":
+			bind = true
+		case d.Key == Key{Kind: KindListener, Host: "other-ip", Port: 80} && d.Field == "http" && strings.Contains(d.Istiod, "http routes"):
+			http = true
+		}
+	}
+	if !bind || !http {
+		t.Fatalf("listeners moved from [::] to 0.0.0.0: capture listener's bind named %v, port 80's HTTP named %v", bind, http)
 	}
 }

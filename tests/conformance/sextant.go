@@ -107,6 +107,9 @@ func sextantProxy(p Proxy) (*sxds.Proxy, error) {
 	for k, v := range p.Metadata {
 		fields[k] = v
 	}
+	if len(p.ExtraIPs) > 0 {
+		fields["INSTANCE_IPS"] = strings.Join(p.ips(), ",") // as the agent sends a dual-stack pod's
+	}
 	md, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, err
