@@ -76,10 +76,12 @@ const (
 // line against the code: honoured fields are read by the generators, warned ones warn, rejected ones fail.
 var compatTable = map[CompatField]CompatEntry{
 	// VirtualService
+	{networkingPkg + "VirtualService", "export_to"}: {Status: Honoured,
+		Note: "also orders, as istiod: for a sidecar the VirtualServices exported to its namespace alone come first, then those exported to it by name, then those exported everywhere (each oldest first); the first for a host takes its HTTP routes"},
 	{networkingPkg + "VirtualService", "tcp"}: {Status: Honoured,
-		Note: "a sidecar takes the tcp routes of every VirtualService for the host, one after the other (oldest first), as istiod: the first route taking every address ends the walk; a gateway server the first applying route of the VirtualServices bound to it"},
+		Note: "a sidecar takes the tcp routes of every VirtualService for the host, one after the other in istiod's order (those exported to the proxy's namespace alone, then by name, then everywhere; each oldest first): the first route taking every address ends the walk; a gateway server the first applying route of the VirtualServices bound to it"},
 	{networkingPkg + "VirtualService", "tls"}: {Status: Honoured,
-		Note: "a sidecar takes the tls matches of every VirtualService for the host, one after the other (oldest first), as istiod: a server name an earlier one matched on the same addresses stays the earlier one's, and the service's own chain is built only when none applies; on a gateway server, likewise over the VirtualServices bound to it (a match naming a server name already taken is left out whole)"},
+		Note: "a sidecar takes the tls matches of every VirtualService for the host, one after the other in istiod's order (as tcp routes), as istiod: a server name an earlier one matched on the same addresses stays the earlier one's, and the service's own chain is built only when none applies; on a gateway server, likewise over the VirtualServices bound to it (a match naming a server name already taken is left out whole)"},
 	{networkingPkg + "L4MatchAttributes", "source_labels"}: {Status: Honoured,
 		Note: "per sidecar, as istiod: a match whose labels the proxy lacks is left out of its listeners; on a gateway it does not restrict the match, as istiod"},
 	{networkingPkg + "L4MatchAttributes", "destination_subnets"}: {Status: Honoured,

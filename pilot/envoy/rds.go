@@ -408,7 +408,7 @@ type hostRoutes struct {
 // them virtual hosts of their own (its nonServiceRegistryHosts): on port 80 those of every VirtualService
 // (its special case for hosts outside the registry, e.g. a VirtualService for reviews, which has no port 80,
 // answers reviews:80 and sends it to outbound|80||reviews), on another port those of the VirtualServices
-// that also route a service in scope with that HTTP port. The first VirtualService (oldest) to name a host
+// that also route a service in scope with that HTTP port. The first VirtualService (in istiod's order) to name a host
 // keeps it. A VirtualService none of whose routes apply on the port gives none.
 func (b *routeBuilder) hostVirtualServices(port uint32) []hostRoutes {
 	var out []hostRoutes

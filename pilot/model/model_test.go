@@ -452,9 +452,51 @@ func TestVirtualServiceForHostPrecedence(t *testing.T) {
 	}
 }
 
+// A sidecar's VirtualServices in istiod's order: those of its namespace exported to it alone, then those
+// of other namespaces exported to it by name, then those exported everywhere, each oldest first; the first
+// of them for a host is the one for it.
+func TestVirtualServicesExportToOrder(t *testing.T) {
+	st := store.New()
+	for i, vs := range []struct {
+		ns, name string
+		exportTo []string
+	}{
+		{"ns", "public", nil},
+		{"other", "to-ns", []string{"ns"}},
+		{"ns", "private", []string{"."}},
+		{"ns", "private-and-public", []string{".", "*"}},
+		{"other", "to-ns-and-other", []string{"ns", "."}},
+		{"ns", "private-named", []string{"ns"}},
+		{"other", "other-only", []string{"."}},
+	} {
+		st.Upsert(store.LayerFile, &config.Config{
+			Key:               config.Key{Kind: config.VirtualService, Namespace: vs.ns, Name: vs.name},
+			CreationTimestamp: metav1.Unix(int64(i), 0).Time,
+			Spec:              &networking.VirtualService{Hosts: []string{"api.example.com"}, ExportTo: vs.exportTo},
+		})
+	}
+	ps := model.Build(st, mesh.Default())
+	for _, tc := range []struct{ ns, want string }{
+		{"ns", "private,private-named,to-ns,to-ns-and-other,public,private-and-public"},
+		{"other", "to-ns-and-other,other-only,public,private-and-public"},
+	} {
+		var got []string
+		for _, vs := range ps.VirtualServices(tc.ns, model.MeshGateway) {
+			got = append(got, vs.Config.Key.Name)
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("from %s: %v, want %s", tc.ns, got, tc.want)
+		}
+		first := strings.Split(tc.want, ",")[0]
+		if vs := ps.VirtualServiceForHost(tc.ns, model.MeshGateway, "api.example.com"); vs == nil || vs.Config.Key.Name != first {
+			t.Errorf("from %s: the VirtualService for the host is %v, want %s", tc.ns, vs, first)
+		}
+	}
+}
+
 // Every VirtualService for a host, as istiod's getConfigsForHost: those with a host overlapping it (a
-// wildcard on either side), oldest first whatever the specificity of the host that matched, each once;
-// visibility by exportTo.
+// wildcard on either side), in VirtualServices' order whatever the specificity of the host that matched,
+// each once; visibility by exportTo.
 func TestVirtualServicesForHost(t *testing.T) {
 	st := store.New()
 	for i, vs := range []struct {
@@ -477,9 +519,9 @@ func TestVirtualServicesForHost(t *testing.T) {
 	}
 	ps := model.Build(st, mesh.Default())
 	for _, tc := range []struct{ ns, host, want string }{
-		{"ns", "foo.example.com", "a,b,c,d,e"},
-		{"ns", "x.foo.example.com", "a,c,d,e"},
-		{"ns", "bar.example.com", "a,d,e,f"},
+		{"ns", "foo.example.com", "e,a,b,c,d"}, // e, exported to ns alone, first,
+		{"ns", "x.foo.example.com", "e,a,c,d"},
+		{"ns", "bar.example.com", "e,a,d,f"},
 		{"elsewhere", "bar.example.com", "a,d,f"},
 		{"elsewhere", "other.org", "d"},
 		{"elsewhere", "*.example.com", "a,b,c,d,f"}, // a ServiceEntry's wildcard host overlaps exact ones

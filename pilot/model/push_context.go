@@ -313,21 +313,33 @@ func (ps *PushContext) DestinationRuleSelection(ns string, labels map[string]str
 	return b.String()
 }
 
-// VirtualServices returns the VirtualServices bound to gateway ("mesh" for sidecars) visible in proxyNS,
-// oldest first (the first one wins a host conflict).
+// VirtualServices returns the VirtualServices bound to gateway ("mesh" for sidecars) visible in proxyNS in
+// istiod's order (the first one wins a host conflict): for sidecars, those of proxyNS exported to it alone
+// (not everywhere), then those of other namespaces exported to it by name, then those exported everywhere,
+// each oldest first; for gateways, oldest first.
 func (ps *PushContext) VirtualServices(proxyNS, gateway string) []*VirtualService {
 	all := ps.virtualServices.byGateway[gateway]
+	if gateway != MeshGateway {
+		return slices.Clone(all)
+	}
 	out := make([]*VirtualService, 0, len(all))
+	var exported, public []*VirtualService
 	for _, vs := range all {
-		if gateway != MeshGateway || visible(vs.ExportTo, proxyNS) {
+		switch {
+		case slices.Contains(vs.ExportTo, "*"):
+			public = append(public, vs)
+		case !slices.Contains(vs.ExportTo, proxyNS):
+		case vs.Namespace == proxyNS:
 			out = append(out, vs)
+		default:
+			exported = append(exported, vs)
 		}
 	}
-	return out
+	return append(append(out, exported...), public...)
 }
 
 // VirtualServiceForHost returns the VirtualService for host on gateway visible in proxyNS: an exact host
-// first, then the most specific wildcard; among equals, the oldest.
+// first, then the most specific wildcard; among equals, the first in VirtualServices' order.
 func (ps *PushContext) VirtualServiceForHost(proxyNS, gateway, host string) *VirtualService {
 	return ps.vsHostIndex(proxyNS, gateway).forHost(host)
 }

@@ -54,9 +54,9 @@ type virtualServiceIndex struct {
 
 // vsHostIndex answers VirtualServiceForHost and VirtualServicesForHost for one proxy namespace and gateway.
 type vsHostIndex struct {
-	exact    map[string]*VirtualService // the oldest VirtualService naming the host exactly
-	wildcard []vsPattern                // wildcard hosts, oldest VirtualService first
-	// visible are the VirtualServices indexed, oldest first; exactAll every one naming a host exactly, in
+	exact    map[string]*VirtualService // the first VirtualService naming the host exactly
+	wildcard []vsPattern                // wildcard hosts, in the VirtualServices' order
+	// visible are the VirtualServices indexed, in PushContext.VirtualServices' order; exactAll every one naming a host exactly, in
 	// that order, and pos each one's place in it.
 	visible  []*VirtualService
 	exactAll map[string][]*VirtualService
@@ -89,7 +89,7 @@ func newVSHostIndex(visible []*VirtualService) *vsHostIndex {
 	return idx
 }
 
-// forHost is the exact match, else the longest matching wildcard (the oldest among equals): the order
+// forHost is the exact match, else the longest matching wildcard (the first among equals): the order
 // moreSpecific defines.
 func (idx *vsHostIndex) forHost(host string) *VirtualService {
 	if vs := idx.exact[host]; vs != nil {
