@@ -138,6 +138,48 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	return mergeByName(out, extra), nil
 }
 
+// inferFromEndpoints reports whether istiod decides auto mTLS for a cluster of svc from its endpoints
+// (BestEffortInferServiceMTLSMode): for resolution NONE, or when the policy it reads says PASSTHROUGH. That
+// policy is the rule's top level for the service's cluster and the subset's own for a subset's, neither
+// port-level: a subset cluster that is original destination only by its rule's top level gets mesh mTLS
+// to every address, as istiod's.
+func inferFromEndpoints(svc *model.Service, dr *model.DestinationRule, subset string) bool {
+	if svc.MeshExternal {
+		return false
+	}
+	if svc.Resolution == model.Passthrough {
+		return true
+	}
+	if dr == nil {
+		return false
+	}
+	tp := dr.Spec.GetTrafficPolicy()
+	if subset != "" {
+		tp = nil
+		for _, ss := range dr.Spec.GetSubsets() {
+			if ss.GetName() == subset {
+				tp = ss.GetTrafficPolicy()
+				break
+			}
+		}
+	}
+	return tp.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH
+}
+
+// followsEndpoints reports whether some cluster of svc under dr depends on svc's endpoints: it carries them
+// (inlineEndpoints), or its auto mTLS is inferred from them (inferFromEndpoints).
+func followsEndpoints(svc *model.Service, dr *model.DestinationRule) bool {
+	if inlineEndpoints(svc) || inferFromEndpoints(svc, dr, "") {
+		return true
+	}
+	for _, ss := range dr.GetSubsets() {
+		if inferFromEndpoints(svc, dr, ss.GetName()) {
+			return true
+		}
+	}
+	return false
+}
+
 // inlineEndpoints reports whether a service's cluster carries its endpoints itself: DNS clusters, and
 // ServiceEntries with resolution STATIC that list their endpoints (no workloadSelector).
 func inlineEndpoints(svc *model.Service) bool {
@@ -170,7 +212,7 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 	var out xds.Resources
 	for _, svc := range scope.Services {
 		var err error
-		if out, err = c.serviceClusters(out, svc, scope, push, flavor, who, w); err != nil {
+		if out, _, err = c.serviceClusters(out, svc, scope, push, flavor, who, w); err != nil {
 			return nil, err
 		}
 	}
@@ -178,10 +220,12 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 	return out, nil
 }
 
-// serviceClusters appends svc's outbound clusters that w wants (nil: all) to out.
+// serviceClusters appends svc's outbound clusters that w wants (nil: all) to out, and says whether they
+// depend on svc's endpoints (followsEndpoints).
 func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service, scope *Scope, push *model.PushContext, flavor flavor,
-	who proxyView, w *xds.WatchedResource) (xds.Resources, error) {
+	who proxyView, w *xds.WatchedResource) (_ xds.Resources, follows bool, _ error) {
 	dr := push.DestinationRuleFor(scope.Namespace, who.labels, svc)
+	follows = followsEndpoints(svc, dr)
 	accounts := joinAccounts(push.ServiceAccounts(svc))
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {
@@ -209,6 +253,9 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 				key.endpoints = push.Endpoints(svc.Key())
 				key.peerAuthn = push.PeerAuthenticationsOf(svc.Namespace) // the endpoints' tlsMode follows them
 			}
+			if inferFromEndpoints(svc, dr, subset) {
+				key.plaintextEndpoint = !push.Endpoints(svc.Key()).AllAcceptMeshTLS(port.Port)
+			}
 			slot := slotName(flavor, name)
 			if who.router && flavor == flavorEnvoy && port.Protocol == model.ProtocolUnset {
 				// Only a sniffed port's cluster differs at a gateway: its own slot, so that sidecars'
@@ -225,7 +272,7 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 			slot = family + slot
 			r, err := c.g.clusters.get(slot, key, func() proto.Message { return buildOutboundCluster(push, key) })
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			out = append(out, r)
 			if !who.sniDNAT || svc.MeshExternal || flavor != flavorEnvoy {
@@ -240,12 +287,12 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 			key.sniDNAT = true
 			r, err = c.g.clusters.get(family+slotName(flavor, sni), key, func() proto.Message { return buildOutboundCluster(push, key) })
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out, follows, nil
 }
 
 // hasAutoPassthrough reports whether one of a gateway proxy's Gateways has an AUTO_PASSTHROUGH server, which
@@ -272,7 +319,7 @@ type clusterList struct {
 	endpoints any              // the snapshot's endpoints the inline ones were built from
 	peerAuthn any              // the snapshot's PeerAuthentications auto mTLS followed
 	accounts  any              // the snapshot's service accounts mesh mTLS checks
-	inline    []*model.Service // services whose clusters carry their endpoints
+	inline    []*model.Service // services whose clusters depend on their endpoints (followsEndpoints)
 	derived   bool             // from the previous list, not from a walk over every service
 }
 
@@ -283,13 +330,14 @@ func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, f
 	for _, svc := range scope.Services {
 		n := len(l.list)
 		var err error
-		if l.list, err = c.serviceClusters(l.list, svc, scope, push, flavor, who, nil); err != nil {
+		var follows bool
+		if l.list, follows, err = c.serviceClusters(l.list, svc, scope, push, flavor, who, nil); err != nil {
 			return nil, err
 		}
 		for range len(l.list) - n {
 			l.owners = append(l.owners, svc)
 		}
-		if inlineEndpoints(svc) {
+		if follows {
 			l.inline = append(l.inline, svc)
 		}
 	}
@@ -300,8 +348,8 @@ func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, f
 // deriveOutbound builds the outbound clusters of scope from prev, the list of an earlier scope of the same
 // namespace, when the DestinationRules and mesh config are the same: the clusters of services that stayed
 // are kept, those of removed ones dropped, and added ones built, so a service add costs its own clusters
-// rather than a walk over every service of the mesh for each namespace. Services whose clusters carry their
-// endpoints are rebuilt when the endpoints changed, and those of namespaces whose PeerAuthentication mode
+// rather than a walk over every service of the mesh for each namespace. Services whose clusters depend on their
+// endpoints (followsEndpoints) are rebuilt when the endpoints changed, and those of namespaces whose PeerAuthentication mode
 // changed when the policies did (auto mTLS follows it). ok is false when a full build is needed.
 func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (next *clusterList, ok bool, err error) {
 	if prev == nil || prev.rules != push.DestinationRulesID() || prev.mesh != push.Mesh {
@@ -353,9 +401,10 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 		return next, true, nil
 	}
 	fresh := &clusterList{}
+	follows := map[*model.Service]bool{}
 	for _, svc := range added {
 		n := len(fresh.list)
-		if fresh.list, err = c.serviceClusters(fresh.list, svc, scope, push, flavor, who, nil); err != nil {
+		if fresh.list, follows[svc], err = c.serviceClusters(fresh.list, svc, scope, push, flavor, who, nil); err != nil {
 			return nil, false, err
 		}
 		for range len(fresh.list) - n {
@@ -386,7 +435,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 		}
 	}
 	for _, svc := range added {
-		if inlineEndpoints(svc) {
+		if follows[svc] {
 			next.inline = append(next.inline, svc)
 		}
 	}
@@ -445,6 +494,10 @@ type outboundClusterKey struct {
 	// plaintextServer: the service's namespace (or the mesh) disables mTLS by PeerAuthentication, so auto
 	// mTLS sends plaintext, as istiod infers it.
 	plaintextServer bool
+	// plaintextEndpoint: istiod infers the cluster's mTLS from its endpoints (inferFromEndpoints) and one
+	// of the port's endpoints has no sidecar (or there are none), so auto mTLS sends plaintext. Set only
+	// where it is inferred, so that other clusters are not rebuilt when endpoints change.
+	plaintextEndpoint bool
 	// peerAuthn: for inline endpoints, the PeerAuthentications that decide their tlsMode.
 	peerAuthn model.PeerAuthenticationsKey
 	// accounts: the service's identities, which mesh mTLS checks (joinAccounts).
@@ -938,7 +991,13 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 	svc := k.svc
 	accounts := splitAccounts(k.accounts)
 	if tls == nil {
-		if svc.MeshExternal || c.GetType() == cluster.Cluster_ORIGINAL_DST || k.plaintextServer {
+		if svc.MeshExternal || k.plaintextServer || k.plaintextEndpoint {
+			return
+		}
+		if c.GetType() == cluster.Cluster_ORIGINAL_DST {
+			// Envoy knows no metadata of an original destination, so no match can pick the endpoints with
+			// sidecars: as istiod, mesh mTLS to every address (plaintextEndpoint said whether all have one).
+			c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, "", accounts, h2))
 			return
 		}
 		c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{

@@ -822,6 +822,15 @@ func (u *updater) finish() {
 			}
 			u.setEndpoints(key, s.Namespace, eps)
 			u.res.ServicesUpdated[key] = struct{}{}
+			var wasMesh map[uint32]bool
+			if ok {
+				wasMesh = old.meshPorts
+			}
+			if s.Resolution == Passthrough && !s.MeshExternal && !maps.Equal(wasMesh, eps.meshPorts) {
+				// Whether every endpoint accepts mTLS decides the TLS of the service's original-destination
+				// clusters, which carry no endpoints: their proxies need CDS, not an endpoint update.
+				u.res.Full = true
+			}
 			if s.ListensOnEndpoints() && !sameListenerAddresses(s, old, eps) {
 				if u.res.AddressesUpdated == nil {
 					u.res.AddressesUpdated = map[string]struct{}{}

@@ -32,6 +32,8 @@ const (
 	LabelRegion        = "topology.kubernetes.io/region"
 	LabelZone          = "topology.kubernetes.io/zone"
 	DefaultTLSModeMesh = "istio"
+	// tlsModeDisabled is the tlsMode of an endpoint without a sidecar (istiod's DisabledTLSModeLabel).
+	tlsModeDisabled = "disabled"
 )
 
 // Endpoint is one address serving one port of one service.
@@ -68,6 +70,16 @@ type ServiceEndpoints struct {
 	// podRefs are the pods (in the service's namespace) its EndpointSlices point at, sorted, whether or not
 	// they exist yet: a change to one of them must refresh these endpoints.
 	podRefs []string
+	// meshPorts are the service ports whose endpoints all accept mesh mTLS (see AllAcceptMeshTLS).
+	meshPorts map[uint32]bool
+}
+
+// AllAcceptMeshTLS reports whether port has endpoints and none of them has tlsMode disabled: istiod's test
+// (BestEffortInferServiceMTLSMode) before it sends mesh mTLS to an original-destination cluster, where
+// Envoy knows no endpoint's metadata and one transport serves every address. Computed once per change, as
+// generators ask it per proxy.
+func (se *ServiceEndpoints) AllAcceptMeshTLS(port uint32) bool {
+	return se != nil && se.meshPorts[port]
 }
 
 // Count returns the number of endpoints across all ports.
@@ -133,7 +145,7 @@ func tlsMode(labels map[string]string) string {
 	if v := labels[LabelTLSMode]; v != "" {
 		return v
 	}
-	return "disabled"
+	return tlsModeDisabled
 }
 
 // workloadEntryTLSMode is istiod's for a WorkloadEntry (or a ServiceEntry endpoint): its tlsMode label, else
@@ -145,7 +157,7 @@ func workloadEntryTLSMode(we *networking.WorkloadEntry) string {
 	if we.ServiceAccount != "" {
 		return DefaultTLSModeMesh
 	}
-	return "disabled"
+	return tlsModeDisabled
 }
 
 func networkOf(labels map[string]string, explicit string, m *mesh.Config) string {
@@ -187,7 +199,7 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 				if p.TargetPort != 0 {
 					port = p.TargetPort
 				}
-				out.ByPort[p.Port] = append(out.ByPort[p.Port], &Endpoint{Address: svc.Hostname, Port: port, ServicePort: p.Port, Weight: 1, Namespace: svc.Namespace, TLSMode: "disabled"})
+				out.ByPort[p.Port] = append(out.ByPort[p.Port], &Endpoint{Address: svc.Hostname, Port: port, ServicePort: p.Port, Weight: 1, Namespace: svc.Namespace, TLSMode: tlsModeDisabled})
 			}
 		}
 	}
@@ -197,6 +209,12 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 	slices.Sort(out.WaitingForPods)
 	out.WaitingForPods = slices.Compact(out.WaitingForPods)
 	for port, eps := range out.ByPort {
+		if len(eps) > 0 && !slices.ContainsFunc(eps, func(ep *Endpoint) bool { return ep.TLSMode == tlsModeDisabled }) {
+			if out.meshPorts == nil {
+				out.meshPorts = map[uint32]bool{}
+			}
+			out.meshPorts[port] = true
+		}
 		slices.SortFunc(eps, func(a, b *Endpoint) int {
 			if c := strings.Compare(a.Address, b.Address); c != 0 {
 				return c
@@ -232,7 +250,7 @@ func addSliceEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
 					Health:      sliceHealth(e.Conditions),
 					Weight:      1,
 					Namespace:   svc.Namespace,
-					TLSMode:     "disabled",
+					TLSMode:     tlsModeDisabled,
 					Network:     r.m.Network,
 				}
 				if e.NodeName != nil {
