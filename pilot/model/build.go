@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	networking "istio.io/api/networking/v1alpha3"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/sextantmesh/sextant/pilot/config"
@@ -644,8 +645,8 @@ func (u *updater) workloadChanged(ch Change) {
 }
 
 func workloadLabels(c *config.Config) map[string]string {
-	if c.Kind == config.WorkloadEntry {
-		return c.Spec.(interface{ GetLabels() map[string]string }).GetLabels()
+	if we, ok := c.Spec.(*networking.WorkloadEntry); ok {
+		return workloadEntryLabels(c, we)
 	}
 	return c.Labels
 }

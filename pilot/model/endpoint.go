@@ -1,6 +1,8 @@
 package model
 
 import (
+	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -25,13 +27,15 @@ func (h Health) String() string { return [...]string{"HEALTHY", "UNHEALTHY", "DR
 
 // Labels and annotations read from workloads.
 const (
-	LabelTLSMode       = "security.istio.io/tlsMode"
-	LabelNetwork       = "topology.istio.io/network"
-	LabelLocality      = "istio-locality"
-	LabelSubzone       = "topology.istio.io/subzone"
-	LabelRegion        = "topology.kubernetes.io/region"
-	LabelZone          = "topology.kubernetes.io/zone"
-	DefaultTLSModeMesh = "istio"
+	LabelTLSMode  = "security.istio.io/tlsMode"
+	LabelNetwork  = "topology.istio.io/network"
+	LabelLocality = "istio-locality"
+	// LabelTopologyLocality is a workload's locality as REGION.ZONE.SUBZONE, read before istio-locality.
+	LabelTopologyLocality = "topology.istio.io/locality"
+	LabelSubzone          = "topology.istio.io/subzone"
+	LabelRegion           = "topology.kubernetes.io/region"
+	LabelZone             = "topology.kubernetes.io/zone"
+	DefaultTLSModeMesh    = "istio"
 	// tlsModeDisabled is the tlsMode of an endpoint without a sidecar (istiod's DisabledTLSModeLabel).
 	tlsModeDisabled = "disabled"
 )
@@ -150,14 +154,50 @@ func tlsMode(labels map[string]string) string {
 
 // workloadEntryTLSMode is istiod's for a WorkloadEntry (or a ServiceEntry endpoint): its tlsMode label, else
 // mesh mTLS when it names a service account (its workload has an identity), else none.
-func workloadEntryTLSMode(we *networking.WorkloadEntry) string {
-	if v, ok := we.Labels[LabelTLSMode]; ok {
+func workloadEntryTLSMode(we *networking.WorkloadEntry, labels map[string]string) string {
+	if v, ok := labels[LabelTLSMode]; ok {
 		return v
 	}
 	if we.ServiceAccount != "" {
 		return DefaultTLSModeMesh
 	}
 	return tlsModeDisabled
+}
+
+// workloadEntryLabels are a WorkloadEntry's labels as istiod reads them (ConvertWorkloadEntry): its spec's,
+// and its metadata's over them.
+func workloadEntryLabels(c *config.Config, we *networking.WorkloadEntry) map[string]string {
+	if len(c.Labels) == 0 {
+		return we.Labels
+	}
+	if len(we.Labels) == 0 {
+		return c.Labels
+	}
+	out := maps.Clone(we.Labels)
+	maps.Copy(out, c.Labels)
+	return out
+}
+
+// workloadEntryLocality is a WorkloadEntry's locality, else its labels' (topology.istio.io/locality, then
+// istio-locality, dots read as slashes), as istiod's; "" for none.
+func workloadEntryLocality(we *networking.WorkloadEntry, labels map[string]string) string {
+	l := we.Locality
+	if l == "" {
+		l = labels[LabelTopologyLocality]
+		if l == "" {
+			l = labels[LabelLocality]
+		}
+		if !strings.Contains(l, "/") {
+			l = strings.ReplaceAll(l, ".", "/")
+		}
+	}
+	return l
+}
+
+// isIPAddress reports whether addr is an IP address (not a hostname nor a unix:// path).
+func isIPAddress(addr string) bool {
+	_, err := netip.ParseAddr(addr)
+	return err == nil
 }
 
 func networkOf(labels map[string]string, explicit string, m *mesh.Config) string {
@@ -320,12 +360,13 @@ func sliceHealth(c discoveryv1.EndpointConditions) Health {
 func addInlineEndpoints(out *ServiceEndpoints, svc *Service, m *mesh.Config) {
 	for _, we := range svc.inlineEndpoints {
 		for _, p := range svc.Ports {
-			out.ByPort[p.Port] = append(out.ByPort[p.Port], workloadEntryEndpoint(we, svc, p, "", svc.Namespace, m))
+			out.ByPort[p.Port] = append(out.ByPort[p.Port], workloadEntryEndpoint(we, we.Labels, svc, p, "", svc.Namespace, m))
 		}
 	}
 }
 
-func workloadEntryEndpoint(we *networking.WorkloadEntry, svc *Service, p *Port, name, ns string, m *mesh.Config) *Endpoint {
+// workloadEntryEndpoint is we's endpoint for port p of svc; labels are its labels (workloadEntryLabels).
+func workloadEntryEndpoint(we *networking.WorkloadEntry, labels map[string]string, svc *Service, p *Port, name, ns string, m *mesh.Config) *Endpoint {
 	port := p.Port
 	if p.TargetPort != 0 {
 		port = p.TargetPort
@@ -338,8 +379,8 @@ func workloadEntryEndpoint(we *networking.WorkloadEntry, svc *Service, p *Port, 
 		weight = 1
 	}
 	locality := ""
-	if we.Locality != "" {
-		parts := strings.SplitN(we.Locality, "/", 3)
+	if l := workloadEntryLocality(we, labels); l != "" {
+		parts := strings.SplitN(l, "/", 3)
 		for len(parts) < 3 {
 			parts = append(parts, "")
 		}
@@ -349,12 +390,12 @@ func workloadEntryEndpoint(we *networking.WorkloadEntry, svc *Service, p *Port, 
 		Address:        we.Address,
 		Port:           port,
 		ServicePort:    p.Port,
-		Labels:         we.Labels,
+		Labels:         labels,
 		Locality:       locality,
 		Health:         Healthy,
 		Weight:         weight,
-		Network:        networkOf(we.Labels, we.Network, m),
-		TLSMode:        workloadEntryTLSMode(we),
+		Network:        networkOf(labels, we.Network, m),
+		TLSMode:        workloadEntryTLSMode(we, labels),
 		ServiceAccount: we.ServiceAccount,
 		Namespace:      ns,
 		WorkloadName:   name,
@@ -364,11 +405,15 @@ func workloadEntryEndpoint(we *networking.WorkloadEntry, svc *Service, p *Port, 
 func addWorkloadEntryEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m *mesh.Config) {
 	for _, c := range reader.ListNamespace(config.WorkloadEntry, svc.Namespace) {
 		we := c.Spec.(*networking.WorkloadEntry)
-		if !labelsMatch(svc.Selector, we.Labels) {
+		if !svc.Resolution.ByDNS() && !isIPAddress(we.Address) {
+			continue // as istiod: a hostname (or unix://) WorkloadEntry serves DNS ServiceEntries only
+		}
+		labels := workloadEntryLabels(c, we)
+		if !labelsMatch(svc.Selector, labels) {
 			continue
 		}
 		for _, p := range svc.Ports {
-			ep := workloadEntryEndpoint(we, svc, p, c.Name, c.Namespace, m)
+			ep := workloadEntryEndpoint(we, labels, svc, p, c.Name, c.Namespace, m)
 			if svc.Source.Kind == config.Service && p.TargetPortName != "" {
 				if n, ok := we.Ports[p.TargetPortName]; ok {
 					ep.Port = n

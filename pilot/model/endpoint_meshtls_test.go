@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"strings"
 	"testing"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -57,5 +58,72 @@ func TestAllAcceptMeshTLS(t *testing.T) {
 	ps = model.Build(m.store, mesh.Default())
 	if ps.Endpoints("default/vm.mesh.internal").AllAcceptMeshTLS(5000) {
 		t.Error("a WorkloadEntry labelled tlsMode disabled (despite its service account) accepts mesh mTLS")
+	}
+}
+
+// A WorkloadEntry's fields as istiod reads them: the metadata's labels count, over the spec's (selection,
+// subsets, tlsMode); without a locality, its labels' (topology.istio.io/locality, then istio-locality, dots
+// as slashes); an address that is a hostname serves DNS ServiceEntries only. Before, the metadata's labels
+// were ignored (the entry was not selected), so was the locality label, and a STATIC ServiceEntry sent
+// Envoy a hostname as a static address.
+func TestWorkloadEntryFieldsAsIstiod(t *testing.T) {
+	m := newMesh(t)
+	for _, res := range []networking.ServiceEntry_Resolution{networking.ServiceEntry_STATIC, networking.ServiceEntry_DNS} {
+		name := "vm-" + strings.ToLower(res.String())
+		m.put(config.ServiceEntry, "default", name, nil, &networking.ServiceEntry{
+			Hosts: []string{name + ".mesh.internal"}, Location: networking.ServiceEntry_MESH_INTERNAL, Resolution: res,
+			Ports:            []*networking.ServicePort{{Number: 5000, Name: "tcp-db", Protocol: "TCP"}},
+			WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "vm"}},
+		})
+	}
+	m.put(config.WorkloadEntry, "default", "meta", map[string]string{"app": "vm", "version": "v2", model.LabelTLSMode: "istio"},
+		&networking.WorkloadEntry{Address: "10.2.0.1", Labels: map[string]string{"version": "v1", "istio-locality": "region3.zone-d"}})
+	m.put(config.WorkloadEntry, "default", "topology", nil, &networking.WorkloadEntry{Address: "10.2.0.2",
+		Labels: map[string]string{"app": "vm", model.LabelTopologyLocality: "region4.zone-e.sub", "istio-locality": "region3.zone-d"}})
+	m.put(config.WorkloadEntry, "default", "named", nil, &networking.WorkloadEntry{Address: "vm3.mesh.internal",
+		Labels: map[string]string{"app": "vm"}, Locality: "region5/zone-f"})
+	ps := model.Build(m.store, mesh.Default())
+
+	byAddr := func(key string) map[string]*model.Endpoint {
+		out := map[string]*model.Endpoint{}
+		for _, ep := range ps.Endpoints(key).ByPort[5000] {
+			out[ep.Address] = ep
+		}
+		return out
+	}
+	static := byAddr("default/vm-static.mesh.internal")
+	if _, ok := static["vm3.mesh.internal"]; ok || len(static) != 2 {
+		t.Errorf("STATIC endpoints %v, want the two IP addresses only", static)
+	}
+	if ep := static["10.2.0.1"]; ep == nil {
+		t.Error("the WorkloadEntry selected by its metadata's labels is not an endpoint")
+	} else {
+		if ep.Labels["version"] != "v2" || ep.TLSMode != "istio" || ep.Locality != "region3/zone-d/" {
+			t.Errorf("metadata labels: version %q, tlsMode %q, locality %q; want v2, istio, region3/zone-d/",
+				ep.Labels["version"], ep.TLSMode, ep.Locality)
+		}
+	}
+	if ep := static["10.2.0.2"]; ep == nil || ep.Locality != "region4/zone-e/sub" {
+		t.Errorf("topology.istio.io/locality: %+v, want region4/zone-e/sub", ep)
+	}
+	dns := byAddr("default/vm-dns.mesh.internal")
+	if ep := dns["vm3.mesh.internal"]; ep == nil || ep.Locality != "region5/zone-f/" || len(dns) != 3 {
+		t.Errorf("DNS endpoints %v, want all three, the hostname in region5/zone-f/", dns)
+	}
+	if w := ps.Workload(model.WorkloadUID(mesh.Default().ClusterID, config.Key{Kind: config.WorkloadEntry, Namespace: "default", Name: "meta"})); w == nil ||
+		w.Labels["version"] != "v2" || w.TLSMode != "istio" || w.Locality != "region3/zone-d" {
+		t.Errorf("workload of the entry with metadata labels: %+v", w)
+	}
+
+	// Its metadata's app label goes: an update drops it from the service, as a fresh build does.
+	key := config.Key{Kind: config.WorkloadEntry, Namespace: "default", Name: "meta"}
+	old := m.store.Get(key)
+	c := m.put(config.WorkloadEntry, "default", "meta", map[string]string{"version": "v2"}, old.Spec)
+	ps, res := model.Update(ps, m.store, []model.Change{{Key: key, Old: old, New: c}})
+	if _, ok := res.ServicesUpdated["default/vm-static.mesh.internal"]; !ok {
+		t.Errorf("the entry's metadata labels changed: services updated %v", res.ServicesUpdated)
+	}
+	if _, ok := byAddr("default/vm-static.mesh.internal")["10.2.0.1"]; ok {
+		t.Error("the entry is still an endpoint after its metadata's labels stopped matching")
 	}
 }

@@ -83,24 +83,23 @@ func workloadFromConfig(c *config.Config, r *resolver) *Workload {
 		}
 		return w
 	case *networking.WorkloadEntry:
+		labels := workloadEntryLabels(c, s)
 		w := &Workload{
 			UID:            WorkloadUID(m.ClusterID, c.Key),
 			Source:         c.Key,
 			Name:           c.Name,
 			Namespace:      c.Namespace,
-			Labels:         s.Labels,
+			Labels:         labels,
 			Annotations:    c.Annotations,
 			ServiceAccount: s.ServiceAccount,
-			Network:        networkOf(s.Labels, s.Network, m),
+			Network:        networkOf(labels, s.Network, m),
 			Ready:          true,
-			TLSMode:        workloadEntryTLSMode(s),
+			TLSMode:        workloadEntryTLSMode(s, labels),
 			ContainerPorts: s.Ports,
+			Locality:       workloadEntryLocality(s, labels),
 		}
 		if s.Address != "" {
 			w.Addresses = []string{s.Address}
-		}
-		if s.Locality != "" {
-			w.Locality = s.Locality
 		}
 		if w.ServiceAccount == "" {
 			w.ServiceAccount = "default"
