@@ -542,10 +542,6 @@ func validateSidecarIngress(f string, in *networking.IstioIngressListener, seen 
 			return fieldErr(f+".bind", "%q is not an IP address", in.Bind)
 		}
 	}
-	if in.CaptureMode == networking.CaptureMode_NONE {
-		// istiod binds a listener of its own on BIND:PORT for it, outside the inbound capture listener.
-		return fieldErr(f+".captureMode", "NONE is not implemented: Sextant builds no listener bound to the port; use DEFAULT or IPTABLES")
-	}
 	if err := validateDefaultEndpoint(f+".defaultEndpoint", in.DefaultEndpoint); err != nil {
 		return err
 	}

@@ -20,7 +20,6 @@ func TestSidecarIngressValidation(t *testing.T) {
 		{"  - port: {number: 9080, protocol: h2c, name: http}\n", "spec.ingress[0].port.protocol", "unsupported protocol"},
 		{"  - port: {number: 9080, protocol: UDP, name: udp}\n", "spec.ingress[0].port.protocol", "not implemented"},
 		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    bind: localhost\n", "spec.ingress[0].bind", "not an IP address"},
-		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    captureMode: NONE\n", "spec.ingress[0].captureMode", "NONE is not implemented"},
 		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 10.0.0.1:8080\n",
 			"spec.ingress[0].defaultEndpoint", "must be 127.0.0.1:PORT"},
 		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1\n", "spec.ingress[0].defaultEndpoint", "not HOST:PORT"},
@@ -43,6 +42,8 @@ func TestSidecarIngressValidation(t *testing.T) {
 		"  - port: {number: 9080}\n    defaultEndpoint: 0.0.0.0:8080\n  - port: {number: 9081, protocol: grpc-web}\n    defaultEndpoint: '[::1]:8081'\n",
 		"  - port: {number: 9080, protocol: TCP}\n    defaultEndpoint: unix:///var/run/app.sock\n    connectionPool: {tcp: {maxConnections: 10}}\n",
 		"  - port: {number: 9080, protocol: TCP}\n    defaultEndpoint: ':8080'\n  inboundConnectionPool: {tcp: {maxConnections: 10}}\n",
+		// NONE binds a listener of its own on the port (lds_sidecar.go boundInboundListeners).
+		"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n    captureMode: NONE\n",
 	} {
 		c, err := parseOne(t, sidecarHead+ok)
 		if err != nil {

@@ -206,3 +206,35 @@ func TestUnprivilegedProxyBindsNoLowPort(t *testing.T) {
 		t.Errorf("privileged gateway: %v", listenerNames(got))
 	}
 }
+
+// Under iptables capture an ingress listener with captureMode NONE binds a listener of its own on its port
+// (on its bind, else the pod's address), as istiod's inboundCustomListener, and virtualInbound has no chain
+// for the port; the other ingress ports stay virtualInbound's.
+func TestSidecarIngressCaptureNoneBinds(t *testing.T) {
+	push := ldsPush(t, nil, `apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: reviews, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: reviews}}
+  ingress:
+  - port: {number: 9080, protocol: HTTP, name: http}
+    defaultEndpoint: 127.0.0.1:8080
+    captureMode: NONE
+  - port: {number: 9190, protocol: TCP, name: tcp}
+    defaultEndpoint: 127.0.0.1:9191
+`)
+	ls := ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(xds.ListenerType))
+	bound := ldsFindOrNil(ls, "10.1.0.5_9080")
+	if bound == nil || bound.GetBindToPort() != nil {
+		t.Fatalf("no listener bound to 10.1.0.5:9080: %v", listenerNames(ls))
+	}
+	for _, fc := range ldsFind(t, ls, VirtualInboundListener).FilterChains {
+		switch fc.GetFilterChainMatch().GetDestinationPort().GetValue() {
+		case 9080:
+			t.Errorf("virtualInbound chain %s on the bound port", fc.Name)
+		case 9190:
+			return
+		}
+	}
+	t.Error("virtualInbound has no chain for the captured ingress port 9190")
+}
