@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -266,5 +267,21 @@ func TestObserverHearsClosedLast(t *testing.T) {
 	defer obs.mu.Unlock()
 	if len(obs.after) > 0 {
 		t.Fatalf("after Closed the Observer heard %v", obs.after)
+	}
+}
+
+// A node whose INTERCEPTION_MODE is read otherwise than sent is still served, and the server says so,
+// naming the proxy and the field.
+func TestMetadataNotesLogged(t *testing.T) {
+	var logs syncBuffer
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	c := e.sotw(t)
+	ask(c, node("sidecar~10.0.0.1~odd.ns~ns.svc.cluster.local", map[string]any{"INTERCEPTION_MODE": "tproxy"}), ClusterType, nil, nil)
+	if r := c.recv(); len(r.Resources) != 2 {
+		t.Fatalf("%d clusters", len(r.Resources))
+	}
+	got := logs.String()
+	if !strings.Contains(got, "odd.ns") || !strings.Contains(got, `INTERCEPTION_MODE \"tproxy\"`) {
+		t.Fatalf("no warning naming the proxy and INTERCEPTION_MODE in:\n%s", got)
 	}
 }
