@@ -7,6 +7,7 @@ import (
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
@@ -218,5 +219,42 @@ func TestRouteMeshDefaultRetryPolicy(t *testing.T) {
 	}
 	if p := off["routed/remote-localities"].GetRoute().GetRetryPolicy(); p.GetNumRetries().GetValue() != 2 {
 		t.Errorf("a route's own retries under attempts 0: %v", p)
+	}
+}
+
+// A proxyless gRPC client's routes retry as a sidecar's do, as istiod's gRPC generator builds them with the
+// sidecar's route builder: the default policy (two retries) when neither the route nor the mesh sets one,
+// the mesh's defaultHttpRetryPolicy, a route's own retries, none under attempts 0.
+func TestRouteGRPCRetryPolicyIsTheSidecars(t *testing.T) {
+	st := storeFromYAML(t, []byte(retryMesh))
+	withPolicy := func(yaml string) *mesh.Config {
+		m := mesh.Default()
+		if err := mesh.Parse([]byte(yaml), m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	g := New(Options{})
+	for _, m := range []*mesh.Config{mesh.Default(), withPolicy("defaultHttpRetryPolicy: {attempts: 4, retryOn: \"unavailable,409\", backoff: 0.05s}\n"),
+		withPolicy("defaultHttpRetryPolicy: {attempts: 0}\n")} {
+		push := model.Build(st, m)
+		sidecar := generateRoutes(t, g, &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))[0]
+		for _, host := range []string{"plain", "hashed", "routed"} {
+			name := host + ".ns.svc.cluster.local:80"
+			want := virtualHost(t, sidecar, name).Routes
+			rcs := generateRoutes(t, g, &xds.Proxy{Type: xds.GRPC, Namespace: "ns"}, push, named(xds.RouteType, name))
+			if len(rcs) != 1 || len(rcs[0].VirtualHosts) != 1 || len(rcs[0].VirtualHosts[0].Routes) != len(want) {
+				t.Fatalf("%s: gRPC route configuration %v, want %d routes", name, rcs, len(want))
+			}
+			for i, r := range rcs[0].VirtualHosts[0].Routes {
+				got, w := r.GetRoute().GetRetryPolicy(), want[i].GetRoute().GetRetryPolicy()
+				if !proto.Equal(got, w) {
+					t.Errorf("mesh retries %v, %s route %s: gRPC retry policy %v, want the sidecar's %v", m.DefaultRetries(), name, r.Name, got, w)
+				}
+				if m.DefaultRetries() == nil && r.Name != "remote-localities" && r.Name != "single-hashed-own-retries" && got.GetNumRetries().GetValue() != 2 {
+					t.Errorf("%s route %s: %v, want istiod's default two retries", name, r.Name, got)
+				}
+			}
+		}
 	}
 }

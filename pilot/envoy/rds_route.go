@@ -561,27 +561,15 @@ func (b *routeBuilder) setTimeout(action *route.RouteAction, t *durationpb.Durat
 // defaultHttpRetryPolicy, else istiod's default (two retries on connection failures, refused streams and
 // gRPC unavailable or cancelled, none on an HTTP status); none when attempts is 0. Retries go to another host (previous-hosts predicate, up to 5 picks) unless the route has a
 // single hashed destination or retryIgnorePreviousHosts says otherwise; retryRemoteLocalities moves them
-// to other priorities (localities) first.
+// to other priorities (localities) first. Proxyless gRPC clients get the same policy, as istiod's gRPC
+// generator builds their routes with the sidecar's: grpc-go reads num_retries, the gRPC codes of retry_on
+// and the back-off, and ignores the rest.
 func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route.RetryPolicy {
 	if in == nil {
 		in = b.push.Mesh.DefaultRetries()
 	}
 	if in != nil && in.Attempts <= 0 {
 		return nil
-	}
-	if b.grpc {
-		// Proxyless gRPC gets retries only when asked for; it reads num_retries, retry_on and the back-off.
-		if in == nil {
-			return nil
-		}
-		p := &route.RetryPolicy{NumRetries: wrapperspb.UInt32(uint32(in.Attempts)), RetryOn: DefaultRetryOn}
-		if in.RetryOn != "" {
-			p.RetryOn, _ = parseRetryOn(in.RetryOn)
-		}
-		if in.Backoff != nil && in.Backoff.AsDuration() > 0 {
-			p.RetryBackOff = &route.RetryPolicy_RetryBackOff{BaseInterval: in.Backoff}
-		}
-		return p
 	}
 	p := &route.RetryPolicy{
 		NumRetries:                    wrapperspb.UInt32(2),

@@ -24,7 +24,8 @@ type Case struct {
 	Mesh string
 }
 
-// Proxy is a sidecar (the default) or a gateway (type router) of the mesh.
+// Proxy is a sidecar (the default), a gateway (type router) or a proxyless gRPC client (type grpc, whose
+// routes alone are compared: one configuration per service port, as the client asks for it) of the mesh.
 type Proxy struct {
 	Name      string            `json:"name"`
 	Namespace string            `json:"namespace"`
@@ -102,8 +103,8 @@ func LoadCase(dir string) (*Case, error) {
 		}
 		if p.Type == "" {
 			c.Proxies[i].Type = "sidecar"
-		} else if p.Type != "sidecar" && p.Type != "router" {
-			return nil, fmt.Errorf("%s/proxies.yaml: proxy %s: type %q, want sidecar or router", dir, p.Name, p.Type)
+		} else if p.Type != "sidecar" && p.Type != "router" && p.Type != "grpc" {
+			return nil, fmt.Errorf("%s/proxies.yaml: proxy %s: type %q, want sidecar, router or grpc", dir, p.Name, p.Type)
 		}
 	}
 	if len(c.Proxies) == 0 {

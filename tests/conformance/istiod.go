@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
 	"istio.io/istio/pilot/pkg/config/kube/crd"
 	"istio.io/istio/pilot/pkg/model"
+	"istio.io/istio/pilot/pkg/networking/grpcgen"
 	"istio.io/istio/pilot/test/xds"
 	"istio.io/istio/pkg/config"
 	"istio.io/istio/pkg/config/mesh"
@@ -63,6 +66,12 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 		if p.Type == "router" {
 			proxy.Type = model.Router
 		}
+		if p.Type == "grpc" {
+			proxy.Metadata.Generator = "grpc"
+			proxy = s.SetupProxy(proxy)
+			out[p.Name] = &Output{Routes: grpcRoutes(proxy, s.PushContext())}
+			continue
+		}
 		proxy = s.SetupProxy(proxy)
 		out[p.Name] = &Output{Clusters: s.Clusters(proxy), Endpoints: s.Endpoints(proxy), Routes: s.Routes(proxy),
 			Listeners: s.Listeners(proxy)}
@@ -93,4 +102,25 @@ func parseIstioConfig(yaml string) ([]config.Config, error) {
 		}
 	}
 	return configs, nil
+}
+
+// grpcRoutes is what istiod's gRPC generator gives a proxyless client for the route configuration of every
+// HTTP port of the services it sees, named outbound|PORT||HOST as its API listeners name them.
+func grpcRoutes(proxy *model.Proxy, push *model.PushContext) []*route.RouteConfiguration {
+	var names []string
+	for _, svc := range proxy.SidecarScope.Services() {
+		for _, port := range svc.Ports {
+			if port.Protocol.IsHTTP() {
+				names = append(names, model.BuildSubsetKey(model.TrafficDirectionOutbound, "", svc.Hostname, port.Port))
+			}
+		}
+	}
+	var out []*route.RouteConfiguration
+	for _, r := range (&grpcgen.GrpcConfigGenerator{}).BuildHTTPRoutes(proxy, push, names) {
+		rc := &route.RouteConfiguration{}
+		if err := r.Resource.UnmarshalTo(rc); err == nil {
+			out = append(out, rc)
+		}
+	}
+	return out
 }

@@ -26,6 +26,8 @@ func TestRouteConfigTarget(t *testing.T) {
 		{name: "echo.default.svc.cluster.local:8081", host: "echo.default.svc.cluster.local", port: 8081, ok: true},
 		{name: "http.8080", port: 8080, gateway: true, ok: true},
 		{name: "https.443.https.public.istio-system", port: 443, gateway: true, ok: true},
+		{name: "outbound|7070||echo.default.svc.cluster.local", host: "echo.default.svc.cluster.local", port: 7070, ok: true}, // istiod's gRPC clients'
+		{name: "outbound|7070|v1|echo.default.svc.cluster.local"},
 		{name: "InboundPassthroughCluster"},
 	} {
 		host, port, gateway, ok := routeConfigTarget(tc.name)

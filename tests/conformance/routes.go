@@ -92,10 +92,13 @@ func normaliseRoutes(out Snapshot, configs []*route.RouteConfiguration, hosts ma
 }
 
 // routeConfigTarget reads a route configuration name: "PORT" (every service on the port), "HOST:PORT" (one
-// destination, as for a sniffed port) or a gateway's "http.PORT" / "https.PORT.NAME.GATEWAY.NS".
+// destination, as for a sniffed port or a gRPC client's target), "outbound|PORT||HOST" (istiod's gRPC
+// clients') or a gateway's "http.PORT" / "https.PORT.NAME.GATEWAY.NS".
 func routeConfigTarget(name string) (host string, port uint32, gateway, ok bool) {
 	portText := name
-	if rest, isHTTP := strings.CutPrefix(name, "http."); isHTTP {
+	if parts := strings.Split(name, "|"); len(parts) == 4 && parts[0] == "outbound" && parts[2] == "" {
+		host, portText = parts[3], parts[1]
+	} else if rest, isHTTP := strings.CutPrefix(name, "http."); isHTTP {
 		portText, gateway = rest, true
 	} else if rest, isHTTPS := strings.CutPrefix(name, "https."); isHTTPS {
 		portText, _, _ = strings.Cut(rest, ".")

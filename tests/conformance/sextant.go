@@ -86,7 +86,11 @@ func RenderSextant(c *Case, tmp string) (map[string]*Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		o, err := generate(gens, proxy, push)
+		gen := generate
+		if p.Type == "grpc" {
+			gen = generateGRPCRoutes
+		}
+		o, err := gen(gens, proxy, push)
 		if err != nil {
 			return nil, fmt.Errorf("proxy %s: %w", p.Name, err)
 		}
@@ -110,11 +114,16 @@ func sextantProxy(p Proxy) (*sxds.Proxy, error) {
 	if len(p.ExtraIPs) > 0 {
 		fields["INSTANCE_IPS"] = strings.Join(p.ips(), ",") // as the agent sends a dual-stack pod's
 	}
+	nodeType := p.Type
+	if p.Type == "grpc" {
+		// Istio's gRPC bootstrap: a sidecar node whose GENERATOR is grpc.
+		fields["GENERATOR"], nodeType = "grpc", "sidecar"
+	}
 	md, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, err
 	}
-	id := p.Type + "~" + p.IP + "~" + p.Name + "." + p.Namespace + "~" + p.Namespace + ".svc.cluster.local"
+	id := nodeType + "~" + p.IP + "~" + p.Name + "." + p.Namespace + "~" + p.Namespace + ".svc.cluster.local"
 	node := &core.Node{Id: id, Metadata: md}
 	if p.Locality != "" {
 		node.Locality = p.locality()
@@ -185,6 +194,24 @@ func generate(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.Pus
 			}
 			o.Routes = append(o.Routes, &rc)
 		}
+	}
+	return o, nil
+}
+
+// generateGRPCRoutes asks, as a proxyless gRPC client's resolver does per target, for the route
+// configuration of every HTTP port of the services it sees (the names of a wildcard subscription).
+func generateGRPCRoutes(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.PushContext) (*Output, error) {
+	res, err := gens[sxds.RouteType].Generate(proxy, push, &sxds.WatchedResource{TypeURL: sxds.RouteType, Wildcard: true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	o := &Output{}
+	for _, r := range res {
+		var rc route.RouteConfiguration
+		if err := r.Any.UnmarshalTo(&rc); err != nil {
+			return nil, err
+		}
+		o.Routes = append(o.Routes, &rc)
 	}
 	return o, nil
 }
