@@ -280,3 +280,56 @@ spec:
 		t.Fatalf("policies reported for the AUTO_PASSTHROUGH gateway: %v, want %v", named, want)
 	}
 }
+
+// As istiod's gateway merge, a server with TLS settings naming a host (as written) that an earlier one on
+// the same port and bind named is left out whole: the second AUTO_PASSTHROUGH server on 15443 names echo
+// again, so mysql, which only it names, gets no chain there (nor does its HTTPS twin's route configuration
+// exist); one on another bind address, or naming other hosts on the port, stays.
+func TestGatewayServerRepeatingATLSHostIsSkipped(t *testing.T) {
+	push := ldsPush(t, nil, autoPassthroughYAML, `
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: repeats, namespace: istio-system}
+spec:
+  selector: {istio: eastwestgateway}
+  servers:
+  - port: {number: 15443, name: tls-again, protocol: TLS}
+    hosts: ["*.local", "shop/mysql.shop.svc.cluster.local"]
+    tls: {mode: AUTO_PASSTHROUGH}
+  - port: {number: 15444, name: tls-mysql, protocol: TLS}
+    hosts: ["shop/mysql.shop.svc.cluster.local"]
+    tls: {mode: AUTO_PASSTHROUGH}
+  - port: {number: 15444, name: tls-echo-bound, protocol: TLS}
+    bind: 10.1.2.1
+    hosts: ["shop/echo.shop.svc.cluster.local"]
+    tls: {mode: AUTO_PASSTHROUGH}
+  - port: {number: 8443, name: https-a, protocol: HTTPS}
+    hosts: ["a.example.com"]
+    tls: {mode: SIMPLE, credentialName: a-cert}
+  - port: {number: 8443, name: https-ab, protocol: HTTPS}
+    hosts: ["a.example.com", "b.example.com"]
+    tls: {mode: SIMPLE, credentialName: ab-cert}
+`)
+	ls := ldsGenerate(t, New(Options{}), eastWestGateway("istio-system"), push, wildcard(xds.ListenerType))
+	// The first server on 15443 (*.local) already covers mysql: the repeat adds nothing, and changes nothing.
+	if got := chainNames(ldsFind(t, ls, "0.0.0.0_15443")); !slices.Contains(got, "outbound_.3306_._.mysql.shop.svc.cluster.local") {
+		t.Errorf("15443 chains %v: the first server's mysql chain is gone", got)
+	}
+	got := chainNames(ldsFind(t, ls, "0.0.0.0_15444"))
+	want := []string{"outbound_.3306_._.mysql.shop.svc.cluster.local", "outbound_.9001_._.echo.shop.svc.cluster.local",
+		"outbound_.9001_.v1_.echo.shop.svc.cluster.local", "outbound_.9001_.v2_.echo.shop.svc.cluster.local"}
+	if !slices.Equal(got, want) {
+		t.Errorf("15444 chains %v, want %v (mysql's server names a host no earlier server did)", got, want)
+	}
+	if got := chainNames(ldsFind(t, ls, "10.1.2.1_15444")); len(got) != 3 {
+		t.Errorf("10.1.2.1:15444 chains %v, want echo's three: another bind address repeats nothing", got)
+	}
+	https := ldsFind(t, ls, "0.0.0.0_8443")
+	if len(https.FilterChains) != 1 || !slices.Equal(https.FilterChains[0].GetFilterChainMatch().GetServerNames(), []string{"a.example.com"}) {
+		t.Errorf("8443 chains %v, want a.example.com's alone: the server repeating it is left out, b.example.com with it", chainNames(https))
+	}
+	names := gatewayRouteNames(push.Gateways(eastWestGateway("istio-system").Labels), nil)
+	if slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, "https-ab") }) {
+		t.Errorf("route configurations %v: the left-out server's must not exist", names)
+	}
+}

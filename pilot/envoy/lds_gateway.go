@@ -122,22 +122,23 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 	policyKey := describePolicies(policies) + env.describe()
 	ports := gatewayPortsOf(proxy, push)
 	var names []string
+	for _, gw := range gws {
+		names = append(names, gw.Key.String())
+	}
 	byAddr := map[gatewayAddr][]gatewayServer{}
 	// Servers without a bind listen on the unspecified address of the proxy's family, as istiod's.
 	wildcard := wildcardIP(dnsLookupFamily(proxy.IPAddresses))
-	for _, gw := range gws {
-		names = append(names, gw.Key.String())
-		for _, s := range gw.Spec.(*networking.Gateway).Servers {
-			if s.GetPort().GetNumber() == 0 {
-				continue
-			}
-			bind := s.Bind
-			if _, err := netip.ParseAddr(bind); err != nil {
-				bind = wildcard // unset, or a unix socket: not supported
-			}
-			a := gatewayAddr{bind, ports.listen(s.Port.Number)}
-			byAddr[a] = append(byAddr[a], gatewayServer{gw, s})
+	for _, gs := range gatewayServersInForce(gws, ports, proxy.ID) {
+		s := gs.server
+		if s.GetPort().GetNumber() == 0 {
+			continue
 		}
+		bind := s.Bind
+		if _, err := netip.ParseAddr(bind); err != nil {
+			bind = wildcard // unset, or a unix socket: not supported
+		}
+		a := gatewayAddr{bind, ports.listen(s.Port.Number)}
+		byAddr[a] = append(byAddr[a], gs)
 	}
 	set := strings.Join(names, ",")
 	addrs := make([]gatewayAddr, 0, len(byAddr))
@@ -174,6 +175,45 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// gatewayServersInForce lists the servers of gws in order but those istiod's gateway merge skips: a server
+// with TLS settings that names a host (as written) an earlier such server on the same pod port and bind
+// named, since their chains would match the same server names, which Envoy refuses. The skip is logged
+// when proxyID is set (the listener generator; the route generator skips silently as it follows suit).
+func gatewayServersInForce(gws []*config.Config, ports gatewayPorts, proxyID string) []gatewayServer {
+	var out []gatewayServer
+	tlsHosts := map[uint32]map[string]string{} // pod port → host → bind of the server that named it
+	for _, gw := range gws {
+		for _, s := range gw.Spec.(*networking.Gateway).Servers {
+			if s.GetTls() != nil {
+				port := ports.listen(s.GetPort().GetNumber())
+				known := tlsHosts[port]
+				if known == nil {
+					known = map[string]string{}
+					tlsHosts[port] = known
+				}
+				var dups []string
+				for _, h := range s.Hosts {
+					if bind, ok := known[h]; ok && bind == s.Bind {
+						dups = append(dups, h)
+					}
+				}
+				if len(dups) > 0 {
+					if proxyID != "" {
+						slog.Warn("gateway server left out, as istiod does: an earlier TLS server on its port names the same hosts",
+							"proxy", proxyID, "gateway", gw.Namespace+"/"+gw.Name, "port", s.GetPort().GetNumber(), "hosts", dups)
+					}
+					continue
+				}
+				for _, h := range s.Hosts {
+					known[h] = s.Bind
+				}
+			}
+			out = append(out, gatewayServer{gw, s})
+		}
+	}
+	return out
 }
 
 type gatewayPortClass int

@@ -78,11 +78,9 @@ func gatewaysKey(gws []*config.Config, ports gatewayPorts) string {
 // gatewayRouteNames returns every route configuration name of the Gateways, sorted.
 func gatewayRouteNames(gws []*config.Config, ports gatewayPorts) []string {
 	var out []string
-	for _, gw := range gws {
-		for _, s := range gw.Spec.(*networking.Gateway).Servers {
-			if n := GatewayRouteName(gw, s, ports.listen(s.GetPort().GetNumber())); n != "" {
-				out = append(out, n)
-			}
+	for _, gs := range gatewayServersInForce(gws, ports, "") {
+		if n := GatewayRouteName(gs.gw, gs.server, ports.listen(gs.server.GetPort().GetNumber())); n != "" {
+			out = append(out, n)
 		}
 	}
 	slices.Sort(out)
@@ -91,16 +89,10 @@ func gatewayRouteNames(gws []*config.Config, ports gatewayPorts) []string {
 
 // gatewayRouteConfig builds route configuration name of a router, or nil when none of its Gateways has it.
 func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration {
-	type gatewayServer struct {
-		gw     *config.Config
-		server *networking.Server
-	}
 	var servers []gatewayServer
-	for _, gw := range b.gateways {
-		for _, s := range gw.Spec.(*networking.Gateway).Servers {
-			if GatewayRouteName(gw, s, b.gatewayPorts.listen(s.GetPort().GetNumber())) == name {
-				servers = append(servers, gatewayServer{gw, s})
-			}
+	for _, gs := range gatewayServersInForce(b.gateways, b.gatewayPorts, "") {
+		if GatewayRouteName(gs.gw, gs.server, b.gatewayPorts.listen(gs.server.GetPort().GetNumber())) == name {
+			servers = append(servers, gs)
 		}
 	}
 	if len(servers) == 0 {
