@@ -572,6 +572,12 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	case model.Passthrough:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+		if k.port.TargetPort != 0 && k.svc.Source.Kind == config.ServiceEntry {
+			// A resolution NONE ServiceEntry's targetPort: connections go to it, not to the port dialled
+			// (istiod's PassthroughTargetPorts). Clients of a headless Service dial its pods' ports themselves.
+			c.LbConfig = &cluster.Cluster_OriginalDstLbConfig_{OriginalDstLbConfig: &cluster.Cluster_OriginalDstLbConfig{
+				UpstreamPortOverride: wrapperspb.UInt32(k.port.TargetPort)}}
+		}
 	case model.DynamicDNS:
 		// Envoy's dynamic forward proxy picks the host (its cluster type is set below, once the options it
 		// checks are known).

@@ -198,3 +198,50 @@ spec: {mtls: {mode: DISABLE}}
 	push = deleteConfig(st, push, config.Key{Kind: config.PeerAuthentication, Namespace: "default", Name: "default"})
 	check("policy deleted", map[string]bool{vmTCPCluster: true, podsCluster: true})
 }
+
+// A resolution NONE ServiceEntry's targetPort sends its original-destination connections to that port, as
+// istiod's (PassthroughTargetPorts), in its subsets too; a headless Service's clusters keep the port dialled.
+// Before, the targetPort was ignored.
+func TestOriginalDestinationTargetPort(t *testing.T) {
+	push := pushFromYAML(t, []byte(`
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: default}
+spec:
+  hosts: [db.mesh.internal]
+  addresses: [240.0.0.5]
+  location: MESH_INTERNAL
+  resolution: NONE
+  ports: [{number: 5000, name: tcp-db, protocol: TCP, targetPort: 6000}, {number: 5001, name: tcp-other, protocol: TCP}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: db, namespace: default}
+spec:
+  host: db.mesh.internal
+  subsets: [{name: v1, labels: {version: v1}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: headless, namespace: default}
+spec:
+  clusterIP: None
+  selector: {app: headless}
+  ports: [{name: tcp-db, port: 5432, targetPort: 6432}]
+`))
+	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	for name, want := range map[string]uint32{
+		"outbound|5000||db.mesh.internal":                   6000,
+		"outbound|5000|v1|db.mesh.internal":                 6000,
+		"outbound|5001||db.mesh.internal":                   0,
+		"outbound|5432||headless.default.svc.cluster.local": 0,
+	} {
+		c := clusterByName(t, cs, name)
+		if c.GetType() != cluster.Cluster_ORIGINAL_DST {
+			t.Fatalf("%s: type %v", name, c.GetType())
+		}
+		if got := c.GetOriginalDstLbConfig().GetUpstreamPortOverride().GetValue(); got != want {
+			t.Errorf("%s: port override %d, want %d", name, got, want)
+		}
+	}
+}

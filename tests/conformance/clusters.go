@@ -116,6 +116,11 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 			// Which addresses a name resolves to (A or AAAA records) decides where connections go.
 			f["dns_lookup_family"] = c.GetDnsLookupFamily().String()
 		}
+		if c.GetType() == cluster.Cluster_ORIGINAL_DST {
+			// The port an original-destination connection goes to: the one dialled unless overridden (a
+			// resolution NONE ServiceEntry's targetPort).
+			setIf(f, "original_dst.port", uint32Or(c.GetOriginalDstLbConfig().GetUpstreamPortOverride(), "dialled"), "dialled")
+		}
 	}
 	f["connect_timeout"] = durationOr(c.GetConnectTimeout(), defaultConnectTimeout)
 	if err := lbFields(f, c); err != nil {

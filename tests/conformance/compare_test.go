@@ -135,6 +135,24 @@ func TestClusterUpstreamBindIsCompared(t *testing.T) {
 	}
 }
 
+// An original-destination cluster's upstream port override is compared: without it connections go to the
+// port dialled, not the ServiceEntry's targetPort.
+func TestClusterOriginalDstPortOverrideIsCompared(t *testing.T) {
+	override := &cluster.Cluster{Name: "outbound|5000||db.mesh.internal", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
+		LbConfig: &cluster.Cluster_OriginalDstLbConfig_{OriginalDstLbConfig: &cluster.Cluster_OriginalDstLbConfig{UpstreamPortOverride: wrapperspb.UInt32(6000)}}}
+	dialled := &cluster.Cluster{Name: "outbound|5000||db.mesh.internal", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}}
+	a, b := Snapshot{}, Snapshot{}
+	if err := normaliseClusters(a, []*cluster.Cluster{override}); err != nil {
+		t.Fatal(err)
+	}
+	if err := normaliseClusters(b, []*cluster.Cluster{dialled}); err != nil {
+		t.Fatal(err)
+	}
+	if d := Compare("c", "p", a, b); len(d) != 1 || d[0].Field != "original_dst.port" || d[0].Istiod != "6000" || d[0].Sextant != "<unset>" {
+		t.Fatalf("got %v", d)
+	}
+}
+
 func TestAllowlistMatchesAndReportsStaleEntries(t *testing.T) {
 	a := &Allowlist{}
 	for _, line := range []string{
