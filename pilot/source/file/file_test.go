@@ -65,6 +65,17 @@ func write(t *testing.T, dir, rel, content string) string {
 	return p
 }
 
+// replace writes rel atomically, through a rename, so the watcher sees the old content or the new one.
+// Written in place, the file is first truncated: a watcher slowed by load between that and the write reads
+// it empty and withdraws its objects for a moment, which a test counting events or generations would see.
+func replace(t *testing.T, dir, rel, content string) {
+	t.Helper()
+	tmp := write(t, dir, rel+".tmp", content) // not a config name: the watcher ignores it
+	if err := os.Rename(tmp, filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // portOf is the first port of a Service, or -1 when there is none.
 func portOf(c *config.Config) int32 {
 	if c == nil {
@@ -154,10 +165,14 @@ func (f *fixture) run(t *testing.T) {
 
 func (f *fixture) get(k config.Key) *config.Config { return f.store.Get(k) }
 
-// eventually polls cond until it holds or 2 s pass.
+// waitFor bounds the waits for the watcher. It is a safety net, not what the tests measure: generous, since
+// -race on a loaded two-core machine is slow.
+const waitFor = 10 * time.Second
+
+// eventually polls cond until it holds or waitFor passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(waitFor)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -589,6 +604,7 @@ func TestGeneration(t *testing.T) {
 
 func TestWatch(t *testing.T) {
 	f := newFixture(t)
+	outside := t.TempDir() // where a directory goes when it vanishes; removed only after the watcher stops
 	write(t, f.dir, "a.yaml", svcDoc("", "cart", 80))
 	write(t, f.dir, "sub/b.yaml", svcDoc("", "inventory", 80))
 	f.load(t)
@@ -620,7 +636,7 @@ func TestWatch(t *testing.T) {
 	})
 	t.Run("broken edit keeps the last good object", func(t *testing.T) {
 		last := f.get(svcKey("default", "cart"))
-		write(t, f.dir, "a.yaml", "apiVersion: v1\nkind: Service\nmetadata:\n  name: cart\nspec:\n  ports:\n  - port: eighty\n")
+		replace(t, f.dir, "a.yaml", "apiVersion: v1\nkind: Service\nmetadata:\n  name: cart\nspec:\n  ports:\n  - port: eighty\n")
 		eventually(t, "the error", func() bool { return len(f.src.Errors()) == 1 })
 		if f.get(svcKey("default", "cart")) != last {
 			t.Error("last good object replaced")
@@ -639,8 +655,10 @@ func TestWatch(t *testing.T) {
 		}
 	})
 	t.Run("remove directory", func(t *testing.T) {
-		// A directory that vanishes keeps what it held, reported, until it is back.
-		if err := os.RemoveAll(filepath.Join(f.dir, "sub")); err != nil {
+		// A directory that vanishes keeps what it held, reported, until it is back. It vanishes at once, as an
+		// unmounted volume does: os.RemoveAll deletes the files first, and a watcher that looks in between
+		// rightly withdraws a file deleted from a directory that is still there.
+		if err := os.Rename(filepath.Join(f.dir, "sub"), filepath.Join(outside, "sub")); err != nil {
 			t.Fatal(err)
 		}
 		b := filepath.Join(f.dir, "sub", "b.yaml")
@@ -722,7 +740,7 @@ func waitWatching(t *testing.T, f *fixture) {
 // rewriteUntilSeen writes Service name with a new port into rel until the store shows it.
 func rewriteUntilSeen(t *testing.T, f *fixture, rel, name string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(waitFor)
 	for {
 		f.rewrites++
 		p := 1000 + f.rewrites
@@ -761,14 +779,14 @@ func TestWatchGeneration(t *testing.T) {
 	barrier() // the watcher is running
 
 	cart := svcKey("default", "cart")
-	write(t, f.dir, "a.yaml", svcDoc("", "cart", 81))
+	replace(t, f.dir, "a.yaml", svcDoc("", "cart", 81))
 	eventually(t, "the change", func() bool { return portOf(f.get(cart)) == 81 })
 	if g := f.get(cart).Generation; g != 2 {
 		t.Errorf("generation %d, want 2", g)
 	}
 
 	rv := f.get(cart).ResourceVersion
-	write(t, f.dir, "a.yaml", svcDoc("", "cart", 81))
+	replace(t, f.dir, "a.yaml", svcDoc("", "cart", 81))
 	now := time.Now().Add(time.Hour)
 	if err := os.Chtimes(p, now, now); err != nil {
 		t.Fatal(err)
@@ -781,7 +799,7 @@ func TestWatchGeneration(t *testing.T) {
 		t.Errorf("events %v, want add update", got)
 	}
 
-	write(t, f.dir, "a.yaml", svcDoc("", "cart", 82))
+	replace(t, f.dir, "a.yaml", svcDoc("", "cart", 82))
 	eventually(t, "the second change", func() bool { return portOf(f.get(cart)) == 82 })
 	if g := f.get(cart).Generation; g != 3 {
 		t.Errorf("generation %d, want 3", g)
