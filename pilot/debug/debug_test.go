@@ -280,10 +280,17 @@ func TestMetricsAndDistribution(t *testing.T) {
 	a.Hold()
 	env.Write(t, "20-routing.yaml", debugtest.RoutingV2)
 	debugtest.Eventually(t, "the push to reach A", func() bool { return a.Held() >= 2 })
-	env.GetJSON(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo", &dist)
+	// The view learns of the snapshot as the pipeline hands it over and as responses go out, both of which
+	// may come after A has the responses: wait for it to name the snapshot. A holds its answers, so the
+	// state cannot move past PENDING meanwhile.
+	debugtest.Eventually(t, "the view to place generation 2 in a snapshot", func() bool {
+		env.GetJSON(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo", &dist)
+		return dist.SnapshotVersion != 0
+	})
 	if dist.Generation != 2 || dist.SnapshotVersion < 2 || dist.Proxies[0].State != debug.Pending {
 		t.Fatalf("while held: %+v", dist)
 	}
+	pushed := dist.SnapshotVersion
 	a.Release()
 	debugtest.Eventually(t, "A to ACK generation 2", func() bool {
 		env.GetJSON(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo", &dist)
@@ -302,6 +309,22 @@ func TestMetricsAndDistribution(t *testing.T) {
 		t.Errorf("unknown object: %d", code)
 	}
 
+	// Nothing above waits for B, which gets the push too: wait for its NACK of the new listeners, the last
+	// thing this test counts (the push record counts it after the metrics and /debug/syncz do).
+	var pz struct {
+		Pushes []struct {
+			Version     uint64
+			Responses   int
+			ACKs        int
+			NACKs       int
+			Convergence float64 `json:"convergenceSeconds"`
+		}
+		Convergence debug.Histogram
+	}
+	debugtest.Eventually(t, "B to NACK the push", func() bool {
+		env.GetJSON(t, "/debug/pushz", &pz)
+		return len(pz.Pushes) > 0 && pz.Pushes[0].Version >= pushed && pz.Pushes[0].NACKs > 0
+	})
 	after := scrape()
 	for _, m := range []string{
 		`sextant_xds_pushes_total{result="sent",type="cds"}`,
@@ -318,18 +341,7 @@ func TestMetricsAndDistribution(t *testing.T) {
 		t.Errorf("B's second NACK not counted")
 	}
 
-	var pz struct {
-		Pushes []struct {
-			Version     uint64
-			Responses   int
-			ACKs        int
-			NACKs       int
-			Convergence float64 `json:"convergenceSeconds"`
-		}
-		Convergence debug.Histogram
-	}
-	env.GetJSON(t, "/debug/pushz", &pz)
-	if len(pz.Pushes) < 2 || pz.Pushes[0].Responses < 4 || pz.Pushes[0].ACKs < 2 || pz.Pushes[0].NACKs < 1 ||
+	if len(pz.Pushes) < 2 || pz.Pushes[0].Version != pushed || pz.Pushes[0].Responses < 4 || pz.Pushes[0].ACKs < 2 || pz.Pushes[0].NACKs < 1 ||
 		pz.Pushes[0].Convergence <= 0 || pz.Convergence.Count == 0 {
 		t.Errorf("pushz = %+v", pz)
 	}

@@ -59,10 +59,16 @@ func Start(t testing.TB, files map[string]string) *Env {
 	return &Env{Server: srv, Dir: dir, URL: "http://" + srv.HTTPAddr()}
 }
 
-// Write replaces a file in the config dir; the server picks it up.
+// Write replaces a file in the config dir; the server picks it up. The replacement is atomic (a rename):
+// written in place, a watcher slowed by load could read the file truncated and publish a snapshot without
+// its objects before the one with the new content.
 func (e *Env) Write(t testing.TB, name, content string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(e.Dir, name), []byte(content), 0o644); err != nil {
+	p := filepath.Join(e.Dir, name)
+	if err := os.WriteFile(p+".tmp", []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
 		t.Fatal(err)
 	}
 }
