@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 func responseVersion(r *discovery.DiscoveryResponse) uint64 {
@@ -17,33 +20,72 @@ func responseVersion(r *discovery.DiscoveryResponse) uint64 {
 	return n
 }
 
-// One proxy stops reading while 100 others keep up: the 100 get every push within one push interval, and
-// the stuck one is disconnected after the send timeout without delaying anyone.
+// stuckPushes records the CDS pushes the Observer hears finish for one proxy.
+type stuckPushes struct {
+	prefix string // the proxy's connection IDs start with it
+	mu     sync.Mutex
+	done   []uint64
+}
+
+func (o *stuckPushes) Sent(string, *Proxy, string, string, uint64, *model.PushRequest) {}
+func (o *stuckPushes) Pushed(connID, typeURL string, version uint64, _ *model.PushRequest, _ string, _ time.Duration) {
+	if strings.HasPrefix(connID, o.prefix) && typeURL == ClusterType {
+		o.mu.Lock()
+		o.done = append(o.done, version)
+		o.mu.Unlock()
+	}
+}
+func (o *stuckPushes) Acked(string, string, string, bool, string) {}
+func (o *stuckPushes) Closed(string)                              {}
+
+func (o *stuckPushes) finished() []uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.done)
+}
+
+// One proxy stops reading while 100 others keep up: each of five pushes reaches the 100 while the stuck
+// proxy's send of the first is still blocked, so nobody waits for it. (That it is then closed at the send
+// timeout is TestStuckProxyLeavesAtTheSendTimeout.)
 func TestSlowConsumerDoesNotDelayOthers(t *testing.T) {
-	const (
-		readers = 100
-		// One push interval. Generous so -race and a busy CI machine do not turn scheduling delays into
-		// failures; the point is that the stuck proxy (dropped only after sendTimeout) delays nobody.
-		interval    = time.Second
-		sendTimeout = 500 * time.Millisecond
-	)
+	const readers = 100
+	obs := &stuckPushes{prefix: "stuck.ns1-"}
+	generated := make(chan struct{}, 10) // a CDS response for the stuck proxy was generated
 	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
-		o.SendTimeout = sendTimeout
-		// Large responses for the stuck proxy only, so flow control blocks it quickly and the test stays fast.
+		// Never within the test: the stuck send stays blocked until the server shuts down, so the readers'
+		// pushes are known to pass it whatever the machine's load (a short timeout, racing them, was not).
+		o.SendTimeout = time.Hour
+		o.Observer = obs
+		// Large responses for the stuck proxy only, after its first (reading a large one would grant the
+		// window for another as large).
+		stuckResponses := 0
 		e.pad = func(p *Proxy) int {
-			if p.Name == "stuck" {
-				return 1 << 20
+			if p.Name != "stuck" {
+				return 0
 			}
-			return 0
+			stuckResponses++ // one at a time: the stuck proxy's turn is held while generating
+			generated <- struct{}{}
+			if stuckResponses == 1 {
+				return 0
+			}
+			return 1 << 20
 		}
 	})
 
-	// A small, fixed window (no BDP growth): 2 MB cannot pass while the client does not read.
+	// A small, fixed window (no BDP growth) and a client that reads its first response, ACKs it and then
+	// nothing: gRPC takes one more response into its buffers whatever its size, and the send after that
+	// blocks, 1 MB not passing the window.
 	stuck := newClient(t, e.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)).StreamAggregatedResources, false)
 	ask(stuck, sidecar("stuck", "ns1"), ClusterType, nil, nil)
-	if _, err := stuck.stream.Recv(); err != nil { // the first response is read; nothing after it
+	first, err := stuck.stream.Recv()
+	if err != nil {
 		t.Fatal(err)
 	}
+	ask(stuck, nil, ClusterType, nil, first)
+	<-generated
+	buffered := e.set(ClusterType, "a", "buffered")
+	<-generated
+	eventually(t, "the stuck proxy's buffered push", func() bool { return slices.Contains(obs.finished(), buffered) })
 
 	clients := make([]*sotwClient, readers)
 	var wg sync.WaitGroup
@@ -59,21 +101,18 @@ func TestSlowConsumerDoesNotDelayOthers(t *testing.T) {
 	wg.Wait()
 	eventually(t, "all connected", func() bool { return len(e.srv.Connections()) == readers+1 })
 
-	firstPush := time.Now()
-	stuckGone := make(chan time.Duration, 1)
-	go func() {
-		for time.Since(firstPush) < 10*time.Second {
-			if len(e.srv.Connections()) == readers {
-				stuckGone <- time.Since(firstPush)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
+	var blocked uint64 // the push whose send to the stuck proxy blocks
 	for i := range 5 {
 		start := time.Now()
 		v := e.set(ClusterType, "a", "push"+strconv.Itoa(i))
-		deadline := start.Add(interval)
+		if i == 0 {
+			blocked = v
+			select {
+			case <-generated: // its send begins now, and cannot end
+			case <-time.After(waitFor):
+				t.Fatal("the push never reached the stuck proxy")
+			}
+		}
 		for j, c := range clients {
 			for {
 				select {
@@ -81,32 +120,29 @@ func TestSlowConsumerDoesNotDelayOthers(t *testing.T) {
 					if responseVersion(r) < v {
 						continue
 					}
-				case <-time.After(time.Until(deadline)):
-					t.Fatalf("push %d: reader %d had nothing after %v", i, j, interval)
+				case err := <-c.errc:
+					t.Fatalf("push %d: reader %d: stream ended: %v", i, j, err)
+				case <-time.After(waitFor):
+					t.Fatalf("push %d: reader %d had nothing", i, j)
 				}
 				break
 			}
 		}
 		t.Logf("push %d reached all %d readers in %v", i, readers, time.Since(start).Round(time.Millisecond))
-		time.Sleep(time.Until(deadline))
 	}
 
-	select {
-	case gone := <-stuckGone:
-		t.Logf("stuck proxy disconnected %v after the first push", gone.Round(time.Millisecond))
-		if gone < sendTimeout || gone > sendTimeout+2*time.Second {
-			t.Fatalf("stuck proxy dropped after %v, want just after the %v send timeout", gone, sendTimeout)
+	// All of that happened while the stuck proxy's push was still being sent.
+	for _, v := range obs.finished() {
+		if v >= blocked {
+			t.Fatalf("the stuck proxy's push of version %d finished (pushes finished: %v): the readers' pushes may have waited for it",
+				v, obs.finished())
 		}
-	case <-time.After(waitFor):
-		t.Fatal("stuck proxy not disconnected")
 	}
-	if n := e.srv.Counters().SendTimeouts; n != 1 {
-		t.Fatalf("send timeouts %d, want 1", n)
+	if n := e.srv.Counters().SendTimeouts; n != 0 {
+		t.Fatalf("send timeouts %d, want none yet", n)
 	}
-	for _, c := range e.srv.Connections() {
-		if c.ProxyID == "stuck.ns1" {
-			t.Fatal("stuck proxy still connected")
-		}
+	if n := len(e.srv.Connections()); n != readers+1 {
+		t.Fatalf("%d connections, want the %d readers and the stuck proxy", n, readers)
 	}
 }
 
