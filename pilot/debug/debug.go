@@ -62,13 +62,10 @@ func New(src Sources) *Debug {
 	d.registry = newRegistry(m, src)
 	src.XDS.SetObserver(d.tracker)
 	src.Pipeline.Subscribe(d.tracker.onPush)
-	src.Store.AddHandler(func(ev store.Event) {
-		var current uint64
-		if ps := src.Pipeline.Current(); ps != nil {
-			current = ps.Version
-		}
-		d.tracker.onStoreEvent(ev, current)
-	})
+	// Through the pipeline, not a store handler of its own: a handler after the pipeline's that asked for
+	// the current snapshot could be handed the one with the change, under load, and the change then waited
+	// for two more snapshots to be placed in one.
+	src.Pipeline.WatchChanges(d.tracker.onStoreEvent)
 	return d
 }
 

@@ -68,6 +68,7 @@ type Pipeline struct {
 	lastConfig time.Time
 	wake       chan struct{}
 	handlers   []func(*model.PushRequest)
+	watchers   []func(ev store.Event, current uint64)
 
 	builds, full, incremental, merged atomic.Uint64
 	lastBuild                         atomic.Int64
@@ -114,6 +115,17 @@ func (p *Pipeline) Subscribe(f func(*model.PushRequest)) {
 	p.mu.Unlock()
 }
 
+// WatchChanges registers f to see every store event the pipeline takes, with the version of the snapshot
+// published at that moment (0 before Initialize): the change is not in it, and is in a later one. Called on
+// the store's goroutine before the change can be applied, so a handler that asks Current after the store's
+// other handlers cannot be handed a snapshot that already holds it. f must be quick. Register before the
+// sources load.
+func (p *Pipeline) WatchChanges(f func(ev store.Event, current uint64)) {
+	p.mu.Lock()
+	p.watchers = append(p.watchers, f)
+	p.mu.Unlock()
+}
+
 // Current returns the published snapshot, or nil before Initialize.
 func (p *Pipeline) Current() *model.PushContext { return p.current.Load() }
 
@@ -129,6 +141,16 @@ func (p *Pipeline) Stats() Stats {
 func (p *Pipeline) onEvent(ev store.Event) {
 	now := time.Now()
 	p.mu.Lock()
+	if len(p.watchers) > 0 {
+		// Before the change is pending: no snapshot published until then holds it.
+		var current uint64
+		if ps := p.current.Load(); ps != nil {
+			current = ps.Version
+		}
+		for _, f := range p.watchers {
+			f(ev, current)
+		}
+	}
 	key := ev.Key()
 	if ch, ok := p.pending[key]; ok {
 		ch.New = ev.New
