@@ -257,10 +257,14 @@ func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service,
 				key.plaintextEndpoint = !push.Endpoints(svc.Key()).AllAcceptMeshTLS(port.Port)
 			}
 			slot := slotName(flavor, name)
-			if who.router && flavor == flavorEnvoy && port.Protocol == model.ProtocolUnset {
-				// Only a sniffed port's cluster differs at a gateway: its own slot, so that sidecars'
-				// and gateways' clusters do not replace each other.
-				key.sniffedAtGateway, slot = true, "gateway\x00"+slot
+			if who.router && flavor == flavorEnvoy {
+				// Only a sniffed port's cluster and a Passthrough service's differ at a gateway: their own
+				// slot, so that sidecars' and gateways' clusters do not replace each other.
+				key.sniffedAtGateway = port.Protocol == model.ProtocolUnset
+				key.passthroughAtGateway = svc.Resolution == model.Passthrough
+				if key.sniffedAtGateway || key.passthroughAtGateway {
+					slot = "gateway\x00" + slot
+				}
 			}
 			family := "" // IPv4 and IPv6 proxies do not replace each other's DNS clusters
 			if svc.Resolution.ByDNS() || svc.Resolution == model.DynamicDNS {
@@ -491,6 +495,9 @@ type outboundClusterKey struct {
 	// sniffedAtGateway: a port without protocol at a gateway, which does not sniff, so its cluster does
 	// not follow the client's protocol.
 	sniffedAtGateway bool
+	// passthroughAtGateway: a Passthrough service's cluster at a gateway, which cannot send a connection
+	// to its own original destination: EDS over the service's endpoints, as istiod's convertResolution.
+	passthroughAtGateway bool
 	// plaintextServer: the service's namespace (or the mesh) disables mTLS by PeerAuthentication, so auto
 	// mTLS sends plaintext, as istiod infers it.
 	plaintextServer bool
@@ -570,6 +577,11 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		}
 		c.LoadAssignment = loadAssignment(name, eps, nil, flavorEnvoy, clusterMTLS(push, k.dr, k.subset, k.port.Port))
 	case model.Passthrough:
+		if k.passthroughAtGateway {
+			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_EDS}
+			c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name}
+			break
+		}
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
 		if k.port.TargetPort != 0 && k.svc.Source.Kind == config.ServiceEntry {

@@ -48,9 +48,11 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 	out := make(xds.Resources, 0, len(names))
 	for _, name := range names {
 		cn, ok := ParseClusterName(name)
+		sniDNAT := false
 		if !ok {
 			// A gateway's SNI-DNAT cluster has the endpoints of the cluster it stands for.
 			cn, ok = ParseSNIDNATClusterName(name)
+			sniDNAT = ok
 		}
 		if !ok || cn.Direction != Outbound {
 			continue
@@ -98,7 +100,13 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 			if se != nil {
 				eps = se.ByPort[cn.Port]
 			}
-			cla := loadAssignment(name, eps, subsetLabels, fl, clusterMTLS(push, dr, cn.Subset, cn.Port))
+			mtls := clusterMTLS(push, dr, cn.Subset, cn.Port)
+			if sniDNAT {
+				// As istiod's EndpointsWithMTLSFilter: the gateway cannot tell whether the connection it
+				// passes through is mesh mTLS, so it reaches only endpoints that require it.
+				eps = slices.DeleteFunc(slices.Clone(eps), func(ep *model.Endpoint) bool { return mtls.tlsMode(ep) != model.DefaultTLSModeMesh })
+			}
+			cla := loadAssignment(name, eps, subsetLabels, fl, mtls)
 			lp.apply(cla)
 			return cla
 		})

@@ -50,15 +50,21 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: echo-1, namespace: shop, labels: {app: echo, version: v1}}
+metadata: {name: echo-1, namespace: shop, labels: {app: echo, version: v1, security.istio.io/tlsMode: istio}}
 spec: {serviceAccountName: echo}
 status: {podIP: 10.1.0.31, phase: Running, conditions: [{type: Ready, status: "True"}]}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: echo-2, namespace: shop, labels: {app: echo, version: v2}}
+metadata: {name: echo-2, namespace: shop, labels: {app: echo, version: v2, security.istio.io/tlsMode: istio}}
 spec: {serviceAccountName: echo}
 status: {podIP: 10.1.0.32, phase: Running, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: echo-3, namespace: shop, labels: {app: echo, version: v1}}
+spec: {serviceAccountName: echo}
+status: {podIP: 10.1.0.33, phase: Running, conditions: [{type: Ready, status: "True"}]}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -72,6 +78,9 @@ endpoints:
 - addresses: [10.1.0.32]
   conditions: {ready: true}
   targetRef: {kind: Pod, name: echo-2, namespace: shop}
+- addresses: [10.1.0.33]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: echo-3, namespace: shop}
 `
 
 func eastWestGateway(ns string) *xds.Proxy {
@@ -203,8 +212,9 @@ func TestGatewayAutoPassthroughClusters(t *testing.T) {
 	}
 }
 
-// EDS serves an SNI-DNAT cluster the endpoints of the cluster it stands for (a subset's by its labels), on
-// a full push and on an endpoint-only one.
+// EDS serves an SNI-DNAT cluster the endpoints of the cluster it stands for (a subset's by its labels) that
+// require mesh mTLS, as istiod's EndpointsWithMTLSFilter (echo-3 has no sidecar), on a full push and on an
+// endpoint-only one.
 func TestGatewayAutoPassthroughEndpoints(t *testing.T) {
 	push := ldsPush(t, nil, autoPassthroughYAML)
 	gw := eastWestGateway("istio-system")
@@ -232,8 +242,8 @@ func TestGatewayAutoPassthroughEndpoints(t *testing.T) {
 		slices.Sort(got[cla.ClusterName])
 	}
 	if v1 := got["outbound_.9001_.v1_.echo.shop.svc.cluster.local"]; !slices.Equal(v1, []string{"10.1.0.31"}) ||
-		!slices.Equal(v1, got["outbound|9001|v1|echo.shop.svc.cluster.local"]) {
-		t.Errorf("v1 endpoints %v, want 10.1.0.31 as outbound|9001|v1|echo has them", got)
+		!slices.Equal(got["outbound|9001|v1|echo.shop.svc.cluster.local"], []string{"10.1.0.31", "10.1.0.33"}) {
+		t.Errorf("v1 endpoints %v, want 10.1.0.31 (the sidecar pod of outbound|9001|v1|echo's 10.1.0.31, 10.1.0.33)", got)
 	}
 	if all := got["outbound_.9001_._.echo.shop.svc.cluster.local"]; !slices.Equal(all, []string{"10.1.0.31", "10.1.0.32"}) {
 		t.Errorf("echo endpoints %v, want both pods", all)
