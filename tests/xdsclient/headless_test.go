@@ -2,9 +2,12 @@ package xdsclient
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	endpointpb "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 )
 
 // headlessDB is a headless Service in alpha whose EndpointSlice lists addrs (no pods: file endpoints are
@@ -80,4 +83,54 @@ func TestHeadlessEndpointChangeReachesListeners(t *testing.T) {
 	}
 	report(t, sees.NodeID(), checkEnvoy(s, sees))
 	report(t, hidden.NodeID(), checkEnvoy(s, hidden))
+}
+
+// A gateway cannot send to its own original destination, so its cluster of a headless Service is an EDS
+// cluster (as istiod's): the gateway Envoy subscribes to its endpoints, its cluster warms only once they
+// arrive, and an endpoint change (an endpoint-only push, no full push) reaches it as a new assignment.
+func TestGatewayHeadlessEndpointsOverEDS(t *testing.T) {
+	files := baseFiles()
+	files["svc-alpha-db.yaml"] = headlessDB("10.1.7.1")
+	s := startServer(t, files)
+	gw := NewEnvoy(EnvoyOptions{Addr: s.addr(), NodeID: "router~10.1.9.20~gw-0.alpha~alpha.svc.cluster.local", Delta: true,
+		BuildVersion: [3]uint32{1, 36, 0}, InitialFetchTimeout: testFetchTimeout})
+	if err := gw.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	envoys := []*Envoy{gw}
+	if !settled(s, envoys, nil, 10*time.Second) {
+		t.Fatalf("the gateway did not settle: warming %v", gw.Warming())
+	}
+	const name = "outbound|5433||db.alpha.svc.cluster.local"
+	addresses := func() []string {
+		r, ok := gw.Held(EndpointType)[name]
+		if !ok {
+			return nil
+		}
+		cla := &endpointpb.ClusterLoadAssignment{}
+		if err := r.Any.UnmarshalTo(cla); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, grp := range cla.Endpoints {
+			for _, ep := range grp.LbEndpoints {
+				out = append(out, ep.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
+			}
+		}
+		return out
+	}
+	if got := addresses(); !slices.Equal(got, []string{"10.1.7.1"}) {
+		t.Fatalf("before: the gateway holds endpoints %v of %s, want 10.1.7.1 (clusters %v)", got, name, keys(gw.Held(ClusterType)))
+	}
+	full := s.Server.Pipeline.Stats().FullPushes
+	s.put(t, "svc-alpha-db.yaml", headlessDB("10.1.7.2"))
+	if !waitFor(10*time.Second, func() bool { return slices.Equal(addresses(), []string{"10.1.7.2"}) }) {
+		t.Fatalf("the endpoint change did not reach the gateway: it holds %v", addresses())
+	}
+	settled(s, envoys, nil, 5*time.Second)
+	if got := s.Server.Pipeline.Stats().FullPushes; got != full {
+		t.Errorf("%d full pushes for an endpoint change", got-full)
+	}
+	report(t, gw.NodeID(), checkEnvoy(s, gw))
 }
