@@ -141,6 +141,8 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "IPTABLES takes the port's traffic on the inbound capture listener; NONE binds a listener of its own on the port, as istiod's; DEFAULT is IPTABLES, or NONE on a proxy without capture (INTERCEPTION_MODE NONE)"},
 	{networkingPkg + "IstioIngressListener", "bind"}: {Status: Honoured,
 		Note: "the address a bound port's listener takes (else the pod's address), as istiod's; under capture it names the port's chains only, and the port is matched on any address"},
+	{networkingPkg + "IstioEgressListener", "hosts"}: {Status: Honoured,
+		Note: "select the services and, as istiod, the VirtualServices (by their namespace and hosts) the proxy routes by: HTTP routes, tcp and tls routes alike"},
 	{networkingPkg + "IstioIngressListener", "tls"}: {Status: Warned,
 		Note: "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set; what istiod's validation refuses (credentialName, ISTIO_MUTUAL, ...) is refused"},
 	{networkingPkg + "IstioEgressListener", "port"}: {Status: Honoured,

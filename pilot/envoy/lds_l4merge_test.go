@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
@@ -167,4 +168,52 @@ spec:
 		t.Errorf("after db-b's edit: db to %s, want db-canary", got)
 	}
 	checkSameAsFreshBuild(t, g, xds.ListenerType, web, push, 1)
+}
+
+// A Sidecar's egress hosts import VirtualServices by namespace, as istiod's egress listener: a
+// VirtualService of a namespace it does not import (exported everywhere, older) neither routes the
+// listeners' TCP nor a service's HTTP routes; those of its own namespace do. Before, it did both.
+func TestSidecarImportsTheVirtualServicesItRoutesBy(t *testing.T) {
+	push := l4Push(t, `
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.0.5.30
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  egress: [{hosts: ["./*"]}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db-elsewhere, namespace: team-b, creationTimestamp: "2024-01-01T00:00:00Z"}
+spec:
+  hosts: [db.shop.svc.cluster.local, web.shop.svc.cluster.local]
+  tcp:
+  - route: [{destination: {host: db-replica.shop.svc.cluster.local}}]
+  http:
+  - route: [{destination: {host: db-replica.shop.svc.cluster.local, port: {number: 5432}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: shop, creationTimestamp: "2024-01-02T00:00:00Z"}
+spec:
+  hosts: [db]
+  tcp:
+  - route: [{destination: {host: db-canary}}]
+`)
+	g := New(Options{})
+	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
+	l := ldsFind(t, ldsGenerate(t, g, web, push, wildcard(xds.ListenerType)), "10.0.5.10_5432")
+	if got := l4Dest(t, l, connection{ip: "10.0.5.10", port: 5432}); got != "outbound|5432||db-canary.shop.svc.cluster.local" {
+		t.Errorf("db to %s, want db-canary (team-b's VirtualService is not imported)", got)
+	}
+	rcs := generateRoutes(t, g, web, push, named(xds.RouteType, "8080"))
+	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got, []string{"outbound|8080||web.shop.svc.cluster.local"}) {
+		t.Errorf("web's routes to %v, want its own cluster (team-b's VirtualService is not imported)", got)
+	}
 }

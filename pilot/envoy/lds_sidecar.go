@@ -568,8 +568,9 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 			sniOnly = block || len(vips) == 0 && b.ip == wildcard
 			vips, block = nil, false
 		}
-		// As istiod, the tcp and tls routes of every VirtualService for the host, one after the other.
-		vss := push.VirtualServicesForHost(scope.Namespace, model.MeshGateway, svc.Hostname)
+		// As istiod, the tcp and tls routes of every VirtualService for the host the Sidecar imports, one
+		// after the other.
+		vss := scope.importedVirtualServices(push.VirtualServicesForHost(scope.Namespace, model.MeshGateway, svc.Hostname))
 		if hasL4Routes(vss) {
 			built.l4Routed = true
 		}

@@ -473,7 +473,7 @@ func (b *routeBuilder) unservedHosts(vs *model.VirtualService, port uint32) (hos
 				continue
 			}
 			overlaps = true
-			if routedPort(sp) && b.push.VirtualServiceForHost(b.proxy.Namespace, model.MeshGateway, svc.Hostname) == vs {
+			if routedPort(sp) && b.scope.virtualServiceFor(b.push, svc.Hostname) == vs {
 				served = true
 			}
 		}
@@ -533,7 +533,7 @@ func catchAllVirtualHost(registryOnly bool) *route.VirtualHost {
 // serviceRoutes returns the routes of a sidecar (or gRPC) virtual host for svc on port: its VirtualService's
 // when one applies and yields routes for the port, else the default route.
 func (b *routeBuilder) serviceRoutes(svc *model.Service, port uint32) []*route.Route {
-	if vs := b.push.VirtualServiceForHost(b.proxy.Namespace, model.MeshGateway, svc.Hostname); vs != nil {
+	if vs := b.scope.virtualServiceFor(b.push, svc.Hostname); vs != nil {
 		if routes := b.virtualServiceRoutes(vs, model.MeshGateway, port); len(routes) > 0 {
 			return routes
 		}
@@ -663,7 +663,7 @@ func (b *routeBuilder) grpcRouteConfig(name string) *route.RouteConfiguration {
 		return nil // the service exists without that port
 	}
 	var routes []*route.Route
-	if vs := b.push.VirtualServiceForHost(b.proxy.Namespace, model.MeshGateway, host); vs != nil {
+	if vs := b.scope.virtualServiceFor(b.push, host); vs != nil {
 		routes = b.virtualServiceRoutes(vs, model.MeshGateway, port)
 	}
 	if len(routes) == 0 {

@@ -335,6 +335,38 @@ func (s *Scope) importsVirtualService(vs *model.VirtualService) bool {
 	return false
 }
 
+// importedVirtualServices returns those of vss the proxy's Sidecar imports, in their order: istiod's egress
+// listener VirtualServices, whose tcp and tls routes the listeners take. vss itself when all are.
+func (s *Scope) importedVirtualServices(vss []*model.VirtualService) []*model.VirtualService {
+	if s.Sidecar == nil || !slices.ContainsFunc(vss, func(vs *model.VirtualService) bool { return !s.importsVirtualService(vs) }) {
+		return vss
+	}
+	return slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !s.importsVirtualService(vs) })
+}
+
+// virtualServiceFor is the VirtualService for host among those the proxy's Sidecar imports (istiod picks
+// among its egress listener's VirtualServices), with VirtualServiceForHost's precedence: an exact host
+// first, then the most specific wildcard, the first of equals.
+func (s *Scope) virtualServiceFor(push *model.PushContext, host string) *model.VirtualService {
+	vs := push.VirtualServiceForHost(s.Namespace, model.MeshGateway, host)
+	if vs == nil || s.importsVirtualService(vs) {
+		return vs
+	}
+	var best *model.VirtualService
+	bestHost := ""
+	for _, c := range s.importedVirtualServices(push.VirtualServicesForHost(s.Namespace, model.MeshGateway, host)) {
+		for _, h := range c.Hosts {
+			if !model.HostMatches(h, host) {
+				continue
+			}
+			if hw, bw := strings.HasPrefix(h, "*"), strings.HasPrefix(bestHost, "*"); best == nil || hw != bw && !hw || hw == bw && len(h) > len(bestHost) {
+				best, bestHost = c, h
+			}
+		}
+	}
+	return best
+}
+
 func egressAllows(egress []egressHost, svc *model.Service) bool {
 	for _, e := range egress {
 		if e.namespace == "~" {
