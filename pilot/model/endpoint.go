@@ -432,9 +432,12 @@ func addPodEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
 		if pod.Status.PodIP == "" || !labelsMatch(svc.Selector, pod.Labels) {
 			continue
 		}
+		named := podNamedPorts(pod)
 		for _, p := range svc.Ports {
 			port := p.Port
-			if p.TargetPort != 0 {
+			if n, ok := named[p.Name]; ok {
+				port = n
+			} else if p.TargetPort != 0 {
 				port = p.TargetPort
 			}
 			out.ByPort[p.Port] = append(out.ByPort[p.Port], &Endpoint{
@@ -454,6 +457,35 @@ func addPodEndpoints(out *ServiceEndpoints, svc *Service, r *resolver) {
 			})
 		}
 	}
+}
+
+// podNamedPorts are a pod's named TCP container ports (the first of a name wins, as in Kubernetes), those
+// of its native sidecars (init containers that always restart) too: istiod's port map, which a ServiceEntry
+// port of the same name targets before its targetPort. An unset protocol is Kubernetes' default, TCP.
+func podNamedPorts(pod *corev1.Pod) map[string]uint32 {
+	var out map[string]uint32
+	add := func(ports []corev1.ContainerPort) {
+		for _, cp := range ports {
+			if cp.Name == "" || (cp.Protocol != corev1.ProtocolTCP && cp.Protocol != "") {
+				continue
+			}
+			if _, seen := out[cp.Name]; !seen {
+				if out == nil {
+					out = map[string]uint32{}
+				}
+				out[cp.Name] = uint32(cp.ContainerPort)
+			}
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		add(c.Ports)
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(c.Ports)
+		}
+	}
+	return out
 }
 
 func podHealth(pod *corev1.Pod) Health {

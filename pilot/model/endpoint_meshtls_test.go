@@ -127,3 +127,37 @@ func TestWorkloadEntryFieldsAsIstiod(t *testing.T) {
 		t.Error("the entry is still an endpoint after its metadata's labels stopped matching")
 	}
 }
+
+// A pod a ServiceEntry selects serves its port on the container port of the same name (TCP, the first of the
+// name, native sidecars' too), else the targetPort, as istiod's port map. Before, the named port was ignored.
+func TestServiceEntryPodNamedPort(t *testing.T) {
+	m := newMesh(t)
+	m.put(config.ServiceEntry, "default", "pods", nil, &networking.ServiceEntry{
+		Hosts: []string{"pods.mesh.internal"}, Addresses: []string{"240.0.0.8"}, Location: networking.ServiceEntry_MESH_INTERNAL,
+		Resolution: networking.ServiceEntry_STATIC,
+		Ports: []*networking.ServicePort{{Number: 5000, Name: "tcp-db", Protocol: "TCP", TargetPort: 5500},
+			{Number: 5001, Name: "udp-ish", Protocol: "TCP", TargetPort: 5501}, {Number: 5002, Name: "side", Protocol: "TCP"}},
+		WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "db"}},
+	})
+	always := corev1.ContainerRestartPolicyAlways
+	pod := &corev1.Pod{
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "db", Ports: []corev1.ContainerPort{
+				{Name: "tcp-db", ContainerPort: 7000},
+				{Name: "tcp-db", ContainerPort: 7999, Protocol: corev1.ProtocolTCP},
+				{Name: "udp-ish", ContainerPort: 7001, Protocol: corev1.ProtocolUDP},
+			}}},
+			InitContainers: []corev1.Container{{Name: "side", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "side", ContainerPort: 7002}}}},
+		},
+		Status: corev1.PodStatus{PodIP: "10.1.0.9", Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	pod.Name, pod.Namespace, pod.Labels = "db-0", "default", map[string]string{"app": "db"}
+	m.put(config.Pod, "default", "db-0", pod.Labels, pod)
+	ps := model.Build(m.store, mesh.Default())
+	se := ps.Endpoints("default/pods.mesh.internal")
+	for port, want := range map[uint32]uint32{5000: 7000, 5001: 5501, 5002: 7002} {
+		if eps := se.ByPort[port]; len(eps) != 1 || eps[0].Port != want {
+			t.Errorf("port %d: endpoints %v, want one on %d", port, eps, want)
+		}
+	}
+}
