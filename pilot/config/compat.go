@@ -77,7 +77,7 @@ const (
 var compatTable = map[CompatField]CompatEntry{
 	// VirtualService
 	{networkingPkg + "VirtualService", "export_to"}: {Status: Honoured,
-		Note: "also orders, as istiod: for a sidecar the VirtualServices exported to its namespace alone come first, then those exported to it by name, then those exported everywhere (each oldest first); the first for a host takes its HTTP routes"},
+		Note: "also orders, as istiod: for a sidecar, and for a gateway by its pods' namespace, the VirtualServices exported to that namespace alone come first, then those exported to it by name, then those exported everywhere (each oldest first); the first for a host takes its HTTP routes; a gateway sees none not exported to its pods' namespace"},
 	{networkingPkg + "VirtualService", "tcp"}: {Status: Honoured,
 		Note: "a sidecar takes the tcp routes of every VirtualService for the host, one after the other in istiod's order (those exported to the proxy's namespace alone, then by name, then everywhere; each oldest first): the first route taking every address ends the walk; a gateway server the first applying route of the VirtualServices bound to it"},
 	{networkingPkg + "VirtualService", "tls"}: {Status: Honoured,

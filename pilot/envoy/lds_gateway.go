@@ -36,6 +36,8 @@ type gatewayListenerKey struct {
 	ports    string
 	addr     gatewayAddr
 	policies string
+	// namespace is the proxy's: the VirtualServices exported to it route its TCP and TLS servers.
+	namespace string
 	// An AUTO_PASSTHROUGH server's chains follow the services the proxy sees and the DestinationRules it
 	// applies (their subsets): set only for a listener with such a server, so others stay shared.
 	scope *Scope
@@ -157,14 +159,14 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 				"proxy", proxy.ID, "port", a.port)
 			continue
 		}
-		key := gatewayListenerKey{version: push.Version, gateways: set, ports: ports.describe(), addr: a, policies: policyKey}
+		key := gatewayListenerKey{version: push.Version, gateways: set, ports: ports.describe(), addr: a, policies: policyKey, namespace: proxy.Namespace}
 		if hasAutoPassthroughServer(byAddr[a]) {
 			if auto == nil {
 				auto = &autoPassthrough{scope: l.g.scopeFor(proxy, push), labels: proxy.Labels}
 			}
 			key.scope, key.rules = auto.scope, push.DestinationRuleSelection(auto.scope.Namespace, proxy.Labels)
 		}
-		lis := buildGatewayListener(push, a, byAddr[a], authz, auto)
+		lis := buildGatewayListener(push, proxy.Namespace, a, byAddr[a], authz, auto)
 		if lis == nil {
 			continue // no server yields a chain: Envoy refuses a listener without one
 		}
@@ -265,7 +267,8 @@ func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string) {
 // yields a chain. The first server's class (HTTP, TLS, TCP) decides; servers of another class are ignored.
 // addr's port is where the pod listens; routes match each server's own port, as clients address it. auto
 // is what AUTO_PASSTHROUGH servers forward to (nil when addr has none).
-func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz, auto *autoPassthrough) *listener.Listener {
+func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz,
+	auto *autoPassthrough) *listener.Listener {
 	port := addr.port
 	name := addr.bind + "_" + ldsPortName(port)
 	statPrefix := "outbound_" + name
@@ -304,7 +307,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}})
 			}
 		case gatewayTCP:
-			if dests := gatewayTCPDestinations(push, gs, gwName, s.Port.Number); len(dests) > 0 {
+			if dests := gatewayTCPDestinations(push, proxyNS, gs, gwName, s.Port.Number); len(dests) > 0 {
 				if _, ok := claim(nil); !ok {
 					continue
 				}
@@ -314,7 +317,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 			mode := s.GetTls().GetMode()
 			switch mode {
 			case networking.ServerTLSSettings_PASSTHROUGH:
-				for _, vs := range push.VirtualServices(gs.gw.Namespace, gwName) {
+				for _, vs := range push.VirtualServices(proxyNS, gwName) {
 					if !vsBindsTo(vs, s.Hosts, gs.gw.Namespace) {
 						continue
 					}
@@ -343,7 +346,7 @@ func buildGatewayListener(push *model.PushContext, addr gatewayAddr, servers []g
 					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s, port), authz.httpFilters())
 					ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
 					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
-				} else if dests := gatewayTCPDestinations(push, gs, gwName, s.Port.Number); len(dests) > 0 {
+				} else if dests := gatewayTCPDestinations(push, proxyNS, gs, gwName, s.Port.Number); len(dests) > 0 {
 					filters = authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))
 				} else {
 					continue
@@ -484,9 +487,10 @@ func autoPassthroughTCPProxy(name string, dr *model.DestinationRule, subset stri
 }
 
 // gatewayTCPDestinations forwards a TCP (or terminated TLS) server: the first VirtualService bound to the
-// gateway, for a host the server allows, with a tcp route matching the port.
-func gatewayTCPDestinations(push *model.PushContext, gs gatewayServer, gwName string, port uint32) []tcpDest {
-	for _, vs := range push.VirtualServices(gs.gw.Namespace, gwName) {
+// gateway and visible in the proxy's namespace proxyNS, for a host the server allows, with a tcp route
+// matching the port.
+func gatewayTCPDestinations(push *model.PushContext, proxyNS string, gs gatewayServer, gwName string, port uint32) []tcpDest {
+	for _, vs := range push.VirtualServices(proxyNS, gwName) {
 		if !vsBindsTo(vs, gs.server.Hosts, gs.gw.Namespace) {
 			continue
 		}

@@ -472,7 +472,8 @@ func TestVirtualServicesExportToOrder(t *testing.T) {
 		st.Upsert(store.LayerFile, &config.Config{
 			Key:               config.Key{Kind: config.VirtualService, Namespace: vs.ns, Name: vs.name},
 			CreationTimestamp: metav1.Unix(int64(i), 0).Time,
-			Spec:              &networking.VirtualService{Hosts: []string{"api.example.com"}, ExportTo: vs.exportTo},
+			Spec: &networking.VirtualService{Hosts: []string{"api.example.com"}, ExportTo: vs.exportTo,
+				Gateways: []string{"mesh", "gw-ns/gw"}},
 		})
 	}
 	ps := model.Build(st, mesh.Default())
@@ -486,6 +487,14 @@ func TestVirtualServicesExportToOrder(t *testing.T) {
 		}
 		if strings.Join(got, ",") != tc.want {
 			t.Errorf("from %s: %v, want %s", tc.ns, got, tc.want)
+		}
+		// A gateway's pods in the namespace see the same ones, as istiod's VirtualServicesForGateway.
+		got = got[:0]
+		for _, vs := range ps.VirtualServices(tc.ns, "gw-ns/gw") {
+			got = append(got, vs.Config.Key.Name)
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("gateway pods in %s: %v, want %s", tc.ns, got, tc.want)
 		}
 		first := strings.Split(tc.want, ",")[0]
 		if vs := ps.VirtualServiceForHost(tc.ns, model.MeshGateway, "api.example.com"); vs == nil || vs.Config.Key.Name != first {

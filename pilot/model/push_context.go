@@ -313,15 +313,13 @@ func (ps *PushContext) DestinationRuleSelection(ns string, labels map[string]str
 	return b.String()
 }
 
-// VirtualServices returns the VirtualServices bound to gateway ("mesh" for sidecars) visible in proxyNS in
-// istiod's order (the first one wins a host conflict): for sidecars, those of proxyNS exported to it alone
-// (not everywhere), then those of other namespaces exported to it by name, then those exported everywhere,
-// each oldest first; for gateways, oldest first.
+// VirtualServices returns the VirtualServices bound to gateway ("mesh" for sidecars) visible in proxyNS,
+// the namespace of the proxy (a sidecar's, or a gateway's pods'), in istiod's order (the first one wins a
+// host conflict): those of proxyNS exported to it alone (not everywhere), then those of other namespaces
+// exported to it by name, then those exported everywhere, each oldest first. istiod's
+// VirtualServicesForGateway hides from a gateway's pods, as from a sidecar, what is not exported to them.
 func (ps *PushContext) VirtualServices(proxyNS, gateway string) []*VirtualService {
 	all := ps.virtualServices.byGateway[gateway]
-	if gateway != MeshGateway {
-		return slices.Clone(all)
-	}
 	out := make([]*VirtualService, 0, len(all))
 	var exported, public []*VirtualService
 	for _, vs := range all {
