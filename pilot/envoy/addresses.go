@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"net/netip"
+	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 )
@@ -99,23 +100,30 @@ func kubeVIPs(addrs []string, m ipMode) []string {
 	if m == dualStack {
 		wantV4 = addrIs4(addrs[0])
 	}
-	var out []string
+	n := 0
+	for _, a := range addrs {
+		if addrIs4(a) == wantV4 {
+			n++
+		}
+	}
+	if n == len(addrs) {
+		return addrs // nearly always (one family): no copy
+	}
+	out := make([]string, 0, n)
 	for _, a := range addrs {
 		if addrIs4(a) == wantV4 {
 			out = append(out, a)
 		}
-	}
-	if len(out) == len(addrs) {
-		return addrs
 	}
 	return out
 }
 
 // addrIs4 reports whether a, an address or a CIDR block, is IPv4.
 func addrIs4(a string) bool {
-	if p, err := netip.ParsePrefix(a); err == nil {
-		return p.Addr().Is4()
+	if strings.Contains(a, "/") {
+		p, err := netip.ParsePrefix(a)
+		return err == nil && p.Addr().Is4()
 	}
-	ip, err := netip.ParseAddr(a)
+	ip, err := netip.ParseAddr(a) // no error value built for an address
 	return err == nil && ip.Is4()
 }

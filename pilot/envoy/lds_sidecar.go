@@ -1560,7 +1560,10 @@ type inboundInputs struct {
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s|", ns, in.env.describe(), in.mtls.Mode, in.paths, in.tproxy, in.family)
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|", ns, in.env.describe(), in.mtls.Mode, in.paths, in.tproxy)
+	if in.family != cluster.Cluster_V4_ONLY {
+		b.WriteString("v6|") // the listener's address
+	}
 	for _, p := range in.ports {
 		fmt.Fprintf(&b, "%d/%s/%s/%s/%t,", p.port, p.protocol, in.mtls.ModeForPort(p.port), p.bind, p.bound)
 	}

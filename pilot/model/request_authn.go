@@ -33,11 +33,12 @@ func buildRequestAuthn(reader ConfigReader) *requestAuthnIndex {
 // API Gateway whose pods carry its gateway-name label; never to a sidecar through targetRefs.
 func (ps *PushContext) RequestAuthentications(ns string, labels map[string]string) []*config.Config {
 	var out []*config.Config
-	namespaces := []string{ps.Mesh.RootNamespace}
-	if ns != ps.Mesh.RootNamespace {
-		namespaces = append(namespaces, ns)
+	namespaces := [2]string{ps.Mesh.RootNamespace, ns} // an array: no allocation on every LDS request
+	count := 2
+	if ns == ps.Mesh.RootNamespace {
+		count = 1
 	}
-	for _, n := range namespaces {
+	for _, n := range namespaces[:count] {
 		for _, c := range ps.requestAuthn.byNamespace[n] {
 			if policyAttaches(c.Namespace, c.Spec.(*security.RequestAuthentication), ns, labels) {
 				out = append(out, c)
