@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"math"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -639,15 +638,7 @@ func dfpDNSCache(hostname string, family cluster.Cluster_DnsLookupFamily) *dfpco
 // SelectDNSLookupFamily under its defaults (no ISTIO_DUAL_STACK, no extra IPv4 listener for IPv6 pods):
 // IPv6 only for a proxy whose addresses are all IPv6, else IPv4 only (also dual-stack and address-less).
 func dnsLookupFamily(ips []string) cluster.Cluster_DnsLookupFamily {
-	if len(ips) == 0 {
-		return cluster.Cluster_V4_ONLY
-	}
-	for _, ip := range ips {
-		if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
-			return cluster.Cluster_V4_ONLY
-		}
-	}
-	return cluster.Cluster_V6_ONLY
+	return ipModeOf(ips).family()
 }
 
 // setDynamicForwardProxy makes c the dynamic forward proxy cluster of hostname: each request's host (the
