@@ -5,6 +5,9 @@ import (
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // A proxy's own addresses follow its IP family, as istiod's under its defaults (no ISTIO_DUAL_STACK): a
@@ -86,6 +89,15 @@ func (m ipMode) variant() string {
 		return "\x00dual"
 	}
 	return ""
+}
+
+// serviceVIPs are svc's addresses a proxy of mode m reaches it on: a Kubernetes Service's kubeVIPs, a
+// ServiceEntry's every address (istiod builds a service per address, whatever its family).
+func serviceVIPs(svc *model.Service, m ipMode) []string {
+	if svc.Source.Kind != config.Service {
+		return svc.Addresses
+	}
+	return kubeVIPs(svc.Addresses, m)
 }
 
 // kubeVIPs are the ClusterIPs of a Kubernetes Service a proxy of mode m reaches it on, as istiod's

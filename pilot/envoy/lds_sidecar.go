@@ -993,10 +993,7 @@ type chainPlan struct {
 // additional ones), else its first ClusterIP alone; a ServiceEntry's addresses are each its own (istiod
 // builds a service per address), whatever their family.
 func listenVIPs(svc *model.Service, mode ipMode) []string {
-	if len(svc.Addresses) < 2 || svc.Source.Kind != config.Service {
-		return svc.Addresses
-	}
-	if vips := kubeVIPs(svc.Addresses, mode); len(vips) > 0 {
+	if vips := serviceVIPs(svc, mode); len(vips) > 0 || len(svc.Addresses) == 0 {
 		return vips
 	}
 	return svc.Addresses[:1]

@@ -573,12 +573,8 @@ func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string, mod
 			names = append(names, "*."+n)
 		}
 	}
-	vips := svc.Addresses
-	if svc.Source.Kind == config.Service {
-		vips = kubeVIPs(vips, mode)
-	}
-	for _, addr := range vips {
-		if addr == "" || addr == "0.0.0.0" || addr == "::" || strings.Contains(addr, "/") {
+	for _, addr := range serviceVIPs(svc, mode) {
+		if addr == "" || isUnspecifiedIP(addr) || strings.Contains(addr, "/") {
 			continue
 		}
 		if strings.Contains(addr, ":") {

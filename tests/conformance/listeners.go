@@ -345,14 +345,9 @@ func recordBind(out Snapshot, key Key, l *listener.Listener) {
 	if l == nil || out[key] == nil {
 		return
 	}
-	addrs := []string{}
-	for _, a := range append([]*core.Address{l.GetAddress()}, func() (as []*core.Address) {
-		for _, x := range l.GetAdditionalAddresses() {
-			as = append(as, x.GetAddress())
-		}
-		return as
-	}()...) {
-		addrs = append(addrs, a.GetSocketAddress().GetAddress())
+	addrs := []string{l.GetAddress().GetSocketAddress().GetAddress()}
+	for _, a := range l.GetAdditionalAddresses() {
+		addrs = append(addrs, a.GetAddress().GetSocketAddress().GetAddress())
 	}
 	out[key]["bind"] = strings.Join(addrs, ",")
 }
