@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -152,4 +153,48 @@ func TestNoTrustedNodeAccountsRefusesEveryZtunnel(t *testing.T) {
 	c := e.deltaAs(t, "ztunnel")
 	c.send(&discovery.DeltaDiscoveryRequest{Node: node("ztunnel~10.0.0.9~ztunnel-a.istio-system~istio-system.svc.cluster.local", nil), TypeUrl: AddressType})
 	wantRefused(t, c.end(), codes.PermissionDenied, "none configured")
+}
+
+// A refused client that goes on sending (Istio's agent sends what its proxy asks while the server decides)
+// must get the reason on its receive side, not an EOF on its next send: the server reads its requests until
+// it is quiet and only then ends the stream with the status.
+func TestRefusedClientStillSendingGetsTheReason(t *testing.T) {
+	e := newEnv(t, authSnapshot, withAuth("istio-system/ztunnel"))
+	for name, tc := range map[string]struct {
+		token string
+		node  string
+		code  codes.Code
+		want  string
+	}{
+		"no token":          {"", "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", codes.Unauthenticated, "no credentials"},
+		"another namespace": {"cart", "sidecar~10.0.0.1~vault-1.bank~bank.svc.cluster.local", codes.PermissionDenied, "claims namespace bank"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := e.dial(t)
+			stream, err := c.StreamAggregatedResources(bearer(tc.token)(t.Context()))
+			must(t, err)
+			// Long enough for a status sent when the stream opened to have arrived.
+			time.Sleep(200 * time.Millisecond)
+			for i, typeURL := range []string{ClusterType, ListenerType} {
+				req := &discovery.DiscoveryRequest{TypeUrl: typeURL}
+				if i == 0 {
+					req.Node = node(tc.node, nil)
+				}
+				if err := stream.Send(req); err != nil {
+					t.Fatalf("send %d: %v (the stream ended while the client was still sending)", i, err)
+				}
+			}
+			_, err = stream.Recv()
+			wantRefused(t, err, tc.code, tc.want)
+		})
+	}
+}
+
+// A refused client that never sends still gets its status, once the server stops waiting.
+func TestRefusedSilentClientIsEnded(t *testing.T) {
+	e := newEnv(t, authSnapshot, withAuth("istio-system/ztunnel"))
+	stream, err := e.dial(t).DeltaAggregatedResources(t.Context())
+	must(t, err)
+	_, err = stream.Recv()
+	wantRefused(t, err, codes.Unauthenticated, "no credentials")
 }

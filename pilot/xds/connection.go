@@ -206,14 +206,14 @@ func serve[Req interface {
 	if err != nil {
 		s.refused.Add(1)
 		s.log.Warn("rejected stream: bad node", "error", err)
-		return status.Error(codes.InvalidArgument, err.Error())
+		return s.refuse(ctx, true, func() error { _, err := recv(); return err }, status.Error(codes.InvalidArgument, err.Error()))
 	}
 	if caller := authn.FromContext(ctx); caller != nil {
 		id, err := s.checkIdentity(caller, proxy)
 		if err != nil {
 			s.refused.Add(1)
 			s.log.Warn("rejected stream: identity check", "error", err)
-			return status.Error(codes.PermissionDenied, err.Error())
+			return s.refuse(ctx, true, func() error { _, err := recv(); return err }, status.Error(codes.PermissionDenied, err.Error()))
 		}
 		proxy.Identity = &id
 	}

@@ -1,0 +1,69 @@
+package xds
+
+import (
+	"context"
+	"time"
+)
+
+// How long a refused stream is still read before its status is sent: until the client has been quiet for
+// refusalQuiet after its first request, and never past refusalMax from the refusal.
+const (
+	refusalQuiet = 100 * time.Millisecond
+	refusalMax   = 2 * time.Second
+)
+
+// refuse returns err, the status that ends a stream the server will not serve, once the client has stopped
+// sending. A status that arrives while the client is still sending reaches it as a bare EOF from its next
+// send, and a client that acts on whichever of its send and receive fails first (Istio's agent does)
+// then reports "EOF" instead of the reason. So the client's requests are read and dropped until it has
+// sent its first (unless firstRead says it already has) and then nothing for refusalQuiet. recv reads and
+// drops one request; it returns an error once the stream is over. The wait ends early when ctx ends or
+// the server shuts down.
+func (s *Server) refuse(ctx context.Context, firstRead bool, recv func() error, err error) error {
+	got := make(chan struct{}, 1)
+	ended := make(chan struct{})
+	// This goroutine's last recv returns when the stream ends, which the handler's return brings about.
+	go func() {
+		defer close(ended)
+		for recv() == nil {
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	limit := time.NewTimer(refusalMax)
+	defer limit.Stop()
+	var quiet *time.Timer
+	var quietC <-chan time.Time
+	if firstRead {
+		quiet = time.NewTimer(refusalQuiet)
+		quietC = quiet.C
+	}
+	defer func() {
+		if quiet != nil {
+			quiet.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-got:
+			if quiet == nil {
+				quiet = time.NewTimer(refusalQuiet)
+				quietC = quiet.C
+			} else {
+				quiet.Reset(refusalQuiet)
+			}
+		case <-quietC:
+			return err
+		case <-limit.C:
+			return err
+		case <-ended:
+			return err
+		case <-ctx.Done():
+			return err
+		case <-s.base.Done():
+			return err
+		}
+	}
+}
