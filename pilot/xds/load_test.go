@@ -152,7 +152,10 @@ func TestNamespaceStormDoesNotStarveOthers(t *testing.T) {
 	const (
 		storm = 50
 		work  = 10 * time.Millisecond // per storm push, with one worker: one round of the storm takes 500ms
-		bound = 200 * time.Millisecond
+		// Storm pushes served while the quiet proxy's push waits: round-robin allows the one in progress and
+		// perhaps one more; arrival order puts it behind the whole storm. Counted, not timed, so a slow
+		// machine does not change the verdict.
+		bound = storm / 5
 	)
 	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
 		o.PushConcurrency = 1
@@ -192,8 +195,10 @@ func TestNamespaceStormDoesNotStarveOthers(t *testing.T) {
 	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(300 * time.Millisecond) // let the backlog build
 
+	pushes := func() uint64 { return e.srv.Counters().ByType[EndpointType].Pushes }
 	for i := range 3 {
 		start := time.Now()
+		before := pushes()
 		v := e.publish(false, []string{"quiet/svc"}, func(s snapshot) { s[EndpointType]["a"] = "quiet" + strconv.Itoa(i) })
 		for {
 			r := quiet.recv()
@@ -201,10 +206,11 @@ func TestNamespaceStormDoesNotStarveOthers(t *testing.T) {
 				break
 			}
 		}
-		took := time.Since(start)
-		t.Logf("quiet proxy got push %d in %v with %d connections queued", i, took.Round(time.Millisecond), e.srv.Counters().QueueLen)
-		if took > bound {
-			t.Fatalf("quiet proxy waited %v for its push during the storm, want < %v", took, bound)
+		stormServed := pushes() - before - 1
+		t.Logf("quiet proxy got push %d in %v after %d storm pushes, with %d connections queued", i, time.Since(start).Round(time.Millisecond),
+			stormServed, e.srv.Counters().QueueLen)
+		if stormServed > bound {
+			t.Fatalf("quiet proxy's push waited for %d storm pushes, want at most %d", stormServed, bound)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
