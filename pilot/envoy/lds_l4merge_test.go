@@ -217,3 +217,49 @@ spec:
 		t.Errorf("web's routes to %v, want its own cluster (team-b's VirtualService is not imported)", got)
 	}
 }
+
+// Each egress listener routes by the VirtualServices its own hosts import, as istiod's egress listener:
+// the listener on 8080 imports team-b's, the catch-all (db's 5432, and route configuration 80) does not.
+// Before, every listener took the VirtualServices of all the Sidecar's hosts together.
+func TestEgressListenersImportTheirOwnVirtualServices(t *testing.T) {
+	push := l4Push(t, `
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.0.5.30
+  ports: [{name: http, port: 8080}, {name: http-alt, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  egress:
+  - port: {number: 8080, protocol: HTTP, name: http}
+    hosts: ["./*", "team-b/*"]
+  - hosts: ["./*"]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: team-b-routes, namespace: team-b}
+spec:
+  hosts: [db.shop.svc.cluster.local, web.shop.svc.cluster.local]
+  tcp:
+  - route: [{destination: {host: db-replica.shop.svc.cluster.local}}]
+  http:
+  - route: [{destination: {host: db-canary.shop.svc.cluster.local, port: {number: 5432}}}]
+`)
+	g := New(Options{})
+	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
+	l := ldsFind(t, ldsGenerate(t, g, web, push, wildcard(xds.ListenerType)), "10.0.5.10_5432")
+	if got := l4Dest(t, l, connection{ip: "10.0.5.10", port: 5432}); got != "outbound|5432||db.shop.svc.cluster.local" {
+		t.Errorf("db to %s, want db itself (the catch-all does not import team-b's VirtualService)", got)
+	}
+	rcs := generateRoutes(t, g, web, push, named(xds.RouteType, "8080", "80"))
+	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got, []string{"outbound|5432||db-canary.shop.svc.cluster.local"}) {
+		t.Errorf("web:8080 routes to %v, want db-canary (the listener on 8080 imports team-b's VirtualService)", got)
+	}
+	if got := routeClusters(vhostNamed(t, rcs, "80", "web.shop.svc.cluster.local:80")); !slices.Equal(got, []string{"outbound|80||web.shop.svc.cluster.local"}) {
+		t.Errorf("web:80 routes to %v, want its own cluster (the catch-all does not import team-b's VirtualService)", got)
+	}
+}

@@ -280,7 +280,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey, endpoints: map[string]*endpointRecord{}, mode: mode}
 	var byName map[string]*outboundListener
 	if scope.listeners == nil {
-		byName = planOutbound(push, scope, scope.Services, egressBinding{}, labels, built, family)
+		byName = planOutbound(push, scope, scope.Services, egressBinding{imports: scope.egress}, labels, built, family)
 	} else {
 		// As istiod: each egress listener's services in turn; a listener address:port one has taken is
 		// not added to by a later one (the catch-all's services do not join a port a listener with a port
@@ -288,7 +288,7 @@ func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scop
 		byName = map[string]*outboundListener{}
 		for _, el := range scope.listeners {
 			services := el.services
-			b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0}
+			b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0, imports: el.hosts}
 			if b.real && b.ip == "" {
 				b.ip, b.loopback = loopbackIP(family), true
 			}
@@ -325,6 +325,8 @@ type egressBinding struct {
 	port bool
 	// loopback: ip is the proxy's loopback, the egress listener naming no bind.
 	loopback bool
+	// imports are the egress hosts whose VirtualServices the listeners' tcp and tls routes come from.
+	imports []egressHost
 }
 
 // planOutbound plans the outbound listeners of services, keyed by name, for a proxy of labels, recording
@@ -570,7 +572,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 		}
 		// As istiod, the tcp and tls routes of every VirtualService for the host the Sidecar imports, one
 		// after the other.
-		vss := scope.importedVirtualServices(push.VirtualServicesForHost(scope.Namespace, model.MeshGateway, svc.Hostname))
+		vss := scope.importedVirtualServices(push.VirtualServicesForHost(scope.Namespace, model.MeshGateway, svc.Hostname), b.imports)
 		if hasL4Routes(vss) {
 			built.l4Routed = true
 		}

@@ -413,8 +413,9 @@ type hostRoutes struct {
 func (b *routeBuilder) hostVirtualServices(port uint32) []hostRoutes {
 	var out []hostRoutes
 	var taken map[string]bool
+	imports := b.scope.importsFor(port)
 	for _, vs := range b.push.VirtualServices(b.proxy.Namespace, model.MeshGateway) {
-		if !b.scope.importsVirtualService(vs) {
+		if !b.scope.importsVirtualService(vs, imports) {
 			continue
 		}
 		hosts, served := b.unservedHosts(vs, port)
@@ -473,7 +474,7 @@ func (b *routeBuilder) unservedHosts(vs *model.VirtualService, port uint32) (hos
 				continue
 			}
 			overlaps = true
-			if routedPort(sp) && b.scope.virtualServiceFor(b.push, svc.Hostname) == vs {
+			if routedPort(sp) && b.scope.virtualServiceFor(b.push, svc.Hostname, port) == vs {
 				served = true
 			}
 		}
@@ -533,7 +534,7 @@ func catchAllVirtualHost(registryOnly bool) *route.VirtualHost {
 // serviceRoutes returns the routes of a sidecar (or gRPC) virtual host for svc on port: its VirtualService's
 // when one applies and yields routes for the port, else the default route.
 func (b *routeBuilder) serviceRoutes(svc *model.Service, port uint32) []*route.Route {
-	if vs := b.scope.virtualServiceFor(b.push, svc.Hostname); vs != nil {
+	if vs := b.scope.virtualServiceFor(b.push, svc.Hostname, port); vs != nil {
 		if routes := b.virtualServiceRoutes(vs, model.MeshGateway, port); len(routes) > 0 {
 			return routes
 		}
@@ -659,7 +660,7 @@ func (b *routeBuilder) grpcRouteConfig(name string) *route.RouteConfiguration {
 		return nil // the service exists without that port
 	}
 	var routes []*route.Route
-	if vs := b.scope.virtualServiceFor(b.push, host); vs != nil {
+	if vs := b.scope.virtualServiceFor(b.push, host, port); vs != nil {
 		routes = b.virtualServiceRoutes(vs, model.MeshGateway, port)
 	}
 	if len(routes) == 0 {

@@ -158,7 +158,7 @@ func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext
 			continue
 		}
 		var ds []string
-		if vs := scope.virtualServiceFor(push, svc.Hostname); vs == nil {
+		if vs := scope.virtualServiceFor(push, svc.Hostname, port); vs == nil {
 			// Without a VirtualService the virtual host depends on the service, the port, the proxy's
 			// namespace (short names, DestinationRule precedence) and the DestinationRules only: built once,
 			// and reused by every later snapshot that keeps the service, so adding a service builds one.
@@ -266,7 +266,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 	// a service or back (and may decide whether the VirtualService counts on the port): a full build's call.
 	namedByVS := func(svc *model.Service) bool {
 		return svc.PortByNumber(port) != nil && (strings.HasPrefix(svc.Hostname, "*") ||
-			scope.virtualServiceFor(push, svc.Hostname) != nil)
+			scope.virtualServiceFor(push, svc.Hostname, port) != nil)
 	}
 	if slices.ContainsFunc(added, namedByVS) {
 		return nil, false, nil
@@ -293,7 +293,7 @@ func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push 
 		if sp == nil || !isHTTPPort(sp) {
 			continue
 		}
-		e := vhostListEntry{svc: svc, vs: scope.virtualServiceFor(push, svc.Hostname)}
+		e := vhostListEntry{svc: svc, vs: scope.virtualServiceFor(push, svc.Hostname, port)}
 		if e.vs == nil {
 			plain, err := g.plainVirtualHost(b, svc, port, rules, name)
 			if err != nil {

@@ -25,8 +25,9 @@ type Scope struct {
 	// RegistryOnly is set when traffic to destinations outside Services must be refused (the outbound
 	// traffic policy is REGISTRY_ONLY, or names an egress proxy Sextant cannot send to).
 	RegistryOnly bool
-	// egress are its Sidecar's egress hosts (nil without a Sidecar): they also choose the VirtualServices
-	// whose hosts outside the registry get virtual hosts (hostVirtualServices).
+	// egress are its Sidecar's egress hosts, of every egress listener (nil without a Sidecar). Without
+	// listeners (one catch-all) they also choose the VirtualServices the proxy routes by; with listeners,
+	// each listener's own hosts do (importsFor).
 	egress []egressHost
 	// endpointListened are the Services that sidecars reach through a listener per endpoint address
 	// (Service.ListensOnEndpoints), by hostname: their endpoints' addresses decide the outbound listeners.
@@ -48,6 +49,9 @@ type Scope struct {
 // egressListener is one egress listener of a Sidecar, as istiod's IstioEgressListenerWrapper: the services
 // its hosts select (for a listener with a port, only those with that port, trimmed to it).
 type egressListener struct {
+	// hosts are its egress hosts: they choose its services, and the VirtualServices its listeners and
+	// routes take (istiod's egress listener VirtualServices).
+	hosts    []egressHost
 	port     uint32         // 0: the catch-all, on every port of its services
 	protocol model.Protocol // the egress port's: what its listener speaks, whatever the services say
 	// bind is the address its listeners take ("": each service's VIP, 0.0.0.0 for HTTP); bindToPort makes
@@ -230,7 +234,7 @@ func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config
 		if sidecar != nil {
 			s.egress = append(s.egress, hosts...)
 		}
-		el := &egressListener{bind: eg.Bind, bindToPort: captureNone || eg.CaptureMode == networking.CaptureMode_NONE}
+		el := &egressListener{hosts: hosts, bind: eg.Bind, bindToPort: captureNone || eg.CaptureMode == networking.CaptureMode_NONE}
 		if eg.Port != nil {
 			el.port, el.protocol = eg.Port.Number, model.ParseProtocol(eg.Port.Protocol)
 			if el.protocol.IsHTTP() {
@@ -316,13 +320,26 @@ func registryOnly(m *mesh.Config, sidecar *config.Config) bool {
 
 type egressHost struct{ namespace, host string }
 
-// importsVirtualService reports whether the proxy's Sidecar imports vs (istiod's SelectVirtualServices): some
-// host of it overlaps an egress host of its namespace or of "*". Without a Sidecar every visible one is.
-func (s *Scope) importsVirtualService(vs *model.VirtualService) bool {
+// importsFor returns the egress hosts that choose the VirtualServices of port's route configuration: those
+// of the egress listener that has it (egressForRoute; none when no listener has), or without listeners the
+// Sidecar's. Only meaningful with a Sidecar.
+func (s *Scope) importsFor(port uint32) []egressHost {
+	if s.listeners == nil {
+		return s.egress
+	}
+	if el := s.egressForRoute(port); el != nil {
+		return el.hosts
+	}
+	return nil
+}
+
+// importsVirtualService reports whether egress hosts imports vs (istiod's SelectVirtualServices): some host
+// of it overlaps an egress host of its namespace or of "*". Without a Sidecar every visible one is imported.
+func (s *Scope) importsVirtualService(vs *model.VirtualService, imports []egressHost) bool {
 	if s.Sidecar == nil {
 		return true
 	}
-	for _, e := range s.egress {
+	for _, e := range imports {
 		if e.namespace != "*" && e.namespace != vs.Namespace {
 			continue
 		}
@@ -335,26 +352,31 @@ func (s *Scope) importsVirtualService(vs *model.VirtualService) bool {
 	return false
 }
 
-// importedVirtualServices returns those of vss the proxy's Sidecar imports, in their order: istiod's egress
+// importedVirtualServices returns those of vss that egress hosts imports, in their order: istiod's egress
 // listener VirtualServices, whose tcp and tls routes the listeners take. vss itself when all are.
-func (s *Scope) importedVirtualServices(vss []*model.VirtualService) []*model.VirtualService {
-	if s.Sidecar == nil || !slices.ContainsFunc(vss, func(vs *model.VirtualService) bool { return !s.importsVirtualService(vs) }) {
+func (s *Scope) importedVirtualServices(vss []*model.VirtualService, imports []egressHost) []*model.VirtualService {
+	refused := func(vs *model.VirtualService) bool { return !s.importsVirtualService(vs, imports) }
+	if s.Sidecar == nil || !slices.ContainsFunc(vss, refused) {
 		return vss
 	}
-	return slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !s.importsVirtualService(vs) })
+	return slices.DeleteFunc(slices.Clone(vss), refused)
 }
 
-// virtualServiceFor is the VirtualService for host among those the proxy's Sidecar imports (istiod picks
-// among its egress listener's VirtualServices), with VirtualServiceForHost's precedence: an exact host
+// virtualServiceFor is the VirtualService for host among those imported on port (istiod picks among the
+// VirtualServices of the port's egress listener), with VirtualServiceForHost's precedence: an exact host
 // first, then the most specific wildcard, the first of equals.
-func (s *Scope) virtualServiceFor(push *model.PushContext, host string) *model.VirtualService {
+func (s *Scope) virtualServiceFor(push *model.PushContext, host string, port uint32) *model.VirtualService {
 	vs := push.VirtualServiceForHost(s.Namespace, model.MeshGateway, host)
-	if vs == nil || s.importsVirtualService(vs) {
+	if vs == nil || s.Sidecar == nil {
+		return vs
+	}
+	imports := s.importsFor(port)
+	if s.importsVirtualService(vs, imports) {
 		return vs
 	}
 	var best *model.VirtualService
 	bestHost := ""
-	for _, c := range s.importedVirtualServices(push.VirtualServicesForHost(s.Namespace, model.MeshGateway, host)) {
+	for _, c := range s.importedVirtualServices(push.VirtualServicesForHost(s.Namespace, model.MeshGateway, host), imports) {
 		for _, h := range c.Hosts {
 			if !model.HostMatches(h, host) {
 				continue
