@@ -209,7 +209,7 @@ type outboundListKey struct {
 // w wants, for a proxy with labels (nil: one no workloadSelector selects).
 func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView, w *xds.WatchedResource) (xds.Resources, error) {
 	var out xds.Resources
-	for _, svc := range scope.Services {
+	for _, svc := range scope.clusterServices {
 		var err error
 		if out, _, err = c.serviceClusters(out, svc, scope, push, flavor, who, w); err != nil {
 			return nil, err
@@ -330,7 +330,7 @@ type clusterList struct {
 func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (*clusterList, error) {
 	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID(),
 		accounts: push.ServiceAccountsID()}
-	for _, svc := range scope.Services {
+	for _, svc := range scope.clusterServices {
 		n := len(l.list)
 		var err error
 		var follows bool
@@ -363,7 +363,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 		// the per-cluster cache rebuilds only the clusters whose accounts differ.
 		return nil, false, nil
 	}
-	removed, added := scopeChanges(prev.scope.Services, scope.Services)
+	removed, added := scopeChanges(prev.scope.clusterServices, scope.clusterServices)
 	endpoints := push.EndpointsID()
 	if endpoints != prev.endpoints {
 		for _, svc := range prev.inline {
@@ -395,7 +395,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 			}
 		}
 	}
-	if len(removed)+len(added) > len(scope.Services)/2 {
+	if len(removed)+len(added) > len(scope.clusterServices)/2 {
 		return nil, false, nil // a walk over all is as cheap
 	}
 	next = &clusterList{scope: scope, rules: prev.rules, mesh: prev.mesh, endpoints: endpoints, peerAuthn: peerAuthn, accounts: prev.accounts, derived: true}

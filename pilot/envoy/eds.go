@@ -57,7 +57,7 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 		if !ok || cn.Direction != Outbound {
 			continue
 		}
-		svc := scope.Service(cn.Host)
+		svc := scope.clusterService(cn.Host)
 		if svc == nil || svc.PortByNumber(cn.Port) == nil {
 			continue
 		}

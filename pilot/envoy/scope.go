@@ -44,6 +44,11 @@ type Scope struct {
 	// captureNone: the scope of proxies without iptables capture (INTERCEPTION_MODE NONE), as istiod's
 	// every egress listener binds a port of its own, on the loopback address unless it names a bind.
 	captureNone bool
+	// clusterServices are the services the proxy gets clusters and endpoints of, sorted by hostname, one per
+	// hostname: Services, and under a Sidecar the destinations of the VirtualServices it imports that its
+	// egress hosts leave out (routedDestinations). byClusterHost indexes them.
+	clusterServices []*model.Service
+	byClusterHost   map[string]*model.Service
 }
 
 // egressListener is one egress listener of a Sidecar, as istiod's IstioEgressListenerWrapper: the services
@@ -77,6 +82,9 @@ func (s *Scope) egressForRoute(port uint32) *egressListener {
 // Service returns the service the proxy sees for host, or nil.
 func (s *Scope) Service(host string) *model.Service { return s.byHost[host] }
 
+// clusterService returns the service whose clusters the proxy gets for host, or nil.
+func (s *Scope) clusterService(host string) *model.Service { return s.byClusterHost[host] }
+
 // scopeID is whom a scope is for. It is built from the services and Sidecars (and not the snapshot version),
 // so endpoint-only pushes reuse scopes and everything cached against them.
 type scopeID struct {
@@ -90,7 +98,13 @@ type scopeID struct {
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
 	none := capturesNothing(proxy)
-	id, inputs := scopeID{proxy.Namespace, sidecar, none}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
+	// Under a Sidecar the scope follows the VirtualServices too, for the destinations they add
+	// (routedDestinations); without one it does not, so a VirtualService change rebuilds no other scope.
+	var vss any
+	if sidecar != nil {
+		vss = push.VirtualServicesID()
+	}
+	id, inputs := scopeID{proxy.Namespace, sidecar, none}, [4]any{push.ServicesID(), push.SidecarsID(), push.Mesh, vss}
 	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) {
 		prev, _ := g.scopes.latest(id)
 		if none {
@@ -156,6 +170,11 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config, prev
 	slices.SortFunc(s.routePortsByName, func(a, b uint32) int {
 		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
 	})
+	if sidecar != nil {
+		s.routedDestinations(push, []*egressListener{{hosts: egress}}, newTrimmer(s, prev))
+	} else {
+		s.clusterServices, s.byClusterHost = s.Services, s.byHost
+	}
 	return s
 }
 
@@ -177,35 +196,8 @@ func needsEgressListeners(sc *networking.Sidecar) bool {
 // and without a Sidecar (or egress listeners) one catch-all over every host does.
 func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config, prev *Scope, captureNone bool) *Scope {
 	s := &Scope{Namespace: ns, Sidecar: sidecar, byHost: map[string]*model.Service{}, RegistryOnly: registryOnly(push.Mesh, sidecar),
-		trims: map[trimKey]*model.Service{}, captureNone: captureNone}
-	var prevTrims map[trimKey]*model.Service
-	if prev != nil {
-		prevTrims = prev.trims
-	}
-	trim := func(svc *model.Service, ports []uint32, proto model.Protocol) *model.Service {
-		k := trimKey{svc, fmt.Sprint(ports), proto}
-		if t, ok := s.trims[k]; ok {
-			return t
-		}
-		t, ok := prevTrims[k]
-		if !ok {
-			c := *svc
-			c.Ports = nil
-			for _, p := range svc.Ports {
-				if slices.Contains(ports, p.Port) {
-					if proto != "" {
-						cp := *p
-						cp.Protocol = proto
-						p = &cp
-					}
-					c.Ports = append(c.Ports, p)
-				}
-			}
-			t = &c
-		}
-		s.trims[k] = t
-		return t
-	}
+		captureNone: captureNone}
+	trim := newTrimmer(s, prev)
 	// The service each hostname resolves to for ns, by hostname.
 	var all []*model.Service
 	seen := map[string]bool{}
@@ -282,7 +274,197 @@ func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config
 	slices.SortFunc(s.routePortsByName, func(a, b uint32) int {
 		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
 	})
+	if sidecar != nil {
+		s.routedDestinations(push, s.listeners, trim)
+	} else {
+		s.clusterServices, s.byClusterHost = s.Services, s.byHost
+	}
 	return s
+}
+
+// trimmer makes copies of services with some of their ports (and, for an egress listener's view of one,
+// the egress port's protocol), each made once per scope, and taken from the previous scope when it made
+// the same: what is cached against a copy stays valid.
+type trimmer func(svc *model.Service, ports []uint32, proto model.Protocol) *model.Service
+
+func newTrimmer(s *Scope, prev *Scope) trimmer {
+	if s.trims == nil {
+		s.trims = map[trimKey]*model.Service{}
+	}
+	var prevTrims map[trimKey]*model.Service
+	if prev != nil {
+		prevTrims = prev.trims
+	}
+	return func(svc *model.Service, ports []uint32, proto model.Protocol) *model.Service {
+		k := trimKey{svc, fmt.Sprint(ports), proto}
+		if t, ok := s.trims[k]; ok {
+			return t
+		}
+		t, ok := prevTrims[k]
+		if !ok {
+			c := *svc
+			c.Ports = nil
+			for _, p := range svc.Ports {
+				if slices.Contains(ports, p.Port) {
+					if proto != "" {
+						cp := *p
+						cp.Protocol = proto
+						p = &cp
+					}
+					c.Ports = append(c.Ports, p)
+				}
+			}
+			t = &c
+		}
+		s.trims[k] = t
+		return t
+	}
+}
+
+// routedDestinations sets the scope's cluster services: its Services, and with a Sidecar the services that
+// the VirtualServices each egress listener imports route or mirror to, on the ports they name (a listener
+// with a port: on that port alone), as istiod's collectImportedServices. A destination the egress hosts
+// left out thus gets its clusters and endpoints (no listener or route of its own), and one they selected
+// on some ports gets the ports routed to as well; without that, the route led to a cluster the proxy
+// did not have.
+func (s *Scope) routedDestinations(push *model.PushContext, listeners []*egressListener, trim trimmer) {
+	s.clusterServices, s.byClusterHost = s.Services, s.byHost
+	if s.Sidecar == nil {
+		return
+	}
+	type routed struct {
+		svc   *model.Service
+		all   bool
+		ports []uint32
+	}
+	var want map[string]*routed
+	vss := push.VirtualServices(s.Namespace, model.MeshGateway)
+	for _, el := range listeners {
+		for _, vs := range vss {
+			if !s.importsVirtualService(vs, el.hosts) {
+				continue
+			}
+			for host, ports := range virtualServiceDestinations(vs, s.Namespace, push.Mesh.DomainSuffix) {
+				svc := push.ServiceForHostname(s.Namespace, host)
+				if svc == nil {
+					continue
+				}
+				r := want[svc.Hostname]
+				if r == nil {
+					r = &routed{svc: svc}
+				}
+				switch {
+				case el.port != 0:
+					if svc.PortByNumber(el.port) == nil {
+						continue
+					}
+					r.ports = append(r.ports, el.port)
+				case ports[0]:
+					r.all = true
+				default:
+					n := len(r.ports)
+					for p := range ports {
+						if svc.PortByNumber(p) != nil {
+							r.ports = append(r.ports, p)
+						}
+					}
+					if len(r.ports) == n {
+						continue // none of the ports routed to: istiod adds nothing
+					}
+				}
+				if want == nil {
+					want = map[string]*routed{}
+				}
+				want[svc.Hostname] = r
+			}
+		}
+	}
+	changed := false
+	byHost := s.byHost
+	for host, r := range want {
+		cur := s.byHost[host]
+		if cur == r.svc {
+			continue // every port already
+		}
+		ports := slices.Clone(r.ports)
+		if cur != nil {
+			for _, p := range cur.Ports {
+				ports = append(ports, p.Port)
+			}
+		}
+		slices.Sort(ports)
+		ports = slices.Compact(ports)
+		next := r.svc
+		if !r.all && len(ports) < len(r.svc.Ports) {
+			next = trim(r.svc, ports, "")
+		}
+		if next == cur {
+			continue
+		}
+		if !changed {
+			byHost, changed = maps.Clone(s.byHost), true
+		}
+		byHost[host] = next
+	}
+	if !changed {
+		return
+	}
+	s.byClusterHost = byHost
+	s.clusterServices = slices.SortedFunc(maps.Values(byHost), func(a, b *model.Service) int { return strings.Compare(a.Hostname, b.Hostname) })
+}
+
+// virtualServiceDestinations returns the hosts vs routes or mirrors to, resolved in its namespace, each
+// with the port numbers the destinations name (0 for one that names none), as istiod's
+// virtualServiceDestinationsFilteredBySourceNamespace: an http route whose matches all name another
+// sourceNamespace than ns is left out.
+func virtualServiceDestinations(vs *model.VirtualService, ns, suffix string) map[string]map[uint32]bool {
+	out := map[string]map[uint32]bool{}
+	add := func(d interface {
+		GetHost() string
+		GetPort() *networking.PortSelector
+	}) {
+		if d == nil || d.GetHost() == "" {
+			return
+		}
+		host := model.ResolveHost(d.GetHost(), vs.Namespace, suffix)
+		if out[host] == nil {
+			out[host] = map[uint32]bool{}
+		}
+		out[host][d.GetPort().GetNumber()] = true
+	}
+	for _, h := range vs.Spec.GetHttp() {
+		fromNS := true
+		for _, m := range h.GetMatch() {
+			if m.GetSourceNamespace() != "" {
+				if m.GetSourceNamespace() == ns {
+					fromNS = true
+					break
+				}
+				fromNS = false
+			}
+		}
+		if !fromNS {
+			continue
+		}
+		for _, r := range h.GetRoute() {
+			add(r.GetDestination())
+		}
+		add(h.GetMirror())
+		for _, m := range h.GetMirrors() {
+			add(m.GetDestination())
+		}
+	}
+	for _, t := range vs.Spec.GetTcp() {
+		for _, r := range t.GetRoute() {
+			add(r.GetDestination())
+		}
+	}
+	for _, t := range vs.Spec.GetTls() {
+		for _, r := range t.GetRoute() {
+			add(r.GetDestination())
+		}
+	}
+	return out
 }
 
 // trimKey names a copy of a service with some of its ports (and, for an egress listener's view of it,

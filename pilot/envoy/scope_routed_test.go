@@ -1,0 +1,105 @@
+package envoy
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/store"
+	"github.com/sextantmesh/sextant/pilot/xds"
+)
+
+const routedDestinationsMesh = `
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec:
+  clusterIP: 10.0.6.10
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: team-b}
+spec:
+  clusterIP: 10.0.6.20
+  ports: [{name: http, port: 9080}, {name: tcp-admin, port: 9901}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: audit, namespace: team-b}
+spec:
+  clusterIP: 10.0.6.30
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  egress: [{hosts: ["./*"]}]
+`
+
+const reviewsToRatings = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: shop}
+spec:
+  hosts: [reviews]
+  http:
+  - route: [{destination: {host: ratings.team-b.svc.cluster.local, port: {number: 9080}}}]
+    mirror: {host: audit.team-b.svc.cluster.local}
+`
+
+// outboundClusterNames are the names of the outbound clusters proxy gets.
+func outboundClusterNames(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.PushContext) []string {
+	t.Helper()
+	var out []string
+	for _, c := range generate(t, g, xds.ClusterType, proxy, push, wildcard(xds.ClusterType), newCluster) {
+		if strings.HasPrefix(c.Name, "outbound|") {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// A VirtualService the Sidecar imports routes (and mirrors) to services its egress hosts leave out: the
+// proxy gets their clusters on the ports routed to, and their endpoints, as istiod adds such destinations
+// to its scope. Before, the routes led to clusters the proxy did not have. Adding the VirtualService to a
+// running mesh adds them; other namespaces' scopes are not rebuilt for it.
+func TestSidecarGetsClustersOfRoutedDestinations(t *testing.T) {
+	st := storeFromYAML(t, []byte(routedDestinationsMesh))
+	push := model.Build(st, pushFromYAML(t, nil).Mesh)
+	g := New(Options{})
+	proxy := sidecarIn("shop", "10.1.0.5", map[string]string{"app": "productpage"})
+	other := sidecarIn("elsewhere", "10.1.0.6", map[string]string{"app": "x"})
+	if got := outboundClusterNames(t, g, proxy, push); !slices.Equal(got, []string{"outbound|9080||reviews.shop.svc.cluster.local"}) {
+		t.Fatalf("before the VirtualService: clusters %v, want reviews' alone", got)
+	}
+	outboundClusterNames(t, g, other, push)
+	otherScope := g.scopeFor(other, push)
+
+	c, err := config.Parse([]byte(reviewsToRatings), "vs.yaml", 0, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Upsert(store.LayerFile, c)
+	next, _ := model.Update(push, st, []model.Change{{Key: c.Key, New: c}})
+	want := []string{
+		"outbound|8080||audit.team-b.svc.cluster.local",
+		"outbound|9080||ratings.team-b.svc.cluster.local",
+		"outbound|9080||reviews.shop.svc.cluster.local",
+	}
+	if got := outboundClusterNames(t, g, proxy, next); !slices.Equal(got, want) {
+		t.Errorf("clusters %v, want %v (ratings on the port routed to only, audit mirrored to)", got, want)
+	}
+	clas, err := g.ByTypeURL()[xds.EndpointType].Generate(proxy, next, named(xds.EndpointType, want[:2]...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(clas) != 2 {
+		t.Errorf("%d load assignments for the routed destinations, want 2", len(clas))
+	}
+	if g.scopeFor(other, next) != otherScope {
+		t.Error("a scope without a Sidecar was rebuilt for a VirtualService change")
+	}
+}
