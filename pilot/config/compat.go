@@ -77,7 +77,7 @@ const (
 var compatTable = map[CompatField]CompatEntry{
 	// VirtualService
 	{networkingPkg + "VirtualService", "export_to"}: {Status: Honoured,
-		Note: "also orders, as istiod: for a sidecar, and for a gateway by its pods' namespace, the VirtualServices exported to that namespace alone come first, then those exported to it by name, then those exported everywhere (each oldest first); the first for a host takes its HTTP routes; a gateway sees none not exported to its pods' namespace"},
+		Note: "entries istiod's validation refuses (~, a duplicate, * among others, not a namespace name) are rejected; also orders, as istiod: for a sidecar, and for a gateway by its pods' namespace, the VirtualServices exported to that namespace alone come first, then those exported to it by name, then those exported everywhere (each oldest first); the first for a host takes its HTTP routes; a gateway sees none not exported to its pods' namespace"},
 	{networkingPkg + "VirtualService", "tcp"}: {Status: Honoured,
 		Note: "a sidecar takes the tcp routes of every VirtualService for the host, one after the other in istiod's order (those exported to the proxy's namespace alone, then by name, then everywhere; each oldest first): the first route taking every address ends the walk; a gateway server the first applying route of the VirtualServices bound to it"},
 	{networkingPkg + "VirtualService", "tls"}: {Status: Honoured,
@@ -142,7 +142,11 @@ var compatTable = map[CompatField]CompatEntry{
 	{networkingPkg + "IstioIngressListener", "bind"}: {Status: Honoured,
 		Note: "the address a bound port's listener takes (else the pod's address), as istiod's; under capture it names the port's chains only, and the port is matched on any address"},
 	{networkingPkg + "IstioEgressListener", "hosts"}: {Status: Honoured,
-		Note: "select the services and, as istiod, the VirtualServices (by their namespace and hosts) the proxy routes by: HTTP routes, tcp and tls routes alike"},
+		Note: "select the services and, as istiod, the VirtualServices (by their namespace and hosts) the proxy routes by: HTTP routes, tcp and tls routes alike, each egress listener by its own hosts; the services those VirtualServices route or mirror to get clusters and endpoints too, on the ports routed to"},
+	{networkingPkg + "DestinationRule", "export_to"}: {Status: Honoured,
+		Note: "entries istiod's validation refuses (~, a duplicate, * among others, not a namespace name, beyond the rule's own namespace with a workloadSelector) are rejected"},
+	{networkingPkg + "ServiceEntry", "export_to"}: {Status: Honoured,
+		Note: "~ (seen by the entry's own workloads only) must stand alone; a duplicate, * among others, or not a namespace name is rejected, as istiod's validation"},
 	{networkingPkg + "IstioIngressListener", "tls"}: {Status: Warned,
 		Note: "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set; what istiod's validation refuses (credentialName, ISTIO_MUTUAL, ...) is refused"},
 	{networkingPkg + "IstioEgressListener", "port"}: {Status: Honoured,

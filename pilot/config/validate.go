@@ -16,6 +16,7 @@ import (
 	typev1beta1 "istio.io/api/type/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // FieldError is a validation failure at one field, written as a path like "spec.http[0].route[1].weight".
@@ -33,6 +34,9 @@ func fieldErr(field, format string, args ...any) error {
 // Validate checks the semantic rules a proxy relies on, beyond what decoding already enforced.
 // It returns the first problem found, as a *FieldError.
 func Validate(c *Config) error {
+	if err := validateExportTo(c); err != nil {
+		return err
+	}
 	switch s := c.Spec.(type) {
 	case *corev1.Service:
 		return validateService(s)
@@ -68,6 +72,63 @@ func Validate(c *Config) error {
 }
 
 func validPort(n int64) bool { return n >= 1 && n <= 65535 }
+
+// validateExportTo applies Istio's rules for spec.exportTo of a VirtualService, DestinationRule or
+// ServiceEntry, which its admission webhook enforces: each entry once ("." counts as the object's own
+// namespace), "." or "*" or a namespace name, "*" alone, "~" (exported to no one) for a ServiceEntry only
+// and alone, and a DestinationRule with a workloadSelector exported to its own namespace only.
+func validateExportTo(c *Config) error {
+	var exportTo []string
+	serviceEntry, selector := false, false
+	switch s := c.Spec.(type) {
+	case *networking.VirtualService:
+		exportTo = s.ExportTo
+	case *networking.DestinationRule:
+		exportTo, selector = s.ExportTo, s.WorkloadSelector != nil
+	case *networking.ServiceEntry:
+		exportTo, serviceEntry = s.ExportTo, true
+	default:
+		return nil
+	}
+	seen := map[string]bool{}
+	for i, e := range exportTo {
+		f := fmt.Sprintf("spec.exportTo[%d]", i)
+		key := e
+		if e == "." {
+			key = c.Namespace
+		}
+		if seen[key] {
+			if key != e {
+				return fieldErr(f, "duplicate entry: . and the object's namespace %s", c.Namespace)
+			}
+			return fieldErr(f, "duplicate entry %q", e)
+		}
+		seen[key] = true
+		switch e {
+		case ".", "*":
+		case "~":
+			if !serviceEntry {
+				return fieldErr(f, "~ (exported to no one) is allowed for a ServiceEntry only")
+			}
+		default:
+			if errs := validation.IsDNS1123Label(e); len(errs) > 0 {
+				return fieldErr(f, "%q is not \".\", \"*\" or a namespace name: %s", e, strings.Join(errs, "; "))
+			}
+		}
+	}
+	if selector && len(exportTo) > 0 {
+		if !seen[c.Namespace] {
+			return fieldErr("spec.exportTo", "a DestinationRule with a workloadSelector cannot be exported beyond its own namespace %s", c.Namespace)
+		}
+		if len(seen) > 1 {
+			return fieldErr("spec.exportTo", "a DestinationRule with a workloadSelector cannot have more than one entry")
+		}
+	}
+	if len(exportTo) > 1 && (seen["*"] || seen["~"]) {
+		return fieldErr("spec.exportTo", "\"*\" (everyone) and \"~\" (no one) cannot be combined with other entries")
+	}
+	return nil
+}
 
 func validateService(s *corev1.Service) error {
 	names := map[string]bool{}

@@ -281,3 +281,43 @@ func TestDelegateVirtualServiceLoads(t *testing.T) {
 		}
 	}
 }
+
+// exportTo values istiod's validation refuses are refused, naming the entry; before, "~" among namespaces
+// was read as those namespaces alone, and a misspelt or duplicated entry was taken as it stood.
+func TestExportToErrors(t *testing.T) {
+	const (
+		vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: vs, namespace: shop}\nspec:\n  hosts: [reviews]\n" +
+			"  http: [{route: [{destination: {host: reviews}}]}]\n"
+		dr = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr, namespace: shop}\nspec:\n  host: reviews\n"
+		se = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n  hosts: [api.example.com]\n" +
+			"  ports: [{number: 443, name: tls, protocol: TLS}]\n"
+	)
+	for _, tc := range []struct{ doc, field, message string }{
+		{vs + "  exportTo: [\"~\", team-b]\n", "spec.exportTo[0]", "ServiceEntry only"},
+		{vs + "  exportTo: [\"~\"]\n", "spec.exportTo[0]", "ServiceEntry only"},
+		{vs + "  exportTo: [shop, \".\"]\n", "spec.exportTo[1]", "duplicate entry: . and the object's namespace shop"},
+		{vs + "  exportTo: [team-b, team-b]\n", "spec.exportTo[1]", `duplicate entry "team-b"`},
+		{vs + "  exportTo: [\"*\", team-b]\n", "spec.exportTo", "cannot be combined"},
+		{vs + "  exportTo: [Team_B]\n", "spec.exportTo[0]", "namespace name"},
+		{dr + "  exportTo: [\"~\"]\n", "spec.exportTo[0]", "ServiceEntry only"},
+		{dr + "  workloadSelector: {matchLabels: {app: a}}\n  exportTo: [\"*\"]\n", "spec.exportTo", "beyond its own namespace shop"},
+		{dr + "  workloadSelector: {matchLabels: {app: a}}\n  exportTo: [\".\", team-b]\n", "spec.exportTo", "more than one entry"},
+		{se + "  exportTo: [\"~\", \".\"]\n", "spec.exportTo", "cannot be combined"},
+	} {
+		_, err := parseOne(t, tc.doc)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(ce.Message, tc.message) {
+			t.Errorf("%q: error %v, want field %s with %q", tc.doc[strings.Index(tc.doc, "exportTo"):], err, tc.field, tc.message)
+		}
+	}
+	for _, doc := range []string{
+		vs + "  exportTo: [\".\", team-b]\n",
+		vs + "  exportTo: [\"*\"]\n",
+		dr + "  workloadSelector: {matchLabels: {app: a}}\n  exportTo: [\".\"]\n",
+		se + "  exportTo: [\"~\"]\n",
+	} {
+		if _, err := parseOne(t, doc); err != nil {
+			t.Errorf("%q refused: %v", doc[strings.Index(doc, "exportTo"):], err)
+		}
+	}
+}
