@@ -38,6 +38,8 @@ type Generators struct {
 	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
 	resources *lru.Cache[any, *xds.Resource]
 	scopes    *generations[scopeID, *Scope]
+	// routedScopes are the scopes of proxies under a Sidecar with the destinations its VirtualServices add.
+	routedScopes *generations[scopeID, *Scope]
 	// lists keeps whole lists of resources that many proxies share (a scope's outbound listeners, merged
 	// lists, VHDS concatenations), the latest generation of each only.
 	lists *generations[listID, xds.Resources]
@@ -258,7 +260,7 @@ func New(opts Options) *Generators {
 		opts.CacheSize = 20_000
 	}
 	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
-	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), clusters: newSlots[outboundClusterKey](), assignments: newSlots[edsKey](),
+	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), routedScopes: newGenerations[scopeID, *Scope](), clusters: newSlots[outboundClusterKey](), assignments: newSlots[edsKey](),
 		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
 		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),

@@ -46,9 +46,11 @@ type Scope struct {
 	captureNone bool
 	// clusterServices are the services the proxy gets clusters and endpoints of, sorted by hostname, one per
 	// hostname: Services, and under a Sidecar the destinations of the VirtualServices it imports that its
-	// egress hosts leave out (routedDestinations). byClusterHost indexes them.
+	// egress hosts leave out (withRoutedDestinations). byClusterHost indexes them.
 	clusterServices []*model.Service
 	byClusterHost   map[string]*model.Service
+	// base is the scope this one adds routed destinations to (nil: none added).
+	base *Scope
 }
 
 // egressListener is one egress listener of a Sidecar, as istiod's IstioEgressListenerWrapper: the services
@@ -98,13 +100,7 @@ type scopeID struct {
 func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
 	none := capturesNothing(proxy)
-	// Under a Sidecar the scope follows the VirtualServices too, for the destinations they add
-	// (routedDestinations); without one it does not, so a VirtualService change rebuilds no other scope.
-	var vss any
-	if sidecar != nil {
-		vss = push.VirtualServicesID()
-	}
-	id, inputs := scopeID{proxy.Namespace, sidecar, none}, [4]any{push.ServicesID(), push.SidecarsID(), push.Mesh, vss}
+	id, inputs := scopeID{proxy.Namespace, sidecar, none}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
 	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) {
 		prev, _ := g.scopes.latest(id)
 		if none {
@@ -112,7 +108,22 @@ func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope 
 		}
 		return buildScope(push, proxy.Namespace, sidecar, prev), nil
 	})
-	return s
+	if sidecar == nil {
+		return s
+	}
+	// Under a Sidecar the VirtualServices may add destinations: a second step over the VirtualServices alone,
+	// so that a VirtualService change walks no service, and keeps the scope when what it adds is the same.
+	r, _ := g.routedScopes.getOrBuild(id, routedInputs{s, push.VirtualServicesID()}, func() (*Scope, error) {
+		prev, _ := g.routedScopes.latest(id)
+		return s.withRoutedDestinations(push, prev), nil
+	})
+	return r
+}
+
+// routedInputs are what a scope with its routed destinations is built from.
+type routedInputs struct {
+	base            *Scope
+	virtualServices any
 }
 
 // capturesNothing reports whether proxy is a sidecar without iptables capture (INTERCEPTION_MODE NONE):
@@ -170,11 +181,7 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config, prev
 	slices.SortFunc(s.routePortsByName, func(a, b uint32) int {
 		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
 	})
-	if sidecar != nil {
-		s.routedDestinations(push, []*egressListener{{hosts: egress}}, newTrimmer(s, prev))
-	} else {
-		s.clusterServices, s.byClusterHost = s.Services, s.byHost
-	}
+	s.clusterServices, s.byClusterHost = s.Services, s.byHost
 	return s
 }
 
@@ -274,11 +281,7 @@ func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config
 	slices.SortFunc(s.routePortsByName, func(a, b uint32) int {
 		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
 	})
-	if sidecar != nil {
-		s.routedDestinations(push, s.listeners, trim)
-	} else {
-		s.clusterServices, s.byClusterHost = s.Services, s.byHost
-	}
+	s.clusterServices, s.byClusterHost = s.Services, s.byHost
 	return s
 }
 
@@ -321,17 +324,33 @@ func newTrimmer(s *Scope, prev *Scope) trimmer {
 	}
 }
 
-// routedDestinations sets the scope's cluster services: its Services, and with a Sidecar the services that
-// the VirtualServices each egress listener imports route or mirror to, on the ports they name (a listener
-// with a port: on that port alone), as istiod's collectImportedServices. A destination the egress hosts
-// left out thus gets its clusters and endpoints (no listener or route of its own), and one they selected
-// on some ports gets the ports routed to as well; without that, the route led to a cluster the proxy
-// did not have.
-func (s *Scope) routedDestinations(push *model.PushContext, listeners []*egressListener, trim trimmer) {
-	s.clusterServices, s.byClusterHost = s.Services, s.byHost
-	if s.Sidecar == nil {
-		return
+// withRoutedDestinations returns s with the cluster services of a Sidecar's proxies: its Services, and the
+// services that the VirtualServices each egress listener imports route or mirror to, on the ports they name
+// (a listener with a port: on that port alone), as istiod's collectImportedServices. A destination the
+// egress hosts left out thus gets its clusters and endpoints (no listener or route of its own), and one
+// they selected on some ports gets the ports routed to as well; without that, the route led to a cluster
+// the proxy did not have. s itself when they add nothing; prev, the previous result for the same proxies,
+// when it is s with the same additions, so what is cached against it stays.
+func (s *Scope) withRoutedDestinations(push *model.PushContext, prev *Scope) *Scope {
+	listeners := s.listeners
+	if listeners == nil {
+		listeners = []*egressListener{{hosts: s.egress}}
 	}
+	c := *s
+	c.trims = nil
+	if !c.addRoutedDestinations(push, listeners, newTrimmer(&c, prev)) {
+		return s
+	}
+	if prev != nil && prev.base == s && slices.Equal(prev.clusterServices, c.clusterServices) {
+		return prev
+	}
+	c.base = s
+	return &c
+}
+
+// addRoutedDestinations adds to s's cluster services the destinations of the VirtualServices listeners
+// import, making port-limited copies with trim, and reports whether it added any.
+func (s *Scope) addRoutedDestinations(push *model.PushContext, listeners []*egressListener, trim trimmer) bool {
 	type routed struct {
 		svc   *model.Service
 		all   bool
@@ -407,10 +426,11 @@ func (s *Scope) routedDestinations(push *model.PushContext, listeners []*egressL
 		byHost[host] = next
 	}
 	if !changed {
-		return
+		return false
 	}
 	s.byClusterHost = byHost
 	s.clusterServices = slices.SortedFunc(maps.Values(byHost), func(a, b *model.Service) int { return strings.Compare(a.Hostname, b.Hostname) })
+	return true
 }
 
 // virtualServiceDestinations returns the hosts vs routes or mirrors to, resolved in its namespace, each

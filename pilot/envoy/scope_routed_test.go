@@ -102,4 +102,16 @@ func TestSidecarGetsClustersOfRoutedDestinations(t *testing.T) {
 	if g.scopeFor(other, next) != otherScope {
 		t.Error("a scope without a Sidecar was rebuilt for a VirtualService change")
 	}
+
+	// A VirtualService change that adds no destination keeps the scope, and what is cached against it.
+	scope := g.scopeFor(proxy, next)
+	c, err = config.Parse([]byte(strings.Replace(reviewsToRatings, "name: reviews,", "name: reviews-copy,", 1)), "vs2.yaml", 0, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Upsert(store.LayerFile, c)
+	last, _ := model.Update(next, st, []model.Change{{Key: c.Key, New: c}})
+	if g.scopeFor(proxy, last) != scope {
+		t.Error("the scope was rebuilt for a VirtualService change that adds no destination")
+	}
 }
