@@ -96,5 +96,6 @@ func snapshotWarnings(ps *model.PushContext) []*config.Error {
 	out = append(out, ps.VirtualServiceProblems()...)
 	out = append(out, ps.DNSRoundRobinProblems()...)
 	out = append(out, ps.DynamicDNSProblems()...)
+	out = append(out, ps.ServiceHostProblems()...)
 	return out
 }

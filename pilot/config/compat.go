@@ -145,6 +145,8 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "select the services and, as istiod, the VirtualServices (by their namespace and hosts) the proxy routes by: HTTP routes, tcp and tls routes alike, each egress listener by its own hosts; the services those VirtualServices route or mirror to get clusters and endpoints too, on the ports routed to"},
 	{networkingPkg + "DestinationRule", "export_to"}: {Status: Honoured,
 		Note: "entries istiod's validation refuses (~, a duplicate, * among others, not a namespace name, beyond the rule's own namespace with a workloadSelector) are rejected"},
+	{networkingPkg + "ServiceEntry", "hosts"}: {Status: Honoured,
+		Note: "a host that several ServiceEntries of one namespace name is served as the oldest entry defines it, and each other entry is warned (istiod merges their ports)"},
 	{networkingPkg + "ServiceEntry", "export_to"}: {Status: Honoured,
 		Note: "~ (seen by the entry's own workloads only) must stand alone; a duplicate, * among others, or not a namespace name is rejected, as istiod's validation"},
 	{networkingPkg + "IstioIngressListener", "tls"}: {Status: Warned,

@@ -415,6 +415,7 @@ func (s *Server) Warnings() []*config.Error {
 		out = append(out, ps.VirtualServiceProblems()...)
 		out = append(out, ps.DNSRoundRobinProblems()...)
 		out = append(out, ps.DynamicDNSProblems()...)
+		out = append(out, ps.ServiceHostProblems()...)
 	}
 	return out
 }
