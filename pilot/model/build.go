@@ -134,6 +134,9 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 			}
 		}
 	}
+	// Several services share a key when ServiceEntries of one namespace name the same host; the oldest is
+	// the one served (ServiceForHostname), so its endpoints and workloads are the key's.
+	all = servedPerKey(all)
 	// Endpoints and selected workloads per service read only immutable inputs: compute them in parallel.
 	type perService struct {
 		eps  *ServiceEndpoints
@@ -461,19 +464,25 @@ func (u *updater) serviceChanged(key config.Key) {
 		}
 	}
 	u.editNamespaceList(key, old, fresh)
-	freshKeys := map[string]bool{}
-	for _, s := range fresh {
-		freshKeys[s.Key()] = true
-		u.affected[s.Key()] = s
-		u.reselect = append(u.reselect, s)
-	}
+	// A key's endpoints and workloads are those of the service served for it (servedPerKey): another
+	// ServiceEntry of the namespace naming the same host neither replaces nor, when it goes, removes them.
+	keys := map[string]string{} // key → namespace
 	for _, s := range old {
-		if !freshKeys[s.Key()] {
-			u.setEndpoints(s.Key(), s.Namespace, nil)
-			u.byService.Delete(s.Key())
-			delete(u.affected, s.Key())
-			u.res.ServicesUpdated[s.Key()] = struct{}{}
+		keys[s.Key()] = s.Namespace
+	}
+	for _, s := range fresh {
+		keys[s.Key()] = s.Namespace
+	}
+	for key, ns := range keys {
+		if served := u.serviceByKey(key); served != nil {
+			u.affected[key] = served
+			u.reselect = append(u.reselect, served)
+			continue
 		}
+		u.setEndpoints(key, ns, nil)
+		u.byService.Delete(key)
+		delete(u.affected, key)
+		u.res.ServicesUpdated[key] = struct{}{}
 	}
 	u.allRemoved = append(u.allRemoved, old...)
 	u.allAdded = append(u.allAdded, fresh...)
@@ -595,7 +604,9 @@ func (u *updater) sliceChanged(ch Change) {
 		}
 		name := c.Spec.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelServiceName]
 		for _, s := range u.servicesFromSource(config.Key{Kind: config.Service, Namespace: c.Namespace, Name: name}) {
-			u.affected[s.Key()] = s
+			if served := u.serviceByKey(s.Key()); served != nil {
+				u.affected[s.Key()] = served
+			}
 		}
 	}
 }
@@ -636,6 +647,9 @@ func (u *updater) workloadChanged(ch Change) {
 		}
 		for _, l := range labelSets {
 			if labelsMatch(s.Selector, l) {
+				if u.serviceByKey(s.Key()) != s {
+					break // another service of the namespace is served for its host (servedPerKey)
+				}
 				u.affected[s.Key()] = s
 				u.updateMembership(s, uid, newW)
 				break
@@ -915,4 +929,24 @@ func endpointsEqual(a, b *ServiceEndpoints) bool {
 		}
 	}
 	return true
+}
+
+// servedPerKey returns, of services, the one served for each key (namespace/hostname): the first in
+// CompareServices order. services itself when no two share a key.
+func servedPerKey(services []*Service) []*Service {
+	first := make(map[string]*Service, len(services))
+	shared := false
+	for _, s := range services {
+		cur, ok := first[s.Key()]
+		if ok {
+			shared = true
+		}
+		if !ok || CompareServices(s, cur) < 0 {
+			first[s.Key()] = s
+		}
+	}
+	if !shared {
+		return services
+	}
+	return slices.DeleteFunc(services, func(s *Service) bool { return first[s.Key()] != s })
 }
