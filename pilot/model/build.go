@@ -136,7 +136,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	}
 	// Several services share a key when ServiceEntries of one namespace name the same host; the oldest is
 	// the one served (ServiceForHostname), so its endpoints and workloads are the key's.
-	all = servedPerKey(all)
+	all = servedPerKey(all, hostLists)
 	// Endpoints and selected workloads per service read only immutable inputs: compute them in parallel.
 	type perService struct {
 		eps  *ServiceEndpoints
@@ -932,21 +932,33 @@ func endpointsEqual(a, b *ServiceEndpoints) bool {
 }
 
 // servedPerKey returns, of services, the one served for each key (namespace/hostname): the first in
-// CompareServices order. services itself when no two share a key.
-func servedPerKey(services []*Service) []*Service {
-	first := make(map[string]*Service, len(services))
-	shared := false
-	for _, s := range services {
-		cur, ok := first[s.Key()]
-		if ok {
-			shared = true
+// CompareServices order. byHost lists the same services by hostname. services itself when no two share a key.
+func servedPerKey(services []*Service, byHost map[string][]*Service) []*Service {
+	var hidden map[*Service]bool
+	for _, list := range byHost {
+		if len(list) < 2 {
+			continue
 		}
-		if !ok || CompareServices(s, cur) < 0 {
-			first[s.Key()] = s
+		first := map[string]*Service{}
+		for _, s := range list {
+			cur, ok := first[s.Namespace]
+			if !ok {
+				first[s.Namespace] = s
+				continue
+			}
+			if hidden == nil {
+				hidden = map[*Service]bool{}
+			}
+			if CompareServices(s, cur) < 0 {
+				first[s.Namespace] = s
+				hidden[cur] = true
+			} else {
+				hidden[s] = true
+			}
 		}
 	}
-	if !shared {
+	if hidden == nil {
 		return services
 	}
-	return slices.DeleteFunc(services, func(s *Service) bool { return first[s.Key()] != s })
+	return slices.DeleteFunc(services, func(s *Service) bool { return hidden[s] })
 }
