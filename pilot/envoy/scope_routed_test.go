@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
@@ -68,7 +69,7 @@ func outboundClusterNames(t *testing.T, g *Generators, proxy *xds.Proxy, push *m
 // running mesh adds them; other namespaces' scopes are not rebuilt for it.
 func TestSidecarGetsClustersOfRoutedDestinations(t *testing.T) {
 	st := storeFromYAML(t, []byte(routedDestinationsMesh))
-	push := model.Build(st, pushFromYAML(t, nil).Mesh)
+	push := model.Build(st, mesh.Default())
 	g := New(Options{})
 	proxy := sidecarIn("shop", "10.1.0.5", map[string]string{"app": "productpage"})
 	other := sidecarIn("elsewhere", "10.1.0.6", map[string]string{"app": "x"})
