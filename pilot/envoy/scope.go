@@ -358,12 +358,16 @@ func (s *Scope) addRoutedDestinations(push *model.PushContext, listeners []*egre
 	}
 	var want map[string]*routed
 	vss := push.VirtualServices(s.Namespace, model.MeshGateway)
+	dests := make([]map[string]map[uint32]bool, len(vss)) // each VirtualService's, read once for all listeners
 	for _, el := range listeners {
-		for _, vs := range vss {
+		for i, vs := range vss {
 			if !s.importsVirtualService(vs, el.hosts) {
 				continue
 			}
-			for host, ports := range virtualServiceDestinations(vs, s.Namespace, push.Mesh.DomainSuffix) {
+			if dests[i] == nil {
+				dests[i] = virtualServiceDestinations(vs, s.Namespace, push.Mesh.DomainSuffix)
+			}
+			for host, ports := range dests[i] {
 				svc := push.ServiceForHostname(s.Namespace, host)
 				if svc == nil {
 					continue

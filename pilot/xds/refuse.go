@@ -34,27 +34,17 @@ func (s *Server) refuse(ctx context.Context, firstRead bool, recv func() error, 
 	}()
 	limit := time.NewTimer(refusalMax)
 	defer limit.Stop()
-	var quiet *time.Timer
-	var quietC <-chan time.Time
-	if firstRead {
-		quiet = time.NewTimer(refusalQuiet)
-		quietC = quiet.C
+	// Runs once the first request is in: a stopped timer's channel never fires.
+	quiet := time.NewTimer(refusalQuiet)
+	defer quiet.Stop()
+	if !firstRead {
+		quiet.Stop()
 	}
-	defer func() {
-		if quiet != nil {
-			quiet.Stop()
-		}
-	}()
 	for {
 		select {
 		case <-got:
-			if quiet == nil {
-				quiet = time.NewTimer(refusalQuiet)
-				quietC = quiet.C
-			} else {
-				quiet.Reset(refusalQuiet)
-			}
-		case <-quietC:
+			quiet.Reset(refusalQuiet)
+		case <-quiet.C:
 			return err
 		case <-limit.C:
 			return err
