@@ -113,17 +113,19 @@ func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope 
 	}
 	// Under a Sidecar the VirtualServices may add destinations: a second step over the VirtualServices alone,
 	// so that a VirtualService change walks no service, and keeps the scope when what it adds is the same.
-	r, _ := g.routedScopes.getOrBuild(id, routedInputs{s, push.VirtualServicesID()}, func() (*Scope, error) {
+	// Cached under the VirtualService index (no allocation per lookup) and checked to be built on s.
+	vss := push.VirtualServicesID()
+	build := func() (*Scope, error) {
 		prev, _ := g.routedScopes.latest(id)
 		return s.withRoutedDestinations(push, prev), nil
-	})
+	}
+	if r, _ := g.routedScopes.getOrBuild(id, vss, build); r == s || r.base == s {
+		return r
+	}
+	// Built on an earlier scope of these proxies (their services or Sidecar changed since).
+	r, _ := build()
+	g.routedScopes.replace(id, vss, r)
 	return r
-}
-
-// routedInputs are what a scope with its routed destinations is built from.
-type routedInputs struct {
-	base            *Scope
-	virtualServices any
 }
 
 // capturesNothing reports whether proxy is a sidecar without iptables capture (INTERCEPTION_MODE NONE):
