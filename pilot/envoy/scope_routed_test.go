@@ -116,3 +116,22 @@ func TestSidecarGetsClustersOfRoutedDestinations(t *testing.T) {
 		t.Error("the scope was rebuilt for a VirtualService change that adds no destination")
 	}
 }
+
+// BenchmarkScopeLookup is the scope lookup every request and push filter of a proxy makes, for a proxy
+// under a Sidecar whose VirtualServices add destinations and for one without a Sidecar.
+func BenchmarkScopeLookup(b *testing.B) {
+	push := pushFromYAML(b, []byte(routedDestinationsMesh+"---\n"+reviewsToRatings))
+	g := New(Options{})
+	for name, proxy := range map[string]*xds.Proxy{
+		"sidecar":    sidecarIn("shop", "10.1.0.5", map[string]string{"app": "productpage"}),
+		"no-sidecar": sidecarIn("elsewhere", "10.1.0.6", nil),
+	} {
+		b.Run(name, func(b *testing.B) {
+			g.scopeFor(proxy, push)
+			b.ReportAllocs()
+			for b.Loop() {
+				g.scopeFor(proxy, push)
+			}
+		})
+	}
+}
