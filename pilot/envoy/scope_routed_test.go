@@ -135,3 +135,28 @@ func BenchmarkScopeLookup(b *testing.B) {
 		})
 	}
 }
+
+// A service added under the same VirtualServices rebuilds the routed scope on the new scope of services:
+// the routed destinations stay and the new service joins them.
+func TestRoutedScopeFollowsItsBase(t *testing.T) {
+	st := storeFromYAML(t, []byte(routedDestinationsMesh+"---\n"+reviewsToRatings))
+	push := model.Build(st, mesh.Default())
+	g := New(Options{})
+	proxy := sidecarIn("shop", "10.1.0.5", map[string]string{"app": "productpage"})
+	before := outboundClusterNames(t, g, proxy, push)
+	c, err := config.Parse([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: extra, namespace: shop}\nspec:\n  clusterIP: 10.0.6.99\n"+
+		"  ports: [{name: http, port: 80}]\n"), "extra.yaml", 0, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Upsert(store.LayerFile, c)
+	next, _ := model.Update(push, st, []model.Change{{Key: c.Key, New: c}})
+	want := append(slices.Clone(before), "outbound|80||extra.shop.svc.cluster.local")
+	slices.Sort(want)
+	if got := outboundClusterNames(t, g, proxy, next); !slices.Equal(got, want) {
+		t.Errorf("clusters %v, want %v", got, want)
+	}
+	if s := g.scopeFor(proxy, next); s.base == nil || s.base.Service("extra.shop.svc.cluster.local") == nil || g.scopeFor(proxy, next) != s {
+		t.Error("the routed scope is not built on, and kept for, the new scope of services")
+	}
+}
