@@ -1,11 +1,8 @@
 package file
 
 import (
-	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -16,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/store"
@@ -35,6 +30,14 @@ const DefaultMaxFileBytes = 8 << 20
 // a few GiB of memory once parsed.
 const DefaultMaxTotalBytes = 256 << 20
 
+// DefaultMaxFileDocuments is the default limit on the documents of one file: far above hand-written config
+// (and the few hundred a generated mesh puts in one file), far below a file that would stall the watcher.
+const DefaultMaxFileDocuments = 10_000
+
+// DefaultSecuritySettle is how long a file holding security objects must be quiet before an in-place write
+// is read or its removal takes effect (see Options.SecuritySettle).
+const DefaultSecuritySettle = time.Second
+
 // Options configure a Source.
 type Options struct {
 	Dir   string
@@ -51,6 +54,15 @@ type Options struct {
 	// would take the total over it is rejected and keeps the objects it held; it is read again once others
 	// shrink or go.
 	MaxTotalBytes int64
+	// MaxFileDocuments is the most documents one file may hold (default DefaultMaxFileDocuments). A file with
+	// more is rejected, before any is parsed, and keeps the objects it held.
+	MaxFileDocuments int
+	// SecuritySettle is how long the watcher waits for a file holding AuthorizationPolicy, PeerAuthentication
+	// or RequestAuthentication objects to be quiet (no event on it) before it reads an in-place write of it,
+	// which may be half done, and before its removal or rename away withdraws them, which may be half of a
+	// move (default DefaultSecuritySettle). A file replaced by a rename is read at once, as is any file that
+	// holds none: adding a policy need not wait. Load does not wait.
+	SecuritySettle time.Duration
 	// Retry is how often a config dir that vanished or cannot be read is looked for again (default 1s).
 	Retry time.Duration
 }
@@ -74,6 +86,12 @@ type Source struct {
 	// totalBytes is the size of every file's last good read; overTotal holds files refused for MaxTotalBytes.
 	totalBytes int64
 	overTotal  map[string]bool
+	// clock numbers reads and changes of files' states; stamps holds, per path, the latest applied, so that a
+	// read that began before a change of its file's state is dropped.
+	clock  uint64
+	stamps map[string]uint64
+	reads  *readQueue
+	notes  notes
 }
 
 type fileState struct {
@@ -81,6 +99,8 @@ type fileState struct {
 	size    int64                 // bytes of the read its objects come from
 	objects map[config.Key]*claim // what the file currently provides (last good where it has errors)
 	errors  []*config.Error
+	// security is whether objects holds a security kind: changes to the file then wait for it to be quiet.
+	security bool
 }
 
 type claim struct {
@@ -109,8 +129,17 @@ func New(opts Options) *Source {
 	if opts.MaxTotalBytes <= 0 {
 		opts.MaxTotalBytes = DefaultMaxTotalBytes
 	}
-	return &Source{opts: opts, files: map[string]*fileState{}, claims: map[config.Key][]*claim{},
-		duplicates: map[config.Key][]*config.Error{}, dirErrors: map[string]*config.Error{}, overTotal: map[string]bool{}}
+	if opts.MaxFileDocuments <= 0 {
+		opts.MaxFileDocuments = DefaultMaxFileDocuments
+	}
+	if opts.SecuritySettle <= 0 {
+		opts.SecuritySettle = DefaultSecuritySettle
+	}
+	s := &Source{opts: opts, files: map[string]*fileState{}, claims: map[config.Key][]*claim{},
+		duplicates: map[config.Key][]*config.Error{}, dirErrors: map[string]*config.Error{}, overTotal: map[string]bool{},
+		stamps: map[string]uint64{}, notes: notes{signal: make(chan struct{}, 1)}}
+	s.reads = newReadQueue(s)
+	return s
 }
 
 // Load reads the whole tree. Bad documents are reported by Errors; only an unreadable directory fails.
@@ -125,10 +154,11 @@ func (s *Source) Load() error {
 		s.rootIsDir = true
 		s.mu.Unlock()
 	}
-	return s.rescan(s.opts.Dir)
+	return s.rescan(s.opts.Dir, &pass{})
 }
 
-// Errors returns every rejected document, sorted by file and index.
+// Errors returns every rejected document, sorted by file and index; past the first few of a file, the rest are
+// counted in one entry.
 func (s *Source) Errors() []*config.Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -152,25 +182,26 @@ func (s *Source) Errors() []*config.Error {
 }
 
 // Warnings returns the fields of served objects that Sextant accepts but does not implement, sorted by file,
-// index and field. Each was logged once, when its document was parsed.
+// index and field; past the first few of a file, the rest are counted in one entry. Each was logged once,
+// when its document was parsed.
 func (s *Source) Warnings() []*config.Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*config.Error
-	for _, f := range s.files {
+	for path, f := range s.files {
+		var ws []*config.Error
 		for _, c := range f.objects {
-			out = append(out, c.warnings...)
+			ws = append(ws, c.warnings...)
 		}
+		slices.SortFunc(ws, func(a, b *config.Error) int {
+			if a.Index != b.Index {
+				return a.Index - b.Index
+			}
+			return strings.Compare(a.Field, b.Field)
+		})
+		out = append(out, capReported(path, ws)...)
 	}
-	slices.SortFunc(out, func(a, b *config.Error) int {
-		if c := strings.Compare(a.File, b.File); c != 0 {
-			return c
-		}
-		if a.Index != b.Index {
-			return a.Index - b.Index
-		}
-		return strings.Compare(a.Field, b.Field)
-	})
+	slices.SortStableFunc(out, func(a, b *config.Error) int { return strings.Compare(a.File, b.File) })
 	return out
 }
 
@@ -186,7 +217,7 @@ func isConfigFile(path string) bool {
 // rescan reads every config file under root and withdraws the files under root that were deleted. A root
 // that cannot be walked (vanished, unreadable, or the config dir replaced by a file) keeps everything under it
 // and is reported; a directory under root that cannot be read keeps what it held.
-func (s *Source) rescan(root string) error {
+func (s *Source) rescan(root string, p *pass) error {
 	seen := map[string]bool{}
 	var blocked []string // directories under root the walk could not read
 	walkErr := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -248,8 +279,9 @@ func (s *Source) rescan(root string) error {
 		s.setDirError(root, msg)
 		// Logged once for the directory above, not once per file.
 		s.mu.Lock()
-		for _, p := range known {
-			s.markUnreadable(s.stateFor(p), p, "cannot read: "+msg)
+		for _, path := range known {
+			s.stamp(path)
+			s.markUnreadable(s.stateFor(path), path, "cannot read: "+msg)
 		}
 		s.mu.Unlock()
 		return walkErr
@@ -257,20 +289,22 @@ func (s *Source) rescan(root string) error {
 	for _, dir := range blocked {
 		s.setDirError(dir, "directory "+dir+" unreadable; keeping the last good objects of every file under it")
 	}
-	for _, p := range known {
-		if i := slices.IndexFunc(blocked, func(dir string) bool { return under(p, dir) }); i >= 0 {
-			s.keep(p, "cannot read: directory "+blocked[i]+" unreadable; keeping the last good objects", false)
+	for _, path := range known {
+		if i := slices.IndexFunc(blocked, func(dir string) bool { return under(path, dir) }); i >= 0 {
+			s.keep(path, "cannot read: directory "+blocked[i]+" unreadable; keeping the last good objects", false)
 			continue
 		}
-		s.missing(p)
+		s.missing(path, p)
 	}
 	paths := make([]string, 0, len(seen))
-	for p := range seen {
-		paths = append(paths, p)
+	for path := range seen {
+		if !p.hold[path] {
+			paths = append(paths, path)
+		}
 	}
 	slices.Sort(paths)
-	for _, p := range paths {
-		s.readFile(p)
+	for _, path := range paths {
+		s.readFile(path, p)
 	}
 	return nil
 }
@@ -297,7 +331,7 @@ func (s *Source) rootLost() bool {
 // missing handles a known file that is not where it was. Only an explicit deletion withdraws its objects: the
 // file is gone from a directory that is still readable, or its directory was replaced by a file. A file that
 // is still there but not readable as config, or whose directory vanished or cannot be read, keeps them.
-func (s *Source) missing(path string) {
+func (s *Source) missing(path string, p *pass) {
 	s.mu.Lock()
 	_, ok := s.files[path]
 	s.mu.Unlock()
@@ -311,7 +345,7 @@ func (s *Source) missing(path string) {
 	if info, err := os.Lstat(path); err == nil {
 		if info.Mode().IsRegular() {
 			// There after all, where the walk does not go (a directory swapped for a symlink to one).
-			s.readFile(path)
+			s.readFile(path, p)
 			return
 		}
 		what := fileType(info.Mode())
@@ -325,7 +359,7 @@ func (s *Source) missing(path string) {
 	info, err := os.Stat(dir)
 	switch {
 	case err == nil && !info.IsDir(), errors.Is(err, syscall.ENOTDIR):
-		s.removeFile(path)
+		s.removeFile(path, p)
 	case err == nil:
 		d, err := os.Open(dir)
 		if err != nil {
@@ -333,7 +367,7 @@ func (s *Source) missing(path string) {
 			return
 		}
 		d.Close()
-		s.removeFile(path)
+		s.removeFile(path, p)
 	case errors.Is(err, fs.ErrNotExist):
 		s.keep(path, "cannot read: directory "+dir+" vanished; keeping the last good objects until it is back", false)
 	default:
@@ -345,10 +379,16 @@ func (s *Source) missing(path string) {
 // not a regular file (a FIFO, socket or device), which cannot hold config: nothing is missing for it.
 func (s *Source) keep(path, msg string, notConfig bool) {
 	s.mu.Lock()
-	s.markUnreadable(s.stateFor(path), path, msg)
-	s.files[path].errors[0].NotConfig = notConfig
+	s.stamp(path)
+	s.keepLocked(path, msg, notConfig)
 	s.mu.Unlock()
 	s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
+}
+
+// keepLocked is keep without the log. Called with s.mu held.
+func (s *Source) keepLocked(path, msg string, notConfig bool) {
+	s.markUnreadable(s.stateFor(path), path, msg)
+	s.files[path].errors[0].NotConfig = notConfig
 }
 
 // markUnreadable records msg as the file's only error. Called with s.mu held.
@@ -374,160 +414,6 @@ func fileType(m fs.FileMode) string {
 	}
 }
 
-// errNotRegular and errTooLarge reject what is not a regular file of at most MaxFileBytes.
-var errNotRegular, errTooLarge = errors.New("not a regular file"), errors.New("too large")
-
-// readBounded reads a regular file of at most MaxFileBytes. Anything else is refused before it is read: a
-// FIFO would block the watcher (and shutdown) forever, and /dev/zero would fill memory.
-func (s *Source) readBounded(path string) ([]byte, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(info.Mode()))
-	}
-	max := s.opts.MaxFileBytes
-	if info.Size() > max {
-		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d bytes", errTooLarge, info.Size(), max)
-	}
-	// O_NONBLOCK: the file may have been swapped for a FIFO since the Stat, and opening one must not wait for a
-	// writer; the Stat of the open file then refuses it.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if info, err = f.Stat(); err != nil {
-		return nil, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(info.Mode()))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%w: over the limit of %d bytes", errTooLarge, max)
-	}
-	return data, nil
-}
-
-// readFile parses one file and applies what changed.
-func (s *Source) readFile(path string) {
-	data, err := s.readBounded(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			s.missing(path)
-			return
-		}
-		s.keep(path, "cannot read: "+err.Error()+"; keeping the last good objects", errors.Is(err, errNotRegular))
-		return
-	}
-	hash := sha256.Sum256(data)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.stateFor(path)
-	if st.hash == hash && st.objects != nil {
-		return
-	}
-	size := int64(len(data))
-	if total := s.totalBytes - st.size + size; total > s.opts.MaxTotalBytes {
-		s.overTotal[path] = true
-		msg := fmt.Sprintf("cannot read: the config files would hold %d bytes together, over the limit of %d bytes; keeping the last good objects", total, s.opts.MaxTotalBytes)
-		s.markUnreadable(st, path, msg)
-		s.opts.Logger.Warn("config file refused; keeping what it held", "file", path, "err", msg)
-		return
-	}
-	delete(s.overTotal, path)
-	s.totalBytes += size - st.size
-	st.hash, st.size = hash, size
-
-	docs, splitErr := config.SplitDocuments(data)
-	fresh := map[config.Key]*claim{}
-	var errs []*config.Error
-	if splitErr != nil {
-		errs = append(errs, &config.Error{File: path, Index: len(docs), Message: "not valid YAML: " + splitErr.Error()})
-	}
-	// A document already served from this file, byte for byte, is not parsed again (replaceClaims keeps its
-	// object): rewriting a file to change one pod of twelve costs one parse, not twelve.
-	served := make(map[[32]byte]*claim, len(st.objects))
-	for _, c := range st.objects {
-		served[c.docHash] = c
-	}
-	for i, doc := range docs {
-		if config.IsEmptyDocument(doc) {
-			continue
-		}
-		docHash := sha256.Sum256(doc)
-		if c := served[docHash]; c != nil {
-			if prev, dup := fresh[c.cfg.Key]; dup {
-				if prev.docHash == docHash {
-					errs = append(errs, duplicateError(path, i, c.cfg, prev.index))
-					continue
-				}
-				// The served document keeps the object against a new one added above it in the same file.
-				errs = append(errs, duplicateError(path, prev.index, prev.cfg, i))
-			}
-			fresh[c.cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: c.cfg, warnings: reindex(c.warnings, i)}
-			continue
-		}
-		cfg, err := config.Parse(doc, path, i, DefaultNamespace)
-		if err != nil {
-			var ce *config.Error
-			if !errors.As(err, &ce) {
-				ce = &config.Error{File: path, Index: i, Message: err.Error()}
-			}
-			errs = append(errs, ce)
-			continue
-		}
-		if prev, dup := fresh[cfg.Key]; dup {
-			errs = append(errs, duplicateError(path, i, cfg, prev.index))
-			continue
-		}
-		warnings := config.ObjectWarnings(cfg, path, i)
-		for _, w := range warnings {
-			s.opts.Logger.Warn("config field not implemented", "warning", w.Error())
-		}
-		fresh[cfg.Key] = &claim{path: path, index: i, docHash: docHash, cfg: cfg, warnings: warnings}
-	}
-	if len(errs) > 0 {
-		// Keep serving what the file held before for objects its valid documents no longer define:
-		// a broken document must not delete what it used to describe.
-		for k, c := range st.objects {
-			if _, ok := fresh[k]; !ok {
-				fresh[k] = c
-			}
-		}
-		for _, e := range errs {
-			s.opts.Logger.Warn("config rejected", "error", e.Error())
-		}
-	}
-	st.errors = errs
-	s.replaceClaims(path, st, fresh)
-}
-
-// reindex returns warnings labelled with document index i: an unchanged document that moved in its file.
-func reindex(warnings []*config.Error, i int) []*config.Error {
-	if len(warnings) == 0 || warnings[0].Index == i {
-		return warnings
-	}
-	out := make([]*config.Error, len(warnings))
-	for j, w := range warnings {
-		c := *w
-		c.Index = i
-		out[j] = &c
-	}
-	return out
-}
-
-// duplicateError reports document i of path defining the same object as document first.
-func duplicateError(path string, i int, cfg *config.Config, first int) *config.Error {
-	return &config.Error{File: path, Index: i, Kind: string(cfg.Kind), Namespace: cfg.Namespace, Name: cfg.Name,
-		Field: "metadata.name", Message: fmt.Sprintf("duplicate of document %d in the same file; this one is ignored", first)}
-}
-
 func (s *Source) stateFor(path string) *fileState {
 	st := s.files[path]
 	if st == nil {
@@ -537,13 +423,22 @@ func (s *Source) stateFor(path string) *fileState {
 	return st
 }
 
-// removeFile withdraws everything a deleted file provided.
-func (s *Source) removeFile(path string) {
+// removeFile withdraws everything a deleted file provided. The watcher defers the removal of a file holding
+// security objects until it has been quiet (p.settled): it may be half of a move, or of a rename storm.
+func (s *Source) removeFile(path string, p *pass) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.files[path]
 	if st == nil {
 		return
+	}
+	if p.async && st.security && !p.settled[path] {
+		p.deferred = append(p.deferred, path)
+		return
+	}
+	s.stamp(path)
+	if !s.reads.pending(path) {
+		delete(s.stamps, path) // no read of it in flight to drop
 	}
 	s.replaceClaims(path, st, nil)
 	delete(s.files, path)
@@ -552,7 +447,7 @@ func (s *Source) removeFile(path string) {
 }
 
 // retryOverTotal reads again the files refused for MaxTotalBytes, which may fit now that others changed.
-func (s *Source) retryOverTotal() {
+func (s *Source) retryOverTotal(pa *pass) {
 	s.mu.Lock()
 	if len(s.overTotal) == 0 {
 		s.mu.Unlock()
@@ -565,7 +460,7 @@ func (s *Source) retryOverTotal() {
 	s.mu.Unlock()
 	slices.Sort(paths)
 	for _, p := range paths {
-		s.readFile(p)
+		s.readFile(p, pa)
 	}
 }
 
@@ -585,6 +480,10 @@ func (s *Source) replaceClaims(path string, st *fileState, fresh map[config.Key]
 		}
 	}
 	st.objects = fresh
+	st.security = false
+	for k := range fresh {
+		st.security = st.security || securityKinds[k.Kind]
+	}
 	keys := make([]config.Key, 0, len(touched))
 	for k := range touched {
 		keys = append(keys, k)
@@ -655,136 +554,6 @@ func (s *Source) reportDuplicates(k config.Key, list []*claim) {
 			Message: fmt.Sprintf("duplicate object: %s document %d defines it and is served; this one (%s document %d) is ignored", list[0].path, list[0].index, c.path, c.index)})
 	}
 	s.duplicates[k] = errs
-}
-
-// Run watches the tree and applies changes until ctx is done.
-func (s *Source) Run(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if err := s.watchTree(w, s.opts.Dir); err != nil {
-		return err
-	}
-	// What changed between Load and the watch has no event: look once more now that changes are seen.
-	// Files whose bytes did not change cost a read and a hash.
-	if err := s.rescan(s.opts.Dir); err != nil {
-		s.opts.Logger.Warn("rescanning config dir", "err", err)
-	}
-	dirty := map[string]bool{}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	// firstDirty bounds the settle: a file rewritten more often than Settle is still read every 2×Settle
-	// instead of waiting for writes to stop.
-	var firstDirty time.Time
-	// retry ticks while the config dir itself is lost: its watch went with it, so only looking again
-	// notices that it is back.
-	var retry *time.Ticker
-	var retryC <-chan time.Time
-	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			dirty[ev.Name] = true
-			if firstDirty.IsZero() {
-				firstDirty = time.Now()
-			}
-			if wait := min(s.opts.Settle, 2*s.opts.Settle-time.Since(firstDirty)); wait > 0 {
-				timer.Reset(wait)
-			} else {
-				timer.Reset(0)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			s.opts.Logger.Warn("watching config dir", "err", err)
-		case <-timer.C:
-			firstDirty = time.Time{}
-			paths := make([]string, 0, len(dirty))
-			for p := range dirty {
-				paths = append(paths, p)
-			}
-			clear(dirty)
-			slices.Sort(paths)
-			s.applyDirty(w, paths)
-		case <-retryC:
-			if info, err := os.Stat(s.opts.Dir); err == nil && info.IsDir() {
-				if err := s.watchTree(w, s.opts.Dir); err != nil {
-					s.opts.Logger.Warn("watching config dir", "err", err)
-				}
-				if err := s.rescan(s.opts.Dir); err == nil {
-					s.opts.Logger.Info("config dir readable again", "dir", s.opts.Dir)
-				}
-			}
-		}
-		switch lost := s.rootLost(); {
-		case lost && retry == nil:
-			retry = time.NewTicker(s.opts.Retry)
-			retryC = retry.C
-		case !lost && retry != nil:
-			retry.Stop()
-			retry, retryC = nil, nil
-		}
-	}
-}
-
-func (s *Source) applyDirty(w *fsnotify.Watcher, paths []string) {
-	defer s.retryOverTotal()
-	// The config dir can go without an event naming it (an unmounted volume's watch ends silently).
-	if _, err := os.Stat(s.opts.Dir); err != nil {
-		paths = append(paths, s.opts.Dir)
-	}
-	for _, p := range paths {
-		if p == s.opts.Dir || strings.HasPrefix(filepath.Base(p), ".") {
-			// Hidden names are how Kubernetes swaps a mounted ConfigMap (..data), and an event on the config dir
-			// itself is its removal or move: read everything again.
-			_ = s.watchTree(w, s.opts.Dir)
-			if err := s.rescan(s.opts.Dir); err != nil {
-				s.opts.Logger.Warn("rescanning config dir", "err", err)
-			}
-			return
-		}
-	}
-	for _, p := range paths {
-		if info, err := os.Stat(p); err == nil && info.IsDir() {
-			_ = s.watchTree(w, p)
-		}
-		// A path that is gone, a new directory, a file, or a directory replaced by a file: rescan sorts out
-		// which, and what it held.
-		_ = s.rescan(p)
-	}
-}
-
-func (s *Source) watchTree(w *fsnotify.Watcher, root string) error {
-	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() {
-			if path != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			if err := w.Add(path); err != nil {
-				if path == s.opts.Dir {
-					return fmt.Errorf("watch %s: %w", path, err)
-				}
-				// One directory that cannot be watched must not leave the rest of the tree unwatched.
-				s.opts.Logger.Warn("cannot watch config subdirectory; its changes are seen at the next rescan", "dir", path, "err", err)
-			}
-		}
-		return nil
-	})
 }
 
 // Counts returns how many objects the source provides by kind.
