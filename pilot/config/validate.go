@@ -654,58 +654,6 @@ func validateDefaultEndpoint(f, ep string) error {
 	return nil
 }
 
-func validateAuthorizationPolicy(s *security.AuthorizationPolicy) error {
-	if err := validateTargetRefs(s.GetSelector(), s.GetTargetRef(), s.GetTargetRefs()); err != nil {
-		return err
-	}
-	if s.Action == security.AuthorizationPolicy_CUSTOM && s.GetProvider() == nil {
-		return fieldErr("spec.provider", "required for action CUSTOM")
-	}
-	for i, r := range s.Rules {
-		for j, fr := range r.From {
-			if fr.Source == nil {
-				return fieldErr(fmt.Sprintf("spec.rules[%d].from[%d].source", i, j), "required")
-			}
-			for _, blocks := range []struct {
-				field string
-				list  []string
-			}{{"ipBlocks", fr.Source.IpBlocks}, {"notIpBlocks", fr.Source.NotIpBlocks}} {
-				for k, b := range blocks.list {
-					if _, err := netip.ParsePrefix(b); err != nil {
-						if _, err := netip.ParseAddr(b); err != nil {
-							return fieldErr(fmt.Sprintf("spec.rules[%d].from[%d].source.%s[%d]", i, j, blocks.field, k), "%q is not an IP address or CIDR", b)
-						}
-					}
-				}
-			}
-		}
-		for j, to := range r.To {
-			if to.Operation == nil {
-				return fieldErr(fmt.Sprintf("spec.rules[%d].to[%d].operation", i, j), "required")
-			}
-			for _, ports := range []struct {
-				field string
-				list  []string
-			}{{"ports", to.Operation.Ports}, {"notPorts", to.Operation.NotPorts}} {
-				for k, p := range ports.list {
-					if n, err := strconv.ParseInt(p, 10, 64); err != nil || !validPort(n) {
-						return fieldErr(fmt.Sprintf("spec.rules[%d].to[%d].operation.%s[%d]", i, j, ports.field, k), "%q is not a port number", p)
-					}
-				}
-			}
-		}
-		for j, w := range r.When {
-			if w.Key == "" {
-				return fieldErr(fmt.Sprintf("spec.rules[%d].when[%d].key", i, j), "required")
-			}
-			if len(w.Values) == 0 && len(w.NotValues) == 0 {
-				return fieldErr(fmt.Sprintf("spec.rules[%d].when[%d].values", i, j), "values or notValues is required")
-			}
-		}
-	}
-	return nil
-}
-
 func validatePeerAuthentication(s *security.PeerAuthentication) error {
 	if len(s.PortLevelMtls) > 0 && (s.Selector == nil || len(s.Selector.MatchLabels) == 0) {
 		return fieldErr("spec.portLevelMtls", "needs a workload selector")

@@ -509,7 +509,7 @@ spec:
     - {key: destination.port, notValues: ["81"]}
     - {key: "request.headers[x-env]", values: ["prod-*"]}
   - when: [{key: request.auth.principal, values: ["*"]}]
-  - when: [{key: experimental.unknown, values: [x]}]
+  - when: [{key: "experimental.envoy.filters.a[b]", values: [x]}]
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -518,12 +518,12 @@ spec:
   action: DENY
   rules:
   - to: [{operation: {ports: ["82"]}}]
-    when: [{key: experimental.unknown, values: [x]}]
+    when: [{key: "experimental.envoy.filters.a[b]", values: [x]}]
 `)
 	rules, notes := httpRules(t, p, "cluster.local")
 	wantNotes := []string{
-		`http: shop/deny-unknown rule 0: when key "experimental.unknown" not supported, condition dropped (the rule denies more)`,
-		`http: shop/when rule 2 (ALLOW) skipped, it allows nothing: when key "experimental.unknown": not supported`,
+		`http: shop/deny-unknown rule 0: when key "experimental.envoy.filters.a[b]" not supported, condition dropped (the rule denies more)`,
+		`http: shop/when rule 2 (ALLOW) skipped, it allows nothing: when key "experimental.envoy.filters.a[b]": not supported`,
 	}
 	if !slices.Equal(notes, wantNotes) {
 		t.Errorf("notes:\n%s", strings.Join(notes, "\n"))
