@@ -404,11 +404,12 @@ func validateVirtualService(s *networking.VirtualService) error {
 			return fieldErr(f+".redirect", "cannot be combined with route")
 		}
 		for j, m := range r.Match {
-			if m.Uri != nil {
-				if err := validateStringMatch(fmt.Sprintf("%s.match[%d].uri", f, j), m.Uri); err != nil {
-					return err
-				}
+			if err := validateHTTPMatch(fmt.Sprintf("%s.match[%d]", f, j), m); err != nil {
+				return err
 			}
+		}
+		if err := validateHTTPRewrite(f+".rewrite", r.Rewrite); err != nil {
+			return err
 		}
 		for j, d := range r.Route {
 			df := fmt.Sprintf("%s.route[%d]", f, j)
@@ -449,19 +450,6 @@ func validateVirtualService(s *networking.VirtualService) error {
 				return err
 			}
 		}
-	}
-	return nil
-}
-
-func validateStringMatch(f string, m *networking.StringMatch) error {
-	switch v := m.MatchType.(type) {
-	case *networking.StringMatch_Exact, *networking.StringMatch_Prefix:
-	case *networking.StringMatch_Regex:
-		if v.Regex == "" {
-			return fieldErr(f+".regex", "empty")
-		}
-	case nil:
-		return fieldErr(f, "one of exact, prefix or regex is required")
 	}
 	return nil
 }

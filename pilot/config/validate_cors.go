@@ -40,11 +40,8 @@ func validateCORSPolicy(f string, p *networking.CorsPolicy) error {
 			if v.Regex == "" {
 				return fieldErr(of+".regex", "empty: an origin must not be empty")
 			}
-			if len(v.Regex) > 1024 {
-				return fieldErr(of+".regex", "longer than 1024 characters")
-			}
-			if _, err := regexp.Compile(v.Regex); err != nil {
-				return fieldErr(of+".regex", "%q is not an RE2 regex: %v", v.Regex, err)
+			if err := validateRegex(of+".regex", v.Regex); err != nil {
+				return err
 			}
 		default:
 			return fieldErr(of, "one of exact, prefix or regex is required")
