@@ -54,10 +54,12 @@ func (s *Source) readBounded(path string) ([]byte, error) {
 	if !opened.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(opened.Mode()))
 	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
+	// Sized from the stat: growing a buffer by doubling would allocate twice a large file's size.
+	buf := bytes.NewBuffer(make([]byte, 0, min(opened.Size(), max)+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
 		return nil, err
 	}
+	data := buf.Bytes()
 	if int64(len(data)) > max {
 		return nil, fmt.Errorf("%w: over the limit of %d bytes", errTooLarge, max)
 	}
