@@ -64,6 +64,10 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 		"largest config file read; a larger one is rejected and keeps the objects it held")
 	f.Int64Var(&args.ConfigMaxTotalBytes, "config-max-total-bytes", file.DefaultMaxTotalBytes,
 		"most all config files may hold together; a file that would cross it is rejected, keeps the objects it held, and is read again once others shrink or go")
+	f.IntVar(&args.ConfigMaxFileDocuments, "config-max-file-documents", file.DefaultMaxFileDocuments,
+		"most YAML documents one config file may hold; a file with more is rejected before any is parsed and keeps the objects it held")
+	f.DurationVar(&args.ConfigSecuritySettle, "config-security-settle", file.DefaultSecuritySettle,
+		"how long a config file holding an AuthorizationPolicy, PeerAuthentication or RequestAuthentication must be quiet before an in-place write of it is read or its removal withdraws its objects (a file replaced by a rename is read at once)")
 	f.BoolVar(&args.ReadyWithSecurityErrors, "ready-with-security-errors", false,
 		"become ready although an AuthorizationPolicy, PeerAuthentication or RequestAuthentication (or a config file that cannot be read) was rejected at startup; by default the server stays not ready until it is fixed")
 	f.StringVar(&args.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to watch")

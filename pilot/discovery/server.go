@@ -36,6 +36,11 @@ import (
 // Args configure a discovery server.
 type Args struct {
 	ConfigDir string
+	// ConfigMaxFileDocuments is file.Options.MaxFileDocuments: the most documents one config file may hold.
+	ConfigMaxFileDocuments int
+	// ConfigSecuritySettle is file.Options.SecuritySettle: how long a file holding security objects must be
+	// quiet before an in-place write of it is read or its removal takes effect.
+	ConfigSecuritySettle time.Duration
 	// ConfigMaxFileBytes is file.Options.MaxFileBytes: the largest config file read.
 	ConfigMaxFileBytes int64
 	// ConfigMaxTotalBytes is file.Options.MaxTotalBytes: the most all config files may hold together.
@@ -169,7 +174,7 @@ func NewServer(args Args) (*Server, error) {
 	s.JWKS = jwks.New(jwks.Options{Store: s.Store, Mesh: m, Logger: args.Logger})
 	if args.ConfigDir != "" {
 		s.Files = file.New(file.Options{Dir: args.ConfigDir, Store: s.Store, Logger: args.Logger, MaxFileBytes: args.ConfigMaxFileBytes,
-			MaxTotalBytes: args.ConfigMaxTotalBytes})
+			MaxTotalBytes: args.ConfigMaxTotalBytes, MaxFileDocuments: args.ConfigMaxFileDocuments, SecuritySettle: args.ConfigSecuritySettle})
 	}
 	secretAuthorizer := args.SecretAuthorizer
 	if args.SecureGRPCAddr != "" && (args.Kubeconfig != "" || args.InCluster) {
