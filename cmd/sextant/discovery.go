@@ -81,6 +81,8 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.StringVar(&args.CANamespace, "ca-namespace", discovery.DefaultCANamespace, "namespace of the CA's Secrets (cacerts, istio-ca-secret)")
 	f.StringVar(&args.TrustedNodeAccounts, "ca-trusted-node-accounts", discovery.DefaultTrustedNodeAccounts,
 		"NAMESPACE/SERVICE_ACCOUNT list (comma-separated) of node proxies: only these may connect as a ztunnel (served every workload) or ask for certificates of workloads on their node (istiod's CA_TRUSTED_NODE_ACCOUNTS)")
+	f.StringVar(&args.SDSFileModeReaders, "sds-file-mode-readers", "",
+		"NAMESPACE/SERVICE_ACCOUNT list (comma-separated) that may read their namespace's TLS key pairs over SDS without a cluster, beside gateways (node type router); every other proxy is refused them. With a cluster, a SubjectAccessReview decides (may the account list Secrets) and this flag is an error")
 	f.StringSliceVar(&args.TokenAudiences, "token-audiences", []string{authn.DefaultAudience}, "audiences a service-account token must be issued for (one of them)")
 	f.StringSliceVar(&args.ServingDNSNames, "serving-dns-names", discovery.DefaultServingDNSNames,
 		"DNS names of the secure port's certificate (issued by the CA, renewed at half its validity): the names proxies dial")

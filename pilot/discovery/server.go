@@ -71,8 +71,11 @@ type Args struct {
 	// TokenAuthenticator verifies bearer tokens instead of the cluster's TokenReview API.
 	TokenAuthenticator authn.TokenAuthenticator
 	// SecretAuthorizer decides which identities are served their namespace's key pairs over SDS, instead
-	// of the cluster's SubjectAccessReview API (without a cluster, and without this, every identity is).
+	// of the cluster's SubjectAccessReview API (without a cluster: secretaccess.FileMode).
 	SecretAuthorizer envoy.SecretAuthorizer
+	// SDSFileModeReaders is a comma-separated NAMESPACE/SERVICE_ACCOUNT list that may read their
+	// namespace's key pairs over SDS without a cluster, beside gateways; with a cluster, RBAC decides.
+	SDSFileModeReaders string
 	// DebugAdminNamespaces may read every /debug view with a token, beside the mesh root namespace.
 	DebugAdminNamespaces []string
 	HTTPAddr             string
@@ -168,6 +171,10 @@ func NewServer(args Args) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	fileMode, err := fileModeSecretAccess(args)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{args: args, log: args.Logger, Mesh: m, Store: store.New(), trustedAccounts: trusted}
 	s.Pipeline = push.New(push.Options{Store: s.Store, Mesh: m, DebounceAfter: args.DebounceAfter, DebounceMax: args.DebounceMax,
 		DebounceEndpoints: args.DebounceEndpoints, DebounceFirst: args.DebounceFirst, Logger: args.Logger})
@@ -193,6 +200,9 @@ func NewServer(args Args) (*Server, error) {
 				OnDecided: s.pushSecretAccess, Logger: args.Logger})
 			secretAuthorizer = s.SecretAccess
 		}
+	}
+	if secretAuthorizer == nil {
+		secretAuthorizer = fileMode
 	}
 	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy, SecretAuthorizer: secretAuthorizer}), ztunnel.New()
 	generators := s.Envoy.ByTypeURL()
@@ -246,6 +256,18 @@ func NewServer(args Args) (*Server, error) {
 // SecurityClientQPS is how many requests per second the security features' Kubernetes client may send
 // (token and access reviews, the CA's Secrets and root ConfigMaps), as istiod's --kubeClientQPS.
 const SecurityClientQPS = 80
+
+// fileModeSecretAccess is who may read key pairs over SDS without a cluster: gateways and the named
+// readers, never every identity (there is no RBAC to ask). Nil when a cluster's RBAC decides.
+func fileModeSecretAccess(args Args) (envoy.SecretAuthorizer, error) {
+	if args.Kubeconfig != "" || args.InCluster {
+		if args.SDSFileModeReaders != "" {
+			return nil, errors.New("--sds-file-mode-readers applies only without a cluster; with one, grant the service account a Role to list Secrets in its namespace")
+		}
+		return nil, nil
+	}
+	return secretaccess.ParseFileModeReaders(args.SDSFileModeReaders)
+}
 
 // pushSecretAccess pushes SDS to the proxies of an identity whose access to its Secrets was decided.
 func (s *Server) pushSecretAccess(id authn.Identity) {

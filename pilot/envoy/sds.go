@@ -24,10 +24,12 @@ import (
 //     (a gateway's is the gateway's namespace): what a node claims proves nothing, and a Secret of another
 //     namespace is never served (istiod allows one only as a Gateway API reference a ReferenceGrant
 //     permits, which Sextant does not read). A key pair also needs the SecretAuthorizer's yes, when one is
-//     configured (with a cluster: may the service account list Secrets there, as istiod asks); a CA alone
+//     configured (with a cluster: may the service account list Secrets there, as istiod asks; without
+//     one: is the proxy a gateway, or its account named a reader, see secretaccess.FileMode); a CA alone
 //     is public.
-//   - A secret refused to a proxy is logged and kept in SecretDenials (for /debug/config_errors) until
-//     that proxy is served it or goes away.
+//   - A secret refused to a proxy is logged once and kept in SecretDenials (for /debug/config_errors)
+//     until that proxy is served it or goes away; it is logged again only if the reason changes, so a
+//     proxy pushed every second does not flood the log.
 //   - A Secret that is missing, malformed or not allowed is left out of the response and logged, never an
 //     error: the listener or cluster naming it waits for it (Envoy keeps it warming until its
 //     initial_fetch_timeout) and nothing else is affected. A Secret edited into something unusable keeps
@@ -43,6 +45,21 @@ const (
 // push naming the identity in PushRequest.SecretAccessUpdated.
 type SecretAuthorizer interface {
 	MayReadSecrets(id authn.Identity) secretaccess.Decision
+}
+
+// GatewayAwareSecretAuthorizer is a SecretAuthorizer whose answer also depends on whether the proxy is a
+// gateway (node type router): without a cluster (secretaccess.FileMode), gateways stand where RBAC would.
+type GatewayAwareSecretAuthorizer interface {
+	SecretAuthorizer
+	MayReadSecretsAs(id authn.Identity, gateway bool) secretaccess.Decision
+}
+
+// mayReadSecrets asks a, telling it the proxy's type when it wants to know.
+func mayReadSecrets(a SecretAuthorizer, proxy *xds.Proxy) secretaccess.Decision {
+	if ga, ok := a.(GatewayAwareSecretAuthorizer); ok {
+		return ga.MayReadSecretsAs(*proxy.Identity, proxy.Type == xds.Router)
+	}
+	return a.MayReadSecrets(*proxy.Identity)
 }
 
 type secretGenerator struct{ g *Generators }
@@ -188,8 +205,9 @@ func (s secretGenerator) generate(proxy *xds.Proxy, push *model.PushContext, w *
 		log := slog.With("proxy", proxy.String(), "secret", resource)
 		if !authenticated {
 			const why = "secrets go only to authenticated streams (xDS over TLS, port 15012), never on the plaintext port"
-			log.Warn("secret not served: " + why)
-			s.g.denials.deny(proxy, resource, ref.namespace, "", why)
+			if s.g.denials.deny(proxy, resource, ref.namespace, "", why) {
+				log.Warn("secret not served: " + why)
+			}
 			continue
 		}
 		if only != nil && (ref.namespace != "" && ref.namespace != ns || !only(ref)) {
@@ -198,8 +216,9 @@ func (s secretGenerator) generate(proxy *xds.Proxy, push *model.PushContext, w *
 		if ref.namespace != "" && ref.namespace != ns {
 			why := "it names namespace " + ref.namespace + ", not the namespace of the proxy's verified identity " +
 				proxy.Identity.String() + " (a proxy is served only its own namespace's Secrets)"
-			log.Warn("secret not served: " + why)
-			s.g.denials.deny(proxy, resource, ref.namespace, proxy.Identity.String(), why)
+			if s.g.denials.deny(proxy, resource, ref.namespace, proxy.Identity.String(), why) {
+				log.Warn("secret not served: " + why)
+			}
 			continue
 		}
 		log = log.With("namespace", ns)
@@ -227,15 +246,16 @@ func (s secretGenerator) generate(proxy *xds.Proxy, push *model.PushContext, w *
 			continue
 		}
 		if a := s.g.secretAuthorizer; a != nil {
-			switch d := a.MayReadSecrets(*proxy.Identity); {
+			switch d := mayReadSecrets(a, proxy); {
 			case d.Pending:
 				// Pushed again when the answer comes (PushRequest.SecretAccessUpdated).
 				log.Debug("secret not served yet: " + d.Reason)
 				continue
 			case !d.Allowed:
-				log.Warn("secret not served: the proxy's identity may not read Secrets of its namespace",
-					"identity", proxy.Identity.String(), "reason", d.Reason)
-				s.g.denials.deny(proxy, resource, ns, proxy.Identity.String(), d.Reason)
+				if s.g.denials.deny(proxy, resource, ns, proxy.Identity.String(), d.Reason) {
+					log.Warn("secret not served: the proxy's identity may not read Secrets of its namespace",
+						"identity", proxy.Identity.String(), "reason", d.Reason)
+				}
 				continue
 			}
 		}

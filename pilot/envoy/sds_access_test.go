@@ -109,7 +109,8 @@ func TestSDSAccessDecisionPushesOnlyItsIdentity(t *testing.T) {
 	})
 	gw := authenticated(ldsGateway, "istio-system", "gw")
 	other := authenticated(ldsGateway, "istio-system", "other")
-	w := sdsWatch("kubernetes://shop-cert")
+	// The namespace named or implied: a gateway of istio-system asking for shop's Secret must name shop.
+	w := sdsWatch("kubernetes://shop-cert", "kubernetes://shop/shop-cert")
 	if res, _ := sds.Generate(gw, push, w, nil); len(res) != 0 {
 		t.Fatal("served while pending")
 	}
@@ -132,6 +133,75 @@ func TestSDSAccessDecisionPushesOnlyItsIdentity(t *testing.T) {
 	for _, typeURL := range []string{xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType} {
 		if f, ok := New(Options{}).ByTypeURL()[typeURL].(xds.PushFilter); ok && f.NeedsPush(gw, &xds.WatchedResource{TypeURL: typeURL}, req) {
 			t.Errorf("an access decision pushes %s", typeURL)
+		}
+	}
+}
+
+// Without a cluster (secretaccess.FileMode) a namespace's key pairs go to its gateways and to the
+// accounts named readers: a plain sidecar of the namespace is refused, and said so; a gateway of another
+// namespace is refused as every proxy is for a namespace not its own.
+func TestSDSFileModeServesGatewaysAndNamedReaders(t *testing.T) {
+	cert, key := testCert(t, "shop.example.com", time.Now().Add(time.Hour))
+	push := ldsPush(t, nil,
+		secretDoc("shop", "shop-cert", "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": cert}))
+	readers, err := secretaccess.ParseFileModeReaders("shop/mysql, other/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := New(Options{SecretAuthorizer: readers})
+	// The namespace named or implied: a gateway of istio-system asking for shop's Secret must name shop.
+	w := sdsWatch("kubernetes://shop-cert", "kubernetes://shop/shop-cert")
+
+	shopGateway := *ldsGateway
+	shopGateway.NodeID, shopGateway.ID, shopGateway.Namespace = "router~10.1.1.9~gw-9.shop~shop.svc.cluster.local", "gw-9.shop", "shop"
+	for _, tc := range []struct {
+		name  string
+		proxy *xds.Proxy
+		want  bool
+	}{
+		{"a gateway of the namespace", authenticated(&shopGateway, "shop", "shop-gateway"), true},
+		{"a sidecar the flag names", authenticated(ldsMySQL, "shop", "mysql"), true},
+		{"a plain sidecar of the namespace", authenticated(ldsReviews, "shop", "reviews"), false},
+		{"a gateway of another namespace", authenticated(ldsGateway, "istio-system", "gw"), false},
+	} {
+		got := sdsGenerate(t, g, tc.proxy, push, w)
+		if served := got["kubernetes://shop/shop-cert"] != nil; served != tc.want {
+			t.Errorf("%s: served %v, want %v", tc.name, served, tc.want)
+		}
+		if tc.want && (got["kubernetes://shop/shop-cert"].GetTlsCertificate().GetPrivateKey() == nil || got["kubernetes://shop-cert"] == nil) {
+			t.Errorf("%s: served %v, want both names with their key", tc.name, slices.Sorted(mapsKeys(got)))
+		}
+	}
+
+	denied := map[string]SecretDenial{}
+	for _, d := range g.SecretDenials(connectedAll) {
+		if d.Resource == "kubernetes://shop/shop-cert" {
+			denied[d.Proxy] = d
+		}
+	}
+	if len(denied) != 2 {
+		t.Fatalf("denials = %+v; want the plain sidecar's and the other namespace's gateway's", denied)
+	}
+	d := denied[ldsReviews.NodeID]
+	if d.Namespace != "shop" || d.Name != "shop-cert" || !strings.Contains(d.Reason, "--sds-file-mode-readers") ||
+		!strings.Contains(d.Reason, "shop/reviews") || !strings.Contains(d.Reason, "other/x,shop/mysql") {
+		t.Errorf("the sidecar's denial = %+v; want the Secret, the flag, the account and who is named", d)
+	}
+	if d := denied[ldsGateway.NodeID]; !strings.Contains(d.Reason, "namespace of the proxy's verified identity") {
+		t.Errorf("the other gateway's denial = %+v", d)
+	}
+
+	// The CA alone is public, as with a cluster: the sidecar may verify peers with it.
+	got := sdsGenerate(t, g, authenticated(ldsReviews, "shop", "reviews"), push, sdsWatch("kubernetes://shop-cert-cacert"))
+	if got["kubernetes://shop-cert-cacert"].GetValidationContext() == nil {
+		t.Errorf("the CA was refused to the sidecar: %v", slices.Sorted(mapsKeys(got)))
+	}
+}
+
+func TestSDSFileModeReadersRejectMalformedEntries(t *testing.T) {
+	for _, list := range []string{"shop", "shop/", "/mysql", "shop/a/b"} {
+		if _, err := secretaccess.ParseFileModeReaders(list); err == nil || !strings.Contains(err.Error(), "--sds-file-mode-readers") {
+			t.Errorf("%q: err = %v; want one naming the flag", list, err)
 		}
 	}
 }

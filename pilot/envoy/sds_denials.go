@@ -37,7 +37,8 @@ type secretDenials struct {
 
 func newSecretDenials() *secretDenials { return &secretDenials{m: map[denialKey]SecretDenial{}} }
 
-func (d *secretDenials) deny(p *xds.Proxy, resource, namespace, identity, reason string) {
+// deny records a refusal; it reports whether it is new (or its reason changed), for the caller to log.
+func (d *secretDenials) deny(p *xds.Proxy, resource, namespace, identity, reason string) bool {
 	if namespace == "" {
 		namespace = p.Namespace
 	}
@@ -47,7 +48,7 @@ func (d *secretDenials) deny(p *xds.Proxy, resource, namespace, identity, reason
 	defer d.mu.Unlock()
 	prev, ok := d.m[k]
 	if ok && prev.Reason == reason {
-		return
+		return false
 	}
 	if !ok && len(d.m) >= maxSecretDenials {
 		var oldest denialKey
@@ -61,6 +62,7 @@ func (d *secretDenials) deny(p *xds.Proxy, resource, namespace, identity, reason
 	}
 	d.m[k] = SecretDenial{Proxy: p.NodeID, Identity: identity, Resource: resource, Namespace: namespace, Name: ref.name,
 		Reason: reason, Since: time.Now()}
+	return true
 }
 
 // allow forgets a denial once the proxy may have the secret.
