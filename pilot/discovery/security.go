@@ -91,7 +91,7 @@ func (s *Server) setupSecurity() error {
 		s.rootPublisher = ca.NewRootPublisher(ca.RootPublisherOptions{Client: client, RootPEM: authority.RootPEM(),
 			LeaseNamespace: ns, LeaseName: RootPublisherLease, Logger: s.log})
 	}
-	s.secureGRPCServer = grpc.NewServer(append(s.XDS.GRPCServerOptions(), grpc.Creds(credentials.NewTLS(serving.TLSConfig())))...)
+	s.secureGRPCServer = grpc.NewServer(append(s.XDS.AuthenticatedGRPCServerOptions(), grpc.Creds(credentials.NewTLS(serving.TLSConfig())))...)
 	s.XDS.RegisterAuthenticated(s.secureGRPCServer, chain)
 	ca.NewService(ca.ServiceOptions{Authority: authority, Authenticator: chain, TrustedNodeAccounts: s.trustedAccounts,
 		Pods: storePods{s}, Logger: s.log}).Register(s.secureGRPCServer)

@@ -16,8 +16,8 @@ import (
 )
 
 // RegisterAuthenticated adds ADS to g with every stream authenticated by a before anything is read
-// from it (a refused stream's requests are then read and dropped, see refuse), and its node's claims
-// checked against the verified identity (see checkIdentity). Streams of
+// from it (a refused stream is never read, see refuseUnread), and its node's claims checked against the
+// verified identity (see checkIdentity). g should be made with AuthenticatedGRPCServerOptions. Streams of
 // a server registered with Register are not authenticated: for development and tests only.
 func (s *Server) RegisterAuthenticated(g grpc.ServiceRegistrar, a authn.Authenticator) {
 	if a == nil {
@@ -34,7 +34,7 @@ type authenticatedADS struct {
 func (a *authenticatedADS) StreamAggregatedResources(stream grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) error {
 	ctx, err := a.authenticate(stream.Context())
 	if err != nil {
-		return a.s.refuse(stream.Context(), false, func() error { _, err := stream.Recv(); return err }, err)
+		return a.s.refuseUnread(stream.Context(), err)
 	}
 	return a.s.StreamAggregatedResources(&authenticatedStream[discovery.DiscoveryRequest, discovery.DiscoveryResponse]{stream, ctx})
 }
@@ -42,7 +42,7 @@ func (a *authenticatedADS) StreamAggregatedResources(stream grpc.BidiStreamingSe
 func (a *authenticatedADS) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) error {
 	ctx, err := a.authenticate(stream.Context())
 	if err != nil {
-		return a.s.refuse(stream.Context(), false, func() error { _, err := stream.Recv(); return err }, err)
+		return a.s.refuseUnread(stream.Context(), err)
 	}
 	return a.s.DeltaAggregatedResources(&authenticatedStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]{stream, ctx})
 }
@@ -58,7 +58,7 @@ func (a *authenticatedADS) authenticate(ctx context.Context) (context.Context, e
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			client = p.Addr.String()
 		}
-		a.s.log.Warn("rejected stream: not authenticated", "peer", client, "error", err)
+		a.s.connLog.Warn("rejected stream: not authenticated", "peer", client, "error", err)
 		return nil, status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
 	}
 	return authn.NewContext(ctx, caller), nil

@@ -145,7 +145,7 @@ func serve[Req interface {
 	go func() {
 		first, err := recv()
 		if err != nil {
-			recvErr <- s.recvError(nil, err)
+			recvErr <- s.recvError(ctx, nil, err)
 			return
 		}
 		select {
@@ -161,7 +161,7 @@ func serve[Req interface {
 		for {
 			req, err := recv()
 			if err != nil {
-				recvErr <- s.recvError(c, err)
+				recvErr <- s.recvError(ctx, c, err)
 				return
 			}
 			// An ACK or NACK frees its response's budget at once, even while a push holds the turn.
@@ -205,14 +205,14 @@ func serve[Req interface {
 	proxy, err := ParseProxy(first.GetNode())
 	if err != nil {
 		s.refused.Add(1)
-		s.log.Warn("rejected stream: bad node", "error", err)
+		s.connLog.Warn("rejected stream: bad node", "error", err)
 		return s.refuse(ctx, true, func() error { _, err := recv(); return err }, status.Error(codes.InvalidArgument, err.Error()))
 	}
 	if caller := authn.FromContext(ctx); caller != nil {
 		id, err := s.checkIdentity(caller, proxy)
 		if err != nil {
 			s.refused.Add(1)
-			s.log.Warn("rejected stream: identity check", "error", err)
+			s.connLog.Warn("rejected stream: identity check", "error", err)
 			return s.refuse(ctx, true, func() error { _, err := recv(); return err }, status.Error(codes.PermissionDenied, err.Error()))
 		}
 		proxy.Identity = &id
@@ -266,19 +266,23 @@ func serve[Req interface {
 }
 
 // recvError is the status a stream ends with when reading a request failed (c is nil before the first
-// request). A request over MaxRequestBytes is logged naming the flag; gRPC itself tells the client the sizes.
-func (s *Server) recvError(c *Connection, err error) error {
+// request). A request over the limit is logged naming it (--max-request-bytes where the stream is
+// authenticated); gRPC itself tells the client the sizes.
+func (s *Server) recvError(ctx context.Context, c *Connection, err error) error {
 	if status.Code(err) != codes.ResourceExhausted {
 		return err
 	}
-	msg := fmt.Sprintf("request larger than the server accepts (%d bytes, --max-request-bytes): %s",
-		s.opts.MaxRequestBytes, status.Convert(err).Message())
+	limit := fmt.Sprintf("%d bytes, --max-request-bytes", s.opts.MaxRequestBytes)
+	if authn.FromContext(ctx) == nil {
+		limit = fmt.Sprintf("%d bytes where clients are not authenticated", s.opts.MaxUnauthenticatedRequestBytes)
+	}
+	msg := fmt.Sprintf("request larger than the server accepts (%s): %s", limit, status.Convert(err).Message())
 	attrs := []any{"error", msg}
 	if c != nil {
 		attrs = append(attrs, "conn", c.id, "proxy", logText(c.proxy.NodeID))
 	}
 	s.refused.Add(1)
-	s.log.Warn("request refused", attrs...)
+	s.connLog.Warn("request refused", attrs...)
 	return status.Error(codes.ResourceExhausted, msg)
 }
 

@@ -19,9 +19,13 @@ const DefaultMaxBytesInFlight = 32 << 20
 // hold at most half the budget.
 const DefaultMaxBytesInFlightPerProxy = 2 << 20
 
-// DefaultMaxRequestBytes is the largest request accepted: gRPC's own default (4 MiB) refused a
-// subscription to about 50,000 names.
+// DefaultMaxRequestBytes is the largest request accepted on an authenticated stream: gRPC's own default
+// (4 MiB) refused a subscription to about 50,000 names.
 const DefaultMaxRequestBytes = 64 << 20
+
+// DefaultMaxUnauthenticatedRequestBytes is the largest request accepted where clients are not authenticated
+// (the plaintext port), istiod's limit: sixteen callers sending 64 MiB each took the server to 2 GB.
+const DefaultMaxUnauthenticatedRequestBytes = 4 << 20
 
 // DefaultMaxConnectionAgeGrace is how long a connection past its age may keep its streams (istiod's too).
 const DefaultMaxConnectionAgeGrace = 10 * time.Second

@@ -108,10 +108,12 @@ func newEnv(t testing.TB, initial snapshot, opts ...envOption) *testEnv {
 		f(e, &o)
 	}
 	e.srv = NewServer(o)
-	gs := grpc.NewServer(e.srv.GRPCServerOptions()...)
+	var gs *grpc.Server
 	if e.auth != nil {
+		gs = grpc.NewServer(e.srv.AuthenticatedGRPCServerOptions()...)
 		e.srv.RegisterAuthenticated(gs, e.auth)
 	} else {
+		gs = grpc.NewServer(e.srv.GRPCServerOptions()...)
 		e.srv.Register(gs)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

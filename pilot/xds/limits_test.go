@@ -72,32 +72,58 @@ func TestStuckProxiesHoldOnlyTheirShare(t *testing.T) {
 	}
 }
 
-// A subscription to 100,000 names (6 MB, past gRPC's default 4 MiB) is accepted; one past the configured
-// limit ends the stream with an error that names the limit.
+// A subscription to 100,000 names (6 MB, past gRPC's default 4 MiB) is accepted on an authenticated stream;
+// one past the configured limit ends the stream with an error that names the limit.
 func TestRequestSizeLimit(t *testing.T) {
-	names := make([]string, 100_000)
-	for i := range names {
-		names[i] = "outbound|8080||service-" + strconv.Itoa(i) + ".namespace.svc.cluster.local"
-	}
-	e := newEnv(t, twoClusters())
-	c := e.sotw(t)
-	ask(c, sidecar("pod", "ns1"), EndpointType, names, nil)
+	names := manyNames(100_000)
+	e := newEnv(t, twoClusters(), withAuth(""))
+	c := e.sotwAs(t, "cart")
+	ask(c, sidecar("pod", "shop"), EndpointType, names, nil)
 	// 100k names take seconds to send and answer under -race on a busy machine.
 	if r := c.recvWithin(30 * time.Second); r.TypeUrl != EndpointType {
 		t.Fatalf("response %v", r)
 	}
 
 	var logs syncBuffer
-	small := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) {
+	small := newEnv(t, twoClusters(), withAuth(""), func(_ *testEnv, o *Options) {
 		o.MaxRequestBytes, o.Logger = 1<<20, slog.New(slog.NewTextHandler(&logs, nil))
 	})
-	c = small.sotw(t)
-	ask(c, sidecar("pod", "ns1"), EndpointType, names, nil)
+	c = small.sotwAs(t, "cart")
+	ask(c, sidecar("pod", "shop"), EndpointType, names, nil)
 	// gRPC itself answers with the sizes; the server's log names the flag.
 	if err := c.end(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Fatalf("oversized request ended the stream with %v, want ResourceExhausted", err)
 	}
 	eventually(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "--max-request-bytes") })
+}
+
+// Where clients are not authenticated, a request is read only up to istiod's 4 MiB: the same subscription
+// is refused, with the limit in the log, and gRPC refuses it from its length before reading it.
+func TestUnauthenticatedRequestSizeLimit(t *testing.T) {
+	var logs syncBuffer
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	c := e.sotw(t)
+	ask(c, sidecar("pod", "ns1"), EndpointType, manyNames(100_000), nil)
+	if err := c.end(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), strconv.Itoa(DefaultMaxUnauthenticatedRequestBytes)) {
+		t.Fatalf("oversized request ended the stream with %v, want ResourceExhausted naming %d", err, DefaultMaxUnauthenticatedRequestBytes)
+	}
+	eventually(t, "the refusal logged", func() bool {
+		return strings.Contains(logs.String(), "4194304 bytes where clients are not authenticated")
+	})
+	// Just under the limit is served.
+	c = e.sotw(t)
+	ask(c, sidecar("pod", "ns1"), EndpointType, manyNames(50_000), nil)
+	if r := c.recvWithin(30 * time.Second); r.TypeUrl != EndpointType {
+		t.Fatalf("response %v", r)
+	}
+}
+
+func manyNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "outbound|8080||service-" + strconv.Itoa(i) + ".namespace.svc.cluster.local"
+	}
+	return names
 }
 
 // Past its age a connection is told to go away and, after the grace, closed: the stream ends, so the proxy

@@ -57,3 +57,20 @@ func (s *Server) refuse(ctx context.Context, firstRead bool, recv func() error, 
 		}
 	}
 }
+
+// refuseUnread returns err, the status of a stream refused before its client was authenticated, without
+// reading anything from it: gRPC reads a message whole, up to the server's limit, so reading an
+// unauthenticated client's requests let it make the server hold that much per stream. Unread, a request
+// holds at most the stream's flow-control window (requestWindow). The status is sent refusalMax after the
+// refusal, or when the client goes: a client's first requests fit in the window meanwhile, so one that
+// sends while refused still gets the reason from its receive side rather than an EOF from its send.
+func (s *Server) refuseUnread(ctx context.Context, err error) error {
+	limit := time.NewTimer(refusalMax)
+	defer limit.Stop()
+	select {
+	case <-limit.C:
+	case <-ctx.Done():
+	case <-s.base.Done():
+	}
+	return err
+}

@@ -59,9 +59,12 @@ type Options struct {
 	// stop reading leave most of it to the others until the send timeout closes them (default
 	// DefaultMaxBytesInFlightPerProxy, at most MaxBytesInFlight).
 	MaxBytesInFlightPerProxy int64
-	// MaxRequestBytes is the largest request accepted (default DefaultMaxRequestBytes): enough for a
-	// subscription to hundreds of thousands of names.
+	// MaxRequestBytes is the largest request accepted on a server made with AuthenticatedGRPCServerOptions
+	// (default DefaultMaxRequestBytes): enough for a subscription to hundreds of thousands of names.
 	MaxRequestBytes int
+	// MaxUnauthenticatedRequestBytes is the largest request accepted on a server made with GRPCServerOptions,
+	// whose clients are not authenticated (default DefaultMaxUnauthenticatedRequestBytes).
+	MaxUnauthenticatedRequestBytes int
 	// Observer, if set, is told about pushes, responses and ACKs (metrics, distribution tracking).
 	Observer Observer
 	// TrustedNodeAccounts are the identities (NAMESPACE/SERVICE_ACCOUNT) a ztunnel must have on an
@@ -73,6 +76,7 @@ type Options struct {
 type Server struct {
 	opts     Options
 	log      *slog.Logger
+	connLog  *limitedLog // connections accepted, ended and refused
 	queue    *pushQueue
 	limiter  *rate.Limiter
 	instance string // random per process, so nonces from a previous run never look current
@@ -118,6 +122,7 @@ func NewServer(opts Options) *Server {
 	s := &Server{
 		opts:     opts,
 		log:      opts.Logger,
+		connLog:  newLimitedLog(opts.Logger, connLogRate, connLogBurst),
 		queue:    newPushQueue(),
 		instance: hex.EncodeToString(id[:]),
 		conns:    map[*Connection]struct{}{},
@@ -142,6 +147,9 @@ func NewServer(opts Options) *Server {
 	}
 	if s.opts.MaxRequestBytes <= 0 {
 		s.opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if s.opts.MaxUnauthenticatedRequestBytes <= 0 {
+		s.opts.MaxUnauthenticatedRequestBytes = DefaultMaxUnauthenticatedRequestBytes
 	}
 	if s.opts.MaxConnectionAge > 0 && s.opts.MaxConnectionAgeGrace <= 0 {
 		s.opts.MaxConnectionAgeGrace = DefaultMaxConnectionAgeGrace
@@ -174,10 +182,25 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // push, that was a second round trip per ACK, as many writes and reads again as the push itself.
 const requestWindow = 1 << 20
 
-// GRPCServerOptions returns the options the grpc.Server serving ADS must be created with: keepalive (so
-// dead proxies are noticed), connection age, a fixed flow-control window, a shared write buffer (idle
-// connections hold no buffer) and the codec that sends responses as the connection encoded them.
+// GRPCServerOptions returns the options a grpc.Server serving ADS to clients that are not authenticated
+// (Register) must be created with. gRPC reads a whole message before any handler sees it, so its size
+// limit is what one unauthenticated request can make the server hold: MaxUnauthenticatedRequestBytes.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
+	return s.grpcServerOptions(s.opts.MaxUnauthenticatedRequestBytes)
+}
+
+// AuthenticatedGRPCServerOptions returns the options of a grpc.Server whose every service authenticates
+// its callers before reading their requests (RegisterAuthenticated, the CA's certificate service): requests
+// up to MaxRequestBytes. A refused caller's request is never read, so it holds at most the stream's
+// flow-control window (requestWindow) until its status is sent.
+func (s *Server) AuthenticatedGRPCServerOptions() []grpc.ServerOption {
+	return s.grpcServerOptions(s.opts.MaxRequestBytes)
+}
+
+// grpcServerOptions are keepalive (so dead proxies are noticed), connection age, a fixed flow-control
+// window, a shared write buffer (idle connections hold no buffer), the codec that sends responses as the
+// connection encoded them, and the largest request read.
+func (s *Server) grpcServerOptions(maxRequestBytes int) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:                  30 * time.Second,
@@ -192,7 +215,7 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 		grpc.InitialConnWindowSize(requestWindow),
 		// Responses are encoded by the connection (see encodeResponse).
 		grpc.ForceServerCodecV2(newWireCodec()),
-		grpc.MaxRecvMsgSize(s.opts.MaxRequestBytes),
+		grpc.MaxRecvMsgSize(maxRequestBytes),
 	}
 }
 
@@ -341,7 +364,7 @@ func (s *Server) add(c *Connection) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.connects.Add(1)
-	s.log.Info("proxy connected", "conn", c.id, "proxy", logText(c.proxy.NodeID), "type", c.proxy.Type, "delta", c.delta,
+	s.connLog.Info("proxy connected", "conn", c.id, "proxy", logText(c.proxy.NodeID), "type", c.proxy.Type, "delta", c.delta,
 		"peer", c.peer, "agent", logText(c.proxy.UserAgent))
 }
 
@@ -365,5 +388,5 @@ func (s *Server) remove(c *Connection, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
 		attrs = append(attrs, "reason", err.Error())
 	}
-	s.log.Info("proxy disconnected", attrs...)
+	s.connLog.Info("proxy disconnected", attrs...)
 }
