@@ -85,6 +85,9 @@ func New(km KeyMaterial, opts Options) (*Authority, error) {
 // TrustDomain is the trust domain of the identities the authority signs.
 func (a *Authority) TrustDomain() string { return a.opts.TrustDomain }
 
+// MaxTTL is the longest validity a request may ask for.
+func (a *Authority) MaxTTL() time.Duration { return a.opts.MaxTTL }
+
 // RootPEM returns the root certificates clients should trust (root-cert.pem).
 func (a *Authority) RootPEM() []byte { return a.rootPEM }
 

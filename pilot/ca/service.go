@@ -1,7 +1,6 @@
 package ca
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
@@ -50,9 +50,11 @@ type ServiceOptions struct {
 	Logger *slog.Logger
 }
 
+// MaxRequestBytes is the largest certificate request accepted: a CSR is about 1 KiB, its metadata a name or two.
+const MaxRequestBytes = 64 << 10
+
 // Service is istio.v1.auth.IstioCertificateService.
 type Service struct {
-	pb.UnimplementedIstioCertificateServiceServer
 	opts ServiceOptions
 	log  *slog.Logger
 }
@@ -68,12 +70,35 @@ func NewService(opts ServiceOptions) *Service {
 	return &Service{opts: opts, log: opts.Logger}
 }
 
-// Register adds the service to g.
-func (s *Service) Register(g grpc.ServiceRegistrar) { pb.RegisterIstioCertificateServiceServer(g, s) }
+// certificateStreamer is what serviceDesc's handler calls.
+type certificateStreamer interface {
+	createCertificate(stream grpc.ServerStream) error
+}
 
-// CreateCertificate signs the request's CSR for the caller's own identity, or, for a trusted node
-// account, for a workload on the caller's node.
-func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
+// serviceDesc serves CreateCertificate as a stream, which its unary clients cannot tell apart on the wire
+// (one request, one response). gRPC reads and decodes a unary method's request before its handler runs,
+// so a caller with no credentials made the server hold up to its largest message (64 MiB) per call; a
+// stream handler authenticates first, and an unread request holds at most the stream's flow-control window.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: "istio.v1.auth.IstioCertificateService",
+	HandlerType: (*certificateStreamer)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName: "CreateCertificate",
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			return srv.(certificateStreamer).createCertificate(stream)
+		},
+	}},
+	Metadata: "security/v1alpha1/ca.proto",
+}
+
+// Register adds the service to g. Requests are read only from authenticated callers, up to g's own
+// limit (grpc.MaxRecvMsgSize), then refused past MaxRequestBytes.
+func (s *Service) Register(g grpc.ServiceRegistrar) { g.RegisterService(&serviceDesc, s) }
+
+// createCertificate signs the request's CSR for the caller's own identity, or, for a trusted node account,
+// for a workload on the caller's node. The caller is authenticated before its request is read.
+func (s *Service) createCertificate(stream grpc.ServerStream) error {
+	ctx := stream.Context()
 	client := ""
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		client = p.Addr.String()
@@ -81,11 +106,46 @@ func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 	caller, err := s.opts.Authenticator.Authenticate(ctx)
 	if err != nil {
 		s.log.Warn("certificate request refused: not authenticated", "client", client, "err", err)
-		return nil, status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
+		return status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
 	}
 	if len(caller.Identities) == 0 {
-		return nil, status.Error(codes.Unauthenticated, "authentication failed: no identity")
+		return status.Error(codes.Unauthenticated, "authentication failed: no identity")
 	}
+	req := &pb.IstioCertificateRequest{}
+	if err := stream.RecvMsg(req); err != nil {
+		return err
+	}
+	if err := s.checkRequest(req); err != nil {
+		s.log.Warn("certificate request refused", "client", client, "caller", caller.Identities[0].String(), "err", err)
+		return err
+	}
+	resp, err := s.issue(client, caller, req)
+	if err != nil {
+		return err
+	}
+	return stream.SendMsg(resp)
+}
+
+// checkRequest refuses a request larger than MaxRequestBytes, and a validity_duration that is negative or
+// longer than the authority's maximum (in seconds, it overflowed time.Duration into a validity of ~0).
+func (s *Service) checkRequest(req *pb.IstioCertificateRequest) error {
+	if n := proto.Size(req); n > MaxRequestBytes {
+		return status.Errorf(codes.ResourceExhausted, "certificate request of %d bytes (csr %d bytes) is over the limit of %d bytes (a CSR is about 1 KiB)",
+			n, len(req.GetCsr()), MaxRequestBytes)
+	}
+	v, maxTTL := req.GetValidityDuration(), s.opts.Authority.MaxTTL()
+	if v < 0 {
+		return status.Errorf(codes.InvalidArgument, "validity_duration: %d s is negative", v)
+	}
+	if v > int64(maxTTL/time.Second) {
+		return status.Errorf(codes.InvalidArgument, "validity_duration: %d s is longer than the %s (%d s) a certificate may be valid (--max-workload-cert-ttl)",
+			v, maxTTL, int64(maxTTL/time.Second))
+	}
+	return nil
+}
+
+// issue signs req for the authenticated caller.
+func (s *Service) issue(client string, caller *authn.Caller, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
 	id := caller.Identities[0]
 	fields := req.GetMetadata().GetFields()
 	if signer := fields[certSignerKey].GetStringValue(); signer != "" {

@@ -209,3 +209,51 @@ func TestCreateCertificateWithAClientCertificateTheCAIssued(t *testing.T) {
 		t.Errorf("client certificate of another CA: %v, want the handshake to fail", err)
 	}
 }
+
+// A caller's request is read only once it is authenticated: one without credentials is refused as such
+// even when its request is past the server's message limit (gRPC's 4 MiB here), which reading it would
+// have answered with ResourceExhausted after taking it in.
+func TestUnauthenticatedRequestIsNotRead(t *testing.T) {
+	s := startCA(t)
+	huge := strings.Repeat("x", 8<<20)
+	_, err := s.client(t, nil).CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: huge})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("unauthenticated 8 MiB request: %v, want Unauthenticated before it is read", err)
+	}
+}
+
+// An authenticated caller's request past MaxRequestBytes is refused naming the limit.
+func TestOversizedRequestIsRefused(t *testing.T) {
+	s := startCA(t)
+	csr := string(newCSR(t)) + strings.Repeat("\n", MaxRequestBytes)
+	_, err := s.client(t, nil).CreateCertificate(withToken("cart-token"), &pb.IstioCertificateRequest{Csr: csr})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "limit of 65536 bytes") {
+		t.Fatalf("request with a %d-byte csr: %v, want ResourceExhausted naming the limit", len(csr), err)
+	}
+}
+
+// A validity past the maximum is refused naming the field and the flag, even one so long that in
+// nanoseconds it overflows (18,446,744,074 s wrapped to a certificate valid about 0 s).
+func TestValidityPastTheMaximumIsRefused(t *testing.T) {
+	s := startCA(t)
+	c := s.client(t, nil)
+	for _, v := range []int64{18_446_744_074, int64(DefaultMaxTTL/time.Second) + 1, 1 << 62} {
+		_, err := c.CreateCertificate(withToken("cart-token"), &pb.IstioCertificateRequest{Csr: string(newCSR(t)), ValidityDuration: v})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "validity_duration") ||
+			!strings.Contains(err.Error(), "--max-workload-cert-ttl") {
+			t.Errorf("validity_duration %d: %v, want InvalidArgument naming the field and --max-workload-cert-ttl", v, err)
+		}
+	}
+	_, err := c.CreateCertificate(withToken("cart-token"), &pb.IstioCertificateRequest{Csr: string(newCSR(t)), ValidityDuration: -1})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "validity_duration") {
+		t.Errorf("validity_duration -1: %v, want InvalidArgument", err)
+	}
+	resp, err := c.CreateCertificate(withToken("cart-token"), &pb.IstioCertificateRequest{Csr: string(newCSR(t)),
+		ValidityDuration: int64(DefaultMaxTTL / time.Second)})
+	if err != nil {
+		t.Fatalf("validity of exactly the maximum: %v", err)
+	}
+	if leaf := leafOf(t, resp); leaf.NotAfter.Sub(leaf.NotBefore)-clockSkew != DefaultMaxTTL {
+		t.Errorf("validity %s, want %s", leaf.NotAfter.Sub(leaf.NotBefore)-clockSkew, DefaultMaxTTL)
+	}
+}
