@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-
-	"github.com/sextantmesh/sextant/pilot/debug"
 )
 
 func configDumpCommand() *cobra.Command {
@@ -31,8 +29,7 @@ in full, as protojson with @type, like Envoy's config_dump.`,
 			if len(types) > 0 {
 				q.Set("types", strings.Join(types, ","))
 			}
-			var dump debug.ConfigDump
-			body, err := c.get("/debug/config_dump", q, &dump)
+			dump, body, err := getDump(&c, q)
 			if err != nil {
 				return err
 			}

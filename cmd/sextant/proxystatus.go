@@ -66,6 +66,12 @@ func (e errNotFound) Error() string { return e.msg }
 
 // get fetches path with query and decodes the JSON answer into v. It returns the raw body too.
 func (c *client) get(path string, query url.Values, v any) ([]byte, error) {
+	body, _, err := c.fetch(path, query, v)
+	return body, err
+}
+
+// fetch is get, with the answer's headers (a paged view says there where its next page starts).
+func (c *client) fetch(path string, query url.Values, v any) ([]byte, http.Header, error) {
 	if c.http == nil {
 		c.http = &http.Client{Timeout: 10 * time.Second}
 	}
@@ -78,23 +84,23 @@ func (c *client) get(path string, query url.Values, v any) ([]byte, error) {
 	}
 	req, err := http.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	token, err := c.bearer()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the server (--server %s): %w", c.server, err)
+		return nil, nil, fmt.Errorf("cannot reach the server (--server %s): %w", c.server, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
@@ -103,19 +109,19 @@ func (c *client) get(path string, query url.Values, v any) ([]byte, error) {
 			msg = e.Error
 		}
 		if resp.StatusCode == http.StatusNotFound {
-			return body, errNotFound{msg}
+			return body, resp.Header, errNotFound{msg}
 		}
 		if resp.StatusCode == http.StatusUnauthorized && token == "" {
 			msg += " (give --token or --token-file)"
 		}
-		return body, fmt.Errorf("%s: %s: %s", path, resp.Status, msg)
+		return body, resp.Header, fmt.Errorf("%s: %s: %s", path, resp.Status, msg)
 	}
 	if v != nil {
 		if err := json.Unmarshal(body, v); err != nil {
-			return body, fmt.Errorf("%s: %w", path, err)
+			return body, resp.Header, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	return body, nil
+	return body, resp.Header, nil
 }
 
 func writeRaw(out io.Writer, body []byte) error {
@@ -144,8 +150,7 @@ VHDS: the worse of the two is shown.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			var sync []debug.ProxySync
-			body, err := c.get("/debug/syncz", nil, &sync)
+			sync, body, err := getAll[debug.ProxySync](&c, "/debug/syncz", nil)
 			if err != nil {
 				return err
 			}

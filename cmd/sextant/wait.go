@@ -109,9 +109,10 @@ func judge(forWhat string, key config.Key, d debug.Distribution, threshold float
 				rejected = append(rejected, fmt.Sprintf("%s (%s)", p.ID, p.Reason))
 			}
 		}
-		return false, "", fmt.Errorf("%d of %d proxies rejected %s: %s", d.NACKed, len(d.Proxies), what, strings.Join(rejected, "; "))
+		return false, "", fmt.Errorf("%d of %d proxies rejected %s: %s", d.NACKed, d.Acked+d.Pending+d.NACKed, what, strings.Join(rejected, "; "))
 	}
-	total := len(d.Proxies)
+	// The counts cover every relevant proxy; Proxies is only the first page of them.
+	total := d.Acked + d.Pending + d.NACKed
 	if total == 0 || float64(d.Acked)/float64(total) >= threshold {
 		return true, fmt.Sprintf("%s: %d of %d proxies ACKed (snapshot v%d)", what, d.Acked, total, d.SnapshotVersion), nil
 	}

@@ -76,17 +76,18 @@ type endpoint struct {
 }
 
 func (d *Debug) endpoints() []endpoint {
+	// Every JSON view is bounded (MaxResponseBytes); lists are paged with ?offset=&limit= (page.go).
 	return []endpoint{
 		{"/debug/syncz", "each connected proxy: per type the last sent and ACKed version and nonce, and the NACK reason", d.handleSyncz},
 		{"/debug/adsz", "connections and their subscriptions", d.handleAdsz},
 		{"/debug/configz", "every config object with its source and resourceVersion; ?kind=&namespace=", d.handleConfigz},
 		{"/debug/registryz", "services in the current snapshot", d.handleRegistryz},
 		{"/debug/endpointz", "endpoints by service; ?service=NAMESPACE/HOSTNAME", d.handleEndpointz},
-		{"/debug/push_status", "the current snapshot: version, build time, counts, rebuilt indexes, rejected config", d.handlePushStatus},
+		{"/debug/push_status", "the current snapshot: version, build time, counts, rebuilt indexes, a page (?offset=&limit=) of rejected config and warnings", d.handlePushStatus},
 		{"/debug/pushz", "recent pushes with durations, and the convergence histogram", d.handlePushz},
-		{"/debug/config_dump", "generated config for a connected proxy; ?proxyID=POD.NAMESPACE&types=cds,lds", d.handleConfigDump},
+		{"/debug/config_dump", "generated config for a connected proxy; ?proxyID=POD.NAMESPACE&types=cds,lds; paged over resources: ?offset=&limit=", d.handleConfigDump},
 		{"/debug/authorizationz", "authorization policies per namespace", d.handleAuthorizationz},
-		{"/debug/config_errors", "rejected config, then fields accepted but not implemented (warning: true), with file, object and field", d.handleConfigErrors},
+		{"/debug/config_errors", "rejected config, then fields accepted but not implemented (warning: true), with file, object and field; paged: ?offset=&limit=, X-Total-Count and X-Next-Offset headers", d.handleConfigErrors},
 		{"/debug/distribution", "which proxies run an object's current generation; ?kind=&name=&namespace=", d.handleDistribution},
 		{"/debug/ui", "dashboard (HTML)", d.handleUI},
 		{"/debug/pprof/", "Go profiles", pprof.Index},

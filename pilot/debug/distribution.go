@@ -43,15 +43,23 @@ type Distribution struct {
 	ResourceVersion string    `json:"resourceVersion"`
 	// SnapshotVersion is the first snapshot containing this generation (or the deletion); 0 while the
 	// change is still being debounced or built.
-	SnapshotVersion uint64              `json:"snapshotVersion"`
-	CurrentVersion  uint64              `json:"currentVersion"`
-	Proxies         []ProxyDistribution `json:"proxies"`
-	Acked           int                 `json:"acked"`
-	Pending         int                 `json:"pending"`
-	NACKed          int                 `json:"nacked"`
+	SnapshotVersion uint64 `json:"snapshotVersion"`
+	CurrentVersion  uint64 `json:"currentVersion"`
+	// Proxies is a page (?offset=&limit=) of the relevant proxies, ProxiesPage says which; the counts
+	// cover them all.
+	Proxies     []ProxyDistribution `json:"proxies"`
+	ProxiesPage Page                `json:"proxiesPage"`
+	Acked       int                 `json:"acked"`
+	Pending     int                 `json:"pending"`
+	NACKed      int                 `json:"nacked"`
 }
 
 func (d *Debug) handleDistribution(w http.ResponseWriter, r *http.Request) {
+	pq, err := parsePage(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	q := r.URL.Query()
 	kind, name, ns := q.Get("kind"), q.Get("name"), q.Get("namespace")
 	if kind == "" || name == "" {
@@ -60,7 +68,7 @@ func (d *Debug) handleDistribution(w http.ResponseWriter, r *http.Request) {
 	}
 	ki, ok := lookupKind(kind)
 	if !ok {
-		writeError(w, http.StatusBadRequest, "unknown kind "+kind)
+		writeError(w, http.StatusBadRequest, "unknown kind "+clip(kind))
 		return
 	}
 	if !ki.Namespaced {
@@ -70,9 +78,19 @@ func (d *Debug) handleDistribution(w http.ResponseWriter, r *http.Request) {
 	}
 	dist, ok := d.Distribution(config.Key{Kind: ki.Kind, Namespace: ns, Name: name})
 	if !ok {
-		writeError(w, http.StatusNotFound, "no such object: "+config.Key{Kind: ki.Kind, Namespace: ns, Name: name}.String())
+		writeError(w, http.StatusNotFound, "no such object: "+clip(config.Key{Kind: ki.Kind, Namespace: ns, Name: name}.String()))
 		return
 	}
+	all := dist.Proxies
+	dist.Proxies = []ProxyDistribution{}
+	_, dist.ProxiesPage = pq.take(len(all), MaxResponseBytes-64<<10, func(i int) int {
+		p := all[i]
+		p.ID, p.Reason = clip(p.ID), clip(p.Reason)
+		dist.Proxies = append(dist.Proxies, p)
+		return encodedSize(p, 2)
+	})
+	dist.Proxies = dist.Proxies[:dist.ProxiesPage.Returned]
+	setPageHeaders(w, r, dist.ProxiesPage)
 	writeJSON(w, http.StatusOK, dist)
 }
 

@@ -333,7 +333,7 @@ func (t *tracker) learn(req *model.PushRequest, precise bool) {
 	}
 	rec.ConfigsUpdated = rec.ConfigsUpdated[:0]
 	for k := range req.ConfigsUpdated {
-		rec.ConfigsUpdated = append(rec.ConfigsUpdated, k.String())
+		rec.ConfigsUpdated = append(rec.ConfigsUpdated, clip(k.String()))
 	}
 	slices.Sort(rec.ConfigsUpdated)
 	if len(rec.ConfigsUpdated) > 20 {

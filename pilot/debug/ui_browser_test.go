@@ -94,3 +94,19 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	t.Logf("dashboard screenshot: %s (kept with go test -artifacts -outputdir DIR)", shot)
 }
+
+// TestDashboardPagesAMillionErrors: with a million rejected documents the dashboard shows the first page
+// of them and says how many there are, linking to the paged view.
+func TestDashboardPagesAMillionErrors(t *testing.T) {
+	browser := chromium(t)
+	hs := boundedServer(t, manyErrors(1_000_000), nil)
+	dom := string(headless(t, browser, "--dump-dom", hs.URL+"/debug/ui"))
+	for _, want := range []string{"first 200 of 1000000 rejected shown", `href="/debug/config_errors?limit=1000"`, "updated "} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if rows := strings.Count(dom, "/config/huge.yaml #"); rows != 200 {
+		t.Errorf("%d rejected rows rendered, want 200", rows)
+	}
+}
