@@ -3,6 +3,9 @@ package discovery
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -90,6 +93,30 @@ func (s *Server) watchStartupGate(ctx context.Context) {
 			s.log.Error("not ready: " + reason)
 		}
 	}
+}
+
+// handleReady answers /ready. Why the server is not ready names policy files and objects, so only a
+// loopback caller (an exec'd probe, kubectl port-forward) is told; anyone else who reaches the port, as the
+// kubelet does, gets the status alone. The reason is also logged (watchStartupGate).
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	reason := s.notReadyReason()
+	switch {
+	case reason == "":
+		fmt.Fprintln(w, "ready")
+	case fromLoopback(r):
+		http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
+	default:
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+	}
+}
+
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // readyPipeline is the pipeline as the xDS server sees it: no stream is admitted while the server is not

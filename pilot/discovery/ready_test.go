@@ -3,6 +3,7 @@ package discovery_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,7 +50,10 @@ spec:
 
 func startServer(t *testing.T, args discovery.Args) *discovery.Server {
 	t.Helper()
-	args.GRPCAddr, args.HTTPAddr, args.DebounceAfter = "127.0.0.1:0", "127.0.0.1:0", 20*time.Millisecond
+	args.GRPCAddr, args.DebounceAfter = "127.0.0.1:0", 20*time.Millisecond
+	if args.HTTPAddr == "" {
+		args.HTTPAddr = "127.0.0.1:0"
+	}
 	srv, err := discovery.NewServer(args)
 	if err != nil {
 		t.Fatal(err)
@@ -224,5 +228,34 @@ func TestRejectedServiceAtStartupDoesNotHoldReadiness(t *testing.T) {
 	waitReady(t, srv, http.StatusOK)
 	if len(srv.Rejected()) != 1 {
 		t.Errorf("rejected = %v, want the broken Service", srv.Rejected())
+	}
+}
+
+// Why the server is not ready names policy files and objects: only a loopback caller is told; a caller from
+// another address gets the status and a terse body.
+func TestNotReadyReasonIsForLoopbackCallersOnly(t *testing.T) {
+	ip := nonLoopbackIP(t)
+	dir := copyDir(t, "../../examples/bookinfo")
+	if err := os.WriteFile(filepath.Join(dir, "35-policy.yaml"), []byte(brokenPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, discovery.Args{ConfigDir: dir, HTTPAddr: net.JoinHostPort(ip, "0")})
+	body := waitReady(t, srv, http.StatusServiceUnavailable) // from ip: the listener is bound to it alone
+	if body != "not ready\n" {
+		t.Errorf("/ready from %s = %q, want only \"not ready\"", ip, body)
+	}
+
+	both := startServer(t, discovery.Args{ConfigDir: dir, HTTPAddr: ":0"})
+	_, port, _ := net.SplitHostPort(both.HTTPAddr())
+	for host, detailed := range map[string]bool{ip: false, "127.0.0.1": true} {
+		resp, err := http.Get("http://" + net.JoinHostPort(host, port) + "/ready")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(b), "deny-all-but-frontend") != detailed {
+			t.Errorf("/ready from %s = %d %q, want 503 with the reason %v", host, resp.StatusCode, b, detailed)
+		}
 	}
 }

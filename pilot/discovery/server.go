@@ -302,14 +302,6 @@ func (s *Server) SecureGRPCAddr() string {
 // HTTPAddr is the address the HTTP listener is bound to.
 func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
 
-func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
-	if reason := s.notReadyReason(); reason != "" {
-		http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
-		return
-	}
-	fmt.Fprintln(w, "ready")
-}
-
 // Start serves HTTP at once (so /ready can say "not yet"), loads the sources, publishes the first
 // snapshot, then serves xDS and watches for changes until ctx is done.
 func (s *Server) Start(ctx context.Context) error {
