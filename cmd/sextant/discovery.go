@@ -72,8 +72,8 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 		"become ready although an AuthorizationPolicy, PeerAuthentication or RequestAuthentication (or a config file that cannot be read) was rejected at startup; by default the server stays not ready until it is fixed")
 	f.StringVar(&args.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to watch")
 	f.StringVar(&args.MeshConfigFile, "mesh-config", "", "mesh config file (rootNamespace, trustDomain, domainSuffix)")
-	f.StringVar(&args.GRPCAddr, "grpc-addr", ":15010",
-		"plaintext xDS gRPC listen address; clients there are not authenticated and their node's claims are believed, for development only; empty turns it off")
+	f.StringVar(&args.GRPCAddr, "grpc-addr", "127.0.0.1:15010",
+		"plaintext xDS gRPC listen address, loopback only by default (:15010 opens it to every interface); clients there are not authenticated and their node's claims are believed, for development only; requests over 4 MiB are refused; empty turns it off")
 	f.StringVar(&args.SecureGRPCAddr, "secure-grpc-addr", ":15012",
 		"xDS over TLS and the CA (istio.v1.auth.IstioCertificateService); clients authenticate with a client certificate the CA issued or a service-account token; empty turns it off")
 	f.StringVar(&args.CADir, "ca-dir", "",
@@ -103,7 +103,7 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 		"how long a connection past --max-connection-age keeps its streams before it is closed (the proxy then reconnects, to any replica)")
 	f.Int64Var(&args.MaxBytesInFlightPerProxy, "max-bytes-in-flight-per-proxy", xds.DefaultMaxBytesInFlightPerProxy,
 		"the most one response counts for in --max-bytes-in-flight, so proxies that stop reading leave the rest of it to the others until --send-timeout closes them")
-	f.IntVar(&args.MaxRequestBytes, "max-request-bytes", xds.DefaultMaxRequestBytes, "largest xDS request accepted; a larger one ends its stream with ResourceExhausted")
+	f.IntVar(&args.MaxRequestBytes, "max-request-bytes", xds.DefaultMaxRequestBytes, "largest xDS request accepted on the secure port, read only once its client is authenticated (64 MiB: a subscription to about 800,000 names); a larger one ends its stream with ResourceExhausted. The plaintext port accepts 4 MiB")
 	f.Int64Var(&args.MaxBytesInFlight, "max-bytes-in-flight", xds.DefaultMaxBytesInFlight, "response bytes sent to all proxies and not yet acknowledged; sends beyond wait (bounds the memory of a reconnect storm); <0: no bound")
 	f.Float64Var(&args.NewStreamsPerSecond, "new-streams-per-second", 0, "limit on new xDS streams per second, smoothing reconnect storms; 0 means no limit")
 	f.StringVar(&args.VHDSMinEnvoy, "vhds-min-envoy", "1.38", "oldest Envoy (MAJOR.MINOR) whose delta stream gets sidecar virtual hosts over VHDS instead of inside the route configurations; off disables VHDS")
