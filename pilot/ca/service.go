@@ -14,6 +14,7 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 )
 
 // Request metadata keys, as Istio's clients send them (istio.io/istio pkg/security).
@@ -53,10 +54,19 @@ type ServiceOptions struct {
 // MaxRequestBytes is the largest certificate request accepted: a CSR is about 1 KiB, its metadata a name or two.
 const MaxRequestBytes = 64 << 10
 
+// Refusal lines are written at most refusalLogBurst at once and refusalLogRate a second after that, per
+// message; the next line written says how many were left out.
+const (
+	refusalLogRate  = 20
+	refusalLogBurst = 200
+)
+
 // Service is istio.v1.auth.IstioCertificateService.
 type Service struct {
 	opts ServiceOptions
 	log  *slog.Logger
+	// refusals writes the lines any caller can cause, rate-limited: the port is open to every pod.
+	refusals *loglimit.Log
 }
 
 // NewService returns the certificate service.
@@ -67,7 +77,7 @@ func NewService(opts ServiceOptions) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Service{opts: opts, log: opts.Logger}
+	return &Service{opts: opts, log: opts.Logger, refusals: loglimit.New(opts.Logger, refusalLogRate, refusalLogBurst)}
 }
 
 // certificateStreamer is what serviceDesc's handler calls.
@@ -105,7 +115,7 @@ func (s *Service) createCertificate(stream grpc.ServerStream) error {
 	}
 	caller, err := s.opts.Authenticator.Authenticate(ctx)
 	if err != nil {
-		s.log.Warn("certificate request refused: not authenticated", "client", client, "err", err)
+		s.refusals.Warn("certificate request refused: not authenticated", "client", client, "err", err)
 		return status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
 	}
 	if len(caller.Identities) == 0 {
@@ -116,7 +126,7 @@ func (s *Service) createCertificate(stream grpc.ServerStream) error {
 		return err
 	}
 	if err := s.checkRequest(req); err != nil {
-		s.log.Warn("certificate request refused", "client", client, "caller", caller.Identities[0].String(), "err", err)
+		s.refusals.Warn("certificate request refused", "client", client, "caller", caller.Identities[0].String(), "err", err)
 		return err
 	}
 	resp, err := s.issue(client, caller, req)
@@ -157,7 +167,7 @@ func (s *Service) issue(client string, caller *authn.Caller, req *pb.IstioCertif
 		impersonated, err := s.authorizeImpersonation(caller, target)
 		if err != nil {
 			// The reason goes to the log only, as istiod: it tells an attacker which pods run where.
-			s.log.Warn("certificate request refused: impersonation", "client", client, "caller", id.String(), "identity", target, "err", err)
+			s.refusals.Warn("certificate request refused: impersonation", "client", client, "caller", id.String(), "identity", target, "err", err)
 			return nil, status.Error(codes.Unauthenticated, "request impersonation authentication failure")
 		}
 		id = impersonated
@@ -165,7 +175,7 @@ func (s *Service) issue(client string, caller *authn.Caller, req *pb.IstioCertif
 	ttl := time.Duration(req.GetValidityDuration()) * time.Second
 	cert, chain, err := s.opts.Authority.SignCSR([]byte(req.GetCsr()), id, ttl)
 	if err != nil {
-		s.log.Warn("certificate request refused", "client", client, "identity", id.String(), "err", err)
+		s.refusals.Warn("certificate request refused", "client", client, "identity", id.String(), "err", err)
 		if _, ok := errors.AsType[*SignError](err); ok {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}

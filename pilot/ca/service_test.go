@@ -5,14 +5,17 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -257,3 +260,47 @@ func TestValidityPastTheMaximumIsRefused(t *testing.T) {
 		t.Errorf("validity %s, want %s", leaf.NotAfter.Sub(leaf.NotBefore)-clockSkew, DefaultMaxTTL)
 	}
 }
+
+// Refusals any caller can cause are logged at a bounded rate: a flood of unauthenticated calls writes about
+// the burst, not a line each.
+func TestRefusalLinesAreRateLimited(t *testing.T) {
+	lines := &countingHandler{}
+	a, err := New(selfSigned(t), Options{TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(ServiceOptions{Authority: a, Authenticator: authn.Chain{Token: tokens{}}, Logger: slog.New(lines)})
+	g := grpc.NewServer()
+	svc.Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewIstioCertificateServiceClient(conn)
+	const calls = refusalLogBurst + 300
+	for range calls {
+		if _, err := client.CreateCertificate(withToken("nobody"), &pb.IstioCertificateRequest{Csr: "x"}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("unknown token: %v, want Unauthenticated", err)
+		}
+	}
+	if n := lines.count.Load(); n >= calls-100 {
+		t.Fatalf("%d refusals wrote %d lines, want about the burst of %d", calls, n, refusalLogBurst)
+	}
+}
+
+type countingHandler struct{ count atomic.Int64 }
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(context.Context, slog.Record) error {
+	h.count.Add(1)
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }

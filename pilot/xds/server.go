@@ -20,6 +20,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 )
 
 // Pipeline is what the server needs from push.Pipeline. No stream is admitted while Ready is false; a
@@ -76,7 +77,7 @@ type Options struct {
 type Server struct {
 	opts     Options
 	log      *slog.Logger
-	connLog  *limitedLog // connections accepted, ended and refused
+	connLog  *loglimit.Log // connections accepted, ended and refused
 	queue    *pushQueue
 	limiter  *rate.Limiter
 	instance string // random per process, so nonces from a previous run never look current
@@ -122,7 +123,7 @@ func NewServer(opts Options) *Server {
 	s := &Server{
 		opts:     opts,
 		log:      opts.Logger,
-		connLog:  newLimitedLog(opts.Logger, connLogRate, connLogBurst),
+		connLog:  loglimit.New(opts.Logger, connLogRate, connLogBurst),
 		queue:    newPushQueue(),
 		instance: hex.EncodeToString(id[:]),
 		conns:    map[*Connection]struct{}{},
@@ -218,6 +219,14 @@ func (s *Server) grpcServerOptions(maxRequestBytes int) []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 	}
 }
+
+// Connection lines (accepted, ended, refused) are written at most connLogBurst at once and connLogRate a
+// second after that, per message: anyone who reaches the port can open streams far faster, and each line
+// was written. The Counters count every connection; the log keeps a sample and says how much it left out.
+const (
+	connLogRate  = 20
+	connLogBurst = 200
+)
 
 // Shutdown refuses new streams, closes every open one with codes.Unavailable (clients reconnect elsewhere)
 // and stops the workers. It returns when all are gone or ctx is done.
