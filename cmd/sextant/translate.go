@@ -21,6 +21,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 var translateTypes = map[string]string{"cds": xds.ClusterType, "eds": xds.EndpointType, "lds": xds.ListenerType, "rds": xds.RouteType}
@@ -86,7 +87,7 @@ func translate(out io.Writer, proxy *xds.Proxy, push *model.PushContext, types [
 	}
 	gens := envoy.New(envoy.Options{}).ByTypeURL()
 	gen := func(typeURL string, names []string) (xds.Resources, error) {
-		w := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: xds.NewNameSet(names...)}
+		w := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
 		return gens[typeURL].Generate(proxy, push, w, nil)
 	}
 	clusters, err := gen(xds.ClusterType, nil)

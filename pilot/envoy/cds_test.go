@@ -18,6 +18,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 func cdsPush(t testing.TB) *model.PushContext {
@@ -39,7 +40,7 @@ func wildcard(typeURL string) *xds.WatchedResource {
 }
 
 func named(typeURL string, names ...string) *xds.WatchedResource {
-	return &xds.WatchedResource{TypeURL: typeURL, ResourceNames: xds.NewNameSet(names...)}
+	return &xds.WatchedResource{TypeURL: typeURL, ResourceNames: nameset.New(names...)}
 }
 
 // generate runs one generator and decodes its output into fresh messages like proto, checking that

@@ -25,6 +25,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/secretaccess"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // testCert returns a self-signed certificate for host and its key, PEM encoded.
@@ -68,7 +69,7 @@ func secretDoc(ns, name, typ string, data map[string][]byte) string {
 }
 
 func sdsWatch(names ...string) *xds.WatchedResource {
-	return &xds.WatchedResource{TypeURL: xds.SecretType, ResourceNames: xds.NewNameSet(names...)}
+	return &xds.WatchedResource{TypeURL: xds.SecretType, ResourceNames: nameset.New(names...)}
 }
 
 // authenticated returns a copy of p whose stream was authenticated as ns/sa.

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // DeltaAggregatedResources serves incremental (delta) ADS.
@@ -116,7 +117,7 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	addedNames := slices.Sorted(maps.Keys(added))
 	if len(addedNames) > 0 || len(removedNames) > 0 {
 		// The canonical set for the new names: sidecars making the same change end up sharing it.
-		w.ResourceNames = names.with(addedNames, removedNames)
+		w.ResourceNames = names.With(addedNames, removedNames)
 	}
 	w.Wildcard = wildcard
 	if !wildcard {
@@ -161,7 +162,7 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	// other sidecars, rather than a set of their own per sidecar in a cold start.
 	askedNames := w.ResourceNames
 	if !first {
-		askedNames = NewNameSet(slices.Collect(maps.Keys(asked))...)
+		askedNames = nameset.New(slices.Collect(maps.Keys(asked))...)
 	}
 	push := c.srv.snapshot(nil)
 	if first || wildcardAdded {
@@ -169,7 +170,7 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 		return c.respondDelta(gen, w, push, nil, askedNames, true)
 	}
 	if len(ambiguous) > 0 {
-		if err := c.answerWildcard(gen, w, push, NewNameSet(ambiguous...)); err != nil {
+		if err := c.answerWildcard(gen, w, push, nameset.New(ambiguous...)); err != nil {
 			return err
 		}
 	}
@@ -184,7 +185,7 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 
 // answerWildcard tells the client, for each of names, whether its wildcard subscription covers it: the
 // resource, or the name as removed.
-func (c *Connection) answerWildcard(gen Generator, w *WatchedResource, push *model.PushContext, names *NameSet) error {
+func (c *Connection) answerWildcard(gen Generator, w *WatchedResource, push *model.PushContext, names *nameset.Set) error {
 	all, ok := c.generate(gen, w, push, nil)
 	if !ok {
 		return nil
@@ -200,7 +201,7 @@ func (c *Connection) answerWildcard(gen Generator, w *WatchedResource, push *mod
 }
 
 // answerNames sends the current state of the given names of w: each resource, or its name as removed.
-func (c *Connection) answerNames(gen Generator, w *WatchedResource, push *model.PushContext, names *NameSet) error {
+func (c *Connection) answerNames(gen Generator, w *WatchedResource, push *model.PushContext, names *nameset.Set) error {
 	view := *w
 	view.ResourceNames, view.Wildcard = names, false
 	res, ok := c.generate(gen, &view, push, nil)
@@ -309,7 +310,7 @@ func (c *Connection) sendRemovals(p pendingRemoval, push *model.PushContext) err
 // respondDelta generates the full state of w's type and sends the difference from what the client has.
 // added holds names just subscribed: those that do not exist are reported removed, as the protocol asks.
 func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest,
-	added *NameSet, always bool) error {
+	added *nameset.Set, always bool) error {
 	res, ok := c.generate(gen, w, push, req)
 	if !ok {
 		return nil
@@ -322,7 +323,7 @@ func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model
 // whole state and anything the client has that is not in it is removed; otherwise removed lists removals.
 // With holdRemovals, removals of names the client has are not sent but returned, for sendRemovals.
 func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res Resources, removed []string,
-	added *NameSet, full, always, holdRemovals bool) (held pendingRemoval, err error) {
+	added *nameset.Set, full, always, holdRemovals bool) (held pendingRemoval, err error) {
 	resp, versions := c.deltaScratch()
 	defer func() { c.putDeltaScratch(resp, versions) }()
 	resp.TypeUrl = w.TypeURL
@@ -544,7 +545,7 @@ func (c *Connection) resendAssignments(clusters []string, push *model.PushContex
 		ew.sent.del(n)
 	}
 	c.mu.Unlock()
-	return c.answerNames(gen, ew, push, NewNameSet(clusters...))
+	return c.answerNames(gen, ew, push, nameset.New(clusters...))
 }
 
 // forgetOwedAssignments drops, from what a resumed client's first EDS request says it has, the assignments

@@ -3,11 +3,11 @@ package xds
 import (
 	"fmt"
 	"maps"
-	"math/rand/v2"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // Two sidecars subscribing to the same endpoints, in different orders and steps, share one set.
@@ -18,8 +18,8 @@ func TestSameSubscriptionsShareOneNameSet(t *testing.T) {
 	r1 := c1.recv()
 	deltaAsk(c2, sidecar("two", "ns1"), EndpointType, []string{"c", "a", "b", "a"}, nil, nil)
 	r2 := c2.recv()
-	sets := func() []*NameSet {
-		var out []*NameSet
+	sets := func() []*nameset.Set {
+		var out []*nameset.Set
 		for _, c := range e.srv.Connections() {
 			for _, w := range c.Watched {
 				out = append(out, w.ResourceNames)
@@ -54,62 +54,15 @@ func TestSameSubscriptionsShareOneNameSet(t *testing.T) {
 	}
 }
 
-// with behaves as a map of names, and a set reached by different paths is the same set.
-func TestNameSetFollowsAMap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 100 {
-		model := map[string]bool{}
-		var s *NameSet
-		for range 50 {
-			var add, remove []string
-			for range rng.IntN(5) {
-				n := fmt.Sprintf("n%02d", rng.IntN(40))
-				if !model[n] && !slices.Contains(add, n) {
-					add = append(add, n)
-				}
-			}
-			for n := range model {
-				if rng.IntN(8) == 0 {
-					remove = append(remove, n)
-				}
-			}
-			s = s.with(add, remove)
-			for _, n := range add {
-				model[n] = true
-			}
-			for _, n := range remove {
-				delete(model, n)
-			}
-			want := slices.Sorted(maps.Keys(model))
-			if !slices.Equal(s.Sorted(), want) || s.Len() != len(want) {
-				t.Fatalf("set %v, want %v", s.Sorted(), want)
-			}
-			for i := range 40 {
-				n := fmt.Sprintf("n%02d", i)
-				if s.Has(n) != model[n] || func() bool { got, ok := s.Lookup([]byte(n)); return ok && got == n }() != model[n] {
-					t.Fatalf("Has(%s) = %v, want %v", n, s.Has(n), model[n])
-				}
-			}
-			if fresh, _ := canonicalNames(append(want, "*")); fresh != s {
-				t.Fatalf("the set of %v built afresh is another set", want)
-			}
-		}
+// A request's names make the canonical set: "*" apart, duplicates and order ignored.
+func TestCanonicalNames(t *testing.T) {
+	s, star := canonicalNames([]string{"b", "*", "a", "b"})
+	if !star || s != (*nameset.Set)(nil).With([]string{"a", "b"}, nil) {
+		t.Fatalf("canonicalNames: %v, star %v", s.Sorted(), star)
 	}
-}
-
-// A set no subscription holds any more leaves the table.
-func TestUnusedNameSetsAreForgotten(t *testing.T) {
-	s, _ := canonicalNames([]string{"only-here-1", "only-here-2"})
-	sum := s.sum
-	s = nil
-	eventually(t, "the set's entry is pruned", func() bool {
-		runtime.GC()
-		nameSets.mu.Lock()
-		defer nameSets.mu.Unlock()
-		_, ok := nameSets.bySum[sum]
-		return !ok
-	})
-	_ = s
+	if s, star := canonicalNames(nil); star || s.Len() != 0 {
+		t.Fatalf("no names: %v, star %v", s.Sorted(), star)
+	}
 }
 
 // A service added: each of 300 sidecars watching 900 clusters subscribes to 3 more, and what it was sent
@@ -133,7 +86,7 @@ func BenchmarkSubscribeMore(b *testing.B) {
 	for b.Loop() {
 		for i := range sent {
 			s := sent[i]
-			next := base.with(add, nil)
+			next := base.With(add, nil)
 			s.follow(next)
 		}
 	}

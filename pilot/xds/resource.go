@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // Type URLs the transport orders or treats as wildcard. Generators may serve any other type URL too.
@@ -126,7 +127,7 @@ type WatchedResource struct {
 	TypeURL string
 	// ResourceNames are the names subscribed explicitly; with Wildcard they are added to "everything".
 	// The set is shared with other connections subscribed to the same names: never modified, replaced.
-	ResourceNames *NameSet
+	ResourceNames *nameset.Set
 	Wildcard      bool
 
 	NonceSent, NonceAcked     string
@@ -190,19 +191,19 @@ type sentSet struct {
 	list Resources         // sorted by name
 	over map[string]string // changes on top of list: the version, "" for removed
 	n    int               // the size, while list or keys is used
-	keys *NameSet          // the names vers follows
+	keys *nameset.Set      // the names vers follows
 	vers []string          // vers[i] is the version of keys.Sorted()[i], "" if the client does not have it
 }
 
 // byPosition starts an empty set that follows the names of a subscription.
-func byPosition(keys *NameSet) sentSet {
+func byPosition(keys *nameset.Set) sentSet {
 	return sentSet{keys: keys, vers: make([]string, keys.Len())}
 }
 
 func (s *sentSet) get(name string) (string, bool) {
 	switch {
 	case s.keys != nil:
-		if i, ok := s.keys.position(name); ok && s.vers[i] != "" {
+		if i, ok := s.keys.Position(name); ok && s.vers[i] != "" {
 			return s.vers[i], true
 		}
 		return "", false
@@ -263,7 +264,7 @@ func (s *sentSet) names(yield func(string)) {
 
 func (s *sentSet) set(name, version string) {
 	if s.keys != nil {
-		if i, ok := s.keys.position(name); ok && version != "" {
+		if i, ok := s.keys.Position(name); ok && version != "" {
 			if s.vers[i] == "" {
 				s.n++
 			}
@@ -288,7 +289,7 @@ func (s *sentSet) set(name, version string) {
 func (s *sentSet) del(name string) {
 	switch {
 	case s.keys != nil:
-		if i, ok := s.keys.position(name); ok && s.vers[i] != "" {
+		if i, ok := s.keys.Position(name); ok && s.vers[i] != "" {
 			s.vers[i] = ""
 			s.n--
 		}
@@ -305,12 +306,12 @@ func (s *sentSet) del(name string) {
 
 // follow moves a set kept by position to the subscription's new names. A name outside them (still sent
 // while no longer subscribed) turns it into a map.
-func (s *sentSet) follow(keys *NameSet) {
+func (s *sentSet) follow(keys *nameset.Set) {
 	if s.keys == nil || s.keys == keys {
 		return
 	}
 	next := byPosition(keys)
-	if remap := s.keys.remapTo(keys); remap != nil && s.allKept(remap) {
+	if remap := s.keys.RemapTo(keys); remap != nil && s.allKept(remap) {
 		for i, v := range s.vers {
 			if v != "" {
 				next.vers[remap[i]] = v

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // sentSet behaves as the map it stands for, through whole lists, changes on top, subscriptions' names
@@ -42,7 +44,7 @@ func TestSentSetMatchesAMap(t *testing.T) {
 				}
 				switch {
 				case rng.IntN(3) == 0:
-					s = byPosition(NewNameSet(keys...))
+					s = byPosition(nameset.New(keys...))
 					model = map[string]string{}
 				case s.keys != nil && rng.IntN(2) == 0: // a change from the current names (recorded as a move)
 					var add, remove []string
@@ -57,9 +59,9 @@ func TestSentSetMatchesAMap(t *testing.T) {
 						}
 					}
 					slices.Sort(add)
-					s.follow(s.keys.with(slices.Compact(add), remove))
+					s.follow(s.keys.With(slices.Compact(add), remove))
 				default:
-					s.follow(NewNameSet(keys...))
+					s.follow(nameset.New(keys...))
 				}
 			case op < 6:
 				nm, v := name(), fmt.Sprint(rng.IntN(5))

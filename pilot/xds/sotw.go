@@ -1,11 +1,14 @@
 package xds
 
 import (
+	"slices"
+
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // StreamAggregatedResources serves state-of-the-world ADS.
@@ -142,4 +145,20 @@ func (c *Connection) respondSotW(gen Generator, w *WatchedResource, push *model.
 	c.sent(w, version, nonce)
 	c.observeSent(w, nonce, push)
 	return nil
+}
+
+// canonicalNames returns the canonical set of a request's names ("*" excluded) and whether "*" was among
+// them.
+func canonicalNames(names []string) (*nameset.Set, bool) {
+	star := false
+	add := make([]string, 0, len(names))
+	for _, n := range names {
+		if n == "*" {
+			star = true
+			continue
+		}
+		add = append(add, n)
+	}
+	slices.Sort(add)
+	return (*nameset.Set)(nil).With(slices.Compact(add), nil), star
 }

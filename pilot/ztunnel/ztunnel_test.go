@@ -19,6 +19,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pilot/ztunnel"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 const (
@@ -370,7 +371,7 @@ func TestOnDemand(t *testing.T) {
 	f := scenario(t)
 	ps := f.build()
 	g := ztunnel.New()
-	w := &xds.WatchedResource{TypeURL: xds.AddressType, ResourceNames: xds.NewNameSet(
+	w := &xds.WatchedResource{TypeURL: xds.AddressType, ResourceNames: nameset.New(
 		"/10.1.0.5", "/10.96.0.10", "/10.9.9.9", "other/10.1.0.5", vm1, webSvc)}
 	res, err := g.Address().Generate(ztunnelProxy(), ps, w, nil)
 	if err != nil {

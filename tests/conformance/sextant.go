@@ -21,6 +21,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
 	sxds "github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // KindRejected keys the documents Sextant's file source refused: istiod loaded them, so a refusal is a
@@ -135,7 +136,7 @@ func sextantProxy(p Proxy) (*sxds.Proxy, error) {
 // they name.
 func generate(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.PushContext) (*Output, error) {
 	gen := func(typeURL string, names []string) (sxds.Resources, error) {
-		w := &sxds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: sxds.NewNameSet(names...)}
+		w := &sxds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
 		return gens[typeURL].Generate(proxy, push, w, nil)
 	}
 	o := &Output{}

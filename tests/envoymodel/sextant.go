@@ -25,6 +25,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
 // Workload is the sidecar a test asks Sextant's config for.
@@ -105,7 +106,7 @@ func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 	}
 	gens := envoy.New(envoy.Options{}).ByTypeURL()
 	gen := func(typeURL string, names []string) (xds.Resources, error) {
-		wr := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: xds.NewNameSet(names...)}
+		wr := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
 		return gens[typeURL].Generate(proxy, push, wr, nil)
 	}
 	open := func(rs xds.Resources, each func(proto.Message)) error {

@@ -1,24 +1,25 @@
-package xds
+package nameset
 
 import (
 	"hash/maphash"
 	"runtime"
 	"slices"
 	"sync"
+	"unique"
 	"weak"
 )
 
-// NameSet is an immutable set of resource names. A subscription's set is canonical: connections
-// subscribed to the same names share one, so 300 sidecars watching the same 900 clusters hold one set
-// rather than 300 maps (a sixth of the heap, and a cache miss per lookup under endpoint churn). A nil
-// *NameSet is empty.
-type NameSet struct {
+// Set is an immutable set of names. Sets made by With are canonical: holders of the same names share one,
+// so 300 sidecars subscribed to the same 900 clusters hold one set rather than 300 maps (a sixth of the
+// xDS server's heap, and a cache miss per lookup under endpoint churn). A nil *Set is empty.
+type Set struct {
 	index  map[string]int32 // name → its position in sorted
 	sorted []string
 	sum    uint64 // the sum of the names' hashes: changes with each name added or removed, in any order
 
-	// moves are the latest changes made from this set, so the sidecars making the same change after the
-	// first find the result, and carry what they were sent over to it, without a lookup per name.
+	// moves are the latest changes made from this set, so the holders making the same change after the
+	// first find the result, and carry what they keep per name over to it (RemapTo), without a lookup per
+	// name.
 	mu    sync.Mutex
 	moves []move
 }
@@ -26,16 +27,15 @@ type NameSet struct {
 // move is a change from one set to another: the names added and removed, both sorted.
 type move struct {
 	add, remove []string
-	to          weak.Pointer[NameSet]
+	to          weak.Pointer[Set]
 	// remap is, for each name of the set moved from, its position in to (-1 when removed).
 	remap []int32
 }
 
 const keptMoves = 8
 
-// NewNameSet returns a set of names (duplicates are dropped). It is not shared; subscriptions use
-// canonical sets.
-func NewNameSet(names ...string) *NameSet {
+// New returns a set of names (duplicates are dropped). It is not shared: With makes canonical sets.
+func New(names ...string) *Set {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
@@ -43,11 +43,11 @@ func NewNameSet(names ...string) *NameSet {
 	for _, n := range sorted {
 		sum += nameHash(n)
 	}
-	return newNameSet(sorted, sum)
+	return newSet(sorted, sum)
 }
 
-func newNameSet(sorted []string, sum uint64) *NameSet {
-	s := &NameSet{index: make(map[string]int32, len(sorted)), sorted: sorted, sum: sum}
+func newSet(sorted []string, sum uint64) *Set {
+	s := &Set{index: make(map[string]int32, len(sorted)), sorted: sorted, sum: sum}
 	for i, n := range sorted {
 		s.index[n] = int32(i)
 	}
@@ -55,14 +55,14 @@ func newNameSet(sorted []string, sum uint64) *NameSet {
 }
 
 // Has reports whether name is in the set.
-func (s *NameSet) Has(name string) bool {
-	_, ok := s.position(name)
+func (s *Set) Has(name string) bool {
+	_, ok := s.Position(name)
 	return ok
 }
 
 // Lookup returns the set's own copy of a name in a buffer, if the set has it: looked up without making the
 // name a string, and a caller keeping it shares the set's string instead of allocating one.
-func (s *NameSet) Lookup(name []byte) (string, bool) {
+func (s *Set) Lookup(name []byte) (string, bool) {
 	if s == nil {
 		return "", false
 	}
@@ -74,7 +74,7 @@ func (s *NameSet) Lookup(name []byte) (string, bool) {
 }
 
 // Len is the number of names.
-func (s *NameSet) Len() int {
+func (s *Set) Len() int {
 	if s == nil {
 		return 0
 	}
@@ -82,15 +82,15 @@ func (s *NameSet) Len() int {
 }
 
 // Sorted returns the names in order. The slice is shared: do not modify it.
-func (s *NameSet) Sorted() []string {
+func (s *Set) Sorted() []string {
 	if s == nil {
 		return nil
 	}
 	return s.sorted
 }
 
-// position is name's index in Sorted.
-func (s *NameSet) position(name string) (int, bool) {
+// Position is name's index in Sorted.
+func (s *Set) Position(name string) (int, bool) {
 	if s == nil {
 		return 0, false
 	}
@@ -102,35 +102,19 @@ var nameSeed = maphash.MakeSeed()
 
 func nameHash(name string) uint64 { return maphash.String(nameSeed, name) }
 
-// nameSets holds the canonical sets, weakly: a set no connection uses any more is collected and its entry
-// pruned.
-var nameSets = &nameSetTable{bySum: map[uint64][]weak.Pointer[NameSet]{}}
+// sets holds the canonical sets, weakly: a set nobody holds any more is collected and its entry pruned.
+var sets = &setTable{bySum: map[uint64][]weak.Pointer[Set]{}}
 
-type nameSetTable struct {
+type setTable struct {
 	mu    sync.Mutex
-	bySum map[uint64][]weak.Pointer[NameSet]
+	bySum map[uint64][]weak.Pointer[Set]
 }
 
-// canonicalNames returns the canonical set of names ("*" excluded) and whether "*" was among them.
-func canonicalNames(names []string) (*NameSet, bool) {
-	star := false
-	add := make([]string, 0, len(names))
-	for _, n := range names {
-		if n == "*" {
-			star = true
-			continue
-		}
-		add = append(add, n)
-	}
-	slices.Sort(add)
-	return (*NameSet)(nil).with(slices.Compact(add), nil), star
-}
-
-// with returns the canonical set of s's names plus add minus remove. add holds names not in s, each once;
-// remove holds names in s, each once; both sorted. Finding an existing set costs lookups, not a copy:
-// after a service is added, every sidecar subscribes to the same new clusters, and only the first builds
-// the new set.
-func (s *NameSet) with(add, remove []string) *NameSet {
+// With returns the canonical set of s's names plus add minus remove. add holds names not in s, each once;
+// remove holds names in s, each once; both sorted. On a nil s it is the canonical set of add. Finding an
+// existing set costs lookups, not a copy: after a service is added, every sidecar subscribes to the same
+// new clusters, and only the first builds the new set. Names added are interned (unique.Make).
+func (s *Set) With(add, remove []string) *Set {
 	if s == nil {
 		return canonical(s, add, remove)
 	}
@@ -158,8 +142,9 @@ func (s *NameSet) with(add, remove []string) *NameSet {
 	return to
 }
 
-// remapTo returns, for each name of s, its position in to (-1 when not there), if s recently moved to it.
-func (s *NameSet) remapTo(to *NameSet) []int32 {
+// RemapTo returns, for each name of s, its position in to (-1 when not there), if s recently moved to it
+// (With), else nil. The slice is shared: do not modify it.
+func (s *Set) RemapTo(to *Set) []int32 {
 	if s == nil {
 		return nil
 	}
@@ -173,8 +158,8 @@ func (s *NameSet) remapTo(to *NameSet) []int32 {
 	return nil
 }
 
-// canonical finds or makes the set s+add-remove (see with).
-func canonical(s *NameSet, add, remove []string) *NameSet {
+// canonical finds or makes the set s+add-remove (see With).
+func canonical(s *Set, add, remove []string) *Set {
 	sum, n := uint64(0), s.Len()+len(add)-len(remove)
 	if s != nil {
 		sum = s.sum
@@ -186,7 +171,7 @@ func canonical(s *NameSet, add, remove []string) *NameSet {
 		sum -= nameHash(r)
 	}
 	removed := newRemoval(remove)
-	t := nameSets
+	t := sets
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, wp := range t.bySum[sum] {
@@ -201,10 +186,10 @@ func canonical(s *NameSet, add, remove []string) *NameSet {
 		}
 	}
 	for _, a := range add {
-		sorted = append(sorted, intern(a))
+		sorted = append(sorted, unique.Make(a).Value())
 	}
 	slices.Sort(sorted)
-	c := newNameSet(sorted, sum)
+	c := newSet(sorted, sum)
 	t.bySum[sum] = append(t.bySum[sum], weak.Make(c))
 	runtime.AddCleanup(c, t.prune, sum)
 	return c
@@ -212,7 +197,7 @@ func canonical(s *NameSet, add, remove []string) *NameSet {
 
 // holds reports whether c has every name of base but those in remove, and every name in add; with its
 // size checked by the caller, that makes it the set base+add-remove.
-func (c *NameSet) holds(base *NameSet, add []string, remove removal) bool {
+func (c *Set) holds(base *Set, add []string, remove removal) bool {
 	for _, a := range add {
 		if !c.Has(a) {
 			return false
@@ -252,10 +237,10 @@ func (r removal) has(name string) bool {
 }
 
 // prune drops the collected sets filed under sum.
-func (t *nameSetTable) prune(sum uint64) {
+func (t *setTable) prune(sum uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	live := slices.DeleteFunc(t.bySum[sum], func(wp weak.Pointer[NameSet]) bool { return wp.Value() == nil })
+	live := slices.DeleteFunc(t.bySum[sum], func(wp weak.Pointer[Set]) bool { return wp.Value() == nil })
 	if len(live) == 0 {
 		delete(t.bySum, sum)
 	} else {
