@@ -623,17 +623,21 @@ func (s *Source) reject(r RejectedObject, msg string) {
 	key := r.Key()
 	s.mu.Lock()
 	prev, seen := s.rejected[key]
+	s.mu.Unlock()
 	same := seen && prev.Field == r.Field && prev.Message == r.Message
 	if same {
 		r.Since = prev.Since
 	}
-	s.rejected[key] = r
-	s.mu.Unlock()
-	// Log a problem once, not on every new version that still has it.
+	// Log a problem once, not on every new version that still has it; and before Rejected shows it, so
+	// whoever sees a rejection finds its log line. One informer's handler runs one event at a time, so
+	// nothing changes the key between the two locks.
 	if !same {
 		s.log.Warn(msg, "kind", r.Kind, "namespace", r.Namespace, "name", r.Name,
 			"resourceVersion", r.ResourceVersion, "field", r.Field, "error", r.Message)
 	}
+	s.mu.Lock()
+	s.rejected[key] = r
+	s.mu.Unlock()
 }
 
 func (s *Source) accept(key config.Key) {
