@@ -48,7 +48,7 @@ EDS and RDS cover the names the proxy's clusters and listeners refer to, as a pr
 				}
 				node.Metadata = &md
 			}
-			proxy, err := xds.ParseProxy(node)
+			proxy, err := model.ParseProxy(node)
 			if err != nil {
 				return err
 			}
@@ -79,15 +79,15 @@ EDS and RDS cover the names the proxy's clusters and listeners refer to, as a pr
 
 // translate generates in the order a proxy asks: clusters and listeners (wildcard), then the endpoints and
 // routes they name.
-func translate(out io.Writer, proxy *xds.Proxy, push *model.PushContext, types []string) error {
+func translate(out io.Writer, proxy *model.Proxy, push *model.PushContext, types []string) error {
 	for _, t := range types {
 		if _, ok := translateTypes[t]; !ok {
 			return fmt.Errorf("--type %q: want cds, eds, lds or rds", t)
 		}
 	}
 	gens := envoy.New(envoy.Options{}).ByTypeURL()
-	gen := func(typeURL string, names []string) (xds.Resources, error) {
-		w := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
+	gen := func(typeURL string, names []string) (model.Resources, error) {
+		w := &model.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
 		return gens[typeURL].Generate(proxy, push, w, nil)
 	}
 	clusters, err := gen(xds.ClusterType, nil)
@@ -114,7 +114,7 @@ func translate(out io.Writer, proxy *xds.Proxy, push *model.PushContext, types [
 	slices.Sort(rdsNames)
 	rdsNames = slices.Compact(rdsNames)
 	result := map[string][]json.RawMessage{}
-	add := func(key string, rs xds.Resources) error {
+	add := func(key string, rs model.Resources) error {
 		result[key] = []json.RawMessage{}
 		for _, r := range rs {
 			msg, err := r.Any.UnmarshalNew()
@@ -130,7 +130,7 @@ func translate(out io.Writer, proxy *xds.Proxy, push *model.PushContext, types [
 		return nil
 	}
 	for _, t := range types {
-		var rs xds.Resources
+		var rs model.Resources
 		switch t {
 		case "cds":
 			rs = clusters

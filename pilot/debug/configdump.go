@@ -78,7 +78,7 @@ func (d *Debug) handleConfigDump(w http.ResponseWriter, r *http.Request) {
 	}
 	proxy := d.tracker.proxy(c.ID)
 	if proxy == nil {
-		p, err := xds.ParseProxy(&core.Node{Id: c.NodeID})
+		p, err := model.ParseProxy(&core.Node{Id: c.NodeID})
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
@@ -110,11 +110,11 @@ func dumpTypes(r *http.Request) map[string]bool {
 // generated is one type's resources for a dump, before paging.
 type generated struct {
 	TypedConfig
-	res []*xds.Resource
+	res []*model.Resource
 }
 
 // generateAll runs the generator of every type the connection watches (or only), in type order.
-func (d *Debug) generateAll(proxy *xds.Proxy, ps *model.PushContext, c xds.ConnectionStatus, only map[string]bool) []generated {
+func (d *Debug) generateAll(proxy *model.Proxy, ps *model.PushContext, c xds.ConnectionStatus, only map[string]bool) []generated {
 	var out []generated
 	for i := range c.Watched {
 		wr := &c.Watched[i]
@@ -137,7 +137,7 @@ func (d *Debug) generateAll(proxy *xds.Proxy, ps *model.PushContext, c xds.Conne
 				g.res = append(g.res, r)
 			}
 		}
-		slices.SortFunc(g.res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(g.res, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) })
 		g.ResourcesTotal = len(g.res)
 		out = append(out, g)
 	}
@@ -179,7 +179,7 @@ func pageDump(q pageQuery, types []generated) ([]TypedConfig, Page) {
 
 // dumpResource renders one resource, its key material redacted; one larger than MaxResourceBytes is
 // replaced by its name and size.
-func dumpResource(typeURL string, r *xds.Resource) json.RawMessage {
+func dumpResource(typeURL string, r *model.Resource) json.RawMessage {
 	a := r.Any
 	if typeURL == xds.SecretType {
 		a = redactSecret(a)

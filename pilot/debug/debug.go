@@ -13,6 +13,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/push"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
@@ -24,7 +25,7 @@ type Sources struct {
 	Pipeline *push.Pipeline
 	XDS      *xds.Server
 	// Generators by type URL, as registered with XDS: config_dump runs them.
-	Generators map[string]xds.Generator
+	Generators map[string]model.Generator
 	Mesh       *mesh.Config
 	// Rejected returns every rejected config document or object.
 	Rejected func() []*config.Error

@@ -185,7 +185,7 @@ func (d *Debug) proxyState(c xds.ConnectionStatus, v uint64) (string, string) {
 
 // unaffected reports whether no push with a snapshot in (from, to] concerned w. A type that has never
 // been ACKed (from == 0) is never unaffected.
-func (d *Debug) unaffected(proxy *xds.Proxy, gen xds.Generator, w *xds.WatchedResource, from, to uint64) bool {
+func (d *Debug) unaffected(proxy *model.Proxy, gen model.Generator, w *model.WatchedResource, from, to uint64) bool {
 	if from == 0 || proxy == nil {
 		return false
 	}
@@ -193,7 +193,7 @@ func (d *Debug) unaffected(proxy *xds.Proxy, gen xds.Generator, w *xds.WatchedRe
 	if !complete {
 		return false
 	}
-	filter, _ := gen.(xds.PushFilter)
+	filter, _ := gen.(model.PushFilter)
 	for _, req := range reqs {
 		if filter != nil {
 			if filter.NeedsPush(proxy, w, req) {
@@ -225,7 +225,7 @@ var ztunnelKinds = map[config.Kind]bool{
 func (d *Debug) dependsOn(c xds.ConnectionStatus, key config.Key, exportList []string, ps *model.PushContext) bool {
 	root := d.src.Mesh.RootNamespace
 	switch {
-	case c.Type == xds.Ztunnel:
+	case c.Type == model.Ztunnel:
 		return ztunnelKinds[key.Kind]
 	case key.Kind == config.Node:
 		return true
@@ -236,7 +236,7 @@ func (d *Debug) dependsOn(c xds.ConnectionStatus, key config.Key, exportList []s
 	}
 	switch key.Kind {
 	case config.Gateway:
-		return c.Type == xds.Router
+		return c.Type == model.Router
 	case config.Service, config.ServiceEntry:
 		if ps != nil {
 			found := false

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -166,7 +167,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSendTimeouts, float64(cnt.SendTimeouts))
 		counter(descGenErrors, float64(cnt.GenerateErrs))
 		gauge(descQueue, float64(cnt.QueueLen))
-		byType := map[xds.ProxyType]int{xds.Sidecar: 0, xds.Router: 0, xds.Ztunnel: 0, xds.GRPC: 0}
+		byType := map[model.ProxyType]int{model.Sidecar: 0, model.Router: 0, model.Ztunnel: 0, model.GRPC: 0}
 		for _, cs := range x.Connections() {
 			byType[cs.Type]++
 		}

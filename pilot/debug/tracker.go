@@ -48,7 +48,7 @@ type tracker struct {
 }
 
 type connState struct {
-	proxy *xds.Proxy // set at creation
+	proxy *model.Proxy // set at creation
 	mu    sync.Mutex
 	types map[string]*typeState
 }
@@ -129,7 +129,7 @@ func newTracker(m *metrics) *tracker {
 var _ xds.Observer = (*tracker)(nil)
 
 // conn returns a connection's state, creating it if asked to.
-func (t *tracker) conn(connID string, proxy *xds.Proxy, create bool) *connState {
+func (t *tracker) conn(connID string, proxy *model.Proxy, create bool) *connState {
 	t.connMu.RLock()
 	cs := t.conns[connID]
 	t.connMu.RUnlock()
@@ -166,7 +166,7 @@ func (t *tracker) learnSent(req *model.PushRequest) {
 }
 
 // Sent implements xds.Observer.
-func (t *tracker) Sent(connID string, proxy *xds.Proxy, typeURL, nonce string, version uint64, req *model.PushRequest) {
+func (t *tracker) Sent(connID string, proxy *model.Proxy, typeURL, nonce string, version uint64, req *model.PushRequest) {
 	var start time.Time
 	if req != nil && req.Push != nil {
 		t.learnSent(req)
@@ -450,7 +450,7 @@ func (t *tracker) requestsBetween(from, to uint64) ([]*model.PushRequest, bool) 
 }
 
 // proxy returns the proxy of a connection that has been sent something.
-func (t *tracker) proxy(connID string) *xds.Proxy {
+func (t *tracker) proxy(connID string) *model.Proxy {
 	if cs := t.conn(connID, nil, false); cs != nil {
 		return cs.proxy
 	}

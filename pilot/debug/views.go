@@ -10,7 +10,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Sync states of one type for one proxy, as proxy-status shows them.
@@ -50,7 +49,7 @@ type ProxySync struct {
 	Types      []TypeSync `json:"types"`
 }
 
-func typeStatus(w *xds.WatchedResource) string {
+func typeStatus(w *model.WatchedResource) string {
 	switch {
 	case w.LastError != "":
 		return Error

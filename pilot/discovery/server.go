@@ -116,7 +116,7 @@ type Server struct {
 	Files    *file.Source
 	XDS      *xds.Server
 	// Generators by type URL, as registered with XDS; debug views use them to show generated config.
-	Generators map[string]xds.Generator
+	Generators map[string]model.Generator
 	Envoy      *envoy.Generators
 	Ztunnel    *ztunnel.Generators
 	// JWKS fetches the key sets RequestAuthentication rules name by URI into the store.

@@ -55,7 +55,7 @@ func BenchmarkGenerate(b *testing.B) {
 		cases := []struct {
 			name    string
 			typeURL string
-			w       *xds.WatchedResource
+			w       *model.WatchedResource
 		}{
 			{"cds", xds.ClusterType, wildcard(xds.ClusterType)},
 			{"eds", xds.EndpointType, named(xds.EndpointType, edsNames...)},
@@ -103,7 +103,7 @@ func BenchmarkServiceAdd(b *testing.B) {
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
 	gens := g.ByTypeURL()
-	var proxies []*xds.Proxy
+	var proxies []*model.Proxy
 	for ns := range 10 {
 		proxies = append(proxies, envoyProxy(fmt.Sprintf("ns-%d", ns), map[string]string{"app": "client"}, true, 1, 38))
 	}
@@ -138,8 +138,8 @@ func BenchmarkEndpointPush(b *testing.B) {
 	st := storeFromYAML(b, []byte(benchMeshYAML(300, benchThreePorts)))
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
-	var proxies []*xds.Proxy
-	var watches []*xds.WatchedResource
+	var proxies []*model.Proxy
+	var watches []*model.WatchedResource
 	for i := range 300 {
 		p := envoyProxy(fmt.Sprintf("ns-%d", i%10), map[string]string{"app": "client"}, true, 1, 38)
 		res, err := g.ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
@@ -157,8 +157,8 @@ func BenchmarkEndpointPush(b *testing.B) {
 	}
 	next, res := addEndpointToSvc3(b, st, push)
 	req := &model.PushRequest{ServicesUpdated: res.ServicesUpdated, Push: next}
-	eds := g.ByTypeURL()[xds.EndpointType].(xds.DeltaGenerator)
-	filter := g.ByTypeURL()[xds.EndpointType].(xds.PushFilter)
+	eds := g.ByTypeURL()[xds.EndpointType].(model.DeltaGenerator)
+	filter := g.ByTypeURL()[xds.EndpointType].(model.PushFilter)
 	b.ReportAllocs()
 	for b.Loop() {
 		for i, p := range proxies {
@@ -224,7 +224,7 @@ func BenchmarkVirtualServiceChangeUnderSidecars(b *testing.B) {
 	st := storeFromYAML(b, []byte(sb.String()))
 	push := model.Build(st, mesh.Default())
 	cds := New(Options{}).ByTypeURL()[xds.ClusterType]
-	var proxies []*xds.Proxy
+	var proxies []*model.Proxy
 	for ns := range 10 {
 		proxies = append(proxies, envoyProxy(fmt.Sprintf("ns-%d", ns), map[string]string{"app": "client"}, true, 1, 38))
 	}

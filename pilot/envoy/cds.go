@@ -28,7 +28,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // defaultConnectTimeout is istiod's default (meshConfig.connectTimeout).
@@ -38,14 +37,14 @@ type clusterGenerator struct{ g *Generators }
 
 // Generate returns the proxy's clusters: outbound for every service port in scope (and every DestinationRule
 // subset), inbound for the proxy's own ports, and the BlackHole/Passthrough clusters.
-func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	g := c.g
 	scope := g.scopeFor(proxy, push)
 	flavor := flavorOf(proxy)
 	// DestinationRules with a workloadSelector apply only to the proxies they select: proxies that share a
 	// selection (usually none) share the cluster list.
 	variant := strconv.Itoa(int(flavor))
-	who := proxyView{router: proxy.Type == xds.Router, dnsFamily: dnsLookupFamily(proxy.IPAddresses)}
+	who := proxyView{router: proxy.Type == model.Router, dnsFamily: dnsLookupFamily(proxy.IPAddresses)}
 	if who.router {
 		variant += "gw"
 		if hasAutoPassthrough(push.Gateways(proxy.Labels)) {
@@ -61,7 +60,7 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 		variant += "\x00" + sel
 		who.labels = proxy.Labels
 	}
-	var out xds.Resources
+	var out model.Resources
 	if w.Wildcard {
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
 		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: variant}
@@ -88,8 +87,8 @@ func (c clusterGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w 
 	if flavor == flavorGRPC {
 		return out, nil
 	}
-	var extra xds.Resources // merged in below, keeping the output sorted by name
-	if proxy.Type == xds.Sidecar {
+	var extra model.Resources // merged in below, keeping the output sorted by name
+	if proxy.Type == model.Sidecar {
 		_, _, ports := g.sidecarInboundPortsOf(proxy, push)
 		for _, ip := range ports {
 			name := InboundClusterName(ip.port)
@@ -207,8 +206,8 @@ type outboundListKey struct {
 
 // outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
 // w wants, for a proxy with labels (nil: one no workloadSelector selects).
-func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView, w *xds.WatchedResource) (xds.Resources, error) {
-	var out xds.Resources
+func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView, w *model.WatchedResource) (model.Resources, error) {
+	var out model.Resources
 	for _, svc := range scope.clusterServices {
 		var err error
 		if out, _, err = c.serviceClusters(out, svc, scope, push, flavor, who, w); err != nil {
@@ -221,8 +220,8 @@ func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor
 
 // serviceClusters appends svc's outbound clusters that w wants (nil: all) to out, and says whether they
 // depend on svc's endpoints (followsEndpoints).
-func (c clusterGenerator) serviceClusters(out xds.Resources, svc *model.Service, scope *Scope, push *model.PushContext, flavor flavor,
-	who proxyView, w *xds.WatchedResource) (_ xds.Resources, follows bool, _ error) {
+func (c clusterGenerator) serviceClusters(out model.Resources, svc *model.Service, scope *Scope, push *model.PushContext, flavor flavor,
+	who proxyView, w *model.WatchedResource) (_ model.Resources, follows bool, _ error) {
 	dr := push.DestinationRuleFor(scope.Namespace, who.labels, svc)
 	follows = followsEndpoints(svc, dr)
 	accounts := joinAccounts(push.ServiceAccounts(svc))
@@ -314,7 +313,7 @@ func hasAutoPassthrough(gws []*config.Config) bool {
 // clusterList is a scope's outbound clusters and what they were built from, so that the next snapshot's
 // list can be derived from it (deriveOutbound).
 type clusterList struct {
-	list      xds.Resources
+	list      model.Resources
 	owners    []*model.Service // the service of each cluster of list
 	scope     *Scope
 	rules     any
@@ -416,7 +415,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 	}
 	sort.Sort(byOwnedName{fresh.list, fresh.owners})
 	// Kept and fresh clusters merged by name, as a full build sorts them.
-	next.list = make(xds.Resources, 0, len(prev.list)+len(fresh.list))
+	next.list = make(model.Resources, 0, len(prev.list)+len(fresh.list))
 	next.owners = make([]*model.Service, 0, cap(next.list))
 	i, j := 0, 0
 	for i < len(prev.list) || j < len(fresh.list) {
@@ -447,7 +446,7 @@ func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *
 
 // byOwnedName sorts a list by name together with its owners.
 type byOwnedName struct {
-	list   xds.Resources
+	list   model.Resources
 	owners []*model.Service
 }
 
@@ -474,8 +473,8 @@ const (
 	flavorGRPC
 )
 
-func flavorOf(p *xds.Proxy) flavor {
-	if p.Type == xds.GRPC {
+func flavorOf(p *model.Proxy) flavor {
+	if p.Type == model.GRPC {
 		return flavorGRPC
 	}
 	return flavorEnvoy

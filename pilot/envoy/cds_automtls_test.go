@@ -62,7 +62,7 @@ status: {phase: Running, podIP: 10.1.%[2]d.%[3]d, conditions: [{type: Ready, sta
 const otherReviewsCluster = "outbound|9080||reviews.other.svc.cluster.local"
 
 // assignmentsOf generates the load assignments of the named clusters for p, each checked with ValidateAll.
-func assignmentsOf(t *testing.T, g *Generators, p *xds.Proxy, push *model.PushContext, names ...string) []*endpoint.ClusterLoadAssignment {
+func assignmentsOf(t *testing.T, g *Generators, p *model.Proxy, push *model.PushContext, names ...string) []*endpoint.ClusterLoadAssignment {
 	t.Helper()
 	res, err := g.ByTypeURL()[xds.EndpointType].Generate(p, push, named(xds.EndpointType, names...), nil)
 	if err != nil {

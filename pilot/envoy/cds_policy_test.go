@@ -13,6 +13,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -179,11 +180,11 @@ spec:
   trafficPolicy: {loadBalancer: {simple: RANDOM}}
 `))
 	g := New(Options{})
-	lb := func(ip string, labels map[string]string, w *xds.WatchedResource) cluster.Cluster_LbPolicy {
+	lb := func(ip string, labels map[string]string, w *model.WatchedResource) cluster.Cluster_LbPolicy {
 		cs := generate(t, g, xds.ClusterType, sidecarIn("default", ip, labels), push, w, newCluster)
 		return clusterByName(t, cs, reviewsCluster).LbPolicy
 	}
-	for _, w := range []*xds.WatchedResource{wildcard(xds.ClusterType), named(xds.ClusterType, reviewsCluster)} {
+	for _, w := range []*model.WatchedResource{wildcard(xds.ClusterType), named(xds.ClusterType, reviewsCluster)} {
 		if got := lb("10.1.0.1", map[string]string{"app": "sleep"}, w); got != cluster.Cluster_LEAST_REQUEST {
 			t.Errorf("sleep (not selected): lb %v, want the default LEAST_REQUEST", got)
 		}
@@ -269,7 +270,7 @@ spec:
 `))
 	g := New(Options{})
 	sidecar := generate(t, g, xds.ClusterType, sidecarIn("default", "10.1.0.9", map[string]string{"app": "echo"}), push, wildcard(xds.ClusterType), newCluster)
-	gateway := generate(t, g, xds.ClusterType, &xds.Proxy{Type: xds.Router, NodeID: "router~10.1.0.8~gw.default~default.svc.cluster.local", Namespace: "default"},
+	gateway := generate(t, g, xds.ClusterType, &model.Proxy{Type: model.Router, NodeID: "router~10.1.0.8~gw.default~default.svc.cluster.local", Namespace: "default"},
 		push, wildcard(xds.ClusterType), newCluster)
 	name := func(port int) string { return fmt.Sprintf("outbound|%d||echo.default.svc.cluster.local", port) }
 	cases := []struct {

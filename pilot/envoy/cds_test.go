@@ -30,17 +30,17 @@ func cdsPush(t testing.TB) *model.PushContext {
 	return pushFromYAML(t, data)
 }
 
-func sidecarIn(ns, ip string, labels map[string]string) *xds.Proxy {
-	return &xds.Proxy{Type: xds.Sidecar, NodeID: "sidecar~" + ip + "~pod." + ns + "~" + ns + ".svc.cluster.local",
+func sidecarIn(ns, ip string, labels map[string]string) *model.Proxy {
+	return &model.Proxy{Type: model.Sidecar, NodeID: "sidecar~" + ip + "~pod." + ns + "~" + ns + ".svc.cluster.local",
 		Namespace: ns, IPAddresses: []string{ip}, Labels: labels}
 }
 
-func wildcard(typeURL string) *xds.WatchedResource {
-	return &xds.WatchedResource{TypeURL: typeURL, Wildcard: true}
+func wildcard(typeURL string) *model.WatchedResource {
+	return &model.WatchedResource{TypeURL: typeURL, Wildcard: true}
 }
 
-func named(typeURL string, names ...string) *xds.WatchedResource {
-	return &xds.WatchedResource{TypeURL: typeURL, ResourceNames: nameset.New(names...)}
+func named(typeURL string, names ...string) *model.WatchedResource {
+	return &model.WatchedResource{TypeURL: typeURL, ResourceNames: nameset.New(names...)}
 }
 
 // generate runs one generator and decodes its output into fresh messages like proto, checking that
@@ -49,7 +49,7 @@ func generate[T interface {
 	proto.Message
 	ValidateAll() error
 	GetName() string
-}](t *testing.T, g *Generators, typeURL string, proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, newT func() T) []T {
+}](t *testing.T, g *Generators, typeURL string, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, newT func() T) []T {
 	t.Helper()
 	res, err := g.ByTypeURL()[typeURL].Generate(proxy, push, w, nil)
 	if err != nil {
@@ -92,7 +92,7 @@ func TestCDSGolden(t *testing.T) {
 	g := New(Options{})
 	sidecar := generate(t, g, xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
 	golden(t, "cds", "sidecar-shop", sidecar)
-	grpc := generate(t, g, xds.ClusterType, &xds.Proxy{Type: xds.GRPC, NodeID: "grpc-client", Namespace: "shop"}, push, wildcard(xds.ClusterType), newCluster)
+	grpc := generate(t, g, xds.ClusterType, &model.Proxy{Type: model.GRPC, NodeID: "grpc-client", Namespace: "shop"}, push, wildcard(xds.ClusterType), newCluster)
 	golden(t, "cds", "grpc-shop", grpc)
 }
 
@@ -437,8 +437,8 @@ func TestSidecarsShareMergedLists(t *testing.T) {
 	web := envoyProxy("bookinfo", map[string]string{"app": "web"}, true, 1, 38)
 	for _, typ := range []string{xds.ClusterType, xds.ListenerType, xds.VirtualHostType} {
 		gen := g.ByTypeURL()[typ]
-		lists := map[string]xds.Resources{}
-		for name, p := range map[string]*xds.Proxy{"ratings": ratings, "ratings2": ratings2, "details": details, "web": web} {
+		lists := map[string]model.Resources{}
+		for name, p := range map[string]*model.Proxy{"ratings": ratings, "ratings2": ratings2, "details": details, "web": web} {
 			res, err := gen.Generate(p, push, wildcard(typ), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -499,7 +499,7 @@ func deleteConfig(st *store.Store, push *model.PushContext, key config.Key) *mod
 // endpoints, and DestinationRules with subsets coming and going.
 func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 	st, push, g, proxies := derivationFixture(t)
-	proxies = append(proxies, &xds.Proxy{Type: xds.GRPC, Namespace: "ns-3", Node: &core.Node{}})
+	proxies = append(proxies, &model.Proxy{Type: model.GRPC, Namespace: "ns-3", Node: &core.Node{}})
 	// Its endpoints are WorkloadEntries: they change while the ServiceEntry stays.
 	push = applyDocs(t, st, push, "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: selected, namespace: ns-3}\n"+
 		"spec:\n  hosts: [selected.example.com]\n  resolution: DNS\n  ports: [{name: tcp, number: 3306, protocol: TCP}]\n  workloadSelector: {labels: {app: db}}\n")
@@ -556,9 +556,9 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 
 // derivationFixture is the mesh the derived-list tests change at random (40 services × 3 ports over ten
 // namespaces), fresh generators, and two sidecars in the namespaces that change.
-func derivationFixture(t *testing.T) (*store.Store, *model.PushContext, *Generators, []*xds.Proxy) {
+func derivationFixture(t *testing.T) (*store.Store, *model.PushContext, *Generators, []*model.Proxy) {
 	st := storeFromYAML(t, []byte(benchMeshYAML(40, benchThreePorts)))
-	return st, model.Build(st, mesh.Default()), New(Options{}), []*xds.Proxy{
+	return st, model.Build(st, mesh.Default()), New(Options{}), []*model.Proxy{
 		envoyProxy("ns-3", map[string]string{"app": "client"}, true, 1, 38),
 		envoyProxy("ns-4", nil, true, 1, 38),
 	}
@@ -566,7 +566,7 @@ func derivationFixture(t *testing.T) (*store.Store, *model.PushContext, *Generat
 
 // checkSameAsFreshBuild checks that g, which has served earlier snapshots, generates for p what generators
 // that never saw one do.
-func checkSameAsFreshBuild(t *testing.T, g *Generators, typeURL string, p *xds.Proxy, push *model.PushContext, step int) {
+func checkSameAsFreshBuild(t *testing.T, g *Generators, typeURL string, p *model.Proxy, push *model.PushContext, step int) {
 	t.Helper()
 	want, err := New(Options{}).ByTypeURL()[typeURL].Generate(p, push, wildcard(typeURL), nil)
 	if err != nil {
@@ -587,13 +587,13 @@ func checkSameAsFreshBuild(t *testing.T, g *Generators, typeURL string, p *xds.P
 }
 
 // generateByName generates typeURL's full state for proxy and indexes it by resource name.
-func generateByName(t *testing.T, g *Generators, typeURL string, proxy *xds.Proxy, push *model.PushContext) map[string]*xds.Resource {
+func generateByName(t *testing.T, g *Generators, typeURL string, proxy *model.Proxy, push *model.PushContext) map[string]*model.Resource {
 	t.Helper()
 	res, err := g.ByTypeURL()[typeURL].Generate(proxy, push, wildcard(typeURL), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]*xds.Resource{}
+	out := map[string]*model.Resource{}
 	for _, r := range res {
 		out[r.Name] = r
 	}

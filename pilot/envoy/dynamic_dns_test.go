@@ -13,6 +13,7 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -232,7 +233,7 @@ spec:
 	g := New(Options{})
 	for _, tc := range []struct {
 		name  string
-		proxy *xds.Proxy
+		proxy *model.Proxy
 		want  cluster.Cluster_DnsLookupFamily
 	}{
 		{"ipv4", sidecarIn("default", "10.1.9.9", nil), cluster.Cluster_V4_ONLY},

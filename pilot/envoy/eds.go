@@ -15,7 +15,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 type endpointGenerator struct{ g *Generators }
@@ -35,17 +34,17 @@ type edsKey struct {
 }
 
 // Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.
-func (e endpointGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+func (e endpointGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	return e.assignments(proxy, push, w.ResourceNames.Sorted())
 }
 
 // assignments returns the ClusterLoadAssignments of the named clusters, in the order of names, leaving out
 // those the proxy cannot see.
-func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext, names []string) (xds.Resources, error) {
+func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushContext, names []string) (model.Resources, error) {
 	g := e.g
 	scope := g.scopeFor(proxy, push)
 	fl := flavorOf(proxy)
-	out := make(xds.Resources, 0, len(names))
+	out := make(model.Resources, 0, len(names))
 	for _, name := range names {
 		cn, ok := ParseClusterName(name)
 		sniDNAT := false
@@ -120,7 +119,7 @@ func (e endpointGenerator) assignments(proxy *xds.Proxy, push *model.PushContext
 
 // GenerateDeltas answers an endpoint-only push with the assignments of the changed services alone; a full
 // push gets the full state. This keeps an endpoint change proportional to the clusters it touches.
-func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, req *model.PushRequest) (xds.Resources, []string, bool, error) {
+func (e endpointGenerator) GenerateDeltas(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, []string, bool, error) {
 	if req == nil || req.Full {
 		services, ok := endpointServicesOfConfigs(req, push)
 		if !ok {
@@ -154,13 +153,13 @@ func (e endpointGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushCont
 }
 
 // watchedClustersOf returns the EDS clusters in w that belong to the services req changed.
-func watchedClustersOf(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushContext, req *model.PushRequest) []string {
+func watchedClustersOf(proxy *model.Proxy, w *model.WatchedResource, push *model.PushContext, req *model.PushRequest) []string {
 	names, _ := watchedClusters(proxy, w, push, req, false)
 	return names
 }
 
 // watchesChangedClusters reports whether w holds an EDS cluster of a service req changed.
-func watchesChangedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushContext, req *model.PushRequest) bool {
+func watchesChangedClusters(proxy *model.Proxy, w *model.WatchedResource, push *model.PushContext, req *model.PushRequest) bool {
 	_, found := watchedClusters(proxy, w, push, req, true)
 	return found
 }
@@ -172,7 +171,7 @@ func watchesChangedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *mode
 // unknown) does it scan the watch. A candidate is built in a buffer on the stack and looked up without
 // becoming a string: each proxy is asked two or three times per push, and under endpoint churn the names
 // were an eighth of the server's allocations.
-func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushContext, req *model.PushRequest, firstOnly bool) ([]string, bool) {
+func watchedClusters(proxy *model.Proxy, w *model.WatchedResource, push *model.PushContext, req *model.PushRequest, firstOnly bool) ([]string, bool) {
 	var out []string
 	var scanHosts map[string]struct{}
 	var buf [256]byte
@@ -209,7 +208,7 @@ func watchedClusters(proxy *xds.Proxy, w *xds.WatchedResource, push *model.PushC
 					}
 					out = append(out, name)
 				}
-				if proxy.Type != xds.Router {
+				if proxy.Type != model.Router {
 					continue // only gateways have SNI-DNAT clusters
 				}
 				if name, ok := w.ResourceNames.Lookup(appendSNIDNATClusterName(buf[:0], p.Port, subset, host)); ok {
@@ -283,7 +282,7 @@ func endpointServicesOfConfigs(req *model.PushRequest, push *model.PushContext) 
 }
 
 // NeedsPush sends EDS on an incremental push only to proxies watching a cluster of a changed service.
-func (e endpointGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, req *model.PushRequest) bool {
+func (e endpointGenerator) NeedsPush(proxy *model.Proxy, w *model.WatchedResource, req *model.PushRequest) bool {
 	if req == nil || req.Full {
 		return true
 	}

@@ -21,7 +21,7 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 	push = applyDocs(t, st, push, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-3-local, namespace: ns-3}\n"+
 		"spec:\n  host: svc-3.ns-3.svc.cluster.local\n  exportTo: [.]\n  subsets: [{name: local, labels: {app: svc-3}}]\n")
 	in3, in4 := proxies[0], proxies[1]
-	watchOf := func(p *xds.Proxy) *xds.WatchedResource {
+	watchOf := func(p *model.Proxy) *model.WatchedResource {
 		var names []string
 		for name := range generateByName(t, g, xds.ClusterType, p, push) {
 			if strings.HasPrefix(name, "outbound|") {
@@ -51,8 +51,8 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 	slices.Sort(want4)
 	// Asked in turns, as the proxies of one push are.
 	for round, tc := range []struct {
-		p    *xds.Proxy
-		w    *xds.WatchedResource
+		p    *model.Proxy
+		w    *model.WatchedResource
 		want []string
 	}{{in4, w4, want4}, {in3, w3, want3}, {other, wOther, nil}, {in4, w4, want4}, {in3, w3, want3}} {
 		if got := eds.NeedsPush(tc.p, tc.w, req); got != (len(tc.want) > 0) {

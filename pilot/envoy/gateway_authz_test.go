@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -166,7 +167,7 @@ spec:
 	canary := *ldsGateway
 	canary.ID, canary.NodeID = "gw-2.istio-system", "router~10.1.1.2~gw-2.istio-system~istio-system.svc.cluster.local"
 	canary.Labels = map[string]string{"istio": "ingressgateway", "role": "canary"}
-	for _, p := range []*xds.Proxy{ldsGateway, &canary, ldsGateway} {
+	for _, p := range []*model.Proxy{ldsGateway, &canary, ldsGateway} {
 		got := gwHTTPRules(t, ldsFind(t, ldsGenerate(t, g, p, push, wildcard(xds.ListenerType)), "0.0.0.0_80").FilterChains[0])
 		if p == ldsGateway {
 			equalRules(t, "ingress", got, gwWantRules())
@@ -196,7 +197,7 @@ spec:
   action: DENY
   rules: [{to: [{operation: {paths: [/admin]}}]}]
 `)
-	pod := &xds.Proxy{Type: xds.Router, NodeID: "router~10.1.0.9~shop-gw-1.shop~shop.svc.cluster.local", ID: "shop-gw-1.shop",
+	pod := &model.Proxy{Type: model.Router, NodeID: "router~10.1.0.9~shop-gw-1.shop~shop.svc.cluster.local", ID: "shop-gw-1.shop",
 		Namespace: "shop", IPAddresses: []string{"10.1.0.9"}, Labels: map[string]string{config.GatewayNameLabel: "shop-gw"}}
 	ls := ldsGenerate(t, New(Options{}), pod, push, wildcard(xds.ListenerType))
 	rules := gwHTTPRules(t, ldsFind(t, ls, "0.0.0.0_8080").FilterChains[0])

@@ -83,8 +83,8 @@ endpoints:
   targetRef: {kind: Pod, name: echo-3, namespace: shop}
 `
 
-func eastWestGateway(ns string) *xds.Proxy {
-	return &xds.Proxy{Type: xds.Router, NodeID: "router~10.1.2.1~ew-1." + ns + "~" + ns + ".svc.cluster.local",
+func eastWestGateway(ns string) *model.Proxy {
+	return &model.Proxy{Type: model.Router, NodeID: "router~10.1.2.1~ew-1." + ns + "~" + ns + ".svc.cluster.local",
 		ID: "ew-1." + ns, Namespace: ns, IPAddresses: []string{"10.1.2.1"}, Labels: map[string]string{"istio": "eastwestgateway"}}
 }
 
@@ -203,7 +203,7 @@ func TestGatewayAutoPassthroughClusters(t *testing.T) {
 			t.Errorf("SNI-DNAT cluster %s for a MESH_EXTERNAL ServiceEntry", c.Name)
 		}
 	}
-	for _, p := range []*xds.Proxy{ldsGateway, sidecarIn("shop", "10.1.0.5", map[string]string{"app": "reviews", "version": "v1"})} {
+	for _, p := range []*model.Proxy{ldsGateway, sidecarIn("shop", "10.1.0.5", map[string]string{"app": "reviews", "version": "v1"})} {
 		for _, c := range generate(t, g, xds.ClusterType, p, push, wildcard(xds.ClusterType), newCluster) {
 			if _, ok := ParseSNIDNATClusterName(c.Name); ok {
 				t.Errorf("%s: SNI-DNAT cluster %s without an AUTO_PASSTHROUGH server", p.ID, c.Name)
@@ -249,7 +249,7 @@ func TestGatewayAutoPassthroughEndpoints(t *testing.T) {
 		t.Errorf("echo endpoints %v, want both pods", all)
 	}
 	req := &model.PushRequest{Push: push, ServicesUpdated: map[string]struct{}{"shop/echo.shop.svc.cluster.local": {}}}
-	res, _, _, err = g.ByTypeURL()[xds.EndpointType].(xds.DeltaGenerator).GenerateDeltas(gw, push, w, req)
+	res, _, _, err = g.ByTypeURL()[xds.EndpointType].(model.DeltaGenerator).GenerateDeltas(gw, push, w, req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // Many proxies of a namespace asking at once build a list once; a newer generation replaces the older.
@@ -75,18 +75,18 @@ func TestGenerationsSweep(t *testing.T) {
 // mergeByName equals sorting the two lists together, a's resource first on equal names.
 func TestMergeByName(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	list := func(n int, tag string) xds.Resources {
-		var out xds.Resources
+	list := func(n int, tag string) model.Resources {
+		var out model.Resources
 		for range n {
-			out = append(out, &xds.Resource{Name: fmt.Sprintf("r%02d", rng.IntN(40)), Version: tag})
+			out = append(out, &model.Resource{Name: fmt.Sprintf("r%02d", rng.IntN(40)), Version: tag})
 		}
-		slices.SortStableFunc(out, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortStableFunc(out, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) })
 		return out
 	}
 	for range 500 {
 		a, b := list(rng.IntN(30), "a"), list(rng.IntN(5), "b")
 		want := slices.Concat(a, b)
-		slices.SortStableFunc(want, func(x, y *xds.Resource) int { return strings.Compare(x.Name, y.Name) })
+		slices.SortStableFunc(want, func(x, y *model.Resource) int { return strings.Compare(x.Name, y.Name) })
 		got := mergeByName(a, b)
 		if !slices.Equal(got, want) {
 			t.Fatalf("merge of %d and %d resources differs", len(a), len(b))

@@ -36,13 +36,13 @@ type Options struct {
 // Generators builds Envoy resources. It is safe for concurrent use by many pushes.
 type Generators struct {
 	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
-	resources *lru.Cache[any, *xds.Resource]
+	resources *lru.Cache[any, *model.Resource]
 	scopes    *generations[scopeID, *Scope]
 	// routedScopes are the scopes of proxies under a Sidecar with the destinations its VirtualServices add.
 	routedScopes *generations[scopeID, *Scope]
 	// lists keeps whole lists of resources that many proxies share (a scope's outbound listeners, merged
 	// lists, VHDS concatenations), the latest generation of each only.
-	lists *generations[listID, xds.Resources]
+	lists *generations[listID, model.Resources]
 	// clusterLists keeps the outbound clusters of each scope, and how they were built, to derive the next
 	// snapshot's from.
 	clusterLists *generations[listID, *clusterList]
@@ -59,12 +59,12 @@ type Generators struct {
 	routedVhosts *generations[vhostID, routedVhost]
 	// outboundListenerRes keeps each sidecar outbound listener by name, namespace and Sidecar, keyed by a
 	// description of its chains.
-	outboundListenerRes *generations[listID, *xds.Resource]
+	outboundListenerRes *generations[listID, *model.Resource]
 	// vhostLists keeps the VHDS virtual hosts of each route configuration of a scope, and how they were
 	// built, to derive the next snapshot's from.
 	vhostLists *generations[listID, *vhostList]
 	// inboundPorts keeps each sidecar's inbound ports (CDS and LDS need them on every push).
-	inboundPorts *generations[*xds.Proxy, []inboundPort]
+	inboundPorts *generations[*model.Proxy, []inboundPort]
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
@@ -85,13 +85,13 @@ type slots[K comparable] struct {
 
 type slot[K comparable] struct {
 	key K
-	res *xds.Resource
+	res *model.Resource
 }
 
 func newSlots[K comparable]() *slots[K] { return &slots[K]{m: map[string]slot[K]{}} }
 
 // get returns the resource for name built from key, building it when the slot holds another key.
-func (s *slots[K]) get(name string, key K, build func() proto.Message) (*xds.Resource, error) {
+func (s *slots[K]) get(name string, key K, build func() proto.Message) (*model.Resource, error) {
 	s.mu.RLock()
 	sl, ok := s.m[name]
 	s.mu.RUnlock()
@@ -259,11 +259,11 @@ func New(opts Options) *Generators {
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 20_000
 	}
-	resources, _ := lru.New[any, *xds.Resource](opts.CacheSize)
+	resources, _ := lru.New[any, *model.Resource](opts.CacheSize)
 	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), routedScopes: newGenerations[scopeID, *Scope](), clusters: newSlots[outboundClusterKey](), assignments: newSlots[edsKey](),
-		lists: newGenerations[listID, xds.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
-		outboundListenerRes: newGenerations[listID, *xds.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
-		inboundPorts: newGenerations[*xds.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
+		lists: newGenerations[listID, model.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
+		outboundListenerRes: newGenerations[listID, *model.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
+		inboundPorts: newGenerations[*model.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
 		clusterLists: newGenerations[listID, *clusterList](), listenerLists: newGenerations[listID, *listenerList](),
 		secretAuthorizer: opts.SecretAuthorizer, denials: newSecretDenials()}
 	var err error
@@ -292,8 +292,8 @@ func ParseVHDSMinEnvoy(s string) (minVersion [2]uint32, off bool, err error) {
 
 // usesVHDS reports whether the proxy gets its sidecar virtual hosts over VHDS: an Envoy sidecar on a delta
 // stream, recent enough. Proxyless gRPC has no VHDS; state-of-the-world streams cannot carry it.
-func (g *Generators) usesVHDS(p *xds.Proxy) bool {
-	return !g.vhdsOff && p.Delta && p.Type == xds.Sidecar && p.Node.GetUserAgentName() == "envoy" &&
+func (g *Generators) usesVHDS(p *model.Proxy) bool {
+	return !g.vhdsOff && p.Delta && p.Type == model.Sidecar && p.Node.GetUserAgentName() == "envoy" &&
 		p.AtLeast(g.vhdsMin[0], g.vhdsMin[1])
 }
 
@@ -303,8 +303,8 @@ func (g *Generators) usesVHDS(p *xds.Proxy) bool {
 var DefaultVHDSMinEnvoy = [2]uint32{1, 38}
 
 // ByTypeURL returns the generators to register with the xDS server.
-func (g *Generators) ByTypeURL() map[string]xds.Generator {
-	return map[string]xds.Generator{
+func (g *Generators) ByTypeURL() map[string]model.Generator {
+	return map[string]model.Generator{
 		xds.ClusterType:     clusterGenerator{g},
 		xds.EndpointType:    endpointGenerator{g},
 		xds.ListenerType:    listenerGenerator{g},
@@ -316,7 +316,7 @@ func (g *Generators) ByTypeURL() map[string]xds.Generator {
 
 // cached returns the resource under key, building and marshaling it on a miss. key must capture
 // everything build reads.
-func (g *Generators) cached(key any, name string, build func() proto.Message) (*xds.Resource, error) {
+func (g *Generators) cached(key any, name string, build func() proto.Message) (*model.Resource, error) {
 	if r, ok := g.resources.Get(key); ok {
 		return r, nil
 	}
@@ -328,7 +328,7 @@ func (g *Generators) cached(key any, name string, build func() proto.Message) (*
 	return r, nil
 }
 
-func marshal(name string, m proto.Message) (*xds.Resource, error) {
+func marshal(name string, m proto.Message) (*model.Resource, error) {
 	// Deterministic bytes (map fields sorted) make the content hash below a stable version.
 	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
@@ -338,11 +338,11 @@ func marshal(name string, m proto.Message) (*xds.Resource, error) {
 	// The version is the content hash, computed once here rather than per proxy by the transport, so a
 	// rebuild with the same bytes is not re-sent over delta xDS.
 	sum := sha256.Sum256(a.Value)
-	return &xds.Resource{Name: name, Version: hex.EncodeToString(sum[:12]), Any: a}, nil
+	return &model.Resource{Name: name, Version: hex.EncodeToString(sum[:12]), Any: a}, nil
 }
 
 // wants reports whether a subscription asks for name.
-func wants(w *xds.WatchedResource, name string) bool {
+func wants(w *model.WatchedResource, name string) bool {
 	if w == nil || w.Wildcard {
 		return true
 	}
@@ -357,17 +357,17 @@ func routingID(push *model.PushContext) any {
 
 // sortByName sorts resources by name. Generators return full states sorted: the transport then keeps what
 // a client has as the list itself instead of a map (xds.sentSet).
-func sortByName(res xds.Resources) {
-	slices.SortFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+func sortByName(res model.Resources) {
+	slices.SortFunc(res, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // listRef identifies a list that is never modified: by the address of its first element and its length.
 type listRef struct {
-	first *(*xds.Resource)
+	first *(*model.Resource)
 	n     int
 }
 
-func refOf(list xds.Resources) listRef {
+func refOf(list model.Resources) listRef {
 	if len(list) == 0 {
 		return listRef{}
 	}
@@ -377,14 +377,14 @@ func refOf(list xds.Resources) listRef {
 // mergeKey identifies a merge of a shared list with a proxy's own resources (at most len(own) of them).
 type mergeKey struct {
 	list listRef
-	own  [8]*xds.Resource
+	own  [8]*model.Resource
 }
 
 // sharedMerge is mergeByName(list, own) for a proxy of id's scope, shared by every proxy whose own
 // resources are the very same: the sidecars of a namespace mostly differ in nothing but their inbound
 // listener, so they hold one merged list between them instead of one copy each (which the transport
 // keeps as what each was sent: 300 sidecars × 1,200 listeners and clusters).
-func (g *Generators) sharedMerge(id listID, list, own xds.Resources) xds.Resources {
+func (g *Generators) sharedMerge(id listID, list, own model.Resources) model.Resources {
 	if len(own) == 0 || len(list) == 0 || len(own) > len(mergeKey{}.own) {
 		return mergeByName(list, own)
 	}
@@ -400,18 +400,18 @@ func (g *Generators) sharedMerge(id listID, list, own xds.Resources) xds.Resourc
 		names.WriteByte(',')
 	}
 	id.name = names.String()
-	merged, _ := g.lists.getOrBuild(id, k, func() (xds.Resources, error) { return mergeByName(list, own), nil })
+	merged, _ := g.lists.getOrBuild(id, k, func() (model.Resources, error) { return mergeByName(list, own), nil })
 	return merged
 }
 
 // mergeByName merges two lists sorted by name into a new one, a's resource first on equal names. b is a
 // sidecar's few own resources and a the long shared list: b's places are found by binary search and a is
 // copied in runs, instead of comparing 300 listener names per sidecar per push.
-func mergeByName(a, b xds.Resources) xds.Resources {
+func mergeByName(a, b model.Resources) model.Resources {
 	if len(b) == 0 {
 		return a
 	}
-	out := make(xds.Resources, 0, len(a)+len(b))
+	out := make(model.Resources, 0, len(a)+len(b))
 	for _, r := range b {
 		i := sort.Search(len(a), func(i int) bool { return a[i].Name > r.Name })
 		out = append(append(out, a[:i]...), r)

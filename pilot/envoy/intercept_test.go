@@ -9,11 +9,12 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // withMode is proxy with another interception mode (and privilege), as its node metadata would say.
-func withMode(proxy *xds.Proxy, mode xds.InterceptionMode, unprivileged bool) *xds.Proxy {
+func withMode(proxy *model.Proxy, mode model.InterceptionMode, unprivileged bool) *model.Proxy {
 	p := *proxy
 	p.InterceptionMode, p.Unprivileged = mode, unprivileged
 	return &p
@@ -26,7 +27,7 @@ func withMode(proxy *xds.Proxy, mode xds.InterceptionMode, unprivileged bool) *x
 func TestCaptureNoneSidecar(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
-	none := withMode(ldsReviews, xds.InterceptNone, false)
+	none := withMode(ldsReviews, model.InterceptNone, false)
 	for range 2 { // alternating with a REDIRECT proxy of the namespace: neither takes the other's cached lists
 		ls := ldsGenerate(t, g, none, push, wildcard(xds.ListenerType))
 		for _, l := range ls {
@@ -93,7 +94,7 @@ spec:
     captureMode: IPTABLES
 `)
 	g := New(Options{})
-	none := withMode(ldsReviews, xds.InterceptNone, false)
+	none := withMode(ldsReviews, model.InterceptNone, false)
 	ls := ldsGenerate(t, g, none, push, wildcard(xds.ListenerType))
 	http := ldsFindOrNil(ls, "10.1.0.5_9080")
 	tcp := ldsFindOrNil(ls, "0.0.0.0_9190")
@@ -145,7 +146,7 @@ spec:
 func TestCaptureTPROXY(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
-	tproxy := withMode(ldsReviews, xds.InterceptTPROXY, false)
+	tproxy := withMode(ldsReviews, model.InterceptTPROXY, false)
 	for range 2 {
 		ls := ldsGenerate(t, g, tproxy, push, wildcard(xds.ListenerType))
 		out, in := ldsFind(t, ls, VirtualOutboundListener), ldsFind(t, ls, VirtualInboundListener)
@@ -184,21 +185,21 @@ func TestUnprivilegedProxyBindsNoLowPort(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
 	for range 2 {
-		ls := ldsGenerate(t, g, withMode(ldsReviews, xds.InterceptNone, true), push, wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, true), push, wildcard(xds.ListenerType))
 		if l := ldsFindOrNil(ls, "127.0.0.1_80"); l != nil {
 			t.Errorf("unprivileged proxy binds %s", l.Name)
 		}
 		if ldsFindOrNil(ls, "127.0.0.1_9080") == nil {
 			t.Errorf("unprivileged proxy lost 127.0.0.1_9080: %v", listenerNames(ls))
 		}
-		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, xds.InterceptNone, false), push, wildcard(xds.ListenerType)), "127.0.0.1_80") == nil {
+		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, false), push, wildcard(xds.ListenerType)), "127.0.0.1_80") == nil {
 			t.Error("a privileged proxy without capture lost 127.0.0.1_80")
 		}
-		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, xds.InterceptRedirect, true), push, wildcard(xds.ListenerType)), "0.0.0.0_80") == nil {
+		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptRedirect, true), push, wildcard(xds.ListenerType)), "0.0.0.0_80") == nil {
 			t.Error("an unprivileged REDIRECT proxy lost its virtual listener 0.0.0.0_80")
 		}
 	}
-	gw := ldsGenerate(t, g, withMode(ldsGateway, xds.InterceptRedirect, true), push, wildcard(xds.ListenerType))
+	gw := ldsGenerate(t, g, withMode(ldsGateway, model.InterceptRedirect, true), push, wildcard(xds.ListenerType))
 	if len(gw) != 0 {
 		t.Errorf("unprivileged gateway binds %v (ports 80 and 443)", listenerNames(gw))
 	}

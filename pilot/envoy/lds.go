@@ -162,7 +162,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Listener names and ports of sidecars, as istiod's.
@@ -206,20 +205,20 @@ var (
 
 type listenerGenerator struct{ g *Generators }
 
-var _ xds.PushFilter = listenerGenerator{}
+var _ model.PushFilter = listenerGenerator{}
 
 // Generate returns the proxy's listeners: all of them for a wildcard subscription, else those named.
-func (l listenerGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+func (l listenerGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	var (
-		out xds.Resources
+		out model.Resources
 		err error
 	)
 	switch proxy.Type {
-	case xds.Sidecar:
+	case model.Sidecar:
 		out, err = l.sidecarListeners(proxy, push)
-	case xds.Router:
+	case model.Router:
 		out, err = l.gatewayListeners(proxy, push)
-	case xds.GRPC:
+	case model.GRPC:
 		return l.grpcListeners(proxy, push, w)
 	default: // ztunnel has no listeners
 		return nil, nil
@@ -236,14 +235,14 @@ func (l listenerGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w
 	return kept, nil
 }
 
-// NeedsPush implements xds.PushFilter: every full push, and an endpoint push to the sidecars that see a
+// NeedsPush implements model.PushFilter: every full push, and an endpoint push to the sidecars that see a
 // service whose endpoint addresses they listen on (Service.ListensOnEndpoints) when those changed. Other
 // endpoint changes leave listeners alone, as do all of them for gateways and proxyless clients.
-func (l listenerGenerator) NeedsPush(proxy *xds.Proxy, _ *xds.WatchedResource, req *model.PushRequest) bool {
+func (l listenerGenerator) NeedsPush(proxy *model.Proxy, _ *model.WatchedResource, req *model.PushRequest) bool {
 	if req == nil || req.Full {
 		return true
 	}
-	if len(req.AddressesUpdated) == 0 || proxy == nil || proxy.Type != xds.Sidecar {
+	if len(req.AddressesUpdated) == 0 || proxy == nil || proxy.Type != model.Sidecar {
 		return false
 	}
 	if req.Push == nil {

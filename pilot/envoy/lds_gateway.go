@@ -24,7 +24,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // gatewayListenerKey: a gateway listener depends on the snapshot, the Gateways selecting the proxy and the
@@ -63,7 +62,7 @@ type gatewayServer struct {
 // Only numbers that change are kept.
 type gatewayPorts map[uint32]uint32
 
-func gatewayPortsOf(proxy *xds.Proxy, push *model.PushContext) gatewayPorts {
+func gatewayPortsOf(proxy *model.Proxy, push *model.PushContext) gatewayPorts {
 	w, labels := proxyWorkload(proxy, push)
 	var out gatewayPorts
 	for _, t := range push.ServiceTargets(proxy.Namespace, labels, w) {
@@ -104,7 +103,7 @@ func (m gatewayPorts) describe() string {
 	return b.String()
 }
 
-func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
+func (l listenerGenerator) gatewayListeners(proxy *model.Proxy, push *model.PushContext) (model.Resources, error) {
 	gws := push.Gateways(proxy.Labels)
 	if len(gws) == 0 {
 		return nil, nil
@@ -150,7 +149,7 @@ func (l listenerGenerator) gatewayListeners(proxy *xds.Proxy, push *model.PushCo
 	slices.SortFunc(addrs, func(a, b gatewayAddr) int {
 		return cmp.Or(cmp.Compare(a.port, b.port), strings.Compare(a.bind, b.bind))
 	})
-	var out xds.Resources
+	var out model.Resources
 	var auto *autoPassthrough
 	for _, a := range addrs {
 		if proxy.Unprivileged && a.port < 1024 {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // grpcListenerKey: an API listener depends on its name only (its routes come from RDS under that name).
@@ -20,7 +19,7 @@ type grpcListenerKey struct{ name string }
 // grpcListeners returns API listeners for a proxyless gRPC client: the HTTP ports of every service in scope
 // for a wildcard subscription, plus every name asked for that resolves to a service port; then the
 // listeners asked for by xDS-enabled gRPC servers on the workload's ports (lds_grpc_inbound.go).
-func (l listenerGenerator) grpcListeners(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource) (xds.Resources, error) {
+func (l listenerGenerator) grpcListeners(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) (model.Resources, error) {
 	var names []string
 	seen := map[string]bool{}
 	if w == nil || w.Wildcard {
@@ -47,7 +46,7 @@ func (l listenerGenerator) grpcListeners(proxy *xds.Proxy, push *model.PushConte
 		slices.Sort(requested)
 		names = append(names, requested...)
 	}
-	out := make(xds.Resources, 0, len(names)+len(servers))
+	out := make(model.Resources, 0, len(names)+len(servers))
 	for _, name := range names {
 		r, err := l.g.cached(grpcListenerKey{name}, name, func() proto.Message { return buildAPIListener(name) })
 		if err != nil {

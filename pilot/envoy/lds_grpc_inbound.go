@@ -42,7 +42,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // GRPCServerListenerPrefix begins the listener names proxyless gRPC servers ask for (Istio's bootstrap
@@ -77,7 +76,7 @@ type grpcInboundKey struct {
 
 // grpcInboundListener returns the listener a proxyless gRPC server asks for by name, nil when the name
 // is malformed or its port is not one of the workload's.
-func (l listenerGenerator) grpcInboundListener(proxy *xds.Proxy, push *model.PushContext, name string) (*xds.Resource, error) {
+func (l listenerGenerator) grpcInboundListener(proxy *model.Proxy, push *model.PushContext, name string) (*model.Resource, error) {
 	host, port, ok := grpcServerAddress(name)
 	if !ok {
 		return nil, nil

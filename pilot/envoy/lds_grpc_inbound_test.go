@@ -13,11 +13,12 @@ import (
 	security "istio.io/api/security/v1beta1"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // ldsGRPCServer is reviews-1 (10.1.0.5) as an xDS-enabled gRPC server.
-var ldsGRPCServer = &xds.Proxy{Type: xds.GRPC, NodeID: "sidecar~10.1.0.5~reviews-1.shop~shop.svc.cluster.local",
+var ldsGRPCServer = &model.Proxy{Type: model.GRPC, NodeID: "sidecar~10.1.0.5~reviews-1.shop~shop.svc.cluster.local",
 	ID: "reviews-1.shop", Namespace: "shop", IPAddresses: []string{"10.1.0.5"}}
 
 func grpcServerHCM(t *testing.T, l *listener.Listener) *hcm.HttpConnectionManager {

@@ -144,7 +144,7 @@ spec:
 	batch := ldsSidecar("batch-1", "10.1.0.20", map[string]string{"app": "batch"})
 	const replica, db = "outbound|5433||db-replica.shop.svc.cluster.local", "outbound|5433||db.shop.svc.cluster.local"
 	for _, tc := range []struct {
-		proxy *xds.Proxy
+		proxy *model.Proxy
 		ip    string
 		want  string
 	}{
@@ -283,13 +283,13 @@ spec:
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
 	gen := g.ByTypeURL()[xds.ListenerType]
-	filter, ok := gen.(xds.PushFilter)
+	filter, ok := gen.(model.PushFilter)
 	if !ok {
 		t.Fatal("LDS has no push filter: it is pushed on full pushes only")
 	}
 	frontend, outsider, gateway := ldsFrontend, ldsSidecar("client-1", "10.1.9.1", nil), ldsGateway
 	outsider.Namespace = "other"
-	for _, p := range []*xds.Proxy{frontend, outsider} {
+	for _, p := range []*model.Proxy{frontend, outsider} {
 		ldsGenerate(t, g, p, push, wildcard(xds.ListenerType))
 	}
 	step := func(what, slice string, wantPush bool) {
@@ -327,7 +327,7 @@ spec:
 	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(xds.ListenerType))); !slices.Contains(names, "10.1.5.3_5433") {
 		t.Errorf("no listener for the new endpoint: %v", names)
 	}
-	if l, _ := g.listenerLists.latest(listID{kind: "lds", namespace: "shop", variant: string(xds.Sidecar)}); l == nil || !l.derived {
+	if l, _ := g.listenerLists.latest(listID{kind: "lds", namespace: "shop", variant: string(model.Sidecar)}); l == nil || !l.derived {
 		t.Error("the listeners were built anew rather than derived from the previous build")
 	}
 	step("an endpoint now ready", slice("[{addresses: [10.1.5.1]}, {addresses: [10.1.5.2]}, {addresses: [10.1.5.3]}]"), false)

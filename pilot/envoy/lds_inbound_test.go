@@ -7,6 +7,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -300,7 +301,7 @@ spec:
 // offering h2 with Istio's protocols gets h2), TCP chains istio-peer-exchange first.
 func TestListenerInboundServerALPN(t *testing.T) {
 	push := ldsPush(t, nil, sniffLegacy)
-	for _, proxy := range []*xds.Proxy{ldsLegacy, ldsReviews, ldsFrontend} {
+	for _, proxy := range []*model.Proxy{ldsLegacy, ldsReviews, ldsFrontend} {
 		in := ldsFind(t, ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
 		for _, fc := range in.FilterChains {
 			if fc.TransportSocket == nil {

@@ -7,6 +7,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -76,7 +77,7 @@ func TestListenerAddressesFollowIPFamily(t *testing.T) {
 	dual.IPAddresses = append(dual.IPAddresses, "fd00::41")
 	for _, tc := range []struct {
 		name  string
-		proxy *xds.Proxy
+		proxy *model.Proxy
 		// want: listener name → its addresses.
 		want map[string][]string
 		// inboundSource: InboundPassthroughCluster's source addresses.

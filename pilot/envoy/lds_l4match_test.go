@@ -85,14 +85,14 @@ func l4Dest(t *testing.T, l *listener.Listener, c connection) string {
 	return ldsTCPProxyOf(t, fc).GetCluster()
 }
 
-func l4Listener(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.PushContext, name string) (*listener.Listener, *xds.Resource) {
+func l4Listener(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, name string) (*listener.Listener, *model.Resource) {
 	t.Helper()
 	l := ldsFind(t, ldsGenerate(t, g, proxy, push, wildcard(xds.ListenerType)), name)
 	res, err := g.ByTypeURL()[xds.ListenerType].Generate(proxy, push, wildcard(xds.ListenerType), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(res, func(r *xds.Resource) bool { return r.Name == name })
+	i := slices.IndexFunc(res, func(r *model.Resource) bool { return r.Name == name })
 	return l, res[i]
 }
 
@@ -132,9 +132,9 @@ spec:
 	pay := connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments.shop.svc.cluster.local"}
 	const replica, primary = "outbound|5432||db-replica.shop.svc.cluster.local", "outbound|5432||db.shop.svc.cluster.local"
 	const canary, payments = "outbound|5432||db-canary.shop.svc.cluster.local", "outbound|443||payments.shop.svc.cluster.local"
-	shared := map[string]*xds.Resource{}
+	shared := map[string]*model.Resource{}
 	for _, tc := range []struct {
-		proxy       *xds.Proxy
+		proxy       *model.Proxy
 		db, pay     string
 		sharesWith  string // the proxy whose listeners it gets, built once
 		differsFrom string

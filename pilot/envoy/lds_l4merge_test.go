@@ -115,7 +115,7 @@ func TestOutboundL4RoutesOfEveryVirtualService(t *testing.T) {
 	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
 	batch := ldsSidecar("batch-1", "10.1.0.20", map[string]string{"app": "batch"})
 	for _, tc := range []struct {
-		proxy    *xds.Proxy
+		proxy    *model.Proxy
 		listener string
 		c        connection
 		want     string

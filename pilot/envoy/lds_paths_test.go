@@ -7,7 +7,7 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // Every connection manager of sidecars and gateways normalises paths as the mesh says, as istiod does, so
@@ -35,7 +35,7 @@ func TestConnectionManagersNormalisePaths(t *testing.T) {
 			push := ldsPush(t, m)
 			g := New(Options{})
 			seen := map[string]int{}
-			for _, proxy := range []*xds.Proxy{ldsReviews, ldsGateway} {
+			for _, proxy := range []*model.Proxy{ldsReviews, ldsGateway} {
 				for _, l := range ldsGenerate(t, g, proxy, push, nil) {
 					for _, fc := range l.FilterChains {
 						for _, f := range fc.Filters {
@@ -65,9 +65,9 @@ func TestConnectionManagersNormalisePaths(t *testing.T) {
 	}
 }
 
-func direction(proxy *xds.Proxy, l *listener.Listener) string {
+func direction(proxy *model.Proxy, l *listener.Listener) string {
 	switch {
-	case proxy.Type == xds.Router:
+	case proxy.Type == model.Router:
 		return "gateway"
 	case l.Name == VirtualInboundListener:
 		return "inbound"

@@ -29,7 +29,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // outboundListenerKey: the outbound listeners (all but virtualOutbound and virtualInbound) depend on the
@@ -40,7 +39,7 @@ import (
 type outboundListenerKey struct {
 	scope   *Scope
 	routing any // routingID: TCP and TLS routes come from VirtualServices
-	typ     xds.ProxyType
+	typ     model.ProxyType
 	// dnsFamily: the proxy's family (dnsLookupFamily): the one its dynamic forward proxy filters resolve
 	// in, and of the unspecified and loopback addresses its listeners take.
 	dnsFamily cluster.Cluster_DnsLookupFamily
@@ -69,7 +68,7 @@ type inboundListenerKey struct {
 
 // sidecarListeners returns the proxy's listeners sorted by name: one per outbound destination, then
 // virtualInbound and virtualOutbound.
-func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushContext) (xds.Resources, error) {
+func (l listenerGenerator) sidecarListeners(proxy *model.Proxy, push *model.PushContext) (model.Resources, error) {
 	scope := l.g.scopeFor(proxy, push)
 	labels := l4LabelKey(push, proxy.Labels)
 	mode := ipModeOf(proxy.IPAddresses)
@@ -95,7 +94,7 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 		return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: true,
 			variant: string(proxy.Type) + mode.variant(), labels: labels}, outbound, l.boundInboundListeners(proxy, push)), nil
 	}
-	tproxy := proxy.InterceptionMode == xds.InterceptTPROXY
+	tproxy := proxy.InterceptionMode == model.InterceptTPROXY
 	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly, tproxy, family}, VirtualOutboundListener, func() proto.Message {
 		return buildVirtualOutbound(scope.RegistryOnly, tproxy, family)
 	})
@@ -106,7 +105,7 @@ func (l listenerGenerator) sidecarListeners(proxy *xds.Proxy, push *model.PushCo
 	if err != nil {
 		return nil, err
 	}
-	own := append(xds.Resources{capture, in}, l.boundInboundListeners(proxy, push)...)
+	own := append(model.Resources{capture, in}, l.boundInboundListeners(proxy, push)...)
 	sortByName(own)
 	// The outbound list is sorted already.
 	return l.g.sharedMerge(listID{kind: "lds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
@@ -153,10 +152,10 @@ func l4LabelKey(push *model.PushContext, labels map[string]string) string {
 // ip as an endpoint of a service it reaches per endpoint address: as istiod, a sidecar has no outbound
 // listener for itself (its application reaching its own address is not captured as outbound traffic, and
 // the listener would stand beside the inbound one). Shared by the replicas of a scope at that address.
-func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list xds.Resources, own []string) xds.Resources {
+func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list model.Resources, own []string) model.Resources {
 	id := listID{kind: "lds-own-address", name: ip, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labels}
-	out, _ := g.lists.getOrBuild(id, refOf(list), func() (xds.Resources, error) {
-		kept := make(xds.Resources, 0, len(list))
+	out, _ := g.lists.getOrBuild(id, refOf(list), func() (model.Resources, error) {
+		kept := make(model.Resources, 0, len(list))
 		for _, r := range list {
 			if !slices.Contains(own, r.Name) {
 				kept = append(kept, r)
@@ -170,12 +169,12 @@ func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list x
 // withoutPrivileged returns list without the listeners named privileged, bound to ports below 1024: an
 // unprivileged proxy (UNPRIVILEGED_POD) cannot bind them, and istiod leaves them out, with a warning.
 // Shared by the unprivileged proxies of a scope.
-func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *xds.Proxy, list xds.Resources, privileged []string) xds.Resources {
+func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *model.Proxy, list model.Resources, privileged []string) model.Resources {
 	id := listID{kind: "lds-unprivileged", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labels}
-	out, _ := g.lists.getOrBuild(id, refOf(list), func() (xds.Resources, error) {
+	out, _ := g.lists.getOrBuild(id, refOf(list), func() (model.Resources, error) {
 		slog.Warn("outbound listeners left out: unprivileged proxies (UNPRIVILEGED_POD) cannot bind ports below 1024",
 			"proxy", proxy.ID, "namespace", scope.Namespace, "listeners", privileged)
-		kept := make(xds.Resources, 0, len(list))
+		kept := make(model.Resources, 0, len(list))
 		for _, r := range list {
 			if !slices.Contains(privileged, r.Name) {
 				kept = append(kept, r)
@@ -654,7 +653,7 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 	for _, n := range names {
 		owned[n] = true
 	}
-	out := make(xds.Resources, 0, len(names))
+	out := make(model.Resources, 0, len(names))
 	for _, n := range names {
 		ol := byName[n]
 		if len(ol.chains) == 0 { // every chain went to an earlier service: Envoy refuses a listener without
@@ -686,10 +685,10 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
 func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol *outboundListener, additional []string, paths string,
-	mode ipMode) (*xds.Resource, error) {
+	mode ipMode) (*model.Resource, error) {
 	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
 		labels: labelKey, variant: mode.variant()}
-	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*xds.Resource, error) {
+	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*model.Resource, error) {
 		return marshal(ol.name, ol.build(additional, paths))
 	})
 }
@@ -697,7 +696,7 @@ func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol 
 // listenerList is a scope's outbound listeners and how they were built, so that the next snapshot's can be
 // derived from it (deriveOutboundListeners).
 type listenerList struct {
-	list      xds.Resources
+	list      model.Resources
 	scope     *Scope
 	routing   any
 	mesh      *mesh.Config
@@ -829,7 +828,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 			drop[name] = true
 		}
 	}
-	var fresh xds.Resources
+	var fresh model.Resources
 	freshNames := map[string]bool{}
 	for _, svc := range added {
 		vip, plain := plainVIPService(push, scope.Namespace, svc)
@@ -867,7 +866,7 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 		}
 	}
 	sortByName(fresh)
-	next.list = make(xds.Resources, 0, len(prev.list)+len(fresh))
+	next.list = make(model.Resources, 0, len(prev.list)+len(fresh))
 	for _, r := range prev.list {
 		if drop[r.Name] && !freshNames[r.Name] {
 			continue
@@ -891,7 +890,7 @@ func (g *Generators) deriveEndpointListeners(prev, next *listenerList, push *mod
 	family cluster.Cluster_DnsLookupFamily) (*listenerList, bool, error) {
 	next.endpoints, next.endpointIPs = prev.endpoints, prev.endpointIPs
 	var drop map[string]bool
-	var fresh xds.Resources
+	var fresh model.Resources
 	freshNames := map[string]bool{}
 	for _, svc := range scope.endpointListened {
 		rec := prev.endpoints[svc.Key()]
@@ -937,7 +936,7 @@ func (g *Generators) deriveEndpointListeners(prev, next *listenerList, push *mod
 		return next, true, nil
 	}
 	sortByName(fresh)
-	kept := make(xds.Resources, 0, len(next.list)+len(fresh))
+	kept := make(model.Resources, 0, len(next.list)+len(fresh))
 	for _, r := range next.list {
 		if drop[r.Name] {
 			continue
@@ -1446,7 +1445,7 @@ type inboundPort struct {
 
 // proxyWorkload finds the proxy's workload and the labels its policies select on: the node's labels, else
 // the workload's.
-func proxyWorkload(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, map[string]string) {
+func proxyWorkload(proxy *model.Proxy, push *model.PushContext) (*model.Workload, map[string]string) {
 	var w *model.Workload
 	for _, ip := range proxy.IPAddresses {
 		if w = push.WorkloadByAddress(push.Mesh.Network, ip); w != nil {
@@ -1476,14 +1475,14 @@ type inboundPortsInputs struct {
 // sidecarInboundPortsOf is sidecarInboundPorts for proxy, kept while its inputs stand: CDS and LDS ask on
 // every push, and a service added in another namespace changes nothing here. For an Envoy sidecar whose
 // Sidecar has ingress listeners, those listeners' ports replace the services' (sidecarIngressPorts).
-func (g *Generators) sidecarInboundPortsOf(proxy *xds.Proxy, push *model.PushContext) (*model.Workload, map[string]string, []inboundPort) {
+func (g *Generators) sidecarInboundPortsOf(proxy *model.Proxy, push *model.PushContext) (*model.Workload, map[string]string, []inboundPort) {
 	w, labels := proxyWorkload(proxy, push)
 	svcs := push.ServicesInNamespace(proxy.Namespace)
 	in := inboundPortsInputs{n: len(svcs), workload: w}
 	if len(svcs) > 0 {
 		in.services = &svcs[0]
 	}
-	if proxy.Type == xds.Sidecar {
+	if proxy.Type == model.Sidecar {
 		// The scope's Sidecar: the one chosen by the node's labels, as for the outbound side.
 		in.sidecar = push.Sidecar(proxy.Namespace, proxy.Labels)
 	}
@@ -1575,14 +1574,14 @@ func (in inboundInputs) describe(ns string) string {
 }
 
 // inboundInputsOf gathers what the proxy's inbound listeners are built from.
-func (l listenerGenerator) inboundInputsOf(proxy *xds.Proxy, push *model.PushContext) inboundInputs {
+func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushContext) inboundInputs {
 	_, labels, ports := l.g.sidecarInboundPortsOf(proxy, push)
 	in := inboundInputs{
 		ports:    ports,
 		mtls:     push.PeerAuthentication(proxy.Namespace, labels),
 		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
 		paths:    push.Mesh.PathNormalization.Normalization,
-		tproxy:   proxy.InterceptionMode == xds.InterceptTPROXY,
+		tproxy:   proxy.InterceptionMode == model.InterceptTPROXY,
 		family:   dnsLookupFamily(proxy.IPAddresses),
 	}
 	in.env = newAuthzEnv(push, in.policies)
@@ -1590,7 +1589,7 @@ func (l listenerGenerator) inboundInputsOf(proxy *xds.Proxy, push *model.PushCon
 	return in
 }
 
-func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushContext) (*xds.Resource, error) {
+func (l listenerGenerator) inboundListener(proxy *model.Proxy, push *model.PushContext) (*model.Resource, error) {
 	in := l.inboundInputsOf(proxy, push)
 	return l.g.cached(inboundListenerKey{push.PoliciesID(), in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
 		lis, notes := buildVirtualInbound(in)
@@ -1603,9 +1602,9 @@ func (l listenerGenerator) inboundListener(proxy *xds.Proxy, push *model.PushCon
 // Sidecar ingress listener's under captureMode NONE, or under the default capture for a proxy that
 // captures nothing), as istiod's inboundCustomListener: on the ingress listener's bind, else the proxy's
 // first global unicast address, else the unspecified address of its family, with the port's chains as virtualInbound would have them.
-func (l listenerGenerator) boundInboundListeners(proxy *xds.Proxy, push *model.PushContext) xds.Resources {
+func (l listenerGenerator) boundInboundListeners(proxy *model.Proxy, push *model.PushContext) model.Resources {
 	in := l.inboundInputsOf(proxy, push)
-	var out xds.Resources
+	var out model.Resources
 	var desc string
 	for _, p := range in.ports {
 		if !p.bound || ldsReservedPorts[p.port] {

@@ -8,6 +8,7 @@ import (
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -182,7 +183,7 @@ spec:
     timeout: 3s
 `)
 	const name = "legacy.shop.svc.cluster.local:8000"
-	for _, proxy := range []*xds.Proxy{ldsFrontend, envoyProxy("shop", map[string]string{"app": "frontend"}, true, 1, 38)} {
+	for _, proxy := range []*model.Proxy{ldsFrontend, envoyProxy("shop", map[string]string{"app": "frontend"}, true, 1, 38)} {
 		g := New(Options{})
 		got := generateRoutes(t, g, proxy, push, named(xds.RouteType, name, "legacy.shop.svc.cluster.local:9000",
 			"reviews.shop.svc.cluster.local:9080", "nowhere.shop.svc.cluster.local:8000", "legacy.shop.svc.cluster.local:x"))

@@ -61,8 +61,8 @@ func ldsPush(t testing.TB, m *mesh.Config, extra ...string) *model.PushContext {
 	return model.Build(st, m)
 }
 
-func ldsSidecar(name, ip string, labels map[string]string) *xds.Proxy {
-	return &xds.Proxy{Type: xds.Sidecar, NodeID: "sidecar~" + ip + "~" + name + ".shop~shop.svc.cluster.local",
+func ldsSidecar(name, ip string, labels map[string]string) *model.Proxy {
+	return &model.Proxy{Type: model.Sidecar, NodeID: "sidecar~" + ip + "~" + name + ".shop~shop.svc.cluster.local",
 		ID: name + ".shop", Name: name, Namespace: "shop", IPAddresses: []string{ip}, Labels: labels}
 }
 
@@ -70,15 +70,15 @@ var (
 	ldsReviews  = ldsSidecar("reviews-1", "10.1.0.5", map[string]string{"app": "reviews", "version": "v1"})
 	ldsMySQL    = ldsSidecar("mysql-1", "10.1.0.6", map[string]string{"app": "mysql"})
 	ldsFrontend = ldsSidecar("frontend-1", "10.1.0.7", map[string]string{"app": "frontend"})
-	ldsGateway  = &xds.Proxy{Type: xds.Router, NodeID: "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
+	ldsGateway  = &model.Proxy{Type: model.Router, NodeID: "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
 		ID: "gw-1.istio-system", Namespace: "istio-system", IPAddresses: []string{"10.1.1.1"}, Labels: map[string]string{"istio": "ingressgateway"}}
-	ldsGRPCClient = &xds.Proxy{Type: xds.GRPC, NodeID: "client-1", ID: "client-1", Namespace: "shop"}
+	ldsGRPCClient = &model.Proxy{Type: model.GRPC, NodeID: "client-1", ID: "client-1", Namespace: "shop"}
 )
 
 // ldsGenerate runs LDS and decodes the result, checking what every listener must satisfy: ValidateAll of it
 // and of every typed config inside, its name, and the invariants Envoy checks on load (unique chain names
 // and matches, HTTP filters ending with the router).
-func ldsGenerate(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource) []*listener.Listener {
+func ldsGenerate(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) []*listener.Listener {
 	t.Helper()
 	res, err := g.ByTypeURL()[xds.ListenerType].Generate(proxy, push, w, nil)
 	if err != nil {
@@ -97,7 +97,7 @@ func ldsGenerate(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.Push
 		if err := validateDeep(l); err != nil {
 			t.Errorf("listener %s: %v", l.Name, err)
 		}
-		checkListener(t, l, proxy.Type == xds.GRPC)
+		checkListener(t, l, proxy.Type == model.GRPC)
 		for _, a := range listenerAddresses(l) {
 			if other, dup := addresses[a]; dup {
 				t.Errorf("listeners %s and %s both on %s", other, l.Name, a)
@@ -265,7 +265,7 @@ func TestLDSGolden(t *testing.T) {
 	push := ldsPush(t, nil)
 	for _, tc := range []struct {
 		name  string
-		proxy *xds.Proxy
+		proxy *model.Proxy
 	}{
 		{"sidecar_reviews", ldsReviews},
 		{"sidecar_mysql", ldsMySQL},
@@ -664,7 +664,7 @@ func TestListenerOutboundShared(t *testing.T) {
 		t.Errorf("named subscription got %d listeners", len(d))
 	}
 	// Ztunnel: none.
-	if r, _ := gen.Generate(&xds.Proxy{Type: xds.Ztunnel, Namespace: "shop"}, push, wildcard(xds.ListenerType), nil); len(r) != 0 {
+	if r, _ := gen.Generate(&model.Proxy{Type: model.Ztunnel, Namespace: "shop"}, push, wildcard(xds.ListenerType), nil); len(r) != 0 {
 		t.Errorf("ztunnel got %d listeners", len(r))
 	}
 }
@@ -681,7 +681,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 	push := ldsPush(t, nil)
 	tlsFilters := func(last string) []string { return []string{last} }
 	for _, tc := range []struct {
-		proxy *xds.Proxy
+		proxy *model.Proxy
 		want  []inboundChainWant
 	}{
 		// STRICT, port 9080 PERMISSIVE; the named target port grpc-port resolves to 17070. Other ports
@@ -833,7 +833,7 @@ func TestListenerGateway(t *testing.T) {
 		t.Errorf("443 has %d chains, want 3", len(https.FilterChains))
 	}
 	// Another proxy without matching labels gets nothing.
-	other := &xds.Proxy{Type: xds.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "egressgateway"}}
+	other := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "egressgateway"}}
 	if got := ldsGenerate(t, New(Options{}), other, push, wildcard(xds.ListenerType)); len(got) != 0 {
 		t.Errorf("unselected gateway got %d listeners", len(got))
 	}
@@ -1004,7 +1004,7 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 		for _, p := range proxies {
 			checkSameAsFreshBuild(t, g, xds.ListenerType, p, push, step)
 		}
-		if l, ok := g.listenerLists.latest(listID{kind: "lds", namespace: "ns-3", variant: string(xds.Sidecar)}); ok && l.derived {
+		if l, ok := g.listenerLists.latest(listID{kind: "lds", namespace: "ns-3", variant: string(model.Sidecar)}); ok && l.derived {
 			derived++
 		}
 	}
@@ -1022,7 +1022,7 @@ func TestListenerInboundMTLSTrustDomain(t *testing.T) {
 			m := mesh.Default()
 			m.TrustDomain = td
 			push := ldsPush(t, m)
-			for _, proxy := range []*xds.Proxy{ldsReviews, ldsFrontend} {
+			for _, proxy := range []*model.Proxy{ldsReviews, ldsFrontend} {
 				in := ldsFind(t, ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
 				tlsChains := 0
 				for _, fc := range in.FilterChains {
@@ -1056,7 +1056,7 @@ func TestListenerInboundMTLSTrustDomain(t *testing.T) {
 // has no stream idle timeout and forwards "Expect: 100-continue", as istiod's.
 func TestListenerHTTPManagerDefaults(t *testing.T) {
 	push := ldsPush(t, nil)
-	for _, proxy := range []*xds.Proxy{ldsReviews, ldsFrontend, ldsGateway} {
+	for _, proxy := range []*model.Proxy{ldsReviews, ldsFrontend, ldsGateway} {
 		managers := 0
 		for _, l := range ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)) {
 			for _, fc := range l.FilterChains {

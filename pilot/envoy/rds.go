@@ -32,7 +32,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // FaultFilterName is the HTTP filter whose per-route config carries a VirtualService's fault injection.
@@ -53,12 +52,12 @@ type routeGenerator struct{ g *Generators }
 // Generate returns the RouteConfigurations the proxy asks for that exist, sorted by name. A wildcard
 // subscription (Envoy and gRPC never make one for RDS) gets every route configuration: each HTTP port of a
 // sidecar, each server of a gateway, FQDN:PORT of each HTTP service port for gRPC.
-func (r routeGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+func (r routeGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	g := r.g
 	scope := g.scopeFor(proxy, push)
 	var gws []*config.Config
 	var gwPorts gatewayPorts
-	if proxy.Type == xds.Router {
+	if proxy.Type == model.Router {
 		gws = push.Gateways(proxy.Labels)
 		gwPorts = gatewayPortsOf(proxy, push)
 	}
@@ -66,9 +65,9 @@ func (r routeGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *x
 	names := requestedNames(w)
 	if w == nil || w.Wildcard {
 		switch proxy.Type {
-		case xds.Router:
+		case model.Router:
 			names = append(names, gatewayRouteNames(gws, gwPorts)...)
-		case xds.GRPC:
+		case model.GRPC:
 			names = append(names, grpcRouteNames(scope)...)
 		default:
 			for _, p := range sidecarRoutePorts(scope) {
@@ -78,7 +77,7 @@ func (r routeGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *x
 		slices.Sort(names)
 		names = slices.Compact(names)
 	}
-	out := make(xds.Resources, 0, len(names))
+	out := make(model.Resources, 0, len(names))
 	for _, name := range names {
 		res, err := g.routeConfig(proxy, push, scope, gws, gwPorts, gwKey, name)
 		if err != nil {
@@ -91,7 +90,7 @@ func (r routeGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *x
 	return out, nil
 }
 
-func requestedNames(w *xds.WatchedResource) []string {
+func requestedNames(w *model.WatchedResource) []string {
 	if w == nil {
 		return nil
 	}
@@ -103,7 +102,7 @@ func requestedNames(w *xds.WatchedResource) []string {
 // VirtualService sourceLabels made depend on the proxy's labels.
 type routeKey struct {
 	routing   any // routingID: VirtualServices, DestinationRules and Gateways in force
-	proxyType xds.ProxyType
+	proxyType model.ProxyType
 	name      string
 	scope     *Scope
 	gateways  string
@@ -118,13 +117,13 @@ type routeKey struct {
 
 // Markers stored in the resource cache under a routeKey. They are never modified.
 var (
-	routeAbsent         = &xds.Resource{Name: "<absent route configuration>"}
-	routeDependsOnLabel = &xds.Resource{Name: "<route configuration depends on proxy labels>"}
+	routeAbsent         = &model.Resource{Name: "<absent route configuration>"}
+	routeDependsOnLabel = &model.Resource{Name: "<route configuration depends on proxy labels>"}
 )
 
 // routeConfig returns the marshaled RouteConfiguration name for proxy, or nil when it does not exist.
-func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwPorts gatewayPorts,
-	gwKey, name string) (*xds.Resource, error) {
+func (g *Generators) routeConfig(proxy *model.Proxy, push *model.PushContext, scope *Scope, gws []*config.Config, gwPorts gatewayPorts,
+	gwKey, name string) (*model.Resource, error) {
 	mode := ipModeOf(proxy.IPAddresses)
 	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey,
 		vhds: g.usesVHDS(proxy) && scope.listeners == nil, mode: mode} // egress listeners' routes are inline
@@ -139,12 +138,12 @@ func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scop
 		}
 		return r, nil
 	}
-	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts, grpc: proxy.Type == xds.GRPC, mode: mode}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts, grpc: proxy.Type == model.GRPC, mode: mode}
 	var rc *route.RouteConfiguration
 	switch proxy.Type {
-	case xds.Router:
+	case model.Router:
 		rc = b.gatewayRouteConfig(name)
-	case xds.GRPC:
+	case model.GRPC:
 		rc = b.grpcRouteConfig(name)
 	default:
 		if key.vhds {
@@ -165,12 +164,12 @@ func (g *Generators) routeConfig(proxy *xds.Proxy, push *model.PushContext, scop
 }
 
 // routeProxyType folds the Envoy-based types that build the same configuration.
-func routeProxyType(p *xds.Proxy) xds.ProxyType {
+func routeProxyType(p *model.Proxy) model.ProxyType {
 	switch p.Type {
-	case xds.Router, xds.GRPC:
+	case model.Router, model.GRPC:
 		return p.Type
 	}
-	return xds.Sidecar
+	return model.Sidecar
 }
 
 // isHTTPPort reports whether a sidecar serves the port through RDS: HTTP, HTTP2 and gRPC. Ports of unknown
@@ -201,7 +200,7 @@ func httpPorts(services []*model.Service) []uint32 {
 // routeBuilder builds the RouteConfigurations of one proxy from one snapshot.
 type routeBuilder struct {
 	push  *model.PushContext
-	proxy *xds.Proxy
+	proxy *model.Proxy
 	scope *Scope
 	// gateways are the Gateways selecting a router, oldest first; gatewayPorts where its pod serves them.
 	gateways     []*config.Config

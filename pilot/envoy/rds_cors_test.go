@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -96,8 +97,8 @@ func routeCORS(t *testing.T, r *route.Route) *corsv3.CorsPolicy {
 func TestRouteCORSPolicy(t *testing.T) {
 	push := pushFromYAML(t, []byte(corsMesh))
 	g := New(Options{})
-	sidecar := generateRoutes(t, g, &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
-	gateway := generateRoutes(t, g, &xds.Proxy{Type: xds.Router, Namespace: "ns", Labels: map[string]string{"istio": "ingressgateway"}},
+	sidecar := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
+	gateway := generateRoutes(t, g, &model.Proxy{Type: model.Router, Namespace: "ns", Labels: map[string]string{"istio": "ingressgateway"}},
 		push, named(xds.RouteType, "http.80"))
 	if len(sidecar) != 1 || len(gateway) != 1 {
 		t.Fatalf("got %d sidecar and %d gateway route configurations, want 1 each", len(sidecar), len(gateway))
@@ -126,7 +127,7 @@ func TestRouteCORSPolicy(t *testing.T) {
 // requests alone.
 func TestRouteWithoutCORSPolicyHasNoCORSConfig(t *testing.T) {
 	push := rdsPush(t)
-	for _, rc := range generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo"}, push, wildcard(xds.RouteType)) {
+	for _, rc := range generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, wildcard(xds.RouteType)) {
 		for _, vh := range rc.VirtualHosts {
 			for _, r := range vh.Routes {
 				if _, ok := r.GetTypedPerFilterConfig()[CORSFilterName]; ok {
@@ -140,7 +141,7 @@ func TestRouteWithoutCORSPolicyHasNoCORSConfig(t *testing.T) {
 // Proxyless gRPC has no CORS filter and rejects a route that configures one: the policy is left out there.
 func TestRouteCORSPolicyNotSentToProxylessGRPC(t *testing.T) {
 	push := pushFromYAML(t, []byte(corsMesh))
-	rcs := generateRoutes(t, New(Options{}), &xds.Proxy{Type: xds.GRPC, Namespace: "ns"},
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "ns"},
 		push, named(xds.RouteType, "web.ns.svc.cluster.local:80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations, want 1", len(rcs))

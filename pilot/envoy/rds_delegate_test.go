@@ -40,7 +40,7 @@ func TestDelegateChangeRebuildsOnlyItsRootsVirtualHost(t *testing.T) {
 	g := New(Options{})
 	proxy := envoyProxy("ns", nil, true, 1, 38)
 	const frontVH, otherVH = "80/front.ns.svc.cluster.local:80", "80/other.ns.svc.cluster.local:80"
-	check := func(push *model.PushContext, timeout time.Duration) map[string]*xds.Resource {
+	check := func(push *model.PushContext, timeout time.Duration) map[string]*model.Resource {
 		t.Helper()
 		for _, vh := range generateVirtualHosts(t, g, proxy, push) {
 			if vh.Name != frontVH {
@@ -59,7 +59,7 @@ func TestDelegateChangeRebuildsOnlyItsRootsVirtualHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		byName := map[string]*xds.Resource{}
+		byName := map[string]*model.Resource{}
 		for _, r := range res {
 			byName[r.Name] = r
 		}

@@ -6,6 +6,7 @@ import (
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -107,7 +108,7 @@ func hashTexts(a *route.RouteAction) []string {
 // service's default route keeps the rule's hash when its port's settings set a simple load balancer.
 func TestRouteHashPolicyPerDestination(t *testing.T) {
 	push := pushFromYAML(t, []byte(hashMesh))
-	proxy := &xds.Proxy{Type: xds.Sidecar, Namespace: "ns"}
+	proxy := &model.Proxy{Type: model.Sidecar, Namespace: "ns"}
 	for _, vhds := range []bool{false, true} {
 		var vhosts []*route.VirtualHost
 		if vhds {
@@ -223,7 +224,7 @@ func TestRouteHashPolicyFromSelectedDestinationRule(t *testing.T) {
 					byName[vh.Name[len("8080/"):]] = vh
 				}
 			} else {
-				p := &xds.Proxy{Type: xds.Sidecar, Namespace: "ns", Labels: labels}
+				p := &model.Proxy{Type: model.Sidecar, Namespace: "ns", Labels: labels}
 				for _, vh := range generateRoutes(t, g, p, push, named(xds.RouteType, "8080"))[0].VirtualHosts {
 					byName[vh.Name] = vh
 				}

@@ -26,7 +26,6 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // DefaultRetryOn is istiod's retry_on when a route does not say.
@@ -445,7 +444,7 @@ func (b *routeBuilder) resolveDestination(vsNS string, d *networking.Destination
 	port := listenerPort
 	if n := d.GetPort().GetNumber(); n != 0 {
 		port = n
-	} else if b.proxy.Type == xds.Router && svc != nil && len(svc.Ports) == 1 {
+	} else if b.proxy.Type == model.Router && svc != nil && len(svc.Ports) == 1 {
 		port = svc.Ports[0].Port
 	}
 	return routeDestination{cluster: OutboundClusterName(port, d.GetSubset(), host), host: host, port: port, subset: d.GetSubset(), svc: svc}

@@ -23,20 +23,19 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 type virtualHostGenerator struct{ g *Generators }
 
 // Generate returns the virtual hosts of every route configuration of the proxy's scope; the transport holds
 // back those whose route configuration the proxy does not have yet. Proxies not using VHDS get none.
-func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, _ *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+func (v virtualHostGenerator) Generate(proxy *model.Proxy, push *model.PushContext, _ *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	g := v.g
 	if !g.usesVHDS(proxy) {
 		return nil, nil
 	}
 	scope := g.scopeFor(proxy, push)
-	lists := make([]xds.Resources, 0, len(scope.routePortsByName))
+	lists := make([]model.Resources, 0, len(scope.routePortsByName))
 	id := listID{kind: "vhds", name: "*", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
 		variant: ipModeOf(proxy.IPAddresses).variant()}
 	for _, port := range scope.routePortsByName { // the output is sorted by resource name
@@ -49,7 +48,7 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 			id.labels, id.labelled = model.LabelsKey(proxy.Labels), true
 		}
 	}
-	concat := func() (xds.Resources, error) { return slices.Concat(lists...), nil }
+	concat := func() (model.Resources, error) { return slices.Concat(lists...), nil }
 	// The proxies of a scope (and label set, if a list depends on it) get the same lists: they share their
 	// concatenation too.
 	var key [4]listRef
@@ -64,12 +63,12 @@ func (v virtualHostGenerator) Generate(proxy *xds.Proxy, push *model.PushContext
 
 // virtualHosts returns the marshaled VHDS virtual hosts of route configuration name, shared by the proxies
 // of a scope (and of a label set, when a VirtualService's sourceLabels made them depend on it: labelled).
-func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (
-	list xds.Resources, labelled bool, err error) {
+func (g *Generators) virtualHosts(proxy *model.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (
+	list model.Resources, labelled bool, err error) {
 	id := listID{kind: "vhds", name: name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
 		variant: ipModeOf(proxy.IPAddresses).variant()}
 	inputs := [2]any{routingID(push), scope}
-	var mine xds.Resources // built for this proxy's labels along the way
+	var mine model.Resources // built for this proxy's labels along the way
 	built, err := g.vhostLists.getOrBuild(id, inputs, func() (*vhostList, error) {
 		prev, _ := g.vhostLists.latest(id)
 		if next, ok, err := g.deriveVirtualHosts(prev, proxy, push, scope, name, port); ok || err != nil {
@@ -92,7 +91,7 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 	if mine != nil {
 		return g.lists.put(id, inputs, mine), true, nil
 	}
-	list, err = g.lists.getOrBuild(id, inputs, func() (xds.Resources, error) {
+	list, err = g.lists.getOrBuild(id, inputs, func() (model.Resources, error) {
 		next, err := g.buildVirtualHosts(proxy, push, scope, name, port)
 		if err != nil {
 			return nil, err
@@ -105,7 +104,7 @@ func (g *Generators) virtualHosts(proxy *xds.Proxy, push *model.PushContext, sco
 // vhostList is a route configuration's VHDS virtual hosts for a scope and how they were built, so that the
 // next snapshot's list can be derived from it (deriveVirtualHosts).
 type vhostList struct {
-	list    xds.Resources
+	list    model.Resources
 	scope   *Scope
 	routing any
 	entries []vhostListEntry // in scope.Services order
@@ -125,14 +124,14 @@ type vhostList struct {
 type vhostListEntry struct {
 	svc     *model.Service
 	host    *hostRoutes // for a VirtualService host: how it was built (a pointer: entries are copied per service add)
-	res     *xds.Resource
+	res     *model.Resource
 	vs      *model.VirtualService // the VirtualService its routes come from, or nil
 	domains []string              // the domains it names
 	lower   []string              // the same, lower-cased
 }
 
 // buildVirtualHosts builds the virtual hosts of route configuration name for proxy.
-func (g *Generators) buildVirtualHosts(proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (*vhostList, error) {
+func (g *Generators) buildVirtualHosts(proxy *model.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (*vhostList, error) {
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope, mode: ipModeOf(proxy.IPAddresses)}
 	rules := push.DestinationRulesID()
 	domains := newDomainSet(16 * len(scope.Services))
@@ -206,11 +205,11 @@ func (l *vhostList) addHosts() {
 	if len(l.hosts) == 0 {
 		return
 	}
-	hosts := make(xds.Resources, len(l.hosts))
+	hosts := make(model.Resources, len(l.hosts))
 	for i, e := range l.hosts {
 		hosts[i] = e.res
 	}
-	l.list = insertByName(l.list, hosts, func(r *xds.Resource) string { return r.Name })
+	l.list = insertByName(l.list, hosts, func(r *model.Resource) string { return r.Name })
 }
 
 // hostVirtualHost returns the marshaled VHDS virtual host of a VirtualService host outside the registry. The
@@ -218,9 +217,9 @@ func (l *vhostList) addHosts() {
 // services its routes resolved are the same, so a full build of the list (a proxy label set, a service
 // added) hands out the same resources; routes chosen by the proxy's labels are marshaled each time.
 func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, rules any, retries *networking.HTTPRetry, routeConfig string,
-	domains []string) (*xds.Resource, error) {
+	domains []string) (*model.Resource, error) {
 	name := routeConfig + "/" + virtualServiceHostDomains(h.host, port)[1]
-	build := func() (*xds.Resource, error) {
+	build := func() (*model.Resource, error) {
 		return marshal(name, &route.VirtualHost{Name: name, Domains: domains, Routes: h.routes, IncludeRequestAttemptCount: true})
 	}
 	if h.labelled {
@@ -250,7 +249,7 @@ func (l *vhostList) add(e vhostListEntry) {
 // the services their routes resolved), the removed ones dropped and the new ones built. A service add thus
 // costs its own virtual host rather than a walk over every service of the mesh for each namespace. ok is
 // false when a full build is needed: no usable prev, or a domain claimed by two services.
-func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *xds.Proxy, push *model.PushContext, scope *Scope, name string,
+func (g *Generators) deriveVirtualHosts(prev *vhostList, proxy *model.Proxy, push *model.PushContext, scope *Scope, name string,
 	port uint32) (next *vhostList, ok bool, err error) {
 	routing := routingID(push)
 	if prev == nil || prev.usedLabels || prev.partial || prev.routing != routing || prev.retries != push.Mesh.DefaultRetries() {
@@ -432,7 +431,7 @@ type vhostInputs struct {
 
 // vhostEntry is a marshaled virtual host with every domain it names.
 type vhostEntry struct {
-	res            *xds.Resource
+	res            *model.Resource
 	domains, lower []string // lower: the domains lower-cased, for claiming them
 }
 
@@ -466,7 +465,7 @@ func (b *routeBuilder) virtualHost(svc *model.Service, port uint32, routeConfig 
 // routes resolved are the same: adding an unrelated service rebuilds none. Routes that depend on the
 // proxy's labels (sourceLabels) are built each time.
 func (g *Generators) routedVirtualHost(b *routeBuilder, svc *model.Service, port uint32, rules any, vs *model.VirtualService,
-	routeConfig string, domains []string) (*xds.Resource, error) {
+	routeConfig string, domains []string) (*model.Resource, error) {
 	id := vhostID{svc.Key(), port, b.proxy.Namespace, b.mode}
 	inputs := routedVhostInputs{vs: vs, svc: svc, rules: rules, retries: b.push.Mesh.DefaultRetries(), domains: strings.Join(domains, ",")}
 	if e, ok := g.routedVhosts.get(id, inputs); ok && depsHold(b.push, b.proxy.Namespace, e.deps) {
@@ -496,7 +495,7 @@ type routedVhostInputs struct {
 }
 
 type routedVhost struct {
-	res  *xds.Resource
+	res  *model.Resource
 	deps []serviceDep
 }
 

@@ -20,14 +20,14 @@ import (
 )
 
 // envoyProxy is a sidecar as an Envoy of the given version connects on a delta (or SotW) stream.
-func envoyProxy(ns string, labels map[string]string, delta bool, major, minor uint32) *xds.Proxy {
-	return &xds.Proxy{Type: xds.Sidecar, Namespace: ns, Labels: labels, Delta: delta,
+func envoyProxy(ns string, labels map[string]string, delta bool, major, minor uint32) *model.Proxy {
+	return &model.Proxy{Type: model.Sidecar, Namespace: ns, Labels: labels, Delta: delta,
 		Node: &core.Node{UserAgentName: "envoy"}, BuildVersion: [3]uint32{major, minor, 0}}
 }
 
 // generateVirtualHosts runs VHDS and decodes the result, checking ValidateAll and that each resource is
 // named as the virtual host it holds, ROUTE_CONFIG/NAME.
-func generateVirtualHosts(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.PushContext) []*route.VirtualHost {
+func generateVirtualHosts(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext) []*route.VirtualHost {
 	t.Helper()
 	res, err := g.ByTypeURL()[xds.VirtualHostType].Generate(proxy, push, wildcard(xds.VirtualHostType), nil)
 	if err != nil {
@@ -160,7 +160,7 @@ func TestVHDSOnlyWhereSupported(t *testing.T) {
 	cases := []struct {
 		name  string
 		opts  Options
-		proxy *xds.Proxy
+		proxy *model.Proxy
 		want  bool
 	}{
 		{"delta envoy 1.38", Options{}, envoyProxy("bookinfo", nil, true, 1, 38), true},
@@ -169,15 +169,15 @@ func TestVHDSOnlyWhereSupported(t *testing.T) {
 		{"sotw envoy 1.38", Options{}, envoyProxy("bookinfo", nil, false, 1, 38), false},
 		{"disabled", Options{VHDSMinEnvoy: "off"}, envoyProxy("bookinfo", nil, true, 1, 38), false},
 		{"lowered minimum", Options{VHDSMinEnvoy: "1.30"}, envoyProxy("bookinfo", nil, true, 1, 37), true},
-		{"no user agent", Options{}, &xds.Proxy{Type: xds.Sidecar, Namespace: "bookinfo", Delta: true, BuildVersion: [3]uint32{1, 38, 0}}, false},
-		{"proxyless gRPC", Options{}, &xds.Proxy{Type: xds.GRPC, Namespace: "bookinfo", Delta: true}, false},
+		{"no user agent", Options{}, &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Delta: true, BuildVersion: [3]uint32{1, 38, 0}}, false},
+		{"proxyless gRPC", Options{}, &model.Proxy{Type: model.GRPC, Namespace: "bookinfo", Delta: true}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := New(tc.opts)
 			vhosts := generateVirtualHosts(t, g, tc.proxy, push)
 			rcs := generateRoutes(t, g, tc.proxy, push, named(xds.RouteType, "9080"))
-			if tc.proxy.Type == xds.GRPC {
+			if tc.proxy.Type == model.GRPC {
 				rcs = nil
 			}
 			for _, rc := range rcs {
@@ -267,7 +267,7 @@ func TestSidecarFullStatesSortedByName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res) < 3 || !slices.IsSortedFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) }) {
+		if len(res) < 3 || !slices.IsSortedFunc(res, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) }) {
 			t.Errorf("%s: %d resources, not sorted by name", typ, len(res))
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Scope is what one proxy can see: the services it may call (exportTo and its Sidecar's egress hosts),
@@ -97,7 +96,7 @@ type scopeID struct {
 
 // scopeFor returns the proxy's scope. Proxies in one namespace under the same Sidecar share it.
 // Sidecars that capture nothing (INTERCEPTION_MODE NONE) have scopes of their own, whose listeners bind.
-func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope {
+func (g *Generators) scopeFor(proxy *model.Proxy, push *model.PushContext) *Scope {
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
 	none := capturesNothing(proxy)
 	id, inputs := scopeID{proxy.Namespace, sidecar, none}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
@@ -131,8 +130,8 @@ func (g *Generators) scopeFor(proxy *xds.Proxy, push *model.PushContext) *Scope 
 // capturesNothing reports whether proxy is a sidecar without iptables capture (INTERCEPTION_MODE NONE):
 // istiod gives it no capture listeners, binds its outbound listeners and builds no inbound ones but those
 // of its Sidecar's ingress listeners. Gateways bind their ports whatever the mode.
-func capturesNothing(proxy *xds.Proxy) bool {
-	return proxy.Type == xds.Sidecar && proxy.CaptureNone()
+func capturesNothing(proxy *model.Proxy) bool {
+	return proxy.Type == model.Sidecar && proxy.CaptureNone()
 }
 
 // buildScope builds the scope of proxies in ns under sidecar. prev, an earlier scope of the same proxies,

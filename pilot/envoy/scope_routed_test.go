@@ -52,7 +52,7 @@ spec:
 `
 
 // outboundClusterNames are the names of the outbound clusters proxy gets.
-func outboundClusterNames(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.PushContext) []string {
+func outboundClusterNames(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext) []string {
 	t.Helper()
 	var out []string
 	for _, c := range generate(t, g, xds.ClusterType, proxy, push, wildcard(xds.ClusterType), newCluster) {
@@ -122,7 +122,7 @@ func TestSidecarGetsClustersOfRoutedDestinations(t *testing.T) {
 func BenchmarkScopeLookup(b *testing.B) {
 	push := pushFromYAML(b, []byte(routedDestinationsMesh+"---\n"+reviewsToRatings))
 	g := New(Options{})
-	for name, proxy := range map[string]*xds.Proxy{
+	for name, proxy := range map[string]*model.Proxy{
 		"sidecar":    sidecarIn("shop", "10.1.0.5", map[string]string{"app": "productpage"}),
 		"no-sidecar": sidecarIn("elsewhere", "10.1.0.6", nil),
 	} {

@@ -12,7 +12,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/secretaccess"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // SDS over ADS serves the Secrets that Gateway and DestinationRule credentialName name, as istiod does:
@@ -55,9 +54,9 @@ type GatewayAwareSecretAuthorizer interface {
 }
 
 // mayReadSecrets asks a, telling it the proxy's type when it wants to know.
-func mayReadSecrets(a SecretAuthorizer, proxy *xds.Proxy) secretaccess.Decision {
+func mayReadSecrets(a SecretAuthorizer, proxy *model.Proxy) secretaccess.Decision {
 	if ga, ok := a.(GatewayAwareSecretAuthorizer); ok {
-		return ga.MayReadSecretsAs(*proxy.Identity, proxy.Type == xds.Router)
+		return ga.MayReadSecretsAs(*proxy.Identity, proxy.Type == model.Router)
 	}
 	return a.MayReadSecrets(*proxy.Identity)
 }
@@ -65,8 +64,8 @@ func mayReadSecrets(a SecretAuthorizer, proxy *xds.Proxy) secretaccess.Decision 
 type secretGenerator struct{ g *Generators }
 
 var (
-	_ xds.DeltaGenerator = secretGenerator{}
-	_ xds.PushFilter     = secretGenerator{}
+	_ model.DeltaGenerator = secretGenerator{}
+	_ model.PushFilter     = secretGenerator{}
 )
 
 // credentialSecret returns the SDS config a listener or cluster names credentialName with (ca: its CA
@@ -110,22 +109,22 @@ func parseSecretName(resource string) (secretRef, bool) {
 }
 
 // secretNamespace is the namespace a proxy may read secrets from: its verified identity's.
-func secretNamespace(p *xds.Proxy) (string, bool) {
+func secretNamespace(p *model.Proxy) (string, bool) {
 	if p.Identity == nil {
 		return "", false
 	}
 	return p.Identity.Namespace, true
 }
 
-// Generate implements xds.Generator: every secret the proxy watches that it may have.
-func (s secretGenerator) Generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+// Generate implements model.Generator: every secret the proxy watches that it may have.
+func (s secretGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	return s.generate(proxy, push, w, nil), nil
 }
 
-// GenerateDeltas implements xds.DeltaGenerator: on a push for changed Secrets, only the secrets they
+// GenerateDeltas implements model.DeltaGenerator: on a push for changed Secrets, only the secrets they
 // concern. Nothing is ever removed: Envoy keeps a secret it has until a new version comes (istiod sends
 // nothing for a deleted Secret either).
-func (s secretGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, req *model.PushRequest) (xds.Resources, []string, bool, error) {
+func (s secretGenerator) GenerateDeltas(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, []string, bool, error) {
 	if req == nil || req.Full && len(req.ConfigsUpdated) == 0 {
 		return s.generate(proxy, push, w, nil), nil, false, nil
 	}
@@ -140,8 +139,8 @@ func (s secretGenerator) GenerateDeltas(proxy *xds.Proxy, push *model.PushContex
 	return s.generate(proxy, push, w, func(ref secretRef) bool { return secretChanged(req, ns, ref) }), nil, true, nil
 }
 
-// NeedsPush implements xds.PushFilter: a push concerns SDS when a Secret the proxy watches changed.
-func (s secretGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, req *model.PushRequest) bool {
+// NeedsPush implements model.PushFilter: a push concerns SDS when a Secret the proxy watches changed.
+func (s secretGenerator) NeedsPush(proxy *model.Proxy, w *model.WatchedResource, req *model.PushRequest) bool {
 	if req == nil {
 		return true
 	}
@@ -172,7 +171,7 @@ func (s secretGenerator) NeedsPush(proxy *xds.Proxy, w *xds.WatchedResource, req
 }
 
 // accessDecided reports whether req carries a new SecretAuthorizer answer for the proxy's identity.
-func accessDecided(proxy *xds.Proxy, req *model.PushRequest) bool {
+func accessDecided(proxy *model.Proxy, req *model.PushRequest) bool {
 	if proxy.Identity == nil || len(req.SecretAccessUpdated) == 0 {
 		return false
 	}
@@ -193,10 +192,10 @@ func secretChanged(req *model.PushRequest, ns string, ref secretRef) bool {
 	return false
 }
 
-func (s secretGenerator) generate(proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, only func(secretRef) bool) xds.Resources {
+func (s secretGenerator) generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, only func(secretRef) bool) model.Resources {
 	names := w.ResourceNames.Sorted()
 	ns, authenticated := secretNamespace(proxy)
-	var out xds.Resources
+	var out model.Resources
 	for _, resource := range names {
 		ref, ok := parseSecretName(resource)
 		if !ok {
@@ -301,7 +300,7 @@ func caSecret(name string, ca *model.CABundle) *tlsv3.Secret {
 }
 
 // secretResource marshals a secret; never cached, so key material lives no longer than the snapshot.
-func secretResource(name string, s *tlsv3.Secret) *xds.Resource {
+func secretResource(name string, s *tlsv3.Secret) *model.Resource {
 	r, err := marshal(name, s)
 	if err != nil {
 		slog.Error("sds: marshal", "secret", name, "error", err)

@@ -104,8 +104,8 @@ func TestSDSAccessDecisionPushesOnlyItsIdentity(t *testing.T) {
 	authz := &answers{}
 	gen := New(Options{SecretAuthorizer: authz}).ByTypeURL()[xds.SecretType]
 	sds := gen.(interface {
-		xds.DeltaGenerator
-		xds.PushFilter
+		model.DeltaGenerator
+		model.PushFilter
 	})
 	gw := authenticated(ldsGateway, "istio-system", "gw")
 	other := authenticated(ldsGateway, "istio-system", "other")
@@ -131,7 +131,7 @@ func TestSDSAccessDecisionPushesOnlyItsIdentity(t *testing.T) {
 		t.Errorf("pushed %v once allowed", slices.Sorted(mapsKeys(got)))
 	}
 	for _, typeURL := range []string{xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType} {
-		if f, ok := New(Options{}).ByTypeURL()[typeURL].(xds.PushFilter); ok && f.NeedsPush(gw, &xds.WatchedResource{TypeURL: typeURL}, req) {
+		if f, ok := New(Options{}).ByTypeURL()[typeURL].(model.PushFilter); ok && f.NeedsPush(gw, &model.WatchedResource{TypeURL: typeURL}, req) {
 			t.Errorf("an access decision pushes %s", typeURL)
 		}
 	}
@@ -156,7 +156,7 @@ func TestSDSFileModeServesGatewaysAndNamedReaders(t *testing.T) {
 	shopGateway.NodeID, shopGateway.ID, shopGateway.Namespace = "router~10.1.1.9~gw-9.shop~shop.svc.cluster.local", "gw-9.shop", "shop"
 	for _, tc := range []struct {
 		name  string
-		proxy *xds.Proxy
+		proxy *model.Proxy
 		want  bool
 	}{
 		{"a gateway of the namespace", authenticated(&shopGateway, "shop", "shop-gateway"), true},

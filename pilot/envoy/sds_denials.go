@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // SecretDenial is a secret a proxy asked for and was refused: not silently left out, it is listed in
@@ -38,7 +38,7 @@ type secretDenials struct {
 func newSecretDenials() *secretDenials { return &secretDenials{m: map[denialKey]SecretDenial{}} }
 
 // deny records a refusal; it reports whether it is new (or its reason changed), for the caller to log.
-func (d *secretDenials) deny(p *xds.Proxy, resource, namespace, identity, reason string) bool {
+func (d *secretDenials) deny(p *model.Proxy, resource, namespace, identity, reason string) bool {
 	if namespace == "" {
 		namespace = p.Namespace
 	}
@@ -66,7 +66,7 @@ func (d *secretDenials) deny(p *xds.Proxy, resource, namespace, identity, reason
 }
 
 // allow forgets a denial once the proxy may have the secret.
-func (d *secretDenials) allow(p *xds.Proxy, resource string) {
+func (d *secretDenials) allow(p *model.Proxy, resource string) {
 	k := denialKey{p.NodeID, resource}
 	d.mu.Lock()
 	if len(d.m) > 0 {

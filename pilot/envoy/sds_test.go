@@ -68,19 +68,19 @@ func secretDoc(ns, name, typ string, data map[string][]byte) string {
 	return b.String()
 }
 
-func sdsWatch(names ...string) *xds.WatchedResource {
-	return &xds.WatchedResource{TypeURL: xds.SecretType, ResourceNames: nameset.New(names...)}
+func sdsWatch(names ...string) *model.WatchedResource {
+	return &model.WatchedResource{TypeURL: xds.SecretType, ResourceNames: nameset.New(names...)}
 }
 
 // authenticated returns a copy of p whose stream was authenticated as ns/sa.
-func authenticated(p *xds.Proxy, ns, sa string) *xds.Proxy {
+func authenticated(p *model.Proxy, ns, sa string) *model.Proxy {
 	q := *p
 	q.Identity = &authn.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: sa}
 	return &q
 }
 
 // sdsGenerate runs SDS for the proxy and decodes the secrets by name, each checked with ValidateAll.
-func sdsGenerate(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.PushContext, w *xds.WatchedResource) map[string]*tlsv3.Secret {
+func sdsGenerate(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) map[string]*tlsv3.Secret {
 	t.Helper()
 	res, err := g.ByTypeURL()[xds.SecretType].Generate(proxy, push, w, nil)
 	if err != nil {
@@ -89,7 +89,7 @@ func sdsGenerate(t *testing.T, g *Generators, proxy *xds.Proxy, push *model.Push
 	return decodeSecrets(t, res)
 }
 
-func decodeSecrets(t *testing.T, res xds.Resources) map[string]*tlsv3.Secret {
+func decodeSecrets(t *testing.T, res model.Resources) map[string]*tlsv3.Secret {
 	t.Helper()
 	out := map[string]*tlsv3.Secret{}
 	for _, r := range res {
@@ -288,8 +288,8 @@ func TestSDSMalformedUpdateKeepsLastGood(t *testing.T) {
 func TestSDSPushesOnlyWatchersOfAChangedSecret(t *testing.T) {
 	cert, key := testCert(t, "a.example.com", time.Now().Add(time.Hour))
 	gen := New(Options{}).ByTypeURL()[xds.SecretType].(interface {
-		xds.PushFilter
-		xds.DeltaGenerator
+		model.PushFilter
+		model.DeltaGenerator
 	})
 	gw := authenticated(ldsGateway, "istio-system", "gw")
 	w := sdsWatch("kubernetes://shop-cert", "kubernetes://partners-cert-cacert")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
@@ -136,7 +137,7 @@ spec:
 				t.Errorf("catch-all chain to %q (stat prefix %q), want %s", tp.GetCluster(), tp.StatPrefix, wantCluster)
 			}
 			// Inline route tables, and those of an Envoy that gets its virtual hosts over VHDS (the catch-all stays inline).
-			for _, proxy := range []*xds.Proxy{ldsFrontend, envoyProxy("shop", ldsFrontend.Labels, true, 1, 38)} {
+			for _, proxy := range []*model.Proxy{ldsFrontend, envoyProxy("shop", ldsFrontend.Labels, true, 1, 38)} {
 				rcs := generateRoutes(t, g, proxy, push, named(xds.RouteType, "80", "9080"))
 				if len(rcs) != 2 {
 					t.Fatalf("route configurations %v", routeNames(rcs))

@@ -291,7 +291,7 @@ func newFuzzServer(f testing.TB) *fuzzServer {
 // of those that are gone as removed.
 type fuzzEDS struct{ *testGen }
 
-func (g fuzzEDS) GenerateDeltas(p *Proxy, push *model.PushContext, w *WatchedResource, req *model.PushRequest) (Resources, []string, bool, error) {
+func (g fuzzEDS) GenerateDeltas(p *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, []string, bool, error) {
 	all, err := g.Generate(p, push, w, req)
 	if err != nil || req == nil || req.Full || len(req.ServicesUpdated) == 0 {
 		return all, nil, false, err
@@ -302,7 +302,7 @@ func (g fuzzEDS) GenerateDeltas(p *Proxy, push *model.PushContext, w *WatchedRes
 			changed[name] = true
 		}
 	}
-	var res Resources
+	var res model.Resources
 	for _, r := range all {
 		if changed[r.Name] {
 			res = append(res, r)
@@ -412,7 +412,7 @@ func (fs *fuzzServer) play(t testing.TB, s fuzzStream) {
 	}
 	switch code := status.Code(end); {
 	case errors.Is(end, io.EOF):
-		if _, err := ParseProxy(s.node); err != nil && hasRequest(s) {
+		if _, err := model.ParseProxy(s.node); err != nil && hasRequest(s) {
 			t.Fatalf("a stream whose node is invalid (%v) ended cleanly", err)
 		}
 	case code == codes.InvalidArgument:

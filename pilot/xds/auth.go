@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 )
 
 // RegisterAuthenticated adds ADS to g with every stream authenticated by a before anything is read
@@ -75,14 +77,14 @@ func (s *authenticatedStream[Req, Resp]) Context() context.Context { return s.ct
 // checkIdentity finds the caller's identity that matches what the node claims: its namespace, and its
 // service account when it names one (as istiod). A ztunnel is served every workload of the mesh, so its
 // identity must also be a trusted node account.
-func (s *Server) checkIdentity(caller *authn.Caller, p *Proxy) (authn.Identity, error) {
+func (s *Server) checkIdentity(caller *authn.Caller, p *model.Proxy) (authn.Identity, error) {
 	for _, id := range caller.Identities {
 		if id.Namespace != p.Namespace || p.ServiceAccount != "" && id.ServiceAccount != p.ServiceAccount {
 			continue
 		}
-		if p.Type == Ztunnel && !s.opts.TrustedNodeAccounts.Has(id) {
+		if p.Type == model.Ztunnel && !s.opts.TrustedNodeAccounts.Has(id) {
 			return authn.Identity{}, fmt.Errorf("node %q is a ztunnel, but its identity %s (%s) is not a trusted node account (%s)",
-				logText(p.NodeID), id, caller.Method, s.trustedAccountsText())
+				loglimit.Text(p.NodeID), id, caller.Method, s.trustedAccountsText())
 		}
 		return id, nil
 	}
@@ -94,7 +96,7 @@ func (s *Server) checkIdentity(caller *authn.Caller, p *Proxy) (authn.Identity, 
 	if p.ServiceAccount != "" {
 		claim += ", service account " + p.ServiceAccount
 	}
-	return authn.Identity{}, fmt.Errorf("node %q claims %s, but the %s proves identity %s", logText(p.NodeID), claim, caller.Method,
+	return authn.Identity{}, fmt.Errorf("node %q claims %s, but the %s proves identity %s", loglimit.Text(p.NodeID), claim, caller.Method,
 		strings.Join(ids, ", "))
 }
 

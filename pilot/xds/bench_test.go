@@ -16,7 +16,7 @@ import (
 const benchConns = 1000
 
 // benchGen returns prebuilt, shared resources: what a caching generator hands the transport.
-type benchGen struct{ sets [2]Resources }
+type benchGen struct{ sets [2]model.Resources }
 
 func newBenchGen(n, size int) *benchGen {
 	g := &benchGen{}
@@ -24,13 +24,13 @@ func newBenchGen(n, size int) *benchGen {
 		for j := range n {
 			name := "outbound|80||svc" + strconv.Itoa(j) + ".ns.svc.cluster.local"
 			payload := "set" + strconv.Itoa(i) + strings.Repeat("x", size)
-			g.sets[i] = append(g.sets[i], &Resource{Name: name, Version: "v" + strconv.Itoa(i), Any: message(ClusterType, name, payload)})
+			g.sets[i] = append(g.sets[i], &model.Resource{Name: name, Version: "v" + strconv.Itoa(i), Any: message(ClusterType, name, payload)})
 		}
 	}
 	return g
 }
 
-func (g *benchGen) Generate(_ *Proxy, push *model.PushContext, _ *WatchedResource, _ *model.PushRequest) (Resources, error) {
+func (g *benchGen) Generate(_ *model.Proxy, push *model.PushContext, _ *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	return g.sets[push.Version%2], nil
 }
 
@@ -87,9 +87,9 @@ func openBenchClients(b *testing.B, e *testEnv, n int, delta bool) []*benchClien
 	return clients
 }
 
-func benchEnv(b *testing.B, gen Generator) *testEnv {
+func benchEnv(b *testing.B, gen model.Generator) *testEnv {
 	return newEnv(b, snapshot{}, func(_ *testEnv, o *Options) {
-		o.Generators = map[string]Generator{ClusterType: gen}
+		o.Generators = map[string]model.Generator{ClusterType: gen}
 		o.SendTimeout = 30 * time.Second
 	})
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 )
 
 // Connection is one ADS stream. Its state is changed only while holding turn: by the stream's reader
@@ -37,7 +38,7 @@ type Connection struct {
 	srv         *Server
 	id          string
 	num         uint64
-	proxy       *Proxy
+	proxy       *model.Proxy
 	delta       bool
 	peer        string
 	connectedAt time.Time
@@ -55,7 +56,7 @@ type Connection struct {
 	killMsg  string
 
 	mu      sync.RWMutex
-	watched map[string]*WatchedResource
+	watched map[string]*watch
 
 	seq         uint64          // responses sent; under turn
 	unknownSeen map[string]bool // types without a generator, logged once; under turn
@@ -76,20 +77,20 @@ type Connection struct {
 	// instead of asking every generator again. Under endpoint churn that second asking was 7% of the CPU.
 	checked struct {
 		req   *model.PushRequest
-		types []*WatchedResource
+		types []*watch
 	}
 
 	dequeued bool // guarded by the push queue's lock
 }
 
-func (s *Server) newConnection(ctx context.Context, proxy *Proxy, delta bool, stream grpc.ServerStream) *Connection {
+func (s *Server) newConnection(ctx context.Context, proxy *model.Proxy, delta bool, stream grpc.ServerStream) *Connection {
 	num := s.connSeq.Add(1)
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Connection{
-		srv: s, num: num, id: logText(proxy.ID) + "-" + strconv.FormatUint(num, 10), proxy: proxy, delta: delta,
+		srv: s, num: num, id: loglimit.Text(proxy.ID) + "-" + strconv.FormatUint(num, 10), proxy: proxy, delta: delta,
 		connectedAt: time.Now(), stream: stream, ctx: ctx, cancelCtx: cancel,
 		failed: make(chan error, 1), killed: make(chan struct{}),
-		watched: map[string]*WatchedResource{},
+		watched: map[string]*watch{},
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		c.peer = p.Addr.String()
@@ -202,7 +203,7 @@ func serve[Req interface {
 	case <-ctx.Done():
 		return s.doneErr(ctx)
 	}
-	proxy, err := ParseProxy(first.GetNode())
+	proxy, err := model.ParseProxy(first.GetNode())
 	if err != nil {
 		s.refused.Add(1)
 		s.connLog.Warn("rejected stream: bad node", "error", err)
@@ -219,7 +220,7 @@ func serve[Req interface {
 	}
 	proxy.Delta = delta
 	for _, note := range proxy.MetadataNotes {
-		s.log.Warn("node metadata not honoured as sent", "proxy", logText(proxy.NodeID), "note", note)
+		s.log.Warn("node metadata not honoured as sent", "proxy", loglimit.Text(proxy.NodeID), "note", note)
 	}
 	c = s.newConnection(ctx, proxy, delta, stream)
 	c.flight, c.pushFn = fl, push
@@ -279,7 +280,7 @@ func (s *Server) recvError(ctx context.Context, c *Connection, err error) error 
 	msg := fmt.Sprintf("request larger than the server accepts (%s): %s", limit, status.Convert(err).Message())
 	attrs := []any{"error", msg}
 	if c != nil {
-		attrs = append(attrs, "conn", c.id, "proxy", logText(c.proxy.NodeID))
+		attrs = append(attrs, "conn", c.id, "proxy", loglimit.Text(c.proxy.NodeID))
 	}
 	s.refused.Add(1)
 	s.connLog.Warn("request refused", attrs...)
@@ -387,7 +388,7 @@ func (c *Connection) needsPush(req *model.PushRequest) bool {
 }
 
 // pushTypes returns the watched types req concerns, in push order.
-func (c *Connection) pushTypes(req *model.PushRequest) []*WatchedResource {
+func (c *Connection) pushTypes(req *model.PushRequest) []*watch {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.checked.req == req {
@@ -397,7 +398,7 @@ func (c *Connection) pushTypes(req *model.PushRequest) []*WatchedResource {
 }
 
 // typesOf asks each watched type's generator whether req concerns it. The caller holds mu.
-func (c *Connection) typesOf(req *model.PushRequest) []*WatchedResource {
+func (c *Connection) typesOf(req *model.PushRequest) []*watch {
 	var types []string
 	for t, w := range c.watched {
 		if c.srv.needsPush(c.proxy, w, req) {
@@ -405,7 +406,7 @@ func (c *Connection) typesOf(req *model.PushRequest) []*WatchedResource {
 		}
 	}
 	sortTypes(types)
-	out := make([]*WatchedResource, len(types))
+	out := make([]*watch, len(types))
 	for i, t := range types {
 		out[i] = c.watched[t]
 	}
@@ -417,15 +418,15 @@ const maxUnknownTypes = 16
 
 // requestGenerator returns the generator for a request's type. A request without a type is an error; a
 // type no generator serves is ignored (nil, nil), logged once per connection.
-func (c *Connection) requestGenerator(typeURL string) (Generator, error) {
+func (c *Connection) requestGenerator(typeURL string) (model.Generator, error) {
 	if typeURL == "" {
 		return nil, status.Error(codes.InvalidArgument, "request has no type_url")
 	}
 	// The workload types hold every workload and policy of the mesh: on an authenticated stream only a
 	// ztunnel, whose identity admission checked against the trusted node accounts, may subscribe to them.
-	if (typeURL == AddressType || typeURL == AuthorizationType) && c.proxy.Identity != nil && c.proxy.Type != Ztunnel {
+	if (typeURL == AddressType || typeURL == AuthorizationType) && c.proxy.Identity != nil && c.proxy.Type != model.Ztunnel {
 		return nil, status.Errorf(codes.PermissionDenied, "node %q is a %s, not a ztunnel: %s is served to ztunnels of a trusted node "+
-			"account only", logText(c.proxy.NodeID), c.proxy.Type, typeURL)
+			"account only", loglimit.Text(c.proxy.NodeID), c.proxy.Type, typeURL)
 	}
 	gen := c.srv.opts.Generators[typeURL]
 	// Logged once per type, for the first few types only: a client choosing a new type URL per request
@@ -436,41 +437,42 @@ func (c *Connection) requestGenerator(typeURL string) (Generator, error) {
 		}
 		c.unknownSeen[typeURL] = true
 		c.srv.unknownTy.Add(1)
-		c.srv.log.Warn("request for a type no generator serves; ignored", "conn", c.id, "type", logText(typeURL))
+		c.srv.log.Warn("request for a type no generator serves; ignored", "conn", c.id, "type", loglimit.Text(typeURL))
 	}
 	return gen, nil
 }
 
-func (c *Connection) generate(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest) (Resources, bool) {
+// generate runs gen for w, which is a watch's subscription or a view of part of it.
+func (c *Connection) generate(gen model.Generator, w *model.WatchedResource, push *model.PushContext, req *model.PushRequest) (model.Resources, bool) {
 	res, err := gen.Generate(c.proxy, push, w, req)
 	if err != nil {
-		c.generateFailed(w, err)
+		c.generateFailed(w.TypeURL, err)
 		return nil, false
 	}
 	return res, true
 }
 
 // generateFailed keeps the proxy on what it has: a failed generation sends nothing.
-func (c *Connection) generateFailed(w *WatchedResource, err error) {
+func (c *Connection) generateFailed(typeURL string, err error) {
 	c.srv.genErrors.Add(1)
 	c.genFailed = true
-	c.srv.log.Error("generating resources failed; proxy keeps its config", "conn", c.id, "type", w.TypeURL, "error", err)
+	c.srv.log.Error("generating resources failed; proxy keeps its config", "conn", c.id, "type", typeURL, "error", err)
 }
 
-func (c *Connection) watch(w *WatchedResource) {
+func (c *Connection) watch(w *watch) {
 	w.gen, w.counters = c.srv.opts.Generators[w.TypeURL], c.srv.byType[w.TypeURL]
 	c.mu.Lock()
 	c.watched[w.TypeURL] = w
 	c.mu.Unlock()
 }
 
-func (c *Connection) sent(w *WatchedResource, version, nonce string) {
+func (c *Connection) sent(w *watch, version, nonce string) {
 	c.mu.Lock()
 	w.VersionSent, w.NonceSent, w.LastSent = version, nonce, time.Now()
 	c.mu.Unlock()
 }
 
-func (c *Connection) ack(w *WatchedResource, version, nonce string) {
+func (c *Connection) ack(w *watch, version, nonce string) {
 	c.mu.Lock()
 	w.VersionAcked, w.NonceAcked, w.LastAcked = version, nonce, time.Now()
 	w.LastError = ""
@@ -480,11 +482,11 @@ func (c *Connection) ack(w *WatchedResource, version, nonce string) {
 
 // nack records a rejection. Nothing is re-sent: the proxy keeps its last good config until the next push
 // (which may carry a fix), so a proxy that rejects something cannot make the server loop.
-func (c *Connection) nack(w *WatchedResource, nonce, msg string) {
+func (c *Connection) nack(w *watch, nonce, msg string) {
 	if w.nacked == nonce {
 		return // the same rejection repeated: logged and counted already
 	}
-	msg = cutText(msg, maxNACKText)
+	msg = loglimit.Cut(msg, maxNACKText)
 	c.mu.Lock()
 	w.nacked, w.LastError = nonce, msg
 	w.NACKs++
@@ -493,9 +495,12 @@ func (c *Connection) nack(w *WatchedResource, nonce, msg string) {
 		tc.nacks.Add(1)
 	}
 	c.observeAck(w, nonce, true, msg)
-	c.srv.log.Warn("proxy rejected config", "conn", c.id, "proxy", logText(c.proxy.NodeID), "type", w.TypeURL,
+	c.srv.log.Warn("proxy rejected config", "conn", c.id, "proxy", loglimit.Text(c.proxy.NodeID), "type", w.TypeURL,
 		"version", w.VersionSent, "nonce", nonce, "error", msg)
 }
+
+// maxNACKText is how much of a NACK's error message is kept and logged: Envoy cuts its own at 4 KiB too.
+const maxNACKText = 4096
 
 // intern returns the canonical copy of a subscribed name: hundreds of proxies subscribe to the same 900
 // cluster names, each request decoding its own copies.
@@ -508,7 +513,7 @@ func (c *Connection) status() ConnectionStatus {
 	}
 	c.mu.RLock()
 	for _, t := range slices.Sorted(maps.Keys(c.watched)) {
-		st.Watched = append(st.Watched, c.watched[t].clone())
+		st.Watched = append(st.Watched, c.watched[t].WatchedResource)
 	}
 	c.mu.RUnlock()
 	return st

@@ -48,7 +48,7 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 		// no resource (it is the wildcard): kept, it came back as a removed resource named "*".
 		initial := maps.Clone(req.GetInitialResourceVersions())
 		delete(initial, "*")
-		w = &WatchedResource{TypeURL: typeURL, sent: sentSet{m: initial}}
+		w = &watch{WatchedResource: model.WatchedResource{TypeURL: typeURL}, sent: sentSet{m: initial}}
 		// Only a first request naming nothing at all is the legacy wildcard: "*" subscribed and unsubscribed
 		// at once (on-demand ztunnel's first request) subscribes to nothing.
 		if len(sub) == 0 && len(unsub) == 0 && legacyWildcard[typeURL] {
@@ -185,12 +185,12 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 
 // answerWildcard tells the client, for each of names, whether its wildcard subscription covers it: the
 // resource, or the name as removed.
-func (c *Connection) answerWildcard(gen Generator, w *WatchedResource, push *model.PushContext, names *nameset.Set) error {
-	all, ok := c.generate(gen, w, push, nil)
+func (c *Connection) answerWildcard(gen model.Generator, w *watch, push *model.PushContext, names *nameset.Set) error {
+	all, ok := c.generate(gen, &w.WatchedResource, push, nil)
 	if !ok {
 		return nil
 	}
-	var res Resources
+	var res model.Resources
 	for _, r := range all {
 		if r != nil && names.Has(r.Name) {
 			res = append(res, r)
@@ -201,8 +201,8 @@ func (c *Connection) answerWildcard(gen Generator, w *WatchedResource, push *mod
 }
 
 // answerNames sends the current state of the given names of w: each resource, or its name as removed.
-func (c *Connection) answerNames(gen Generator, w *WatchedResource, push *model.PushContext, names *nameset.Set) error {
-	view := *w
+func (c *Connection) answerNames(gen model.Generator, w *watch, push *model.PushContext, names *nameset.Set) error {
+	view := w.WatchedResource
 	view.ResourceNames, view.Wildcard = names, false
 	res, ok := c.generate(gen, &view, push, nil)
 	if !ok {
@@ -251,17 +251,17 @@ func (c *Connection) pushDelta(req *model.PushRequest) error {
 }
 
 // pushDeltaType sends what req changed of w's type. Removals of the types in removedLast are returned, not sent.
-func (c *Connection) pushDeltaType(w *WatchedResource, push *model.PushContext, req *model.PushRequest) (pendingRemoval, error) {
-	var res Resources
+func (c *Connection) pushDeltaType(w *watch, push *model.PushContext, req *model.PushRequest) (pendingRemoval, error) {
+	var res model.Resources
 	var removed []string
 	incremental := false
-	if dg, ok := w.gen.(DeltaGenerator); ok {
+	if dg, ok := w.gen.(model.DeltaGenerator); ok {
 		var err error
-		if res, removed, incremental, err = dg.GenerateDeltas(c.proxy, push, w, req); err != nil {
-			c.generateFailed(w, err)
+		if res, removed, incremental, err = dg.GenerateDeltas(c.proxy, push, &w.WatchedResource, req); err != nil {
+			c.generateFailed(w.TypeURL, err)
 			return pendingRemoval{}, nil
 		}
-	} else if res, ok = c.generate(w.gen, w, push, req); !ok {
+	} else if res, ok = c.generate(w.gen, &w.WatchedResource, push, req); !ok {
 		return pendingRemoval{}, nil
 	}
 	if !incremental {
@@ -277,9 +277,9 @@ var removedLast = map[string]bool{ClusterType: true, EndpointType: true}
 // pendingRemoval is what a push removes from w, held back by sendDelta until the push's other types are
 // sent. next is the client's whole state once the removals are sent, when sendDelta could keep it whole.
 type pendingRemoval struct {
-	w     *WatchedResource
+	w     *watch
 	names []string
-	next  Resources
+	next  model.Resources
 }
 
 // sendRemovals sends a response that only removes p's names.
@@ -309,9 +309,9 @@ func (c *Connection) sendRemovals(p pendingRemoval, push *model.PushContext) err
 
 // respondDelta generates the full state of w's type and sends the difference from what the client has.
 // added holds names just subscribed: those that do not exist are reported removed, as the protocol asks.
-func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest,
+func (c *Connection) respondDelta(gen model.Generator, w *watch, push *model.PushContext, req *model.PushRequest,
 	added *nameset.Set, always bool) error {
-	res, ok := c.generate(gen, w, push, req)
+	res, ok := c.generate(gen, &w.WatchedResource, push, req)
 	if !ok {
 		return nil
 	}
@@ -322,7 +322,7 @@ func (c *Connection) respondDelta(gen Generator, w *WatchedResource, push *model
 // sendDelta sends the resources whose version differs from what the client has. With full, res is the
 // whole state and anything the client has that is not in it is removed; otherwise removed lists removals.
 // With holdRemovals, removals of names the client has are not sent but returned, for sendRemovals.
-func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res Resources, removed []string,
+func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Resources, removed []string,
 	added *nameset.Set, full, always, holdRemovals bool) (held pendingRemoval, err error) {
 	resp, versions := c.deltaScratch()
 	defer func() { c.putDeltaScratch(resp, versions) }()
@@ -340,7 +340,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 	// A full state is kept as sent only if sorted by name (sentSet.whole). Two resources that follow each
 	// other in prev, itself sorted, are in order: only the names around what changed are compared, not
 	// 2,700 names per sidecar per push.
-	inOrder, last, lastAt := true, (*Resource)(nil), -1
+	inOrder, last, lastAt := true, (*model.Resource)(nil), -1
 	for _, r := range res {
 		// r's index in prev when it is the very resource the client has. Found by pointer, so the thousands
 		// of resources a push leaves as they are are not even read.
@@ -381,7 +381,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 				continue
 			}
 		}
-		resp.Resources = append(resp.Resources, r.deltaResource(v))
+		resp.Resources = append(resp.Resources, r.DeltaResource(v))
 		versions = append(versions, v)
 	}
 	// seen is built only when needed: a full state that covers every name the client has removes nothing
@@ -511,7 +511,7 @@ func (c *Connection) sendDelta(w *WatchedResource, push *model.PushContext, res 
 // send it. Sextant's clusters name their assignment after themselves (eds_cluster_config.service_name).
 // Before the EDS subscription exists on a resumed stream, the names are kept (owed): the client's first
 // EDS request may claim assignments it holds for the old clusters, and those must be sent all the same.
-func (c *Connection) clustersToWarm(w *WatchedResource, sent []*discovery.Resource) []string {
+func (c *Connection) clustersToWarm(w *watch, sent []*discovery.Resource) []string {
 	ew := c.watched[EndpointType]
 	var out []string
 	for _, r := range sent {
@@ -550,7 +550,7 @@ func (c *Connection) resendAssignments(clusters []string, push *model.PushContex
 
 // forgetOwedAssignments drops, from what a resumed client's first EDS request says it has, the assignments
 // of clusters updated on this stream before that request: they must be sent for those clusters to warm.
-func (c *Connection) forgetOwedAssignments(w *WatchedResource) {
+func (c *Connection) forgetOwedAssignments(w *watch) {
 	for n := range c.owed {
 		w.sent.del(n)
 	}

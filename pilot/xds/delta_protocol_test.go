@@ -162,7 +162,7 @@ func (l *pushLog) add(s string) {
 	l.mu.Unlock()
 }
 
-func (l *pushLog) Sent(_ string, _ *Proxy, typeURL, _ string, _ uint64, req *model.PushRequest) {
+func (l *pushLog) Sent(_ string, _ *model.Proxy, typeURL, _ string, _ uint64, req *model.PushRequest) {
 	if req != nil {
 		l.add(shortType(typeURL) + ":response")
 	}

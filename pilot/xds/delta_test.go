@@ -8,6 +8,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 func deltaAsk(c *deltaClient, n *core.Node, typeURL string, sub, unsub []string, ackOf *discovery.DeltaDiscoveryResponse) {
@@ -184,11 +186,11 @@ func TestDeltaFullStateMixedChanges(t *testing.T) {
 	t.Run("rebuilt", func(t *testing.T) { testDeltaFullStateMixedChanges(t, true, nil) })
 	// Full states out of name order are not kept as lists; the next diff must still be exact.
 	t.Run("reversed", func(t *testing.T) {
-		testDeltaFullStateMixedChanges(t, false, func(_ uint64, res Resources) { slices.Reverse(res) })
+		testDeltaFullStateMixedChanges(t, false, func(_ uint64, res model.Resources) { slices.Reverse(res) })
 	})
 	// Sorted first, so the client's state is a list; later states swap two resources the client has.
 	t.Run("swapped", func(t *testing.T) {
-		testDeltaFullStateMixedChanges(t, false, func(v uint64, res Resources) {
+		testDeltaFullStateMixedChanges(t, false, func(v uint64, res model.Resources) {
 			if v > 1 && len(res) > 2 {
 				res[0], res[2] = res[2], res[0]
 			}
@@ -196,7 +198,7 @@ func TestDeltaFullStateMixedChanges(t *testing.T) {
 	})
 }
 
-func testDeltaFullStateMixedChanges(t *testing.T, rebuild bool, order func(uint64, Resources)) {
+func testDeltaFullStateMixedChanges(t *testing.T, rebuild bool, order func(uint64, model.Resources)) {
 	e := newEnv(t, snapshot{ClusterType: {"a": "a1", "b": "b1", "c": "c1", "d": "d1", "f": "f1"}})
 	e.rebuild, e.order = rebuild, order
 	c := e.delta(t)

@@ -84,12 +84,12 @@ type testEnv struct {
 	version uint64
 	snaps   map[uint64]snapshot
 	// pad makes a proxy's CDS resources large (flow-control tests); delay slows its generation.
-	pad   func(*Proxy) int
-	delay func(*Proxy) time.Duration
+	pad   func(*model.Proxy) int
+	delay func(*model.Proxy) time.Duration
 	// rebuild makes generators return a new *Resource every time, even for unchanged content.
 	rebuild bool
 	// order, when set, reorders a generator's output (sorted by name otherwise) for the given push version.
-	order func(version uint64, res Resources)
+	order func(version uint64, res model.Resources)
 	// auth, when set, authenticates every stream (RegisterAuthenticated).
 	auth authn.Authenticator
 }
@@ -100,7 +100,7 @@ func newEnv(t testing.TB, initial snapshot, opts ...envOption) *testEnv {
 	tt, _ := t.(*testing.T)
 	e := &testEnv{t: tt, pipe: &fakePipeline{}, snaps: map[uint64]snapshot{}}
 	o := Options{Pipeline: e.pipe, Logger: slog.New(slog.DiscardHandler), SendTimeout: 2 * time.Second}
-	o.Generators = map[string]Generator{}
+	o.Generators = map[string]model.Generator{}
 	for _, typ := range []string{ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType, AddressType} {
 		o.Generators[typ] = &testGen{env: e, typeURL: typ}
 	}
@@ -200,7 +200,7 @@ type testGen struct {
 	built   sync.Map // [name, payload] → *Resource
 }
 
-func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource, _ *model.PushRequest) (Resources, error) {
+func (g *testGen) Generate(p *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	g.calls.Add(1)
 	if g.env.delay != nil {
 		time.Sleep(g.env.delay(p))
@@ -209,7 +209,7 @@ func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource
 	if g.env.pad != nil && g.typeURL == ClusterType {
 		pad = g.env.pad(p)
 	}
-	var out Resources
+	var out model.Resources
 	for name, payload := range g.env.snap(push.Version)[g.typeURL] {
 		if explicit := w.ResourceNames.Has(name); strings.HasPrefix(name, "net/") && !explicit {
 			continue
@@ -225,21 +225,21 @@ func (g *testGen) Generate(p *Proxy, push *model.PushContext, w *WatchedResource
 		key := [2]string{name, payload}
 		r, ok := g.built.Load(key)
 		if g.env.rebuild {
-			r, ok = &Resource{Name: name, Any: message(g.typeURL, name, payload)}, true
+			r, ok = &model.Resource{Name: name, Any: message(g.typeURL, name, payload)}, true
 		}
 		if !ok {
-			r, _ = g.built.LoadOrStore(key, &Resource{Name: name, Any: message(g.typeURL, name, payload)})
+			r, _ = g.built.LoadOrStore(key, &model.Resource{Name: name, Any: message(g.typeURL, name, payload)})
 		}
-		out = append(out, r.(*Resource))
+		out = append(out, r.(*model.Resource))
 	}
-	slices.SortFunc(out, func(a, b *Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) })
 	if g.env.order != nil {
 		g.env.order(push.Version, out)
 	}
 	return out, nil
 }
 
-func (g *testGen) NeedsPush(p *Proxy, _ *WatchedResource, req *model.PushRequest) bool {
+func (g *testGen) NeedsPush(p *model.Proxy, _ *model.WatchedResource, req *model.PushRequest) bool {
 	if req.Full {
 		return true
 	}
@@ -482,7 +482,7 @@ func versions(r *discovery.DeltaDiscoveryResponse) map[string]string {
 	return out
 }
 
-func watched(t testing.TB, srv *Server, typeURL string) WatchedResource {
+func watched(t testing.TB, srv *Server, typeURL string) model.WatchedResource {
 	t.Helper()
 	conns := srv.Connections()
 	if len(conns) != 1 {
@@ -494,7 +494,7 @@ func watched(t testing.TB, srv *Server, typeURL string) WatchedResource {
 		}
 	}
 	t.Fatalf("no watch for %s", typeURL)
-	return WatchedResource{}
+	return model.WatchedResource{}
 }
 
 // eventually polls cond until it holds or waitFor passes.

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // stuckClient subscribes to CDS and EDS with a small fixed window and never reads: gRPC takes the first
@@ -29,7 +31,7 @@ func TestStuckProxyLeavesAtTheSendTimeout(t *testing.T) {
 	const sendTimeout = 300 * time.Millisecond
 	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
 		o.SendTimeout = sendTimeout
-		e.pad = func(*Proxy) int { return 1 << 20 }
+		e.pad = func(*model.Proxy) int { return 1 << 20 }
 	})
 	start := time.Now()
 	stuckClient(t, e, "stuck")
@@ -50,7 +52,7 @@ func TestStuckProxiesHoldOnlyTheirShare(t *testing.T) {
 	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
 		o.SendTimeout = 30 * time.Second // the stuck ones stay for the whole test
 		o.MaxBytesInFlight, o.MaxBytesInFlightPerProxy = 4<<20, 512<<10
-		e.pad = func(*Proxy) int { return 1 << 20 } // every CDS response is 2 MB
+		e.pad = func(*model.Proxy) int { return 1 << 20 } // every CDS response is 2 MB
 	})
 	for i := range 4 {
 		stuckClient(t, e, "stuck"+strconv.Itoa(i))
@@ -196,7 +198,7 @@ func TestLongNodeIDIsCutInLogs(t *testing.T) {
 func TestNextResponseDoesNotWaitForAHeldAck(t *testing.T) {
 	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
 		o.MaxBytesInFlight, o.MaxBytesInFlightPerProxy = 1<<20, 1<<10
-		e.pad = func(*Proxy) int { return 8 << 10 }
+		e.pad = func(*model.Proxy) int { return 8 << 10 }
 	})
 	c := e.delta(t)
 	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)

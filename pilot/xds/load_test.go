@@ -27,7 +27,7 @@ type stuckPushes struct {
 	done   []uint64
 }
 
-func (o *stuckPushes) Sent(string, *Proxy, string, string, uint64, *model.PushRequest) {}
+func (o *stuckPushes) Sent(string, *model.Proxy, string, string, uint64, *model.PushRequest) {}
 func (o *stuckPushes) Pushed(connID, typeURL string, version uint64, _ *model.PushRequest, _ string, _ time.Duration) {
 	if strings.HasPrefix(connID, o.prefix) && typeURL == ClusterType {
 		o.mu.Lock()
@@ -59,7 +59,7 @@ func TestSlowConsumerDoesNotDelayOthers(t *testing.T) {
 		// Large responses for the stuck proxy only, after its first (reading a large one would grant the
 		// window for another as large).
 		stuckResponses := 0
-		e.pad = func(p *Proxy) int {
+		e.pad = func(p *model.Proxy) int {
 			if p.Name != "stuck" {
 				return 0
 			}
@@ -159,7 +159,7 @@ func TestNamespaceStormDoesNotStarveOthers(t *testing.T) {
 	)
 	e := newEnv(t, twoClusters(), func(e *testEnv, o *Options) {
 		o.PushConcurrency = 1
-		e.delay = func(p *Proxy) time.Duration {
+		e.delay = func(p *model.Proxy) time.Duration {
 			if p.Namespace == "storm" {
 				return work
 			}

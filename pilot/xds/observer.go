@@ -20,7 +20,7 @@ const (
 type Observer interface {
 	// Sent: a response for typeURL built from snapshot version went out. req is the push it belongs to, nil
 	// when it answers the proxy's own request (a new or changed subscription).
-	Sent(connID string, proxy *Proxy, typeURL, nonce string, version uint64, req *model.PushRequest)
+	Sent(connID string, proxy *model.Proxy, typeURL, nonce string, version uint64, req *model.PushRequest)
 	// Pushed: a push of snapshot version handled typeURL with result (PushSent, PushUnchanged, PushError);
 	// took covers generation and sending.
 	Pushed(connID, typeURL string, version uint64, req *model.PushRequest, result string, took time.Duration)
@@ -32,7 +32,7 @@ type Observer interface {
 
 // observePush runs one type's push and reports it. Under the turn (it reads w's sent nonce unlocked, which
 // only the turn's holder writes).
-func (c *Connection) observePush(w *WatchedResource, push *model.PushContext, req *model.PushRequest, run func() error) error {
+func (c *Connection) observePush(w *watch, push *model.PushContext, req *model.PushRequest, run func() error) error {
 	o := c.observe(w, push, req)
 	err := run()
 	c.pushing = nil
@@ -44,7 +44,7 @@ func (c *Connection) observePush(w *WatchedResource, push *model.PushContext, re
 // the end of the push (see pushDelta) is done only once they are sent.
 type pushObservation struct {
 	c      *Connection
-	w      *WatchedResource
+	w      *watch
 	push   *model.PushContext
 	req    *model.PushRequest
 	start  time.Time
@@ -52,7 +52,7 @@ type pushObservation struct {
 }
 
 // observe starts observing a type's push. Under the turn.
-func (c *Connection) observe(w *WatchedResource, push *model.PushContext, req *model.PushRequest) pushObservation {
+func (c *Connection) observe(w *watch, push *model.PushContext, req *model.PushRequest) pushObservation {
 	c.genFailed, c.pushing = false, req
 	if c.srv.opts.Observer == nil {
 		return pushObservation{}
@@ -76,13 +76,13 @@ func (o pushObservation) done(failed bool) {
 }
 
 // observeSent reports a response; during observePush it belongs to that push, otherwise to the proxy's request.
-func (c *Connection) observeSent(w *WatchedResource, nonce string, push *model.PushContext) {
+func (c *Connection) observeSent(w *watch, nonce string, push *model.PushContext) {
 	if obs := c.srv.opts.Observer; obs != nil {
 		obs.Sent(c.id, c.proxy, w.TypeURL, nonce, push.Version, c.pushing)
 	}
 }
 
-func (c *Connection) observeAck(w *WatchedResource, nonce string, nack bool, reason string) {
+func (c *Connection) observeAck(w *watch, nonce string, nack bool, reason string) {
 	if obs := c.srv.opts.Observer; obs != nil {
 		obs.Acked(c.id, w.TypeURL, nonce, nack, reason)
 	}

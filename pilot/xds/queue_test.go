@@ -7,7 +7,7 @@ import (
 )
 
 func queueConn(name, ns string) *Connection {
-	return &Connection{id: name, proxy: &Proxy{ID: name, Namespace: ns}}
+	return &Connection{id: name, proxy: &model.Proxy{ID: name, Namespace: ns}}
 }
 
 func svcReq(svcs ...string) *model.PushRequest {

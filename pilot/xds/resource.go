@@ -5,11 +5,6 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"time"
-
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pkg/nameset"
@@ -70,72 +65,10 @@ func sortTypes(types []string) {
 	})
 }
 
-// Resource is one generated resource.
-type Resource struct {
-	Name string
-	// Version identifies the content for delta xDS. Empty means a hash of the bytes; generators that share
-	// resources between proxies should set it (e.g. from their cache key) so nothing is hashed per proxy.
-	Version string
-	// Any holds the marshaled resource. It may be shared between proxies: the transport never modifies it.
-	Any *anypb.Any
-
-	// delta is the resource as delta responses carry it, built on first use and shared by every response
-	// (marshalling only reads it): one per proxy was a tenth of the allocations under endpoint churn.
-	delta atomic.Pointer[discovery.Resource]
-}
-
-// deltaResource returns r as a delta response carries it, with version v (resourceVersion(r)).
-func (r *Resource) deltaResource(v string) *discovery.Resource {
-	if d := r.delta.Load(); d != nil {
-		return d
-	}
-	d := &discovery.Resource{Name: r.Name, Version: v, Resource: r.Any}
-	r.delta.CompareAndSwap(nil, d)
-	return r.delta.Load()
-}
-
-// Resources is what a generator returns.
-type Resources []*Resource
-
-// Generator builds the resources of one type URL for a proxy. It must not block on I/O nor modify push or w.
-type Generator interface {
-	// Generate returns the full state of the type for the proxy: every resource it watches (all of them
-	// for a wildcard subscription, plus any names in w.ResourceNames). Names that do not exist are left out.
-	// req is nil when the proxy's own request (a new or changed subscription) asked for the resources.
-	Generate(proxy *Proxy, push *model.PushContext, w *WatchedResource, req *model.PushRequest) (Resources, error)
-}
-
-// DeltaGenerator is optionally implemented by generators that can compute a delta push themselves, e.g. only
-// the workloads in req.WorkloadsUpdated. When incremental is false, resources is the full state and the
-// transport computes removals by comparing with what it last sent.
-type DeltaGenerator interface {
-	Generator
-	GenerateDeltas(proxy *Proxy, push *model.PushContext, w *WatchedResource, req *model.PushRequest) (
-		resources Resources, removed []string, incremental bool, err error)
-}
-
-// PushFilter is optionally implemented by generators to say whether a push concerns a proxy's watch (EDS:
-// only when a watched cluster's service is in req.ServicesUpdated). Without it a type is pushed on full
-// pushes only. It is called often and must be cheap.
-type PushFilter interface {
-	NeedsPush(proxy *Proxy, w *WatchedResource, req *model.PushRequest) bool
-}
-
-// WatchedResource is a connection's subscription to one type URL and what was sent and acknowledged.
-// Generators read it; only the transport changes it.
-type WatchedResource struct {
-	TypeURL string
-	// ResourceNames are the names subscribed explicitly; with Wildcard they are added to "everything".
-	// The set is shared with other connections subscribed to the same names: never modified, replaced.
-	ResourceNames *nameset.Set
-	Wildcard      bool
-
-	NonceSent, NonceAcked     string
-	VersionSent, VersionAcked string
-	LastSent, LastAcked       time.Time
-	// LastError is the error_detail of the latest NACK, kept until the proxy ACKs a later response.
-	LastError string
-	NACKs     int
+// watch is a connection's subscription to one type URL: what generators see of it, and the transport's own
+// state.
+type watch struct {
+	model.WatchedResource
 
 	// legacy is true while the wildcard comes from an empty first request rather than "*".
 	legacy bool
@@ -147,27 +80,12 @@ type WatchedResource struct {
 	// only when a generator serves it): every snapshot asks every watch of every connection whether it
 	// concerns it, and looking them up by type URL each time made distributing a snapshot 5.5 % of the
 	// server's CPU under endpoint churn from a cluster, 3.6 % without (docs/benchmarks.md).
-	gen      Generator
+	gen      model.Generator
 	counters *typeCounters
 }
 
-// Subscribed reports whether name is covered by the subscription.
-func (w *WatchedResource) Subscribed(name string) bool {
-	if w.Wildcard {
-		return true
-	}
-	return w.ResourceNames.Has(name)
-}
-
-// clone returns a copy safe to hand to debug views.
-func (w *WatchedResource) clone() WatchedResource {
-	c := *w
-	c.sent = sentSet{}
-	return c
-}
-
 // resourceVersion returns r's version, hashing the bytes when the generator left it empty.
-func resourceVersion(r *Resource) string {
+func resourceVersion(r *model.Resource) string {
 	if r.Version != "" {
 		return r.Version
 	}
@@ -188,7 +106,7 @@ func resourceVersion(r *Resource) string {
 //   - otherwise a map.
 type sentSet struct {
 	m    map[string]string // when list and keys are nil
-	list Resources         // sorted by name
+	list model.Resources   // sorted by name
 	over map[string]string // changes on top of list: the version, "" for removed
 	n    int               // the size, while list or keys is used
 	keys *nameset.Set      // the names vers follows
@@ -225,7 +143,7 @@ func (s *sentSet) inList(name string) bool {
 	return ok
 }
 
-func compareName(r *Resource, name string) int { return strings.Compare(r.Name, name) }
+func compareName(r *model.Resource, name string) int { return strings.Compare(r.Name, name) }
 
 func (s *sentSet) len() int {
 	if s.list == nil && s.keys == nil {
@@ -355,15 +273,15 @@ func (s *sentSet) overlay(name, version string) {
 }
 
 // whole records that the client now has exactly res, which the caller found sorted by name, each name once.
-func (s *sentSet) whole(res Resources) {
+func (s *sentSet) whole(res model.Resources) {
 	if res == nil {
-		res = Resources{}
+		res = model.Resources{}
 	}
 	*s = sentSet{list: res, n: len(res)}
 }
 
 // wholeList is the list the client has, each resource as is, when nothing changed on top of it; else nil.
-func (s *sentSet) wholeList() Resources {
+func (s *sentSet) wholeList() model.Resources {
 	if len(s.over) > 0 {
 		return nil
 	}

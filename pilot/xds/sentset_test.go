@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
@@ -17,25 +18,25 @@ func TestSentSetMatchesAMap(t *testing.T) {
 	name := func() string { return fmt.Sprintf("r%03d", rng.IntN(300)) }
 	for round := range 200 {
 		var s sentSet
-		model := map[string]string{}
+		has := map[string]string{}
 		for step := range 400 {
 			switch op := rng.IntN(10); {
 			case op == 0: // a new whole state, sorted by name (sendDelta keeps only those whole)
 				n := rng.IntN(200)
 				seen := map[string]bool{}
-				var res Resources
+				var res model.Resources
 				for range n {
 					nm := name()
 					if !seen[nm] {
 						seen[nm] = true
-						res = append(res, &Resource{Name: nm, Version: fmt.Sprint(rng.IntN(5))})
+						res = append(res, &model.Resource{Name: nm, Version: fmt.Sprint(rng.IntN(5))})
 					}
 				}
-				slices.SortFunc(res, func(a, b *Resource) int { return compareName(a, b.Name) })
+				slices.SortFunc(res, func(a, b *model.Resource) int { return compareName(a, b.Name) })
 				s.whole(res)
-				model = map[string]string{}
+				has = map[string]string{}
 				for _, r := range res {
-					model[r.Name] = r.Version
+					has[r.Name] = r.Version
 				}
 			case op == 1: // a subscription's names: start following them, or move to new ones
 				var keys []string
@@ -45,7 +46,7 @@ func TestSentSetMatchesAMap(t *testing.T) {
 				switch {
 				case rng.IntN(3) == 0:
 					s = byPosition(nameset.New(keys...))
-					model = map[string]string{}
+					has = map[string]string{}
 				case s.keys != nil && rng.IntN(2) == 0: // a change from the current names (recorded as a move)
 					var add, remove []string
 					for _, k := range keys {
@@ -66,14 +67,14 @@ func TestSentSetMatchesAMap(t *testing.T) {
 			case op < 6:
 				nm, v := name(), fmt.Sprint(rng.IntN(5))
 				s.set(nm, v)
-				model[nm] = v
+				has[nm] = v
 			default:
 				nm := name()
 				s.del(nm)
-				delete(model, nm)
+				delete(has, nm)
 			}
-			if s.len() != len(model) {
-				t.Fatalf("round %d step %d: len %d, want %d", round, step, s.len(), len(model))
+			if s.len() != len(has) {
+				t.Fatalf("round %d step %d: len %d, want %d", round, step, s.len(), len(has))
 			}
 			got := map[string]string{}
 			s.names(func(n string) {
@@ -82,20 +83,20 @@ func TestSentSetMatchesAMap(t *testing.T) {
 				}
 				got[n], _ = s.get(n)
 			})
-			if !maps.Equal(got, model) {
-				t.Fatalf("round %d step %d: have %v, want %v", round, step, got, model)
+			if !maps.Equal(got, has) {
+				t.Fatalf("round %d step %d: have %v, want %v", round, step, got, has)
 			}
 			if _, ok := s.get("absent"); ok {
 				t.Fatal("absent name found")
 			}
 			if l := s.wholeList(); l != nil {
 				for _, r := range l {
-					if v := model[r.Name]; v != r.Version {
+					if v := has[r.Name]; v != r.Version {
 						t.Fatalf("round %d step %d: whole list holds %s@%s, client has %q", round, step, r.Name, r.Version, v)
 					}
 				}
-				if len(l) != len(model) {
-					t.Fatalf("whole list of %d, client has %d", len(l), len(model))
+				if len(l) != len(has) {
+					t.Fatalf("whole list of %d, client has %d", len(l), len(has))
 				}
 			}
 		}

@@ -35,7 +35,7 @@ type Pipeline interface {
 type Options struct {
 	Pipeline Pipeline
 	// Generators by type URL. A request for another type is answered with nothing.
-	Generators map[string]Generator
+	Generators map[string]model.Generator
 	Logger     *slog.Logger
 	// PushConcurrency bounds how many connections are pushed to at once (default 100).
 	PushConcurrency int
@@ -322,13 +322,13 @@ func (s *Server) snapshot(req *model.PushRequest) *model.PushContext {
 	return cur
 }
 
-func (s *Server) needsPush(p *Proxy, w *WatchedResource, req *model.PushRequest) bool {
+func (s *Server) needsPush(p *model.Proxy, w *watch, req *model.PushRequest) bool {
 	gen := w.gen
 	if gen == nil {
 		return false
 	}
-	if f, ok := gen.(PushFilter); ok {
-		return f.NeedsPush(p, w, req)
+	if f, ok := gen.(model.PushFilter); ok {
+		return f.NeedsPush(p, &w.WatchedResource, req)
 	}
 	return req.Full
 }
@@ -373,8 +373,8 @@ func (s *Server) add(c *Connection) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.connects.Add(1)
-	s.connLog.Info("proxy connected", "conn", c.id, "proxy", logText(c.proxy.NodeID), "type", c.proxy.Type, "delta", c.delta,
-		"peer", c.peer, "agent", logText(c.proxy.UserAgent))
+	s.connLog.Info("proxy connected", "conn", c.id, "proxy", loglimit.Text(c.proxy.NodeID), "type", c.proxy.Type, "delta", c.delta,
+		"peer", c.peer, "agent", loglimit.Text(c.proxy.UserAgent))
 }
 
 func (s *Server) remove(c *Connection, err error) {
@@ -393,7 +393,7 @@ func (s *Server) remove(c *Connection, err error) {
 		}()
 	}
 	s.disconnects.Add(1)
-	attrs := []any{"conn", c.id, "proxy", logText(c.proxy.NodeID), "connected", time.Since(c.connectedAt).Round(time.Millisecond)}
+	attrs := []any{"conn", c.id, "proxy", loglimit.Text(c.proxy.NodeID), "connected", time.Since(c.connectedAt).Round(time.Millisecond)}
 	if err != nil && !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
 		attrs = append(attrs, "reason", err.Error())
 	}

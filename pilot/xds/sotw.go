@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
@@ -33,7 +34,7 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest, noSend bool) (n
 			return true, nil
 		}
 		// Also a reconnect: whatever nonce or version the client had from another server, it gets full state.
-		w = &WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star}
+		w = &watch{WatchedResource: model.WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star}}
 		if len(req.GetResourceNames()) == 0 && legacyWildcard[typeURL] {
 			w.Wildcard, w.legacy = true, true
 		}
@@ -41,7 +42,7 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest, noSend bool) (n
 		return false, c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
 	}
 	if req.GetResponseNonce() != w.NonceSent {
-		c.srv.log.Debug("stale request ignored", "conn", c.id, "type", typeURL, "nonce", logText(req.GetResponseNonce()), "latest", w.NonceSent)
+		c.srv.log.Debug("stale request ignored", "conn", c.id, "type", typeURL, "nonce", loglimit.Text(req.GetResponseNonce()), "latest", w.NonceSent)
 		return false, nil
 	}
 	wildcard, legacy := star, false
@@ -83,7 +84,7 @@ func (c *Connection) pushSotW(req *model.PushRequest) error {
 		}
 		if err := c.observePush(w, push, req, func() error {
 			gen := w.gen
-			if dg, ok := gen.(DeltaGenerator); ok && req != nil && !req.Full && !legacyWildcard[w.TypeURL] {
+			if dg, ok := gen.(model.DeltaGenerator); ok && req != nil && !req.Full && !legacyWildcard[w.TypeURL] {
 				// EDS and RDS responses need not repeat unchanged resources: send only what the push changed.
 				return c.respondSotWPartial(dg, w, push, req)
 			}
@@ -97,10 +98,10 @@ func (c *Connection) pushSotW(req *model.PushRequest) error {
 
 // respondSotWPartial sends the resources an incremental push changed, for types whose responses are not
 // the full state (EDS, RDS). Nothing changed for this proxy: nothing is sent.
-func (c *Connection) respondSotWPartial(dg DeltaGenerator, w *WatchedResource, push *model.PushContext, req *model.PushRequest) error {
-	res, _, incremental, err := dg.GenerateDeltas(c.proxy, push, w, req)
+func (c *Connection) respondSotWPartial(dg model.DeltaGenerator, w *watch, push *model.PushContext, req *model.PushRequest) error {
+	res, _, incremental, err := dg.GenerateDeltas(c.proxy, push, &w.WatchedResource, req)
 	if err != nil {
-		c.generateFailed(w, err)
+		c.generateFailed(w.TypeURL, err)
 		return nil
 	}
 	if !incremental {
@@ -126,8 +127,8 @@ func (c *Connection) respondSotWPartial(dg DeltaGenerator, w *WatchedResource, p
 
 // respondSotW sends the full state of w's type. It is sent even when empty: a client waiting for a name
 // that does not exist learns so now rather than by a timeout.
-func (c *Connection) respondSotW(gen Generator, w *WatchedResource, push *model.PushContext, req *model.PushRequest) error {
-	res, ok := c.generate(gen, w, push, req)
+func (c *Connection) respondSotW(gen model.Generator, w *watch, push *model.PushContext, req *model.PushRequest) error {
+	res, ok := c.generate(gen, &w.WatchedResource, push, req)
 	if !ok {
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 func twoClusters() snapshot {
@@ -45,7 +47,7 @@ func TestSotWAckAndPush(t *testing.T) {
 		t.Fatalf("watch state %+v", w)
 	}
 	st := e.srv.Connections()[0]
-	if st.ProxyID != "pod.ns1" || st.Namespace != "ns1" || st.Type != Sidecar || st.Delta {
+	if st.ProxyID != "pod.ns1" || st.Namespace != "ns1" || st.Type != model.Sidecar || st.Delta {
 		t.Fatalf("status %+v", st)
 	}
 	cnt := e.srv.Counters().ByType[ClusterType]

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // ConnectionStatus describes one connection for debug views.
@@ -13,13 +15,13 @@ type ConnectionStatus struct {
 	ID          string
 	ProxyID     string // POD.NAMESPACE
 	NodeID      string
-	Type        ProxyType
+	Type        model.ProxyType
 	Namespace   string
 	Delta       bool
 	Peer        string
 	ConnectedAt time.Time
 	// Watched holds a copy of each subscription, by type URL.
-	Watched []WatchedResource
+	Watched []model.WatchedResource
 }
 
 // Connections returns the open connections, by id.

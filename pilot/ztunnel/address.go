@@ -125,7 +125,7 @@ type serviceKey struct {
 
 // workloadResource returns w's Address, marshaled once for every ztunnel and every snapshot in which
 // nothing it depends on changed.
-func (st *pushState) workloadResource(w *model.Workload, indexed bool) *xds.Resource {
+func (st *pushState) workloadResource(w *model.Workload, indexed bool) *model.Resource {
 	svcs := st.servicesOf(w, indexed)
 	ports := make([]svcPorts, 0, len(svcs))
 	var deps strings.Builder
@@ -360,7 +360,7 @@ func (st *pushState) serviceWaypoint(s *model.Service) *workload.GatewayAddress 
 }
 
 // serviceResource returns s's Address, marshaled once while s, its namespace and the mesh are unchanged.
-func (st *pushState) serviceResource(s *model.Service) *xds.Resource {
+func (st *pushState) serviceResource(s *model.Service) *model.Resource {
 	key := serviceKey{s: s, ns: st.ps.Namespace(s.Namespace), m: meshOf(st.ps)}
 	if r, ok := st.g.resources.Get(key); ok {
 		return r
@@ -413,7 +413,7 @@ func loadBalancing(v string) *workload.LoadBalancing {
 
 // buildFull computes every Address of the snapshot once; all wildcard subscribers share it.
 func (st *pushState) buildFull() {
-	var out xds.Resources
+	var out model.Resources
 	st.ps.AllWorkloads(func(w *model.Workload) bool {
 		if st.included(w) {
 			out = append(out, st.workloadResource(w, true))
@@ -425,11 +425,11 @@ func (st *pushState) buildFull() {
 			out = append(out, st.serviceResource(s))
 		}
 	}
-	slices.SortFunc(out, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) })
 	// Two services may share a key (a Service and a ServiceEntry for the same host in one namespace):
 	// the oldest, first in AllServices' order for a hostname, wins.
-	out = slices.CompactFunc(out, func(a, b *xds.Resource) bool { return a.Name == b.Name })
-	st.byName = make(map[string]*xds.Resource, len(out))
+	out = slices.CompactFunc(out, func(a, b *model.Resource) bool { return a.Name == b.Name })
+	st.byName = make(map[string]*model.Resource, len(out))
 	for _, r := range out {
 		st.byName[r.Name] = r
 	}
@@ -452,7 +452,7 @@ func cutAddressName(name string) (string, netip.Addr, bool) {
 // resolve answers an explicitly subscribed name: a workload uid, a service "namespace/hostname", or an
 // on-demand lookup "NETWORK/IP" (a workload at that address, else a service VIP), answered under the
 // requested name. target is the uid or service key it resolved to.
-func (st *pushState) resolve(name string) (r *xds.Resource, target string) {
+func (st *pushState) resolve(name string) (r *model.Resource, target string) {
 	if network, ip, ok := cutAddressName(name); ok {
 		if w := st.ps.WorkloadByAddress(network, ip.String()); st.included(w) && !w.HostNetwork {
 			return rename(st.workloadResource(w, false), name), w.UID

@@ -25,7 +25,7 @@ type policyKey struct {
 }
 
 type convertedPolicy struct {
-	res   *xds.Resource // nil when the policy is not for ztunnel
+	res   *model.Resource // nil when the policy is not for ztunnel
 	notes []string
 }
 
@@ -275,12 +275,12 @@ func (st *pushState) buildAuthz() {
 		}
 	}
 	st.authz = append(st.authz, st.peerAuthPolicies()...)
-	slices.SortFunc(st.authz, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(st.authz, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // namespacePolicies returns the converted policies of the namespaces of the workloads req updated, and
 // those PeerAuthentication adds for these workloads (the static STRICT policy, converted workload policies).
-func (st *pushState) namespacePolicies(req *model.PushRequest) xds.Resources {
+func (st *pushState) namespacePolicies(req *model.PushRequest) model.Resources {
 	root := meshOf(st.ps).RootNamespace
 	nss := map[string]struct{}{}
 	var pa peerAuthCollector
@@ -292,7 +292,7 @@ func (st *pushState) namespacePolicies(req *model.PushRequest) xds.Resources {
 			}
 		}
 	}
-	var out xds.Resources
+	var out model.Resources
 	for _, ns := range sortedNames(nss) {
 		for _, c := range st.ps.AuthorizationPoliciesInNamespace(ns) {
 			if cp := st.g.convert(c, root); cp.res != nil {
@@ -301,6 +301,6 @@ func (st *pushState) namespacePolicies(req *model.PushRequest) xds.Resources {
 		}
 	}
 	derived := pa.resources(st.g, root)
-	slices.SortFunc(derived, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(derived, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) })
 	return append(out, derived...)
 }

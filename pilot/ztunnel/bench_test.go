@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pilot/ztunnel"
 )
@@ -46,11 +47,11 @@ func BenchmarkPodChangeDelta(b *testing.B) {
 	f := bigAmbientMesh(b)
 	ps := f.build()
 	g := ztunnel.New()
-	conns := make([]*xds.WatchedResource, benchConnections)
-	proxies := make([]*xds.Proxy, benchConnections)
+	conns := make([]*model.WatchedResource, benchConnections)
+	proxies := make([]*model.Proxy, benchConnections)
 	for i := range conns {
-		conns[i] = &xds.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
-		proxies[i] = &xds.Proxy{Type: xds.Ztunnel, ID: fmt.Sprintf("ztunnel-%d.istio-system", i), Namespace: "istio-system"}
+		conns[i] = &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+		proxies[i] = &model.Proxy{Type: model.Ztunnel, ID: fmt.Sprintf("ztunnel-%d.istio-system", i), Namespace: "istio-system"}
 	}
 	full, _ := g.Address().Generate(proxies[0], ps, conns[0], nil)
 	fullBytes := 0
@@ -91,8 +92,8 @@ func BenchmarkFullPush200(b *testing.B) {
 	f := bigAmbientMesh(b)
 	ps := f.build()
 	g := ztunnel.New()
-	w := &xds.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
-	p := &xds.Proxy{Type: xds.Ztunnel}
+	w := &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+	p := &model.Proxy{Type: model.Ztunnel}
 	_, _ = g.Address().Generate(p, ps, w, nil)
 	b.ResetTimer()
 	for i := range b.N {
@@ -114,11 +115,11 @@ func BenchmarkFullPush200(b *testing.B) {
 func BenchmarkColdFullState(b *testing.B) {
 	f := bigAmbientMesh(b)
 	ps := f.build()
-	w := &xds.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+	w := &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
 	b.ResetTimer()
 	for range b.N {
 		g := ztunnel.New()
-		res, _ := g.Address().Generate(&xds.Proxy{}, ps, w, nil)
+		res, _ := g.Address().Generate(&model.Proxy{}, ps, w, nil)
 		if len(res) != benchServices*(benchPerService+1) {
 			b.Fatalf("%d resources", len(res))
 		}

@@ -36,26 +36,26 @@ type Generators struct {
 	authz   *AuthorizationGenerator
 
 	// resources caches marshaled workloads and services by everything their bytes depend on.
-	resources *lru.Cache[any, *xds.Resource]
+	resources *lru.Cache[any, *model.Resource]
 	// pushes holds the shared per-snapshot state of the last few snapshots.
 	pushes *lru.Cache[*model.PushContext, *pushState]
 	// policies caches converted AuthorizationPolicies by config object and root namespace.
 	policies *lru.Cache[policyKey, *convertedPolicy]
 }
 
-// AddressGenerator generates type.googleapis.com/istio.workload.Address. It implements xds.Generator,
-// xds.DeltaGenerator and xds.PushFilter.
+// AddressGenerator generates type.googleapis.com/istio.workload.Address. It implements model.Generator,
+// model.DeltaGenerator and model.PushFilter.
 type AddressGenerator struct{ g *Generators }
 
 // AuthorizationGenerator generates type.googleapis.com/istio.security.Authorization. It implements
-// xds.Generator, xds.DeltaGenerator and xds.PushFilter.
+// model.Generator, model.DeltaGenerator and model.PushFilter.
 type AuthorizationGenerator struct{ g *Generators }
 
 var (
-	_ xds.DeltaGenerator = (*AddressGenerator)(nil)
-	_ xds.PushFilter     = (*AddressGenerator)(nil)
-	_ xds.DeltaGenerator = (*AuthorizationGenerator)(nil)
-	_ xds.PushFilter     = (*AuthorizationGenerator)(nil)
+	_ model.DeltaGenerator = (*AddressGenerator)(nil)
+	_ model.PushFilter     = (*AddressGenerator)(nil)
+	_ model.DeltaGenerator = (*AuthorizationGenerator)(nil)
+	_ model.PushFilter     = (*AuthorizationGenerator)(nil)
 )
 
 // New returns the generators with istiod's defaults.
@@ -67,7 +67,7 @@ func NewWithOptions(opts Options) *Generators {
 		opts.CacheSize = 1 << 16
 	}
 	g := &Generators{opts: opts}
-	g.resources, _ = lru.New[any, *xds.Resource](opts.CacheSize)
+	g.resources, _ = lru.New[any, *model.Resource](opts.CacheSize)
 	g.pushes, _ = lru.New[*model.PushContext, *pushState](4)
 	g.policies, _ = lru.New[policyKey, *convertedPolicy](4096)
 	g.address, g.authz = &AddressGenerator{g}, &AuthorizationGenerator{g}
@@ -75,8 +75,8 @@ func NewWithOptions(opts Options) *Generators {
 }
 
 // ByTypeURL returns the generators to register with the xDS server.
-func (g *Generators) ByTypeURL() map[string]xds.Generator {
-	return map[string]xds.Generator{xds.AddressType: g.address, xds.AuthorizationType: g.authz}
+func (g *Generators) ByTypeURL() map[string]model.Generator {
+	return map[string]model.Generator{xds.AddressType: g.address, xds.AuthorizationType: g.authz}
 }
 
 // Address returns the Address generator.
@@ -114,14 +114,14 @@ type pushState struct {
 	wlServices map[string][]*model.Service // workload uid → services selecting it
 
 	fullOnce sync.Once
-	full     xds.Resources // every Address resource, by name
-	byName   map[string]*xds.Resource
+	full     model.Resources // every Address resource, by name
+	byName   map[string]*model.Resource
 
 	vipOnce sync.Once
 	vips    map[string]*model.Service // NETWORK/VIP → service
 
 	authzOnce sync.Once
-	authz     xds.Resources
+	authz     model.Resources
 	notes     map[string][]string
 
 	mu     sync.Mutex
@@ -131,15 +131,15 @@ type pushState struct {
 // delta is the shared part of an incremental push: the same for every wildcard subscriber.
 type delta struct {
 	once      sync.Once
-	resources xds.Resources
+	resources model.Resources
 	removed   []string
 }
 
 // Generate returns every Address the subscription covers: all of them for a wildcard, plus each explicitly
 // named one (a workload uid, a service "namespace/hostname" or an on-demand "NETWORK/IP" lookup).
-func (a *AddressGenerator) Generate(_ *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+func (a *AddressGenerator) Generate(_ *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	st := a.g.state(push)
-	var out xds.Resources
+	var out model.Resources
 	if w.Wildcard {
 		st.fullOnce.Do(st.buildFull)
 		if w.ResourceNames.Len() == 0 {
@@ -161,8 +161,8 @@ func (a *AddressGenerator) Generate(_ *xds.Proxy, push *model.PushContext, w *xd
 // GenerateDeltas returns, for an incremental push, only the workloads in req.WorkloadsUpdated (and, in
 // AmbientOnly mode, services whose inclusion may have changed) plus the on-demand names they back; the
 // uids that are gone or left the mesh are removed. Full pushes return the full state.
-func (a *AddressGenerator) GenerateDeltas(p *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, req *model.PushRequest) (
-	xds.Resources, []string, bool, error) {
+func (a *AddressGenerator) GenerateDeltas(p *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (
+	model.Resources, []string, bool, error) {
 	if req == nil || req.Full {
 		res, err := a.Generate(p, push, w, req)
 		return res, nil, false, err
@@ -198,7 +198,7 @@ func hasKey(m map[string]struct{}, k string) bool {
 // NeedsPush: Address changes with workloads, services, namespaces (ambient and waypoint labels), nodes
 // (locality), authorization policies (workloads list those selecting them) and peer authentications
 // (workloads list the policies enforcing their mutual TLS).
-func (a *AddressGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource, req *model.PushRequest) bool {
+func (a *AddressGenerator) NeedsPush(_ *model.Proxy, _ *model.WatchedResource, req *model.PushRequest) bool {
 	if len(req.WorkloadsUpdated) > 0 || len(req.ServicesUpdated) > 0 {
 		return true
 	}
@@ -219,13 +219,13 @@ func (a *AddressGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource, req *
 }
 
 // Generate returns every converted AuthorizationPolicy and PeerAuthentication the subscription covers.
-func (z *AuthorizationGenerator) Generate(_ *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, _ *model.PushRequest) (xds.Resources, error) {
+func (z *AuthorizationGenerator) Generate(_ *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	st := z.g.state(push)
 	st.authzOnce.Do(st.buildAuthz)
 	if w.Wildcard {
 		return st.authz, nil
 	}
-	var out xds.Resources
+	var out model.Resources
 	for _, r := range st.authz {
 		if w.ResourceNames.Has(r.Name) {
 			out = append(out, r)
@@ -237,8 +237,8 @@ func (z *AuthorizationGenerator) Generate(_ *xds.Proxy, push *model.PushContext,
 // GenerateDeltas: full pushes return every policy. An incremental push (workloads changed) returns the
 // policies of the namespaces those workloads are in, so a namespace's first workload never arrives before
 // its policies; the transport sends only those the ztunnel does not have yet.
-func (z *AuthorizationGenerator) GenerateDeltas(p *xds.Proxy, push *model.PushContext, w *xds.WatchedResource, req *model.PushRequest) (
-	xds.Resources, []string, bool, error) {
+func (z *AuthorizationGenerator) GenerateDeltas(p *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (
+	model.Resources, []string, bool, error) {
 	if req == nil || req.Full {
 		res, err := z.Generate(p, push, w, req)
 		return res, nil, false, err
@@ -249,7 +249,7 @@ func (z *AuthorizationGenerator) GenerateDeltas(p *xds.Proxy, push *model.PushCo
 // NeedsPush: policies are pushed on full pushes that touch an AuthorizationPolicy, a PeerAuthentication
 // (converted to policies, see peerauth.go) or a Namespace, and when workloads change (see GenerateDeltas;
 // usually nothing is sent).
-func (z *AuthorizationGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource, req *model.PushRequest) bool {
+func (z *AuthorizationGenerator) NeedsPush(_ *model.Proxy, _ *model.WatchedResource, req *model.PushRequest) bool {
 	if len(req.WorkloadsUpdated) > 0 {
 		return true
 	}
@@ -269,13 +269,13 @@ func (z *AuthorizationGenerator) NeedsPush(_ *xds.Proxy, _ *xds.WatchedResource,
 }
 
 // marshal wraps m in an Any and versions it by a hash of its (deterministic) bytes.
-func marshal(name, typeURL string, m proto.Message) *xds.Resource {
+func marshal(name, typeURL string, m proto.Message) *model.Resource {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		panic("ztunnel: marshal " + name + ": " + err.Error()) // only invalid UTF-8 can fail; inputs are validated
 	}
 	sum := sha256.Sum256(b)
-	return &xds.Resource{Name: name, Version: hex.EncodeToString(sum[:12]), Any: &anypb.Any{TypeUrl: typeURL, Value: b}}
+	return &model.Resource{Name: name, Version: hex.EncodeToString(sum[:12]), Any: &anypb.Any{TypeUrl: typeURL, Value: b}}
 }
 
 func sortedNames(m map[string]struct{}) []string {
@@ -294,11 +294,11 @@ func isAddressName(name string) bool {
 }
 
 // rename returns r under another name, sharing its bytes.
-func rename(r *xds.Resource, name string) *xds.Resource {
+func rename(r *model.Resource, name string) *model.Resource {
 	if r == nil || r.Name == name {
 		return r
 	}
-	return &xds.Resource{Name: name, Version: r.Version, Any: r.Any}
+	return &model.Resource{Name: name, Version: r.Version, Any: r.Any}
 }
 
 // meshOf returns the push's mesh settings, defaulted when a test snapshot has none.

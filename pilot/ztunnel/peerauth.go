@@ -168,7 +168,7 @@ func (p *peerAuthPolicy) message() *authz.Authorization {
 }
 
 // peerAuthResource returns p's marshaled policy, shared by every snapshot in which its content is the same.
-func (g *Generators) peerAuthResource(p peerAuthPolicy) *xds.Resource {
+func (g *Generators) peerAuthResource(p peerAuthPolicy) *model.Resource {
 	if r, ok := g.resources.Get(p); ok {
 		return r
 	}
@@ -177,7 +177,7 @@ func (g *Generators) peerAuthResource(p peerAuthPolicy) *xds.Resource {
 	return r
 }
 
-func (g *Generators) staticStrictResource(root string) *xds.Resource {
+func (g *Generators) staticStrictResource(root string) *model.Resource {
 	key := staticStrictKey{root: root}
 	if r, ok := g.resources.Get(key); ok {
 		return r
@@ -205,8 +205,8 @@ func (c *peerAuthCollector) add(v mtlsView) {
 
 // resources returns the static policy (when any workload is covered by a PeerAuthentication) and each
 // converted policy a workload lists.
-func (c *peerAuthCollector) resources(g *Generators, root string) xds.Resources {
-	var out xds.Resources
+func (c *peerAuthCollector) resources(g *Generators, root string) model.Resources {
+	var out model.Resources
 	if c.covered {
 		out = append(out, g.staticStrictResource(root))
 	}
@@ -217,7 +217,7 @@ func (c *peerAuthCollector) resources(g *Generators, root string) xds.Resources 
 }
 
 // peerAuthPolicies returns the policies PeerAuthentication adds for the workloads ztunnel is sent.
-func (st *pushState) peerAuthPolicies() xds.Resources {
+func (st *pushState) peerAuthPolicies() model.Resources {
 	var c peerAuthCollector
 	st.ps.AllWorkloads(func(w *model.Workload) bool {
 		if st.included(w) {

@@ -42,7 +42,7 @@ func (f *fixture) peerAuth(ns, name string, selector map[string]string, mode mtl
 	f.put(config.PeerAuthentication, ns, name, nil, nil, pa)
 }
 
-func decodeAuthz(t *testing.T, res xds.Resources) map[string]*authz.Authorization {
+func decodeAuthz(t *testing.T, res model.Resources) map[string]*authz.Authorization {
 	t.Helper()
 	out := map[string]*authz.Authorization{}
 	for _, r := range res {
@@ -60,7 +60,7 @@ func decodeAuthz(t *testing.T, res xds.Resources) map[string]*authz.Authorizatio
 
 func fullAuthz(t *testing.T, g *ztunnel.Generators, ps *model.PushContext) map[string]*authz.Authorization {
 	t.Helper()
-	res, err := g.Authorization().Generate(ztunnelProxy(), ps, &xds.WatchedResource{TypeURL: xds.AuthorizationType, Wildcard: true}, nil)
+	res, err := g.Authorization().Generate(ztunnelProxy(), ps, &model.WatchedResource{TypeURL: xds.AuthorizationType, Wildcard: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestPeerAuthPushes(t *testing.T) {
 
 	f.peerAuth("istio-system", "default", nil, strict, nil)
 	next, req := f.update(ps)
-	w := &xds.WatchedResource{TypeURL: xds.AuthorizationType, Wildcard: true}
+	w := &model.WatchedResource{TypeURL: xds.AuthorizationType, Wildcard: true}
 	if !req.Full || !g.Authorization().NeedsPush(ztunnelProxy(), w, req) || !g.Address().NeedsPush(ztunnelProxy(), wildcard, req) {
 		t.Fatalf("PeerAuthentication change: full=%v, not pushed to both types", req.Full)
 	}

@@ -106,15 +106,15 @@ func scenario(t testing.TB) *fixture {
 	return f
 }
 
-var wildcard = &xds.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+var wildcard = &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
 
-func ztunnelProxy() *xds.Proxy {
-	return &xds.Proxy{Type: xds.Ztunnel, Namespace: "istio-system", ID: "ztunnel-1.istio-system"}
+func ztunnelProxy() *model.Proxy {
+	return &model.Proxy{Type: model.Ztunnel, Namespace: "istio-system", ID: "ztunnel-1.istio-system"}
 }
 
 func ip(s string) []byte { return netip.MustParseAddr(s).AsSlice() }
 
-func names(res xds.Resources) []string {
+func names(res model.Resources) []string {
 	var out []string
 	for _, r := range res {
 		out = append(out, r.Name)
@@ -123,7 +123,7 @@ func names(res xds.Resources) []string {
 	return out
 }
 
-func decodeAddresses(t *testing.T, res xds.Resources) map[string]*workload.Address {
+func decodeAddresses(t *testing.T, res model.Resources) map[string]*workload.Address {
 	t.Helper()
 	out := map[string]*workload.Address{}
 	for _, r := range res {
@@ -243,7 +243,7 @@ func TestAddressFullState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.IsSortedFunc(res, func(a, b *xds.Resource) int { return strings.Compare(a.Name, b.Name) }) {
+	if !slices.IsSortedFunc(res, func(a, b *model.Resource) int { return strings.Compare(a.Name, b.Name) }) {
 		t.Errorf("resources not sorted by name: %v", names(res))
 	}
 	checkAddresses(t, decodeAddresses(t, res), expectedAddresses())
@@ -328,13 +328,13 @@ func TestDeltaSinglePodChange(t *testing.T) {
 		}
 	}
 	// Policies in the namespace are offered again with the same versions: the transport sends nothing.
-	pol, _, inc, _ := g.Authorization().GenerateDeltas(ztunnelProxy(), next, &xds.WatchedResource{Wildcard: true}, req)
-	allPol, _ := g.Authorization().Generate(ztunnelProxy(), ps, &xds.WatchedResource{Wildcard: true}, nil)
+	pol, _, inc, _ := g.Authorization().GenerateDeltas(ztunnelProxy(), next, &model.WatchedResource{Wildcard: true}, req)
+	allPol, _ := g.Authorization().Generate(ztunnelProxy(), ps, &model.WatchedResource{Wildcard: true}, nil)
 	if !inc || len(pol) == 0 {
 		t.Fatalf("authorization delta: incremental=%v n=%d", inc, len(pol))
 	}
 	for _, p := range pol {
-		if i := slices.IndexFunc(allPol, func(r *xds.Resource) bool { return r.Name == p.Name }); i < 0 || allPol[i].Version != p.Version {
+		if i := slices.IndexFunc(allPol, func(r *model.Resource) bool { return r.Name == p.Name }); i < 0 || allPol[i].Version != p.Version {
 			t.Errorf("policy %s changed", p.Name)
 		}
 	}
@@ -371,7 +371,7 @@ func TestOnDemand(t *testing.T) {
 	f := scenario(t)
 	ps := f.build()
 	g := ztunnel.New()
-	w := &xds.WatchedResource{TypeURL: xds.AddressType, ResourceNames: nameset.New(
+	w := &model.WatchedResource{TypeURL: xds.AddressType, ResourceNames: nameset.New(
 		"/10.1.0.5", "/10.96.0.10", "/10.9.9.9", "other/10.1.0.5", vm1, webSvc)}
 	res, err := g.Address().Generate(ztunnelProxy(), ps, w, nil)
 	if err != nil {
@@ -453,7 +453,7 @@ func TestAuthorization(t *testing.T) {
 	f := scenario(t)
 	ps := f.build()
 	g := ztunnel.New()
-	res, err := g.Authorization().Generate(ztunnelProxy(), ps, &xds.WatchedResource{Wildcard: true}, nil)
+	res, err := g.Authorization().Generate(ztunnelProxy(), ps, &model.WatchedResource{Wildcard: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,12 +554,12 @@ func TestConcurrentConnectionsShare(t *testing.T) {
 		labels: map[string]string{"app": "client", "istio.io/use-waypoint": "client-wp"}})
 	next, req := f.update(ps)
 	const n = 50
-	outs := make([]xds.Resources, n)
-	fulls := make([]xds.Resources, n)
+	outs := make([]model.Resources, n)
+	fulls := make([]model.Resources, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			w := &xds.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+			w := &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
 			outs[i], _, _, _ = g.Address().GenerateDeltas(ztunnelProxy(), next, w, req)
 			fulls[i], _ = g.Address().Generate(ztunnelProxy(), next, w, nil)
 			_, _ = g.Authorization().Generate(ztunnelProxy(), next, w, nil)

@@ -1,5 +1,5 @@
-// Package loglimit writes log lines that anyone reaching a port can cause at a bounded rate, saying how
-// many it left out.
+// Package loglimit bounds what anyone reaching a port can put in the log: lines at a bounded rate, saying
+// how many it left out, and the text a client chose cut to a bounded length.
 package loglimit
 
 import (

@@ -3,6 +3,7 @@ package loglimit
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,5 +65,18 @@ func TestFloodWritesBurstThenCountsTheRest(t *testing.T) {
 	l.Warn("refused", "client", "x")
 	if _, total := got.accounted("refused"); total != flood+1 {
 		t.Fatalf("lines written plus suppressed counts = %d, want every one of the %d calls", total, flood+1)
+	}
+}
+
+// A client's text is cut at a rune boundary and says how long it was; short text is as sent.
+func TestCut(t *testing.T) {
+	if got := Text("node-1"); got != "node-1" {
+		t.Fatalf("short text: %q", got)
+	}
+	if got := Cut("aé"+strings.Repeat("x", 10), 2); got != "a…(13 bytes)" {
+		t.Fatalf("cut inside a rune: %q", got)
+	}
+	if got := Text(strings.Repeat("x", 1000)); len(got) != MaxText+len("…(1000 bytes)") {
+		t.Fatalf("long text: %d bytes", len(got))
 	}
 }

@@ -103,7 +103,7 @@ func RenderSextant(c *Case, tmp string) (map[string]*Output, error) {
 
 // sextantProxy builds the node an Istio sidecar or gateway sends: TYPE~IP~POD.NS~NS.svc.cluster.local with
 // its labels, namespace and the case's other metadata.
-func sextantProxy(p Proxy) (*sxds.Proxy, error) {
+func sextantProxy(p Proxy) (*model.Proxy, error) {
 	labels := map[string]any{}
 	for k, v := range p.Labels {
 		labels[k] = v
@@ -129,14 +129,14 @@ func sextantProxy(p Proxy) (*sxds.Proxy, error) {
 	if p.Locality != "" {
 		node.Locality = p.locality()
 	}
-	return sxds.ParseProxy(node)
+	return model.ParseProxy(node)
 }
 
 // generate asks in the order a proxy does: clusters and listeners (wildcard), then the endpoints and routes
 // they name.
-func generate(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.PushContext) (*Output, error) {
-	gen := func(typeURL string, names []string) (sxds.Resources, error) {
-		w := &sxds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
+func generate(gens map[string]model.Generator, proxy *model.Proxy, push *model.PushContext) (*Output, error) {
+	gen := func(typeURL string, names []string) (model.Resources, error) {
+		w := &model.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
 		return gens[typeURL].Generate(proxy, push, w, nil)
 	}
 	o := &Output{}
@@ -201,8 +201,8 @@ func generate(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.Pus
 
 // generateGRPCRoutes asks, as a proxyless gRPC client's resolver does per target, for the route
 // configuration of every HTTP port of the services it sees (the names of a wildcard subscription).
-func generateGRPCRoutes(gens map[string]sxds.Generator, proxy *sxds.Proxy, push *model.PushContext) (*Output, error) {
-	res, err := gens[sxds.RouteType].Generate(proxy, push, &sxds.WatchedResource{TypeURL: sxds.RouteType, Wildcard: true}, nil)
+func generateGRPCRoutes(gens map[string]model.Generator, proxy *model.Proxy, push *model.PushContext) (*Output, error) {
+	res, err := gens[sxds.RouteType].Generate(proxy, push, &model.WatchedResource{TypeURL: sxds.RouteType, Wildcard: true}, nil)
 	if err != nil {
 		return nil, err
 	}

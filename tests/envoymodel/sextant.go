@@ -100,16 +100,16 @@ func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 		return nil, err
 	}
 	node := &core.Node{Id: "sidecar~" + w.IP + "~" + w.Name + "." + w.Namespace + "~" + w.Namespace + ".svc.cluster.local", Metadata: md}
-	proxy, err := xds.ParseProxy(node)
+	proxy, err := model.ParseProxy(node)
 	if err != nil {
 		return nil, err
 	}
 	gens := envoy.New(envoy.Options{}).ByTypeURL()
-	gen := func(typeURL string, names []string) (xds.Resources, error) {
-		wr := &xds.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
+	gen := func(typeURL string, names []string) (model.Resources, error) {
+		wr := &model.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
 		return gens[typeURL].Generate(proxy, push, wr, nil)
 	}
-	open := func(rs xds.Resources, each func(proto.Message)) error {
+	open := func(rs model.Resources, each func(proto.Message)) error {
 		for _, r := range rs {
 			msg, err := r.Any.UnmarshalNew()
 			if err != nil {

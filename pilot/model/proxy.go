@@ -1,16 +1,16 @@
-package xds
+package model
 
 import (
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 )
 
 // ProxyType says what kind of client is connected.
@@ -87,30 +87,9 @@ func (p *Proxy) AtLeast(major, minor uint32) bool {
 }
 
 // String names the proxy in logs.
-func (p *Proxy) String() string { return logText(p.NodeID) }
+func (p *Proxy) String() string { return loglimit.Text(p.NodeID) }
 
-// maxLoggedText is how much of a string a client chose (node id, user agent) goes into a log line or an
-// error: a client may send a node id of megabytes, logged on every connect and disconnect.
-const maxLoggedText = 256
-
-// maxNACKText is how much of a NACK's error message is kept and logged: Envoy cuts its own at 4 KiB too.
-const maxNACKText = 4096
-
-// logText returns s cut to maxLoggedText bytes, saying how long it was.
-func logText(s string) string { return cutText(s, maxLoggedText) }
-
-// cutText returns s cut to n bytes (at a rune boundary), saying how long it was.
-func cutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
-}
-
-// IsProxyless reports whether node describes a proxyless gRPC client.
+// isProxyless reports whether node describes a proxyless gRPC client.
 func isProxyless(node *core.Node, generator string) bool {
 	if generator == "grpc" {
 		return true
@@ -137,27 +116,27 @@ func ParseProxy(node *core.Node) (*Proxy, error) {
 		return nil, fmt.Errorf("node id is empty")
 	}
 	if err := p.readMetadata(node.GetMetadata()); err != nil {
-		return nil, fmt.Errorf("node %q: %w", logText(p.NodeID), err)
+		return nil, fmt.Errorf("node %q: %w", loglimit.Text(p.NodeID), err)
 	}
 	proxyless := isProxyless(node, p.Generator)
 	parts := strings.Split(p.NodeID, "~")
 	switch {
 	case len(parts) == 4:
 		if err := p.parseIstioID(parts, proxyless); err != nil {
-			return nil, fmt.Errorf("node id %q: %w", logText(p.NodeID), err)
+			return nil, fmt.Errorf("node id %q: %w", loglimit.Text(p.NodeID), err)
 		}
 	case proxyless:
 		p.Type, p.ID = GRPC, p.NodeID
 	default:
 		return nil, fmt.Errorf("node id %q: has %d parts separated by \"~\", want 4: TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.DOMAIN",
-			logText(p.NodeID), len(parts))
+			loglimit.Text(p.NodeID), len(parts))
 	}
 	if p.Namespace == "" {
 		if proxyless {
-			return nil, fmt.Errorf("node %q: namespace missing: set node metadata NAMESPACE", logText(p.NodeID))
+			return nil, fmt.Errorf("node %q: namespace missing: set node metadata NAMESPACE", loglimit.Text(p.NodeID))
 		}
 		return nil, fmt.Errorf("node id %q: namespace missing: want POD.NAMESPACE as the third part, "+
-			"NAMESPACE.svc.DOMAIN as the fourth, or node metadata NAMESPACE", logText(p.NodeID))
+			"NAMESPACE.svc.DOMAIN as the fourth, or node metadata NAMESPACE", loglimit.Text(p.NodeID))
 	}
 	if p.Name == "" && p.Type != GRPC {
 		p.Name = strings.TrimSuffix(p.ID, "."+p.Namespace)
@@ -230,7 +209,7 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 		p.InterceptionMode = InterceptRedirect
 		if mode != "" {
 			p.MetadataNotes = append(p.MetadataNotes, fmt.Sprintf("metadata INTERCEPTION_MODE %q is not REDIRECT, TPROXY or NONE: read as REDIRECT",
-				logText(mode)))
+				loglimit.Text(mode)))
 		}
 	}
 	unprivileged, err := str("UNPRIVILEGED_POD")
@@ -248,7 +227,7 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 			continue
 		}
 		if _, err := netip.ParseAddr(ip); err != nil {
-			return fmt.Errorf("metadata INSTANCE_IPS: %q is not an IP address", logText(ip))
+			return fmt.Errorf("metadata INSTANCE_IPS: %q is not an IP address", loglimit.Text(ip))
 		}
 		p.IPAddresses = append(p.IPAddresses, ip)
 	}
@@ -261,7 +240,7 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 		for k, lv := range s.GetFields() {
 			sv, ok := lv.GetKind().(*structpb.Value_StringValue)
 			if !ok {
-				return fmt.Errorf("metadata LABELS: value of %q is not a string", logText(k))
+				return fmt.Errorf("metadata LABELS: value of %q is not a string", loglimit.Text(k))
 			}
 			p.Labels[k] = sv.StringValue
 		}
