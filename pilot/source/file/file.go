@@ -95,6 +95,7 @@ type Source struct {
 }
 
 type fileState struct {
+	id      fileID // of the read its objects come from
 	hash    [32]byte
 	size    int64                 // bytes of the read its objects come from
 	objects map[config.Key]*claim // what the file currently provides (last good where it has errors)

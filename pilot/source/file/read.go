@@ -28,50 +28,67 @@ const syncReadTries = 4
 // readBounded reads a regular file of at most MaxFileBytes, and only accepts the read if the file was the same
 // (inode, size, mtime) before and after it. Anything else is refused before it is read: a FIFO would block the
 // watcher (and shutdown) forever, and /dev/zero would fill memory.
-func (s *Source) readBounded(path string) ([]byte, error) {
+func (s *Source) readBounded(path string) ([]byte, fs.FileInfo, error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(info.Mode()))
+		return nil, nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(info.Mode()))
 	}
 	max := s.opts.MaxFileBytes
 	if info.Size() > max {
-		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d bytes", errTooLarge, info.Size(), max)
+		return nil, nil, fmt.Errorf("%w: %d bytes, over the limit of %d bytes", errTooLarge, info.Size(), max)
 	}
 	// O_NONBLOCK: the file may have been swapped for a FIFO since the Stat, and opening one must not wait for a
 	// writer; the Stat of the open file then refuses it.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	opened, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !opened.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(opened.Mode()))
+		return nil, nil, fmt.Errorf("%w (%s)", errNotRegular, fileType(opened.Mode()))
 	}
 	// Sized from the stat: growing a buffer by doubling would allocate twice a large file's size.
 	buf := bytes.NewBuffer(make([]byte, 0, min(opened.Size(), max)+bytes.MinRead))
 	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data := buf.Bytes()
 	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%w: over the limit of %d bytes", errTooLarge, max)
+		return nil, nil, fmt.Errorf("%w: over the limit of %d bytes", errTooLarge, max)
 	}
 	after, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now, err := os.Stat(path)
 	if err != nil || !sameFile(info, opened) || !sameFile(opened, after) || !sameFile(after, now) || int64(len(data)) != after.Size() {
-		return nil, errUnstable
+		return nil, nil, errUnstable
 	}
-	return data, nil
+	return data, after, nil
+}
+
+// fileID is the device and inode of a file: a file written in place keeps it, one replaced by a rename does not.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(info fs.FileInfo) fileID {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return fileID{dev: uint64(st.Dev), ino: st.Ino}
+	}
+	return fileID{}
+}
+
+// writtenInPlaceRecently reports whether info is the file last read (id) written less than settle ago: it may
+// be half written. A modification time in the future says nothing, and does not hold the file back.
+func writtenInPlaceRecently(id fileID, info fs.FileInfo, settle time.Duration) bool {
+	age := time.Since(info.ModTime())
+	return id != (fileID{}) && idOf(info) == id && age >= 0 && age < settle
 }
 
 // sameFile reports whether a and b describe the same file with the same content as far as stat tells.
@@ -111,8 +128,10 @@ func (s *Source) readOnce(path string, p *pass) error {
 	st := s.files[path]
 	var known [32]byte
 	var served map[[32]byte]claim
+	var security bool
+	var id fileID
 	if st != nil && st.objects != nil {
-		known = st.hash
+		known, security, id = st.hash, st.security, st.id
 		// Copies: the applied claims change under s.mu while this parse runs without it.
 		served = make(map[[32]byte]claim, len(st.objects))
 		for _, c := range st.objects {
@@ -121,7 +140,7 @@ func (s *Source) readOnce(path string, p *pass) error {
 	}
 	s.mu.Unlock()
 
-	data, err := s.readBounded(path)
+	data, info, err := s.readBounded(path)
 	switch {
 	case err == nil:
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
@@ -144,12 +163,20 @@ func (s *Source) readOnce(path string, p *pass) error {
 	if served != nil && hash == known {
 		return nil
 	}
+	if p.async && security && writtenInPlaceRecently(id, info, s.opts.SecuritySettle) {
+		// A security file changed in place, read by a rescan rather than once quiet: it may be half a DENY.
+		// The watcher reads it once it has been quiet for SecuritySettle.
+		s.note(path, true)
+		return nil
+	}
 	if n := countDocuments(data, s.opts.MaxFileDocuments); n > s.opts.MaxFileDocuments {
 		s.keepRead(path, ticket, fmt.Sprintf("cannot read: over %d documents, the limit of %d documents per file; keeping the last good objects",
 			s.opts.MaxFileDocuments, s.opts.MaxFileDocuments), false)
 		return nil
 	}
-	s.apply(path, ticket, s.parse(path, data, hash, served))
+	r := s.parse(path, data, hash, served)
+	r.id = idOf(info)
+	s.apply(path, ticket, r)
 	return nil
 }
 
@@ -173,6 +200,7 @@ func countDocuments(data []byte, limit int) int {
 
 // parsed is one read of a file, parsed without the lock.
 type parsed struct {
+	id      fileID
 	hash    [32]byte
 	size    int64
 	objects map[config.Key]*claim
@@ -238,6 +266,7 @@ func (s *Source) apply(path string, ticket uint64, r *parsed) {
 	}
 	st := s.stateFor(path)
 	if st.hash == r.hash && st.objects != nil {
+		st.id = r.id // the same bytes may come in another file, renamed over this one
 		return
 	}
 	if total := s.totalBytes - st.size + r.size; total > s.opts.MaxTotalBytes {
@@ -252,7 +281,7 @@ func (s *Source) apply(path string, ticket uint64, r *parsed) {
 		s.noteRetryTotal()
 	}
 	s.totalBytes += r.size - st.size
-	st.hash, st.size = r.hash, r.size
+	st.hash, st.size, st.id = r.hash, r.size, r.id
 	if len(r.errs) > 0 {
 		// Keep serving what the file held before for objects its valid documents no longer define:
 		// a broken document must not delete what it used to describe.
