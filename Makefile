@@ -2,7 +2,7 @@
 GO ?= go
 CONFIG_DIR ?= examples/bookinfo
 
-.PHONY: run test test-deps build generate generate-check bench
+.PHONY: run test test-short test-deps build generate generate-check bench
 
 build:
 	$(GO) build -o bin/sextant ./cmd/sextant
@@ -14,6 +14,12 @@ test: test-deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# The contributors' inner loop: vet, gofmt and the tests without -race, less what -short skips; CI runs make test.
+test-short:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) test -short -count=1 ./...
 
 # What the tests need from the system (Chromium for the dashboard's browser test); tolerates failure.
 test-deps:

@@ -24,6 +24,9 @@ func forcedGCs() uint64 {
 // pipeline collect and return its memory to the OS, instead of leaving it to the next GC, which a server at
 // rest may not run for minutes.
 func TestMemoryIsReturnedWhenMostConfigGoes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("12,000 services built, dropped and their memory measured after collection: -short")
+	}
 	const n = 12_000
 	var empty runtime.MemStats
 	runtime.GC()

@@ -20,6 +20,9 @@ var (
 // of config changes, lookups, NACKs and reconnects, then checks that every client holds exactly what the
 // server generates for it, with no warming ended by timeout, nothing unanswered and no NACK loop.
 func TestClientsEndWhereTheServerSays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the property test's random sequences against every client model: -short")
+	}
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
