@@ -20,11 +20,10 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
-var translateTypes = map[string]string{"cds": xds.ClusterType, "eds": xds.EndpointType, "lds": xds.ListenerType, "rds": xds.RouteType}
+var translateTypes = map[string]string{"cds": envoy.ClusterType, "eds": envoy.EndpointType, "lds": envoy.ListenerType, "rds": envoy.RouteType}
 
 func translateCommand() *cobra.Command {
 	var dir, proxyID, meta, meshFile string
@@ -90,11 +89,11 @@ func translate(out io.Writer, proxy *model.Proxy, push *model.PushContext, types
 		w := &model.WatchedResource{TypeURL: typeURL, Wildcard: names == nil, ResourceNames: nameset.New(names...)}
 		return gens[typeURL].Generate(proxy, push, w, nil)
 	}
-	clusters, err := gen(xds.ClusterType, nil)
+	clusters, err := gen(envoy.ClusterType, nil)
 	if err != nil {
 		return err
 	}
-	listeners, err := gen(xds.ListenerType, nil)
+	listeners, err := gen(envoy.ListenerType, nil)
 	if err != nil {
 		return err
 	}
@@ -137,11 +136,11 @@ func translate(out io.Writer, proxy *model.Proxy, push *model.PushContext, types
 		case "lds":
 			rs = listeners
 		case "eds":
-			if rs, err = gen(xds.EndpointType, edsNames); err != nil {
+			if rs, err = gen(envoy.EndpointType, edsNames); err != nil {
 				return err
 			}
 		case "rds":
-			if rs, err = gen(xds.RouteType, rdsNames); err != nil {
+			if rs, err = gen(envoy.RouteType, rdsNames); err != nil {
 				return err
 			}
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/debug"
 	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
 	"github.com/sextantmesh/sextant/pilot/envoy"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // guardedRouting is the reviews VirtualService with a first route refusing /admin (a fault abort) ahead of
@@ -66,8 +65,8 @@ func TestServerKeepsGuardOnBadRouteRegex(t *testing.T) {
 	files["20-routing.yaml"] = guardedRouting(goodGuard)
 	env := debugtest.Start(t, files)
 	p := env.Connect(t, debugtest.SidecarNode("reviews-v1", "bookinfo"))
-	p.Subscribe(xds.ListenerType)
-	p.Subscribe(xds.RouteType, "9080")
+	p.Subscribe(envoy.ListenerType)
+	p.Subscribe(envoy.RouteType, "9080")
 	env.WaitStatus(t, debugtest.ReviewsProxy, "rds", debug.Synced)
 	checkGuard(t, env)
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sextantmesh/sextant/pilot/envoy"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -181,7 +182,7 @@ func pageDump(q pageQuery, types []generated) ([]TypedConfig, Page) {
 // replaced by its name and size.
 func dumpResource(typeURL string, r *model.Resource) json.RawMessage {
 	a := r.Any
-	if typeURL == xds.SecretType {
+	if typeURL == envoy.SecretType {
 		a = redactSecret(a)
 	}
 	raw := anyJSON(r.Name, a)

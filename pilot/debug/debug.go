@@ -12,11 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/push"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/ztunnel"
 )
 
 // Sources are the parts of the discovery server the views read. Only Store, Pipeline and XDS are required.
@@ -139,14 +141,14 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 var shortTypes = map[string]string{
-	xds.ClusterType:       "cds",
-	xds.EndpointType:      "eds",
-	xds.ListenerType:      "lds",
-	xds.RouteType:         "rds",
-	xds.VirtualHostType:   "vhds",
-	xds.SecretType:        "sds",
-	xds.AddressType:       "wds",
-	xds.AuthorizationType: "authorization",
+	envoy.ClusterType:         "cds",
+	envoy.EndpointType:        "eds",
+	envoy.ListenerType:        "lds",
+	envoy.RouteType:           "rds",
+	envoy.VirtualHostType:     "vhds",
+	envoy.SecretType:          "sds",
+	ztunnel.AddressType:       "wds",
+	ztunnel.AuthorizationType: "authorization",
 }
 
 // ShortType names a type URL as operators do: cds, eds, lds, rds, vhds, sds, wds (istio.workload.Address),

@@ -7,6 +7,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/sextantmesh/sextant/pilot/envoy"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/xds"
 )
@@ -57,9 +58,9 @@ func BenchmarkTrackerResponse(b *testing.B) {
 			version++
 			req = push(version)
 		}
-		tr.Sent(ids[i], nil, xds.EndpointType, nonces[i], version, req)
-		tr.Pushed(ids[i], xds.EndpointType, version, req, xds.PushSent, time.Millisecond)
-		tr.Acked(ids[i], xds.EndpointType, nonces[i], false, "")
+		tr.Sent(ids[i], nil, envoy.EndpointType, nonces[i], version, req)
+		tr.Pushed(ids[i], envoy.EndpointType, version, req, xds.PushSent, time.Millisecond)
+		tr.Acked(ids[i], envoy.EndpointType, nonces[i], false, "")
 		i++
 	}
 }
@@ -75,7 +76,7 @@ func TestResponseCountedWhilePushIsRecorded(t *testing.T) {
 			tr.onPush(req)
 			close(done)
 		}()
-		tr.Sent("sidecar~10.0.0.1~a.ns~ns.svc.cluster.local", nil, xds.ClusterType, fmt.Sprint(v), v, req)
+		tr.Sent("sidecar~10.0.0.1~a.ns~ns.svc.cluster.local", nil, envoy.ClusterType, fmt.Sprint(v), v, req)
 		<-done
 		if e := tr.record(v); e == nil || e.responses.Load() != 1 {
 			t.Fatalf("push %d: its response was not counted", v)

@@ -12,7 +12,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
 	"github.com/sextantmesh/sextant/pilot/discovery"
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 )
 
 // nonLoopbackIP returns an address of this machine that is not loopback, so a request to it arrives
@@ -52,7 +52,7 @@ func TestDebugNeedsLoopbackOrToken(t *testing.T) {
 	}
 	env := &debugtest.Env{Server: srv, URL: "http://" + srv.HTTPAddr()}
 	node := debugtest.SidecarNode("productpage-v1-0000", "bookinfo")
-	env.Connect(t, node).Subscribe(xds.ClusterType)
+	env.Connect(t, node).Subscribe(envoy.ClusterType)
 	get := func(path, token string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, env.URL+path, nil)

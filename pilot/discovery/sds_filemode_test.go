@@ -12,7 +12,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/discovery"
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 )
 
 // Without a cluster, a plain sidecar of the gateway's namespace asking for the gateway's key pair gets an
@@ -45,7 +45,7 @@ func TestFileModeSDSRefusesPlainSidecars(t *testing.T) {
 	cc := dialSecure(t, srv, caDir)
 
 	plain := newADSClient(t, bearer("plain"), cc, "sidecar~10.1.2.3~plain-1.istio-system~istio-system.svc.cluster.local")
-	plain.subscribe(xds.SecretType, "kubernetes://shop-cert")
+	plain.subscribe(envoy.SecretType, "kubernetes://shop-cert")
 	select {
 	case n := <-plain.sdsSeen:
 		if n != 0 {
@@ -65,11 +65,11 @@ func TestFileModeSDSRefusesPlainSidecars(t *testing.T) {
 	}
 
 	named := newADSClient(t, bearer("named"), cc, "sidecar~10.1.2.4~named-1.istio-system~istio-system.svc.cluster.local")
-	named.subscribe(xds.SecretType, "kubernetes://shop-cert")
+	named.subscribe(envoy.SecretType, "kubernetes://shop-cert")
 	named.nextSecret(t, "kubernetes://shop-cert", cert, 10*time.Second)
 
 	gw := newADSClient(t, bearer("gateway"), cc, gatewayNode)
-	gw.subscribe(xds.SecretType, "kubernetes://shop-cert")
+	gw.subscribe(envoy.SecretType, "kubernetes://shop-cert")
 	gw.nextSecret(t, "kubernetes://shop-cert", cert, 10*time.Second)
 }
 

@@ -29,7 +29,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/discovery"
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 )
 
 const sdsGateway = `apiVersion: networking.istio.io/v1
@@ -108,7 +108,7 @@ func (c *adsClient) read() {
 		c.latest[resp.TypeUrl] = resp
 		names := c.names[resp.TypeUrl]
 		c.mu.Unlock()
-		if resp.TypeUrl == xds.SecretType {
+		if resp.TypeUrl == envoy.SecretType {
 			c.sdsSeen <- len(resp.Resources)
 			for _, a := range resp.Resources {
 				s := &tlsv3.Secret{}
@@ -142,7 +142,7 @@ func (c *adsClient) listenerSecrets(t *testing.T) []string {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		c.mu.Lock()
-		resp := c.latest[xds.ListenerType]
+		resp := c.latest[envoy.ListenerType]
 		c.mu.Unlock()
 		if resp == nil {
 			time.Sleep(10 * time.Millisecond)
@@ -221,13 +221,13 @@ func TestGatewayGetsItsCertificateOverSDS(t *testing.T) {
 	}
 
 	gw := newADSClient(t, bearer("gateway"), dialSecure(t, srv, caDir), gatewayNode)
-	gw.subscribe(xds.ListenerType)
+	gw.subscribe(envoy.ListenerType)
 	names := gw.listenerSecrets(t)
 	if !slices.Equal(names, []string{"kubernetes://shop-cert"}) {
 		t.Fatalf("listener names secrets %v", names)
 	}
 	// The other namespace's Secret is asked for too: it must never come.
-	gw.subscribe(xds.SecretType, "kubernetes://shop-cert", "kubernetes://shop/shop-cert")
+	gw.subscribe(envoy.SecretType, "kubernetes://shop-cert", "kubernetes://shop/shop-cert")
 	gw.nextSecret(t, "kubernetes://shop-cert", cert, 10*time.Second)
 
 	// Rotation: the new certificate arrives within a second of the Secret's change.
@@ -255,11 +255,11 @@ func TestGatewayGetsItsCertificateOverSDS(t *testing.T) {
 	}
 	defer cc.Close()
 	plain := newADSClient(t, context.Background(), cc, gatewayNode)
-	plain.subscribe(xds.ListenerType)
+	plain.subscribe(envoy.ListenerType)
 	if names := plain.listenerSecrets(t); len(names) != 1 {
 		t.Errorf("plaintext listener names %v", names)
 	}
-	plain.subscribe(xds.SecretType, "kubernetes://shop-cert")
+	plain.subscribe(envoy.SecretType, "kubernetes://shop-cert")
 	select {
 	case n := <-plain.sdsSeen:
 		if n != 0 {

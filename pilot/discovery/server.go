@@ -208,9 +208,12 @@ func NewServer(args Args) (*Server, error) {
 	generators := s.Envoy.ByTypeURL()
 	maps.Copy(generators, s.Ztunnel.ByTypeURL())
 	s.Generators = generators
+	policies := envoy.Policies()
+	maps.Copy(policies, ztunnel.Policies())
 	s.XDS = xds.NewServer(xds.Options{
 		Pipeline:                 readyPipeline{Pipeline: s.Pipeline, server: s},
 		Generators:               generators,
+		Policies:                 policies,
 		Logger:                   args.Logger,
 		PushConcurrency:          args.PushConcurrency,
 		SendTimeout:              args.SendTimeout,

@@ -9,7 +9,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // benchMesh is N services (one HTTP port, 10 endpoints each) over 10 namespaces, every tenth with a
@@ -57,10 +56,10 @@ func BenchmarkGenerate(b *testing.B) {
 			typeURL string
 			w       *model.WatchedResource
 		}{
-			{"cds", xds.ClusterType, wildcard(xds.ClusterType)},
-			{"eds", xds.EndpointType, named(xds.EndpointType, edsNames...)},
-			{"lds", xds.ListenerType, wildcard(xds.ListenerType)},
-			{"rds", xds.RouteType, named(xds.RouteType, "8080")},
+			{"cds", ClusterType, wildcard(ClusterType)},
+			{"eds", EndpointType, named(EndpointType, edsNames...)},
+			{"lds", ListenerType, wildcard(ListenerType)},
+			{"rds", RouteType, named(RouteType, "8080")},
 		}
 		for _, c := range cases {
 			// cold: nothing cached, what the first proxy of a namespace pays.
@@ -109,7 +108,7 @@ func BenchmarkServiceAdd(b *testing.B) {
 	}
 	generate := func() {
 		for _, p := range proxies {
-			for _, t := range []string{xds.ClusterType, xds.ListenerType, xds.VirtualHostType} {
+			for _, t := range []string{ClusterType, ListenerType, VirtualHostType} {
 				if _, err := gens[t].Generate(p, push, wildcard(t), nil); err != nil {
 					b.Fatal(err)
 				}
@@ -142,7 +141,7 @@ func BenchmarkEndpointPush(b *testing.B) {
 	var watches []*model.WatchedResource
 	for i := range 300 {
 		p := envoyProxy(fmt.Sprintf("ns-%d", i%10), map[string]string{"app": "client"}, true, 1, 38)
-		res, err := g.ByTypeURL()[xds.ClusterType].Generate(p, push, wildcard(xds.ClusterType), nil)
+		res, err := g.ByTypeURL()[ClusterType].Generate(p, push, wildcard(ClusterType), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -152,13 +151,13 @@ func BenchmarkEndpointPush(b *testing.B) {
 				names = append(names, r.Name)
 			}
 		}
-		w := named(xds.EndpointType, names...)
+		w := named(EndpointType, names...)
 		proxies, watches = append(proxies, p), append(watches, w)
 	}
 	next, res := addEndpointToSvc3(b, st, push)
 	req := &model.PushRequest{ServicesUpdated: res.ServicesUpdated, Push: next}
-	eds := g.ByTypeURL()[xds.EndpointType].(model.DeltaGenerator)
-	filter := g.ByTypeURL()[xds.EndpointType].(model.PushFilter)
+	eds := g.ByTypeURL()[EndpointType].(model.DeltaGenerator)
+	filter := g.ByTypeURL()[EndpointType].(model.PushFilter)
 	b.ReportAllocs()
 	for b.Loop() {
 		for i, p := range proxies {
@@ -195,8 +194,8 @@ spec:
 		{"match", map[string]string{"app": "batch"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			g := New(Options{}).ByTypeURL()[xds.ListenerType]
-			w := wildcard(xds.ListenerType)
+			g := New(Options{}).ByTypeURL()[ListenerType]
+			w := wildcard(ListenerType)
 			if _, err := g.Generate(sidecarIn("ns-1", "10.200.0.1", c.labels), push, w, nil); err != nil {
 				b.Fatal(err)
 			}
@@ -223,14 +222,14 @@ func BenchmarkVirtualServiceChangeUnderSidecars(b *testing.B) {
 	}
 	st := storeFromYAML(b, []byte(sb.String()))
 	push := model.Build(st, mesh.Default())
-	cds := New(Options{}).ByTypeURL()[xds.ClusterType]
+	cds := New(Options{}).ByTypeURL()[ClusterType]
 	var proxies []*model.Proxy
 	for ns := range 10 {
 		proxies = append(proxies, envoyProxy(fmt.Sprintf("ns-%d", ns), map[string]string{"app": "client"}, true, 1, 38))
 	}
 	generate := func() {
 		for _, p := range proxies {
-			if _, err := cds.Generate(p, push, wildcard(xds.ClusterType), nil); err != nil {
+			if _, err := cds.Generate(p, push, wildcard(ClusterType), nil); err != nil {
 				b.Fatal(err)
 			}
 		}

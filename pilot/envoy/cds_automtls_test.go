@@ -13,7 +13,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // autoMTLSMesh: reviews v1 and v2 (pods with sidecars) in namespace default, and the same in namespace other,
@@ -64,7 +63,7 @@ const otherReviewsCluster = "outbound|9080||reviews.other.svc.cluster.local"
 // assignmentsOf generates the load assignments of the named clusters for p, each checked with ValidateAll.
 func assignmentsOf(t *testing.T, g *Generators, p *model.Proxy, push *model.PushContext, names ...string) []*endpoint.ClusterLoadAssignment {
 	t.Helper()
-	res, err := g.ByTypeURL()[xds.EndpointType].Generate(p, push, named(xds.EndpointType, names...), nil)
+	res, err := g.ByTypeURL()[EndpointType].Generate(p, push, named(EndpointType, names...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +122,7 @@ func TestAutoMTLSFollowsPeerAuthentication(t *testing.T) {
 	client := sidecarIn("default", "10.1.9.9", map[string]string{"app": "sleep"})
 	check := func(step string, wantCluster string, want map[string]string) {
 		t.Helper()
-		cs := generate(t, g, xds.ClusterType, client, push, wildcard(xds.ClusterType), newCluster)
+		cs := generate(t, g, ClusterType, client, push, wildcard(ClusterType), newCluster)
 		if got := upstreamTransport(clusterByName(t, cs, reviewsCluster)); got != wantCluster {
 			t.Errorf("%s: reviews cluster transport %s, want %s", step, got, wantCluster)
 		}
@@ -139,7 +138,7 @@ func TestAutoMTLSFollowsPeerAuthentication(t *testing.T) {
 		if other := tlsModes(t, g, push, otherReviewsCluster); other["10.1.1.1"] != "istio" || other["10.1.1.2"] != "istio" {
 			t.Errorf("%s: reviews.other endpoints %v, want both istio", step, other)
 		}
-		checkSameAsFreshBuild(t, g, xds.ClusterType, client, push, 0)
+		checkSameAsFreshBuild(t, g, ClusterType, client, push, 0)
 		fresh := New(Options{})
 		for _, name := range []string{reviewsCluster, otherReviewsCluster} {
 			a := assignmentsOf(t, g, client, push, name)
@@ -223,7 +222,7 @@ spec:
   mtls: {mode: STRICT}
 `)
 	g := New(Options{})
-	cs := generate(t, g, xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	if got := upstreamTransport(clusterByName(t, cs, reviewsCluster)); got != "plaintext" {
 		t.Errorf("under mesh-wide DISABLE: %s", got)
 	}
@@ -235,7 +234,7 @@ kind: PeerAuthentication
 metadata: {name: default, namespace: other}
 spec: {}
 `)
-	cs = generate(t, g, xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	cs = generate(t, g, ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	if got := upstreamTransport(clusterByName(t, cs, otherReviewsCluster)); got != "plaintext" {
 		t.Errorf("namespace UNSET under mesh-wide DISABLE: %s, want plaintext (inherited)", got)
 	}
@@ -252,7 +251,7 @@ func TestPeerAuthenticationChangeIsProportional(t *testing.T) {
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
 	client := sidecarIn("default", "10.1.9.9", nil)
-	before := generateByName(t, g, xds.ClusterType, client, push)
+	before := generateByName(t, g, ClusterType, client, push)
 	doc := `apiVersion: security.istio.io/v1
 kind: PeerAuthentication
 metadata: {name: default, namespace: default}
@@ -265,7 +264,7 @@ spec:
 	}
 	st.Upsert(store.LayerFile, c)
 	next, _ := model.Update(push, st, []model.Change{{Key: c.Key, New: c}})
-	after := generateByName(t, g, xds.ClusterType, client, next)
+	after := generateByName(t, g, ClusterType, client, next)
 	if after[otherReviewsCluster] != before[otherReviewsCluster] {
 		t.Error("the cluster of a namespace without policy change was rebuilt")
 	}

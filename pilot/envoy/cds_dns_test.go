@@ -8,7 +8,6 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Resolution DNS_ROUND_ROBIN is a LOGICAL_DNS cluster (one resolved address at a time) with its one endpoint,
@@ -44,7 +43,7 @@ spec:
   resolution: DNS
   ports: [{number: 80, name: http, protocol: HTTP}]
 `))
-	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	for name, want := range map[string]struct {
 		typ     cluster.Cluster_DiscoveryType
 		address string
@@ -103,7 +102,7 @@ kind: WorkloadEntry
 metadata: {name: legacy-rr-1, namespace: default}
 spec: {address: vm9.legacy.internal, labels: {app: legacy-rr}}
 `))
-	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	c := clusterByName(t, cs, "outbound|8080||legacy-rr.vm.internal")
 	eps := c.GetLoadAssignment().GetEndpoints()
 	if len(eps) != 1 || len(eps[0].LbEndpoints) != 1 || eps[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != "vm9.legacy.internal" {

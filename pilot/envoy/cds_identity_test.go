@@ -12,7 +12,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // meshTLSOf returns the TLS context a cluster gives endpoints with a sidecar: the tlsMode-istio match's, else
@@ -66,7 +65,7 @@ func TestMeshMTLSAcceptsTheServiceAccountsOfTheEndpoints(t *testing.T) {
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
 	client := sidecarIn("default", "10.1.9.9", nil)
-	reviews := clusterByName(t, generate(t, g, xds.ClusterType, client, push, wildcard(xds.ClusterType), newCluster), reviewsCluster)
+	reviews := clusterByName(t, generate(t, g, ClusterType, client, push, wildcard(ClusterType), newCluster), reviewsCluster)
 	if got, want := acceptedSANs(meshTLSOf(t, reviews)), exactSANs("spiffe://cluster.local/ns/default/sa/reviews"); !slices.Equal(got, want) {
 		t.Errorf("SANs %v, want %v", got, want)
 	}
@@ -90,12 +89,12 @@ endpoints:
 	if !res.Full {
 		t.Error("a new service account behind reviews is not a full push: clients would not learn it")
 	}
-	reviews = clusterByName(t, generate(t, g, xds.ClusterType, client, push, wildcard(xds.ClusterType), newCluster), reviewsCluster)
+	reviews = clusterByName(t, generate(t, g, ClusterType, client, push, wildcard(ClusterType), newCluster), reviewsCluster)
 	want := exactSANs("spiffe://cluster.local/ns/default/sa/reviews", "spiffe://cluster.local/ns/default/sa/reviews-v3")
 	if got := acceptedSANs(meshTLSOf(t, reviews)); !slices.Equal(got, want) {
 		t.Errorf("after the new pod: SANs %v, want %v", got, want)
 	}
-	checkSameAsFreshBuild(t, g, xds.ClusterType, client, push, 1)
+	checkSameAsFreshBuild(t, g, ClusterType, client, push, 1)
 }
 
 // applyDocsResult is applyDocs that also returns what the update means for proxies.
@@ -176,7 +175,7 @@ spec:
 `))
 	g := New(Options{})
 	client := sidecarIn("default", "10.1.9.9", nil)
-	cs := generate(t, g, xds.ClusterType, client, push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, client, push, wildcard(ClusterType), newCluster)
 
 	billing := clusterByName(t, cs, "outbound|8080||billing.internal")
 	want := exactSANs("spiffe://cluster.local/ns/billing/sa/billing", "spiffe://cluster.local/ns/default/sa/billing-vm")

@@ -11,7 +11,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // passthroughMesh: mesh-internal ServiceEntries with resolution NONE (original destination) over
@@ -129,19 +128,19 @@ func TestOriginalDestinationAutoMTLS(t *testing.T) {
 	client := sidecarIn("default", "10.1.9.9", map[string]string{"app": "sleep"})
 	check := func(step string, want map[string]bool) {
 		t.Helper()
-		cs := generate(t, g, xds.ClusterType, client, push, wildcard(xds.ClusterType), newCluster)
+		cs := generate(t, g, ClusterType, client, push, wildcard(ClusterType), newCluster)
 		for name, mtls := range want {
 			ctx := clusterMeshTLS(t, clusterByName(t, cs, name))
 			if (ctx != nil) != mtls {
 				t.Errorf("%s: %s mesh mTLS %v, want %v", step, name, ctx != nil, mtls)
 			}
 		}
-		checkSameAsFreshBuild(t, g, xds.ClusterType, client, push, 0)
+		checkSameAsFreshBuild(t, g, ClusterType, client, push, 0)
 	}
 	check("all endpoints with sidecars", map[string]bool{vmTCPCluster: true, vmHTTPCluster: true, podsCluster: true,
 		extCluster: false, ptCluster: true, ptPlainCluster: true, ptPTCluster: true})
 
-	cs := generate(t, g, xds.ClusterType, client, push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, client, push, wildcard(ClusterType), newCluster)
 	ctx := clusterMeshTLS(t, clusterByName(t, cs, vmTCPCluster))
 	if ctx.Sni != "outbound_.5000_._.vm.mesh.internal" {
 		t.Errorf("SNI %q", ctx.Sni)
@@ -229,7 +228,7 @@ spec:
   selector: {app: headless}
   ports: [{name: tcp-db, port: 5432, targetPort: 6432}]
 `))
-	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	for name, want := range map[string]uint32{
 		"outbound|5000||db.mesh.internal":                   6000,
 		"outbound|5000|v1|db.mesh.internal":                 6000,

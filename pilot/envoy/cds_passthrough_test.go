@@ -9,7 +9,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // A headless Service whose pods all have sidecars, a ServiceEntry of resolution NONE over WorkloadEntries
@@ -89,7 +88,7 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 	push := pushFromYAML(t, []byte(passthroughYAML))
 	g := New(Options{})
 	gw := eastWestGateway("istio-system")
-	cs := generate(t, g, xds.ClusterType, gw, push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, gw, push, wildcard(ClusterType), newCluster)
 	for _, name := range []string{"outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local", "outbound|443||api.example.com"} {
 		c := clusterByName(t, cs, name)
 		if c.GetType() != cluster.Cluster_EDS || c.GetEdsClusterConfig().GetServiceName() != name || c.LbPolicy != cluster.Cluster_LEAST_REQUEST {
@@ -106,8 +105,8 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 			t.Errorf("gateway %s: upstream TLS, want none", name)
 		}
 	}
-	w := named(xds.EndpointType, "outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local", "outbound|443||api.example.com")
-	res, err := g.ByTypeURL()[xds.EndpointType].Generate(gw, push, w, nil)
+	w := named(EndpointType, "outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local", "outbound|443||api.example.com")
+	res, err := g.ByTypeURL()[EndpointType].Generate(gw, push, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +133,7 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 	}
 
 	sidecar := sidecarIn("shop", "10.1.0.5", map[string]string{"app": "client"})
-	for _, c := range generate(t, g, xds.ClusterType, sidecar, push, wildcard(xds.ClusterType), newCluster) {
+	for _, c := range generate(t, g, ClusterType, sidecar, push, wildcard(ClusterType), newCluster) {
 		if (c.Name == "outbound|5432||db.shop.svc.cluster.local" || c.Name == "outbound|443||api.example.com") &&
 			(c.GetType() != cluster.Cluster_ORIGINAL_DST || c.LbPolicy != cluster.Cluster_CLUSTER_PROVIDED) {
 			t.Errorf("sidecar %s: type %v lb %v, want ORIGINAL_DST", c.Name, c.GetType(), c.LbPolicy)
@@ -147,10 +146,10 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 func TestGatewayPassthroughClustersKeepSidecarsShared(t *testing.T) {
 	push := pushFromYAML(t, []byte(passthroughYAML))
 	sidecar := sidecarIn("shop", "10.1.0.5", map[string]string{"app": "client"})
-	alone := generateByName(t, New(Options{}), xds.ClusterType, sidecar, push)
+	alone := generateByName(t, New(Options{}), ClusterType, sidecar, push)
 	g := New(Options{})
-	gateway := generateByName(t, g, xds.ClusterType, eastWestGateway("istio-system"), push)
-	after := generateByName(t, g, xds.ClusterType, sidecar, push)
+	gateway := generateByName(t, g, ClusterType, eastWestGateway("istio-system"), push)
+	after := generateByName(t, g, ClusterType, sidecar, push)
 	if len(after) != len(alone) {
 		t.Fatalf("sidecar has %d clusters after a gateway was served, %d alone", len(after), len(alone))
 	}
@@ -176,16 +175,16 @@ func TestGatewayPassthroughAutoMTLSFollowsEndpoints(t *testing.T) {
 	g := New(Options{})
 	gw := eastWestGateway("istio-system")
 	const db, sni = "outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local"
-	cs := generate(t, g, xds.ClusterType, gw, push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, gw, push, wildcard(ClusterType), newCluster)
 	if c := clusterByName(t, cs, db); c.GetType() != cluster.Cluster_EDS || len(c.TransportSocketMatches) != 2 || c.TransportSocket != nil {
 		t.Errorf("gateway %s: type %v, %d matches; want EDS with auto mTLS per endpoint", db, c.GetType(), len(c.TransportSocketMatches))
 	}
 	push, _ = applyDocsResult(t, st, push, dbWithoutSidecar)
-	cs = generate(t, g, xds.ClusterType, gw, push, wildcard(xds.ClusterType), newCluster)
+	cs = generate(t, g, ClusterType, gw, push, wildcard(ClusterType), newCluster)
 	for _, name := range []string{db, sni} {
 		if c := clusterByName(t, cs, name); c.GetType() != cluster.Cluster_EDS || c.TransportSocket != nil || len(c.TransportSocketMatches) > 0 {
 			t.Errorf("gateway %s after db-0 lost its sidecar: type %v, upstream TLS; want EDS, plaintext", name, c.GetType())
 		}
 	}
-	checkSameAsFreshBuild(t, g, xds.ClusterType, gw, push, 1)
+	checkSameAsFreshBuild(t, g, ClusterType, gw, push, 1)
 }

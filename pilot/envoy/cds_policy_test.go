@@ -14,7 +14,6 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // policyMesh is one HTTP service and the client sleep; each test adds its DestinationRules.
@@ -42,7 +41,7 @@ const reviewsCluster = "outbound|9080||reviews.default.svc.cluster.local"
 func policyClusters(t *testing.T, extra string, labels map[string]string) []*cluster.Cluster {
 	t.Helper()
 	push := pushFromYAML(t, []byte(policyMesh+extra))
-	return generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.0.1", labels), push, wildcard(xds.ClusterType), newCluster)
+	return generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.0.1", labels), push, wildcard(ClusterType), newCluster)
 }
 
 // Without a DestinationRule, istiod lifts every circuit breaker to the maximum (outbound and inbound),
@@ -181,10 +180,10 @@ spec:
 `))
 	g := New(Options{})
 	lb := func(ip string, labels map[string]string, w *model.WatchedResource) cluster.Cluster_LbPolicy {
-		cs := generate(t, g, xds.ClusterType, sidecarIn("default", ip, labels), push, w, newCluster)
+		cs := generate(t, g, ClusterType, sidecarIn("default", ip, labels), push, w, newCluster)
 		return clusterByName(t, cs, reviewsCluster).LbPolicy
 	}
-	for _, w := range []*model.WatchedResource{wildcard(xds.ClusterType), named(xds.ClusterType, reviewsCluster)} {
+	for _, w := range []*model.WatchedResource{wildcard(ClusterType), named(ClusterType, reviewsCluster)} {
 		if got := lb("10.1.0.1", map[string]string{"app": "sleep"}, w); got != cluster.Cluster_LEAST_REQUEST {
 			t.Errorf("sleep (not selected): lb %v, want the default LEAST_REQUEST", got)
 		}
@@ -269,9 +268,9 @@ spec:
       connectionPool: {http: {h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 100}}
 `))
 	g := New(Options{})
-	sidecar := generate(t, g, xds.ClusterType, sidecarIn("default", "10.1.0.9", map[string]string{"app": "echo"}), push, wildcard(xds.ClusterType), newCluster)
-	gateway := generate(t, g, xds.ClusterType, &model.Proxy{Type: model.Router, NodeID: "router~10.1.0.8~gw.default~default.svc.cluster.local", Namespace: "default"},
-		push, wildcard(xds.ClusterType), newCluster)
+	sidecar := generate(t, g, ClusterType, sidecarIn("default", "10.1.0.9", map[string]string{"app": "echo"}), push, wildcard(ClusterType), newCluster)
+	gateway := generate(t, g, ClusterType, &model.Proxy{Type: model.Router, NodeID: "router~10.1.0.8~gw.default~default.svc.cluster.local", Namespace: "default"},
+		push, wildcard(ClusterType), newCluster)
 	name := func(port int) string { return fmt.Sprintf("outbound|%d||echo.default.svc.cluster.local", port) }
 	cases := []struct {
 		cs       []*cluster.Cluster
@@ -424,7 +423,7 @@ spec:
 	want := map[string]string{reviewsCluster: "disabled", "outbound|9080|v1|reviews.default.svc.cluster.local": "istio"}
 	proxy := sidecarIn("default", "10.1.0.1", map[string]string{"app": "sleep"})
 	g := New(Options{})
-	res, err := g.ByTypeURL()[xds.EndpointType].Generate(proxy, push, named(xds.EndpointType, slices.Sorted(maps.Keys(want))...), nil)
+	res, err := g.ByTypeURL()[EndpointType].Generate(proxy, push, named(EndpointType, slices.Sorted(maps.Keys(want))...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +438,7 @@ spec:
 		}
 		clas = append(clas, cla)
 	}
-	cs := generate(t, g, xds.ClusterType, proxy, push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, proxy, push, wildcard(ClusterType), newCluster)
 	if len(clas) != len(want) {
 		t.Fatalf("got %d assignments, want %d", len(clas), len(want))
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
@@ -90,9 +89,9 @@ func clusterByName(t *testing.T, cs []*cluster.Cluster, name string) *cluster.Cl
 func TestCDSGolden(t *testing.T) {
 	push := cdsPush(t)
 	g := New(Options{})
-	sidecar := generate(t, g, xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	sidecar := generate(t, g, ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
 	golden(t, "cds", "sidecar-shop", sidecar)
-	grpc := generate(t, g, xds.ClusterType, &model.Proxy{Type: model.GRPC, NodeID: "grpc-client", Namespace: "shop"}, push, wildcard(xds.ClusterType), newCluster)
+	grpc := generate(t, g, ClusterType, &model.Proxy{Type: model.GRPC, NodeID: "grpc-client", Namespace: "shop"}, push, wildcard(ClusterType), newCluster)
 	golden(t, "cds", "grpc-shop", grpc)
 }
 
@@ -101,7 +100,7 @@ func TestCDSGolden(t *testing.T) {
 // connection through; they carry no endpoint list of their own.
 func TestCDSInboundOriginalDestination(t *testing.T) {
 	push := cdsPush(t)
-	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
 	for _, name := range []string{"inbound|7070||", "inbound|8080||"} {
 		c := clusterByName(t, cs, name)
 		if c.GetType() != cluster.Cluster_ORIGINAL_DST || c.LbPolicy != cluster.Cluster_CLUSTER_PROVIDED {
@@ -129,7 +128,7 @@ func TestCDSInboundLocalhost(t *testing.T) {
 		t.Fatal(err)
 	}
 	push := model.Build(storeFromYAML(t, data), m)
-	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
 	for _, port := range []uint32{7070, 8080} {
 		c := clusterByName(t, cs, InboundClusterName(port))
 		if c.GetType() != cluster.Cluster_STATIC || c.UpstreamBindConfig != nil {
@@ -148,7 +147,7 @@ func TestCDSInboundLocalhost(t *testing.T) {
 func TestCDSClusters(t *testing.T) {
 	push := cdsPush(t)
 	g := New(Options{})
-	cs := generate(t, g, xds.ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
 	var names []string
 	for _, c := range cs {
 		names = append(names, c.Name)
@@ -218,9 +217,9 @@ func TestCDSNamedAndShared(t *testing.T) {
 	g := New(Options{})
 	a := sidecarIn("shop", "10.1.0.1", nil)
 	b := sidecarIn("shop", "10.1.0.7", nil)
-	w := named(xds.ClusterType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|1||nothing")
-	ra, _ := g.ByTypeURL()[xds.ClusterType].Generate(a, push, w, nil)
-	rb, _ := g.ByTypeURL()[xds.ClusterType].Generate(b, push, w, nil)
+	w := named(ClusterType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|1||nothing")
+	ra, _ := g.ByTypeURL()[ClusterType].Generate(a, push, w, nil)
+	rb, _ := g.ByTypeURL()[ClusterType].Generate(b, push, w, nil)
 	if len(ra) != 1 || ra[0].Name != "outbound|9080||reviews.shop.svc.cluster.local" {
 		t.Fatalf("named request = %v", ra)
 	}
@@ -233,9 +232,9 @@ func TestEDSLocalitiesAndSubsets(t *testing.T) {
 	push := cdsPush(t)
 	g := New(Options{})
 	proxy := sidecarIn("shop", "10.1.0.9", nil)
-	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
+	w := named(EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
 		"outbound|9080|v9|reviews.shop.svc.cluster.local", "outbound|80||hidden.other.svc.cluster.local")
-	res, err := g.ByTypeURL()[xds.EndpointType].Generate(proxy, push, w, nil)
+	res, err := g.ByTypeURL()[EndpointType].Generate(proxy, push, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +278,7 @@ func TestEDSLocalitiesAndSubsets(t *testing.T) {
 
 func TestEDSNeedsPushOnlyForWatchedServices(t *testing.T) {
 	gen := endpointGenerator{New(Options{})}
-	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local")
+	w := named(EndpointType, "outbound|9080||reviews.shop.svc.cluster.local")
 	hit := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/reviews.shop.svc.cluster.local": {}}}
 	miss := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/ratings.shop.svc.cluster.local": {}}}
 	if !gen.NeedsPush(nil, w, hit) || gen.NeedsPush(nil, w, miss) || !gen.NeedsPush(nil, w, &model.PushRequest{Full: true}) {
@@ -290,7 +289,7 @@ func TestEDSNeedsPushOnlyForWatchedServices(t *testing.T) {
 func TestEDSDeltaSendsOnlyChangedServices(t *testing.T) {
 	push := cdsPush(t)
 	gen := endpointGenerator{New(Options{})}
-	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
+	w := named(EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
 		"outbound|80||gone.shop.svc.cluster.local")
 	req := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/reviews.shop.svc.cluster.local": {}}}
 	res, removed, incremental, err := gen.GenerateDeltas(sidecarIn("shop", "10.1.0.9", nil), push, w, req)
@@ -316,7 +315,7 @@ func TestEDSDeltaSendsOnlyChangedServices(t *testing.T) {
 func TestEDSFullPushForAServiceSendsOnlyIt(t *testing.T) {
 	push := cdsPush(t)
 	gen := endpointGenerator{New(Options{})}
-	w := named(xds.EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
+	w := named(EndpointType, "outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v1|reviews.shop.svc.cluster.local",
 		"outbound|3306||db.shop.svc.cluster.local")
 	proxy := sidecarIn("shop", "10.1.0.9", nil)
 	names := func(req *model.PushRequest) ([]string, bool) {
@@ -367,7 +366,7 @@ func TestSidecarInboundFollowsNamespaceServices(t *testing.T) {
 	inbound := func(push *model.PushContext) []string {
 		t.Helper()
 		var names []string
-		for _, c := range generate(t, g, xds.ClusterType, proxy, push, wildcard(xds.ClusterType), newCluster) {
+		for _, c := range generate(t, g, ClusterType, proxy, push, wildcard(ClusterType), newCluster) {
 			if strings.HasPrefix(c.Name, "inbound|") {
 				names = append(names, c.Name)
 			}
@@ -377,7 +376,7 @@ func TestSidecarInboundFollowsNamespaceServices(t *testing.T) {
 	inboundPorts := func(push *model.PushContext) []uint32 {
 		t.Helper()
 		var ports []uint32
-		for _, l := range ldsGenerate(t, g, proxy, push, wildcard(xds.ListenerType)) {
+		for _, l := range ldsGenerate(t, g, proxy, push, wildcard(ListenerType)) {
 			if l.Name != VirtualInboundListener {
 				continue
 			}
@@ -435,7 +434,7 @@ func TestSidecarsShareMergedLists(t *testing.T) {
 	ratings2 := envoyProxy("bookinfo", map[string]string{"app": "ratings"}, true, 1, 38)
 	details := envoyProxy("bookinfo", map[string]string{"app": "details"}, true, 1, 38)
 	web := envoyProxy("bookinfo", map[string]string{"app": "web"}, true, 1, 38)
-	for _, typ := range []string{xds.ClusterType, xds.ListenerType, xds.VirtualHostType} {
+	for _, typ := range []string{ClusterType, ListenerType, VirtualHostType} {
 		gen := g.ByTypeURL()[typ]
 		lists := map[string]model.Resources{}
 		for name, p := range map[string]*model.Proxy{"ratings": ratings, "ratings2": ratings2, "details": details, "web": web} {
@@ -461,10 +460,10 @@ func TestSidecarsShareMergedLists(t *testing.T) {
 			t.Errorf("%s: two ratings sidecars do not share their list", typ)
 		}
 		// details routes by sourceLabels, so its virtual hosts are its own.
-		if typ != xds.VirtualHostType && &lists["ratings"][0] != &lists["details"][0] {
+		if typ != VirtualHostType && &lists["ratings"][0] != &lists["details"][0] {
 			t.Errorf("%s: ratings and details (same inbound port) do not share their list", typ)
 		}
-		if typ != xds.VirtualHostType && &lists["ratings"][0] == &lists["web"][0] {
+		if typ != VirtualHostType && &lists["ratings"][0] == &lists["web"][0] {
 			t.Errorf("%s: web (other inbound ports) shares ratings' list", typ)
 		}
 	}
@@ -543,7 +542,7 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 			live[config.Key{Kind: config.Service, Namespace: ns, Name: name}] = true
 		}
 		for _, p := range proxies {
-			checkSameAsFreshBuild(t, g, xds.ClusterType, p, push, step)
+			checkSameAsFreshBuild(t, g, ClusterType, p, push, step)
 		}
 		if l, ok := g.clusterLists.latest(listID{kind: "cds", namespace: "ns-3", variant: "0"}); ok && l.derived {
 			derived++

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // A wildcard ServiceEntry with resolution DYNAMIC_DNS, on an HTTP port of its own (8000), an HTTP port an
@@ -81,7 +80,7 @@ spec:
   host: "*.api.example.com"
   subsets: [{name: v1, labels: {version: v1}}]
 `))
-	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	for _, c := range cs {
 		if err := validateDeep(c); err != nil {
 			t.Errorf("%s: %v", c.Name, err)
@@ -130,7 +129,7 @@ spec:
   host: "*.api.example.com"
   trafficPolicy: {tls: `+tc.tls+`}
 `))
-			cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+			cs := generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 			c := clusterByName(t, cs, "outbound|8000||*.api.example.com")
 			if err := validateDeep(c); err != nil {
 				t.Error(err)
@@ -160,7 +159,7 @@ spec:
 // in istiod, without the filter, and the cluster resolves the host itself.
 func TestDynamicDNSListeners(t *testing.T) {
 	push := pushFromYAML(t, []byte(dynamicDNSMesh))
-	ls := ldsGenerate(t, New(Options{}), sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), sidecarIn("default", "10.1.9.9", nil), push, wildcard(ListenerType))
 
 	h := ldsHCMOf(t, ldsChain(t, ldsFind(t, ls, "0.0.0.0_8000"), "0.0.0.0_8000"))
 	if got, want := httpFilterNames(h), []string{ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsHTTPDynamicForwardProxyFilter, ldsRouterFilterName}; !slices.Equal(got, want) {
@@ -242,7 +241,7 @@ spec:
 		{"ipv4 again", sidecarIn("default", "10.1.9.7", nil), cluster.Cluster_V4_ONLY},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := generate(t, g, xds.ClusterType, tc.proxy, push, wildcard(xds.ClusterType), newCluster)
+			cs := generate(t, g, ClusterType, tc.proxy, push, wildcard(ClusterType), newCluster)
 			for _, c := range cs {
 				if err := validateDeep(c); err != nil {
 					t.Errorf("%s: %v", c.Name, err)
@@ -258,7 +257,7 @@ spec:
 				}
 			}
 
-			ls := ldsGenerate(t, g, tc.proxy, push, wildcard(xds.ListenerType))
+			ls := ldsGenerate(t, g, tc.proxy, push, wildcard(ListenerType))
 			unspecified := "0.0.0.0" // the proxy's unspecified address names its listeners without a VIP
 			if tc.want == cluster.Cluster_V6_ONLY {
 				unspecified = "::"
@@ -307,7 +306,7 @@ spec:
   trafficPolicy: {loadBalancer: {simple: RANDOM}}
   subsets: [{name: v1, labels: {version: v1}}]
 `))
-	cs := generate(t, New(Options{}), xds.ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	if c := clusterByName(t, cs, "outbound|8000||*.api.example.com"); c.LbPolicy != cluster.Cluster_CLUSTER_PROVIDED {
 		t.Errorf("lb policy %v, want CLUSTER_PROVIDED", c.LbPolicy)
 	}

@@ -5,8 +5,6 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // localityMesh: reviews with one endpoint in each of three localities.
@@ -47,7 +45,7 @@ func localityAssignment(t *testing.T, rule string) map[string]*endpoint.Locality
 	push := pushFromYAML(t, []byte(localityMesh+rule))
 	proxy := sidecarIn("default", "10.1.0.1", nil)
 	proxy.Locality = &core.Locality{Region: "region1", Zone: "zone-a"}
-	res, err := New(Options{}).ByTypeURL()[xds.EndpointType].Generate(proxy, push, named(xds.EndpointType, reviewsCluster), nil)
+	res, err := New(Options{}).ByTypeURL()[EndpointType].Generate(proxy, push, named(EndpointType, reviewsCluster), nil)
 	if err != nil || len(res) != 1 {
 		t.Fatalf("%d assignments, %v", len(res), err)
 	}

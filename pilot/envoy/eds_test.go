@@ -9,7 +9,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // An endpoint push reaches each proxy with the assignments of the changed service's clusters it watches,
@@ -23,16 +22,16 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 	in3, in4 := proxies[0], proxies[1]
 	watchOf := func(p *model.Proxy) *model.WatchedResource {
 		var names []string
-		for name := range generateByName(t, g, xds.ClusterType, p, push) {
+		for name := range generateByName(t, g, ClusterType, p, push) {
 			if strings.HasPrefix(name, "outbound|") {
 				names = append(names, name)
 			}
 		}
-		return named(xds.EndpointType, names...)
+		return named(EndpointType, names...)
 	}
 	w3, w4 := watchOf(in3), watchOf(in4)
 	other := envoyProxy("ns-5", nil, true, 1, 38)
-	wOther := named(xds.EndpointType, OutboundClusterName(80, "", "svc-5.ns-5.svc.cluster.local"))
+	wOther := named(EndpointType, OutboundClusterName(80, "", "svc-5.ns-5.svc.cluster.local"))
 
 	// A pod more behind svc-3.
 	next, res := addEndpointToSvc3(t, st, push)
@@ -71,7 +70,7 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 			t.Errorf("round %d, %s: pushed %v, want %v", round, tc.p.Namespace, got, tc.want)
 		}
 	}
-	fresh, err := New(Options{}).ByTypeURL()[xds.EndpointType].Generate(in3, next, named(xds.EndpointType, want3...), nil)
+	fresh, err := New(Options{}).ByTypeURL()[EndpointType].Generate(in3, next, named(EndpointType, want3...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

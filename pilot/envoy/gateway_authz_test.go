@@ -13,7 +13,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Policies on the ingress gateway of testdata/lds/mesh.yaml (istio-system, istio: ingressgateway): an edge
@@ -131,7 +130,7 @@ func equalRules(t *testing.T, where string, got, want []*rbacpb.RBAC) {
 
 func TestGatewayListenersCarryAuthorization(t *testing.T) {
 	push := ldsPush(t, nil, gatewayPolicies)
-	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType))
 	want := gwWantRules()
 	http := ldsFind(t, ls, "0.0.0.0_80")
 	equalRules(t, "0.0.0.0_80", gwHTTPRules(t, http.FilterChains[0]), want)
@@ -144,7 +143,7 @@ func TestGatewayListenersCarryAuthorization(t *testing.T) {
 	equalRules(t, pass, gwTCPRules(t, ldsChain(t, https, pass)), want)
 
 	// Without policies the chains keep no RBAC filter.
-	bare := ldsGenerate(t, New(Options{}), ldsGateway, ldsPush(t, nil), wildcard(xds.ListenerType))
+	bare := ldsGenerate(t, New(Options{}), ldsGateway, ldsPush(t, nil), wildcard(ListenerType))
 	if got := gwHTTPRules(t, ldsFind(t, bare, "0.0.0.0_80").FilterChains[0]); len(got) != 0 {
 		t.Errorf("no policy, yet RBAC %v", got)
 	}
@@ -168,7 +167,7 @@ spec:
 	canary.ID, canary.NodeID = "gw-2.istio-system", "router~10.1.1.2~gw-2.istio-system~istio-system.svc.cluster.local"
 	canary.Labels = map[string]string{"istio": "ingressgateway", "role": "canary"}
 	for _, p := range []*model.Proxy{ldsGateway, &canary, ldsGateway} {
-		got := gwHTTPRules(t, ldsFind(t, ldsGenerate(t, g, p, push, wildcard(xds.ListenerType)), "0.0.0.0_80").FilterChains[0])
+		got := gwHTTPRules(t, ldsFind(t, ldsGenerate(t, g, p, push, wildcard(ListenerType)), "0.0.0.0_80").FilterChains[0])
 		if p == ldsGateway {
 			equalRules(t, "ingress", got, gwWantRules())
 		} else if len(got) != 2 || got[0].Policies["ns[istio-system]-policy[canary-deny]-rule[0]"] == nil {
@@ -199,7 +198,7 @@ spec:
 `)
 	pod := &model.Proxy{Type: model.Router, NodeID: "router~10.1.0.9~shop-gw-1.shop~shop.svc.cluster.local", ID: "shop-gw-1.shop",
 		Namespace: "shop", IPAddresses: []string{"10.1.0.9"}, Labels: map[string]string{config.GatewayNameLabel: "shop-gw"}}
-	ls := ldsGenerate(t, New(Options{}), pod, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), pod, push, wildcard(ListenerType))
 	rules := gwHTTPRules(t, ldsFind(t, ls, "0.0.0.0_8080").FilterChains[0])
 	if len(rules) != 1 || rules[0].Action != rbacpb.RBAC_DENY || rules[0].Policies["ns[shop]-policy[gw-deny-admin]-rule[0]"] == nil {
 		t.Fatalf("rules %v", rules)

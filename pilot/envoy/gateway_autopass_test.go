@@ -10,7 +10,6 @@ import (
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // An east-west gateway: AUTO_PASSTHROUGH for every *.local host on 15443, for echo alone on 15444; mysql's
@@ -102,7 +101,7 @@ func chainNames(l *listener.Listener) []string {
 // istiod's: the destination's sidecar enforces). Before, such a server got no chain and no listener.
 func TestGatewayAutoPassthroughChains(t *testing.T) {
 	push := ldsPush(t, nil, autoPassthroughYAML)
-	ls := ldsGenerate(t, New(Options{}), eastWestGateway("istio-system"), push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), eastWestGateway("istio-system"), push, wildcard(ListenerType))
 	l := ldsFind(t, ls, "0.0.0.0_15443")
 	names := chainNames(l)
 	for _, want := range []string{
@@ -168,8 +167,8 @@ spec:
   egress: [{hosts: [shop/echo.shop.svc.cluster.local]}]
 `)
 	g := New(Options{})
-	all := chainNames(ldsFind(t, ldsGenerate(t, g, eastWestGateway("istio-system"), push, wildcard(xds.ListenerType)), "0.0.0.0_15443"))
-	edge := chainNames(ldsFind(t, ldsGenerate(t, g, eastWestGateway("edge"), push, wildcard(xds.ListenerType)), "0.0.0.0_15443"))
+	all := chainNames(ldsFind(t, ldsGenerate(t, g, eastWestGateway("istio-system"), push, wildcard(ListenerType)), "0.0.0.0_15443"))
+	edge := chainNames(ldsFind(t, ldsGenerate(t, g, eastWestGateway("edge"), push, wildcard(ListenerType)), "0.0.0.0_15443"))
 	if len(all) <= 3 {
 		t.Fatalf("istio-system: chains %v, want every service's", all)
 	}
@@ -185,7 +184,7 @@ spec:
 func TestGatewayAutoPassthroughClusters(t *testing.T) {
 	push := ldsPush(t, nil, autoPassthroughYAML)
 	g := New(Options{})
-	cs := generate(t, g, xds.ClusterType, eastWestGateway("istio-system"), push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, eastWestGateway("istio-system"), push, wildcard(ClusterType), newCluster)
 	for _, name := range []string{"outbound_.9001_.v2_.echo.shop.svc.cluster.local", "outbound_.3306_._.mysql.shop.svc.cluster.local"} {
 		c := clusterByName(t, cs, name)
 		if c.GetType() != cluster.Cluster_EDS || c.GetEdsClusterConfig().GetServiceName() != name {
@@ -204,7 +203,7 @@ func TestGatewayAutoPassthroughClusters(t *testing.T) {
 		}
 	}
 	for _, p := range []*model.Proxy{ldsGateway, sidecarIn("shop", "10.1.0.5", map[string]string{"app": "reviews", "version": "v1"})} {
-		for _, c := range generate(t, g, xds.ClusterType, p, push, wildcard(xds.ClusterType), newCluster) {
+		for _, c := range generate(t, g, ClusterType, p, push, wildcard(ClusterType), newCluster) {
 			if _, ok := ParseSNIDNATClusterName(c.Name); ok {
 				t.Errorf("%s: SNI-DNAT cluster %s without an AUTO_PASSTHROUGH server", p.ID, c.Name)
 			}
@@ -218,10 +217,10 @@ func TestGatewayAutoPassthroughClusters(t *testing.T) {
 func TestGatewayAutoPassthroughEndpoints(t *testing.T) {
 	push := ldsPush(t, nil, autoPassthroughYAML)
 	gw := eastWestGateway("istio-system")
-	w := named(xds.EndpointType, "outbound_.9001_.v1_.echo.shop.svc.cluster.local", "outbound_.9001_._.echo.shop.svc.cluster.local",
+	w := named(EndpointType, "outbound_.9001_.v1_.echo.shop.svc.cluster.local", "outbound_.9001_._.echo.shop.svc.cluster.local",
 		"outbound|9001|v1|echo.shop.svc.cluster.local")
 	g := New(Options{})
-	res, err := g.ByTypeURL()[xds.EndpointType].Generate(gw, push, w, nil)
+	res, err := g.ByTypeURL()[EndpointType].Generate(gw, push, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +248,7 @@ func TestGatewayAutoPassthroughEndpoints(t *testing.T) {
 		t.Errorf("echo endpoints %v, want both pods", all)
 	}
 	req := &model.PushRequest{Push: push, ServicesUpdated: map[string]struct{}{"shop/echo.shop.svc.cluster.local": {}}}
-	res, _, _, err = g.ByTypeURL()[xds.EndpointType].(model.DeltaGenerator).GenerateDeltas(gw, push, w, req)
+	res, _, _, err = g.ByTypeURL()[EndpointType].(model.DeltaGenerator).GenerateDeltas(gw, push, w, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +319,7 @@ spec:
     hosts: ["a.example.com", "b.example.com"]
     tls: {mode: SIMPLE, credentialName: ab-cert}
 `)
-	ls := ldsGenerate(t, New(Options{}), eastWestGateway("istio-system"), push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), eastWestGateway("istio-system"), push, wildcard(ListenerType))
 	// The first server on 15443 (*.local) already covers mysql: the repeat adds nothing, and changes nothing.
 	if got := chainNames(ldsFind(t, ls, "0.0.0.0_15443")); !slices.Contains(got, "outbound_.3306_._.mysql.shop.svc.cluster.local") {
 		t.Errorf("15443 chains %v: the first server's mysql chain is gone", got)

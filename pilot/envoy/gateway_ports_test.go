@@ -3,8 +3,6 @@ package envoy
 import (
 	"slices"
 	"testing"
-
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // The gateway Service of testdata/lds/mesh.yaml's ingress gateway pod: port 80 to target port 8080, 443 to
@@ -47,7 +45,7 @@ spec:
 func TestGatewayListensOnServiceTargetPort(t *testing.T) {
 	push := ldsPush(t, nil, gatewayService)
 	g := New(Options{})
-	ls := ldsGenerate(t, g, ldsGateway, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, g, ldsGateway, push, wildcard(ListenerType))
 	var names []string
 	for _, l := range ls {
 		names = append(names, l.Name)
@@ -70,7 +68,7 @@ func TestGatewayListensOnServiceTargetPort(t *testing.T) {
 		t.Errorf("passthrough chain %v", pass)
 	}
 
-	rcs := generateRoutes(t, g, ldsGateway, push, wildcard(xds.RouteType))
+	rcs := generateRoutes(t, g, ldsGateway, push, wildcard(RouteType))
 	var rcNames []string
 	for _, rc := range rcs {
 		rcNames = append(rcNames, rc.Name)
@@ -110,11 +108,11 @@ spec:
 		t.Run(name, func(t *testing.T) {
 			push := ldsPush(t, nil, extra)
 			g := New(Options{})
-			ls := ldsGenerate(t, g, ldsGateway, push, wildcard(xds.ListenerType))
+			ls := ldsGenerate(t, g, ldsGateway, push, wildcard(ListenerType))
 			if len(ls) != 2 || ls[0].Name != "0.0.0.0_80" || ldsHCMOf(t, ls[0].FilterChains[0]).GetRds().GetRouteConfigName() != "http.80" {
 				t.Fatalf("listeners %v", ls)
 			}
-			rcs := generateRoutes(t, g, ldsGateway, push, named(xds.RouteType, "http.80"))
+			rcs := generateRoutes(t, g, ldsGateway, push, named(RouteType, "http.80"))
 			if len(rcs) != 1 {
 				t.Fatalf("http.80: %v", rcs)
 			}

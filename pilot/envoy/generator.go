@@ -17,7 +17,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Options configure the generators.
@@ -305,12 +304,12 @@ var DefaultVHDSMinEnvoy = [2]uint32{1, 38}
 // ByTypeURL returns the generators to register with the xDS server.
 func (g *Generators) ByTypeURL() map[string]model.Generator {
 	return map[string]model.Generator{
-		xds.ClusterType:     clusterGenerator{g},
-		xds.EndpointType:    endpointGenerator{g},
-		xds.ListenerType:    listenerGenerator{g},
-		xds.RouteType:       routeGenerator{g},
-		xds.VirtualHostType: virtualHostGenerator{g},
-		xds.SecretType:      secretGenerator{g},
+		ClusterType:     clusterGenerator{g},
+		EndpointType:    endpointGenerator{g},
+		ListenerType:    listenerGenerator{g},
+		RouteType:       routeGenerator{g},
+		VirtualHostType: virtualHostGenerator{g},
+		SecretType:      secretGenerator{g},
 	}
 }
 

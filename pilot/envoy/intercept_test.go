@@ -10,7 +10,6 @@ import (
 	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // withMode is proxy with another interception mode (and privilege), as its node metadata would say.
@@ -29,7 +28,7 @@ func TestCaptureNoneSidecar(t *testing.T) {
 	g := New(Options{})
 	none := withMode(ldsReviews, model.InterceptNone, false)
 	for range 2 { // alternating with a REDIRECT proxy of the namespace: neither takes the other's cached lists
-		ls := ldsGenerate(t, g, none, push, wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, g, none, push, wildcard(ListenerType))
 		for _, l := range ls {
 			if l.Name == VirtualOutboundListener || l.Name == VirtualInboundListener {
 				t.Errorf("capture listener %s on a proxy without capture", l.Name)
@@ -53,19 +52,19 @@ func TestCaptureNoneSidecar(t *testing.T) {
 		if l := ldsFindOrNil(ls, "10.0.0.20_3306"); l != nil {
 			t.Errorf("VIP listener %s for a proxy without capture", l.Name)
 		}
-		for _, c := range generate(t, g, xds.ClusterType, none, push, wildcard(xds.ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
+		for _, c := range generate(t, g, ClusterType, none, push, wildcard(ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
 			if strings.HasPrefix(c.Name, "inbound|") {
 				t.Errorf("inbound cluster %s without a Sidecar ingress listener", c.Name)
 			}
 		}
 
-		redirect := ldsGenerate(t, g, ldsReviews, push, wildcard(xds.ListenerType))
+		redirect := ldsGenerate(t, g, ldsReviews, push, wildcard(ListenerType))
 		if ldsFindOrNil(redirect, VirtualOutboundListener) == nil || ldsFindOrNil(redirect, VirtualInboundListener) == nil ||
 			ldsFindOrNil(redirect, "10.0.0.20_3306") == nil || ldsFindOrNil(redirect, "127.0.0.1_3306") != nil {
 			t.Errorf("REDIRECT proxy of the namespace: listeners %v", listenerNames(redirect))
 		}
 		var inbound bool
-		for _, c := range generate(t, g, xds.ClusterType, ldsReviews, push, wildcard(xds.ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
+		for _, c := range generate(t, g, ClusterType, ldsReviews, push, wildcard(ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
 			inbound = inbound || c.Name == "inbound|9080||"
 		}
 		if !inbound {
@@ -95,7 +94,7 @@ spec:
 `)
 	g := New(Options{})
 	none := withMode(ldsReviews, model.InterceptNone, false)
-	ls := ldsGenerate(t, g, none, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, g, none, push, wildcard(ListenerType))
 	http := ldsFindOrNil(ls, "10.1.0.5_9080")
 	tcp := ldsFindOrNil(ls, "0.0.0.0_9190")
 	if http == nil || tcp == nil {
@@ -130,7 +129,7 @@ spec:
 		}
 	}
 	var clusters []string
-	for _, c := range generate(t, g, xds.ClusterType, none, push, wildcard(xds.ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
+	for _, c := range generate(t, g, ClusterType, none, push, wildcard(ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
 		clusters = append(clusters, c.Name)
 	}
 	for _, name := range []string{"inbound|9080||", "inbound|9190||", "inbound|7000||"} {
@@ -148,7 +147,7 @@ func TestCaptureTPROXY(t *testing.T) {
 	g := New(Options{})
 	tproxy := withMode(ldsReviews, model.InterceptTPROXY, false)
 	for range 2 {
-		ls := ldsGenerate(t, g, tproxy, push, wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, g, tproxy, push, wildcard(ListenerType))
 		out, in := ldsFind(t, ls, VirtualOutboundListener), ldsFind(t, ls, VirtualInboundListener)
 		if !out.GetTransparent().GetValue() || !in.GetTransparent().GetValue() {
 			t.Errorf("transparent: virtualOutbound %v, virtualInbound %v", out.GetTransparent(), in.GetTransparent())
@@ -170,7 +169,7 @@ func TestCaptureTPROXY(t *testing.T) {
 				t.Errorf("%s is transparent", l.Name)
 			}
 		}
-		redirect := ldsGenerate(t, g, ldsReviews, push, wildcard(xds.ListenerType))
+		redirect := ldsGenerate(t, g, ldsReviews, push, wildcard(ListenerType))
 		out, in = ldsFind(t, redirect, VirtualOutboundListener), ldsFind(t, redirect, VirtualInboundListener)
 		if out.GetTransparent() != nil || in.GetTransparent() != nil || slices.Contains(listenerFilterNames(in), ldsOriginalSrcFilter) {
 			t.Errorf("REDIRECT proxy got TPROXY settings: %v %v %v", out.GetTransparent(), in.GetTransparent(), listenerFilterNames(in))
@@ -185,25 +184,25 @@ func TestUnprivilegedProxyBindsNoLowPort(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
 	for range 2 {
-		ls := ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, true), push, wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, true), push, wildcard(ListenerType))
 		if l := ldsFindOrNil(ls, "127.0.0.1_80"); l != nil {
 			t.Errorf("unprivileged proxy binds %s", l.Name)
 		}
 		if ldsFindOrNil(ls, "127.0.0.1_9080") == nil {
 			t.Errorf("unprivileged proxy lost 127.0.0.1_9080: %v", listenerNames(ls))
 		}
-		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, false), push, wildcard(xds.ListenerType)), "127.0.0.1_80") == nil {
+		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, false), push, wildcard(ListenerType)), "127.0.0.1_80") == nil {
 			t.Error("a privileged proxy without capture lost 127.0.0.1_80")
 		}
-		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptRedirect, true), push, wildcard(xds.ListenerType)), "0.0.0.0_80") == nil {
+		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptRedirect, true), push, wildcard(ListenerType)), "0.0.0.0_80") == nil {
 			t.Error("an unprivileged REDIRECT proxy lost its virtual listener 0.0.0.0_80")
 		}
 	}
-	gw := ldsGenerate(t, g, withMode(ldsGateway, model.InterceptRedirect, true), push, wildcard(xds.ListenerType))
+	gw := ldsGenerate(t, g, withMode(ldsGateway, model.InterceptRedirect, true), push, wildcard(ListenerType))
 	if len(gw) != 0 {
 		t.Errorf("unprivileged gateway binds %v (ports 80 and 443)", listenerNames(gw))
 	}
-	if got := ldsGenerate(t, g, ldsGateway, push, wildcard(xds.ListenerType)); len(got) != 2 {
+	if got := ldsGenerate(t, g, ldsGateway, push, wildcard(ListenerType)); len(got) != 2 {
 		t.Errorf("privileged gateway: %v", listenerNames(got))
 	}
 }
@@ -224,7 +223,7 @@ spec:
   - port: {number: 9190, protocol: TCP, name: tcp}
     defaultEndpoint: 127.0.0.1:9191
 `)
-	ls := ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(ListenerType))
 	bound := ldsFindOrNil(ls, "10.1.0.5_9080")
 	if bound == nil || bound.GetBindToPort() != nil {
 		t.Fatalf("no listener bound to 10.1.0.5:9080: %v", listenerNames(ls))

@@ -19,7 +19,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // jwtMetadataMatches evaluates a metadata matcher against the jwt_authn filter's metadata as Envoy does:
@@ -109,7 +108,7 @@ func jwtConfigOf(t *testing.T, h *hcm.HttpConnectionManager) *jwtauthn.JwtAuthen
 
 func TestJWTFilterOnSidecarInbound(t *testing.T) {
 	push := ldsPush(t, nil, jwtReviewsAuthn)
-	ls := ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(ListenerType))
 	in := ldsFind(t, ls, VirtualInboundListener)
 	for _, chain := range []string{"inbound_0.0.0.0_9080_tls", "inbound_0.0.0.0_9080_plaintext"} {
 		h := ldsHCMOf(t, ldsChain(t, in, chain))
@@ -152,7 +151,7 @@ func TestJWTFilterOnSidecarInbound(t *testing.T) {
 			}
 		}
 	}
-	front := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	front := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)), VirtualInboundListener)
 	for _, fc := range front.FilterChains {
 		if hasJWTFilter(t, fc) {
 			t.Errorf("frontend chain %s has a jwt_authn filter", fc.Name)
@@ -202,7 +201,7 @@ spec:
   selector: {matchLabels: {istio: ingressgateway}}
   jwtRules: [{issuer: https://b.example.com, jwks: '`+jwtTestJWKS+`'}, {issuer: https://a.example.com, jwks: '`+jwtTestJWKS+`', presence: REQUIRED}]
 `)
-	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType))
 	h := ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0])
 	if got, want := httpFilterNames(h), []string{jwtAuthnFilter, ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsRouterFilterName}; !slices.Equal(got, want) {
 		t.Fatalf("http filters %v, want %v", got, want)
@@ -245,7 +244,7 @@ metadata: {name: shop-jwt, namespace: shop}
 spec:
   jwtRules: [{issuer: https://a.example.com, jwks: '`+jwtTestJWKS+`'}]
 `)
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)), VirtualInboundListener)
 	cfg := jwtConfigOf(t, ldsHCMOf(t, ldsChain(t, in, "inbound_0.0.0.0_8080_plaintext")))
 	if cfg == nil {
 		t.Fatal("the mesh-wide and namespace RequestAuthentications give frontend no jwt_authn filter")
@@ -316,7 +315,7 @@ func TestJWTFetchedKeySets(t *testing.T) {
 	g := New(Options{})
 	providerKeys := func(push *model.PushContext) string {
 		t.Helper()
-		ls := ldsGenerate(t, g, ldsGateway, push, wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, g, ldsGateway, push, wildcard(ListenerType))
 		cfg := jwtConfigOf(t, ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0]))
 		return cfg.Providers["origins-0"].GetLocalJwks().GetInlineString()
 	}

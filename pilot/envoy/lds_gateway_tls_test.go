@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // gatewayServerTLS renders a gateway with one server on port 9443 holding tls, and returns its TLS context.
@@ -23,7 +21,7 @@ spec:
     hosts: ["*"]
     tls: `+tls+`
 `)
-	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType)), "0.0.0.0_9443")
+	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType)), "0.0.0.0_9443")
 	ctx := &tlsv3.DownstreamTlsContext{}
 	if err := l.FilterChains[0].GetTransportSocket().GetTypedConfig().UnmarshalTo(ctx); err != nil {
 		t.Fatal(err)

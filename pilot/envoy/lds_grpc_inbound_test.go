@@ -14,7 +14,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // ldsGRPCServer is reviews-1 (10.1.0.5) as an xDS-enabled gRPC server.
@@ -52,7 +51,7 @@ func TestListenerGRPCServer(t *testing.T) {
 	g := New(Options{})
 	strict := GRPCServerListenerPrefix + "10.1.0.5:17070" // reviews' grpc-port: STRICT
 	permissive := GRPCServerListenerPrefix + "0.0.0.0:9080"
-	got := ldsGenerate(t, g, ldsGRPCServer, push, named(xds.ListenerType, strict, permissive,
+	got := ldsGenerate(t, g, ldsGRPCServer, push, named(ListenerType, strict, permissive,
 		GRPCServerListenerPrefix+"10.1.0.5:5555", GRPCServerListenerPrefix+"garbage", "reviews:9080"))
 	if names := listenerNames(got); !slices.Equal(names, []string{"reviews:9080", permissive, strict}) {
 		t.Fatalf("listeners %v", names)
@@ -103,13 +102,13 @@ func TestListenerGRPCServer(t *testing.T) {
 	// With the auto mTLS label its clients send mTLS: the server takes mTLS.
 	labelled := *ldsGRPCServer
 	labelled.Labels = map[string]string{"app": "reviews", grpcTLSModeLabel: "istio"}
-	l := ldsFind(t, ldsGenerate(t, g, &labelled, push, named(xds.ListenerType, permissive)), permissive)
+	l := ldsFind(t, ldsGenerate(t, g, &labelled, push, named(ListenerType, permissive)), permissive)
 	if l.FilterChains[0].GetTransportSocket() == nil {
 		t.Error("PERMISSIVE port with security.istio.io/tlsMode=istio: no TLS")
 	}
 
 	// A client (no workload) gets no server listener.
-	if got := ldsGenerate(t, g, ldsGRPCClient, push, named(xds.ListenerType, strict)); len(got) != 0 {
+	if got := ldsGenerate(t, g, ldsGRPCClient, push, named(ListenerType, strict)); len(got) != 0 {
 		t.Errorf("client got %v", listenerNames(got))
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // outboundCluster follows a sidecar's outbound connection c as Envoy does: virtualOutbound hands it to the
@@ -88,7 +87,7 @@ func TestHeadlessListensOnEndpointAddresses(t *testing.T) {
 		other string
 	}{{"ALLOW_ANY", nil, PassthroughCluster}, {"REGISTRY_ONLY", registryOnly, BlackHoleCluster}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ls := ldsGenerate(t, New(Options{}), ldsFrontend, ldsPush(t, tc.mesh, headlessDB), wildcard(xds.ListenerType))
+			ls := ldsGenerate(t, New(Options{}), ldsFrontend, ldsPush(t, tc.mesh, headlessDB), wildcard(ListenerType))
 			for _, ip := range []string{"10.1.5.1", "10.1.5.2"} { // an endpoint not ready is an endpoint still
 				if got := outboundCluster(t, ls, connection{ip: ip, port: 5433}); got != "outbound|5433||db.shop.svc.cluster.local" {
 					t.Errorf("%s:5433 goes to %s, want db's cluster", ip, got)
@@ -156,7 +155,7 @@ spec:
 		{batch, "10.1.5.9", PassthroughCluster},
 		{ldsFrontend, "10.1.5.1", db}, // built for the frontend's labels still, after batch's
 	} {
-		ls := ldsGenerate(t, g, tc.proxy, push, wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, g, tc.proxy, push, wildcard(ListenerType))
 		if got := outboundCluster(t, ls, connection{ip: tc.ip, port: 5433}); got != tc.want {
 			t.Errorf("%s: %s:5433 goes to %s, want %s", tc.proxy.Name, tc.ip, got, tc.want)
 		}
@@ -169,14 +168,14 @@ func TestHeadlessNoListenerForOwnAddress(t *testing.T) {
 	push := ldsPush(t, nil, headlessDB)
 	g := New(Options{})
 	self := ldsSidecar("db-1", "10.1.5.1", map[string]string{"app": "db"})
-	names := listenerNames(ldsGenerate(t, g, self, push, wildcard(xds.ListenerType)))
+	names := listenerNames(ldsGenerate(t, g, self, push, wildcard(ListenerType)))
 	if slices.Contains(names, "10.1.5.1_5433") || slices.Contains(names, "10.1.5.1_5434") {
 		t.Errorf("db-1 has a listener on its own address: %v", names)
 	}
 	if !slices.Contains(names, "10.1.5.2_5433") || !slices.Contains(names, "10.1.5.2_5434") {
 		t.Errorf("db-1 lacks the other endpoint's listeners: %v", names)
 	}
-	if names := listenerNames(ldsGenerate(t, g, ldsFrontend, push, wildcard(xds.ListenerType))); !slices.Contains(names, "10.1.5.1_5433") {
+	if names := listenerNames(ldsGenerate(t, g, ldsFrontend, push, wildcard(ListenerType))); !slices.Contains(names, "10.1.5.1_5433") {
 		t.Errorf("frontend lacks 10.1.5.1_5433 after db-1 was served: %v", names)
 	}
 }
@@ -222,7 +221,7 @@ spec:
   resolution: NONE
   ports: [{number: 6003, name: tcp, protocol: TCP}]
 `)
-	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType))
 	for _, tc := range []struct {
 		c    connection
 		want string
@@ -282,7 +281,7 @@ spec:
 	}
 	push := model.Build(st, mesh.Default())
 	g := New(Options{})
-	gen := g.ByTypeURL()[xds.ListenerType]
+	gen := g.ByTypeURL()[ListenerType]
 	filter, ok := gen.(model.PushFilter)
 	if !ok {
 		t.Fatal("LDS has no push filter: it is pushed on full pushes only")
@@ -290,7 +289,7 @@ spec:
 	frontend, outsider, gateway := ldsFrontend, ldsSidecar("client-1", "10.1.9.1", nil), ldsGateway
 	outsider.Namespace = "other"
 	for _, p := range []*model.Proxy{frontend, outsider} {
-		ldsGenerate(t, g, p, push, wildcard(xds.ListenerType))
+		ldsGenerate(t, g, p, push, wildcard(ListenerType))
 	}
 	step := func(what, slice string, wantPush bool) {
 		t.Helper()
@@ -299,7 +298,7 @@ spec:
 		if res.Full || len(res.ServicesUpdated) == 0 {
 			t.Fatalf("%s: full %v, services %v: want an endpoint push", what, res.Full, res.ServicesUpdated)
 		}
-		w := wildcard(xds.ListenerType)
+		w := wildcard(ListenerType)
 		if got := filter.NeedsPush(frontend, w, req); got != wantPush {
 			t.Errorf("%s: LDS pushed to frontend (sees db) %v, want %v", what, got, wantPush)
 		}
@@ -316,15 +315,15 @@ spec:
 			t.Errorf("%s: a request kept without its snapshot concerns frontend's LDS %v, want %v", what, got, wantPush)
 		}
 		push = next
-		checkSameAsFreshBuild(t, g, xds.ListenerType, frontend, push, 0)
-		checkSameAsFreshBuild(t, g, xds.ListenerType, outsider, push, 0)
+		checkSameAsFreshBuild(t, g, ListenerType, frontend, push, 0)
+		checkSameAsFreshBuild(t, g, ListenerType, outsider, push, 0)
 	}
 	slice := func(eps string) string {
 		return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: db-1, namespace: shop, labels: {kubernetes.io/service-name: db}}\n" +
 			"addressType: IPv4\nports: [{name: tcp-db, port: 5433}, {name: legacy, port: 5434}, {name: http-admin, port: 8081}]\nendpoints: " + eps + "\n"
 	}
 	step("an endpoint added", slice("[{addresses: [10.1.5.1]}, {addresses: [10.1.5.2], conditions: {ready: false}}, {addresses: [10.1.5.3]}]"), true)
-	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(xds.ListenerType))); !slices.Contains(names, "10.1.5.3_5433") {
+	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(ListenerType))); !slices.Contains(names, "10.1.5.3_5433") {
 		t.Errorf("no listener for the new endpoint: %v", names)
 	}
 	if l, _ := g.listenerLists.latest(listID{kind: "lds", namespace: "shop", variant: string(model.Sidecar)}); l == nil || !l.derived {
@@ -334,7 +333,7 @@ spec:
 	step("another service's endpoint", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: api-1, namespace: shop, labels: {kubernetes.io/service-name: api}}\n"+
 		"addressType: IPv4\nports: [{name: tcp, port: 7100}]\nendpoints: [{addresses: [10.1.6.1]}]\n", false)
 	step("an endpoint removed", slice("[{addresses: [10.1.5.3]}]"), true)
-	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(xds.ListenerType))); slices.Contains(names, "10.1.5.1_5433") {
+	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(ListenerType))); slices.Contains(names, "10.1.5.1_5433") {
 		t.Errorf("the removed endpoint's listener stays: %v", names)
 	}
 }

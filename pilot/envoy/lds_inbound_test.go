@@ -8,7 +8,6 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // inboundConn is a connection to the workload as virtualInbound receives it.
@@ -173,7 +172,7 @@ type inboundCase = struct {
 func TestListenerInboundApplicationTLS(t *testing.T) {
 	push := ldsPush(t, nil, sniffLegacy)
 	g := New(Options{})
-	legacy := ldsFind(t, ldsGenerate(t, g, ldsLegacy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	legacy := ldsFind(t, ldsGenerate(t, g, ldsLegacy, push, wildcard(ListenerType)), VirtualInboundListener)
 	checkInbound(t, legacy, map[string]inboundCase{
 		"tcp app tls":      {inboundConn{9000, true, appTLS}, "plaintext tcp inbound|9000||"},
 		"tcp app tls bare": {inboundConn{9000, true, nil}, "plaintext tcp inbound|9000||"},
@@ -185,7 +184,7 @@ func TestListenerInboundApplicationTLS(t *testing.T) {
 		"sniffed mesh http": {inboundConn{8000, true, meshHTTP},
 			"mtls http inbound|8000||"},
 	})
-	frontend := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	frontend := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(ListenerType)), VirtualInboundListener)
 	checkInbound(t, frontend, map[string]inboundCase{
 		"http app tls":      {inboundConn{8080, true, appTLS}, "closed"},
 		"http app tls bare": {inboundConn{8080, true, nil}, "closed"},
@@ -196,7 +195,7 @@ func TestListenerInboundApplicationTLS(t *testing.T) {
 		"http plaintext": {inboundConn{8080, false, []string{"http/1.1"}}, "plaintext http inbound|8080||"},
 	})
 	// reviews: STRICT but 9080 PERMISSIVE; 17070 (gRPC) STRICT.
-	reviews := ldsFind(t, ldsGenerate(t, g, ldsReviews, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	reviews := ldsFind(t, ldsGenerate(t, g, ldsReviews, push, wildcard(ListenerType)), VirtualInboundListener)
 	checkInbound(t, reviews, map[string]inboundCase{
 		"strict app tls":   {inboundConn{17070, true, appTLS}, "mtls http inbound|17070||"},
 		"strict mesh":      {inboundConn{17070, true, []string{"istio-h2", "istio", "h2"}}, "mtls http inbound|17070||"},
@@ -211,7 +210,7 @@ func TestListenerInboundApplicationTLS(t *testing.T) {
 func TestListenerInboundOtherPortSniffed(t *testing.T) {
 	push := ldsPush(t, nil, sniffLegacy)
 	g := New(Options{})
-	legacy := ldsFind(t, ldsGenerate(t, g, ldsLegacy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	legacy := ldsFind(t, ldsGenerate(t, g, ldsLegacy, push, wildcard(ListenerType)), VirtualInboundListener)
 	const other = 12345
 	pass := InboundPassthroughCluster
 	checkInbound(t, legacy, map[string]inboundCase{
@@ -249,7 +248,7 @@ func TestListenerInboundOtherPortSniffed(t *testing.T) {
 		}
 	}
 	// A STRICT workload refuses plaintext on any port.
-	reviews := ldsFind(t, ldsGenerate(t, g, ldsReviews, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	reviews := ldsFind(t, ldsGenerate(t, g, ldsReviews, push, wildcard(ListenerType)), VirtualInboundListener)
 	checkInbound(t, reviews, map[string]inboundCase{
 		"strict http":      {inboundConn{other, false, []string{"http/1.1"}}, "closed"},
 		"strict bytes":     {inboundConn{other, false, nil}, "closed"},
@@ -258,7 +257,7 @@ func TestListenerInboundOtherPortSniffed(t *testing.T) {
 		"strict app tls":   {inboundConn{other, true, appTLS}, "mtls tcp " + pass},
 	})
 	// DISABLE (mysql): plaintext on any port, TLS passed as it came.
-	mysql := ldsFind(t, ldsGenerate(t, g, ldsMySQL, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	mysql := ldsFind(t, ldsGenerate(t, g, ldsMySQL, push, wildcard(ListenerType)), VirtualInboundListener)
 	checkInbound(t, mysql, map[string]inboundCase{
 		"disable http":    {inboundConn{other, false, []string{"http/1.1"}}, "plaintext http " + pass},
 		"disable tls":     {inboundConn{other, true, appTLS}, "plaintext tcp " + pass},
@@ -283,7 +282,7 @@ spec:
     7777: {mode: STRICT}
     9000: {mode: DISABLE}
 `)
-	legacy := ldsFind(t, ldsGenerate(t, New(Options{}), ldsLegacy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	legacy := ldsFind(t, ldsGenerate(t, New(Options{}), ldsLegacy, push, wildcard(ListenerType)), VirtualInboundListener)
 	pass := InboundPassthroughCluster
 	checkInbound(t, legacy, map[string]inboundCase{
 		"strict port plaintext": {inboundConn{7777, false, []string{"http/1.1"}}, "closed"},
@@ -302,7 +301,7 @@ spec:
 func TestListenerInboundServerALPN(t *testing.T) {
 	push := ldsPush(t, nil, sniffLegacy)
 	for _, proxy := range []*model.Proxy{ldsLegacy, ldsReviews, ldsFrontend} {
-		in := ldsFind(t, ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+		in := ldsFind(t, ldsGenerate(t, New(Options{}), proxy, push, wildcard(ListenerType)), VirtualInboundListener)
 		for _, fc := range in.FilterChains {
 			if fc.TransportSocket == nil {
 				continue

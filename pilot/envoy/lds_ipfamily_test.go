@@ -8,7 +8,6 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // ipFamilyMesh has a dual-stack Service (IPv6 first), an IPv4-only one, a ServiceEntry without an address,
@@ -130,13 +129,13 @@ func TestListenerAddressesFollowIPFamily(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ls := ldsGenerate(t, g, tc.proxy, push, wildcard(xds.ListenerType))
+			ls := ldsGenerate(t, g, tc.proxy, push, wildcard(ListenerType))
 			for name, want := range tc.want {
 				if got := listenerAddresses(ldsFind(t, ls, name)); !slices.Equal(got, want) {
 					t.Errorf("listener %s on %v, want %v", name, got, want)
 				}
 			}
-			cs := generate(t, g, xds.ClusterType, tc.proxy, push, wildcard(xds.ClusterType), newCluster)
+			cs := generate(t, g, ClusterType, tc.proxy, push, wildcard(ClusterType), newCluster)
 			bind := clusterByName(t, cs, InboundPassthroughCluster).GetUpstreamBindConfig()
 			got := []string{bind.GetSourceAddress().GetAddress()}
 			for _, e := range bind.GetExtraSourceAddresses() {
@@ -145,7 +144,7 @@ func TestListenerAddressesFollowIPFamily(t *testing.T) {
 			if !slices.Equal(got, tc.inboundSource) {
 				t.Errorf("%s binds to %v, want %v", InboundPassthroughCluster, got, tc.inboundSource)
 			}
-			rcs := generateRoutes(t, g, tc.proxy, push, wildcard(xds.RouteType))
+			rcs := generateRoutes(t, g, tc.proxy, push, wildcard(RouteType))
 			web := vhostNamed(t, rcs, "80", "web.default.svc.cluster.local:80")
 			if !slices.Contains(web.Domains, tc.webDomain) || slices.Contains(web.Domains, tc.webNotDomain) {
 				t.Errorf("web's domains %v: want %s, not %s", web.Domains, tc.webDomain, tc.webNotDomain)
@@ -165,18 +164,18 @@ func TestInboundAddressesFollowIPFamily(t *testing.T) {
 	push := pushFromYAML(t, []byte(ipFamilyMesh))
 	g := New(Options{})
 	web := sidecarIn("default", "fd00::21", map[string]string{"app": "web", "security.istio.io/tlsMode": "istio"})
-	cs := generate(t, g, xds.ClusterType, web, push, wildcard(xds.ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, web, push, wildcard(ClusterType), newCluster)
 	in := clusterByName(t, cs, InboundClusterName(8080))
 	if got := in.GetUpstreamBindConfig().GetSourceAddress().GetAddress(); got != "::6" || in.GetType() != cluster.Cluster_ORIGINAL_DST {
 		t.Errorf("%s: %v binding to %q, want ORIGINAL_DST from ::6", in.Name, in.GetType(), got)
 	}
-	ls := ldsGenerate(t, g, web, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, g, web, push, wildcard(ListenerType))
 	if got := listenerAddresses(ldsFind(t, ls, "::1_9000")); !slices.Equal(got, []string{"[::1]:9000"}) {
 		t.Errorf("egress listener with captureMode NONE on %v, want [::1]:9000", got)
 	}
 
 	push.Mesh.InboundTrafficPolicy.Mode = "LOCALHOST"
-	cs = generate(t, New(Options{}), xds.ClusterType, web, push, wildcard(xds.ClusterType), newCluster)
+	cs = generate(t, New(Options{}), ClusterType, web, push, wildcard(ClusterType), newCluster)
 	in = clusterByName(t, cs, InboundClusterName(8080))
 	ep := in.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
 	if ep.GetAddress() != "::1" || ep.GetPortValue() != 8080 || in.GetUpstreamBindConfig() != nil {

@@ -7,7 +7,6 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // l4Mesh: a database with two replicas' services, a TLS service, address-less ServiceEntries, and a
@@ -87,8 +86,8 @@ func l4Dest(t *testing.T, l *listener.Listener, c connection) string {
 
 func l4Listener(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, name string) (*listener.Listener, *model.Resource) {
 	t.Helper()
-	l := ldsFind(t, ldsGenerate(t, g, proxy, push, wildcard(xds.ListenerType)), name)
-	res, err := g.ByTypeURL()[xds.ListenerType].Generate(proxy, push, wildcard(xds.ListenerType), nil)
+	l := ldsFind(t, ldsGenerate(t, g, proxy, push, wildcard(ListenerType)), name)
+	res, err := g.ByTypeURL()[ListenerType].Generate(proxy, push, wildcard(ListenerType), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +208,7 @@ spec:
 `)
 	g := New(Options{})
 	proxy := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
-	ls := ldsGenerate(t, g, proxy, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, g, proxy, push, wildcard(ListenerType))
 	const replica, canary = "outbound|5432||db-replica.shop.svc.cluster.local", "outbound|5432||db-canary.shop.svc.cluster.local"
 	for _, tc := range []struct {
 		listener string
@@ -252,7 +251,7 @@ spec:
     route: [{destination: {host: db-replica}}]
   - route: [{destination: {host: db}}]
 `)
-			l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType)), "0.0.0.0_31400")
+			l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType)), "0.0.0.0_31400")
 			if got := l4Dest(t, l, connection{ip: "10.1.1.1", port: 31400}); got != "outbound|5432||db-replica.shop.svc.cluster.local" {
 				t.Errorf("to %s, want db-replica", got)
 			}
@@ -284,7 +283,7 @@ spec:
   - match: [{sniHosts: [api.example.com]}]
     route: [{destination: {host: db-canary, port: {number: 5432}}}]
 `)
-	ls := ldsGenerate(t, New(Options{}), ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"}), push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"}), push, wildcard(ListenerType))
 	l := ldsFind(t, ls, "10.0.5.20_443")
 	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments"}); got != "outbound|443||payments.shop.svc.cluster.local" {
 		t.Errorf("payments:443 to %s, want the service itself (the tls match is for port 8443, the tcp route not for TLS)", got)
@@ -304,7 +303,7 @@ spec:
   - match: [{sniHosts: [payments]}]
     route: [{destination: {host: db-canary, port: {number: 5432}}}]
 `)
-	ls = ldsGenerate(t, New(Options{}), ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"}), push, wildcard(xds.ListenerType))
+	ls = ldsGenerate(t, New(Options{}), ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"}), push, wildcard(ListenerType))
 	l = ldsFind(t, ls, "10.0.5.20_443")
 	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments"}); got != "outbound|5432||db-canary.shop.svc.cluster.local" {
 		t.Errorf("SNI payments to %s, want db-canary", got)

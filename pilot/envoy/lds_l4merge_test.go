@@ -6,7 +6,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // l4MergeVirtualServices: several VirtualServices for each of db, cache, api and payments, created in
@@ -136,7 +135,7 @@ func TestOutboundL4RoutesOfEveryVirtualService(t *testing.T) {
 		{batch, "10.0.5.20_443", connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments.shop.svc.cluster.local"}, canary},
 		{batch, "10.0.5.20_443", connection{ip: "10.0.5.20", port: 443, tls: true, sni: "legacy.example.com"}, replica},
 	} {
-		ls := ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(ListenerType))
 		if got := l4Dest(t, ldsFind(t, ls, tc.listener), tc.c); got != tc.want {
 			t.Errorf("%s: %s %+v to %s, want %s", tc.proxy.Name, tc.listener, tc.c, got, tc.want)
 		}
@@ -151,7 +150,7 @@ func TestOutboundL4RoutesFollowEveryVirtualService(t *testing.T) {
 	g := New(Options{})
 	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
 	db := connection{ip: "10.0.5.10", port: 5432}
-	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(xds.ListenerType)), "10.0.5.10_5432"), db); got != "outbound|5432||db-replica.shop.svc.cluster.local" {
+	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432"), db); got != "outbound|5432||db-replica.shop.svc.cluster.local" {
 		t.Fatalf("db to %s, want db-replica", got)
 	}
 	push = applyDocs(t, st, push, `apiVersion: networking.istio.io/v1
@@ -164,10 +163,10 @@ spec:
     route: [{destination: {host: db-canary}}]
 `)
 	// db-b's route now names subnets (holding the VIP); db-c's takes what they do not.
-	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(xds.ListenerType)), "10.0.5.10_5432"), db); got != "outbound|5432||db-canary.shop.svc.cluster.local" {
+	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432"), db); got != "outbound|5432||db-canary.shop.svc.cluster.local" {
 		t.Errorf("after db-b's edit: db to %s, want db-canary", got)
 	}
-	checkSameAsFreshBuild(t, g, xds.ListenerType, web, push, 1)
+	checkSameAsFreshBuild(t, g, ListenerType, web, push, 1)
 }
 
 // A Sidecar's egress hosts import VirtualServices by namespace, as istiod's egress listener: a
@@ -208,11 +207,11 @@ spec:
 `)
 	g := New(Options{})
 	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
-	l := ldsFind(t, ldsGenerate(t, g, web, push, wildcard(xds.ListenerType)), "10.0.5.10_5432")
+	l := ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432")
 	if got := l4Dest(t, l, connection{ip: "10.0.5.10", port: 5432}); got != "outbound|5432||db-canary.shop.svc.cluster.local" {
 		t.Errorf("db to %s, want db-canary (team-b's VirtualService is not imported)", got)
 	}
-	rcs := generateRoutes(t, g, web, push, named(xds.RouteType, "8080"))
+	rcs := generateRoutes(t, g, web, push, named(RouteType, "8080"))
 	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got, []string{"outbound|8080||web.shop.svc.cluster.local"}) {
 		t.Errorf("web's routes to %v, want its own cluster (team-b's VirtualService is not imported)", got)
 	}
@@ -251,11 +250,11 @@ spec:
 `)
 	g := New(Options{})
 	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
-	l := ldsFind(t, ldsGenerate(t, g, web, push, wildcard(xds.ListenerType)), "10.0.5.10_5432")
+	l := ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432")
 	if got := l4Dest(t, l, connection{ip: "10.0.5.10", port: 5432}); got != "outbound|5432||db.shop.svc.cluster.local" {
 		t.Errorf("db to %s, want db itself (the catch-all does not import team-b's VirtualService)", got)
 	}
-	rcs := generateRoutes(t, g, web, push, named(xds.RouteType, "8080", "80"))
+	rcs := generateRoutes(t, g, web, push, named(RouteType, "8080", "80"))
 	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got, []string{"outbound|5432||db-canary.shop.svc.cluster.local"}) {
 		t.Errorf("web:8080 routes to %v, want db-canary (the listener on 8080 imports team-b's VirtualService)", got)
 	}

@@ -13,7 +13,6 @@ import (
 	alpn "istio.io/api/envoy/config/filter/http/alpn/v2alpha1"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // connection is what the listener filters of a listener report about a new connection: its destination,
@@ -154,7 +153,7 @@ spec:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			push := ldsPush(t, tc.mesh, tc.extra...)
-			l := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(xds.ListenerType)), "0.0.0.0_9080")
+			l := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(ListenerType)), "0.0.0.0_9080")
 			if got := listenerFilterNames(l); !slices.Equal(got, []string{ldsHTTPInspectorFilter}) {
 				t.Errorf("listener filters %v, want the http_inspector alone", got)
 			}
@@ -203,7 +202,7 @@ spec:
   resolution: DNS
   ports: [{number: 9080, name: tcp-ldap, protocol: TCP}]
 `)
-	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), "0.0.0.0_9080")
+	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)), "0.0.0.0_9080")
 	if fc := envoyChain(l, connection{ip: "203.0.113.9", port: 9080, http: "http/1.1"}); fc == nil || ldsHCMOf(t, fc).GetRds().GetRouteConfigName() != "9080" {
 		t.Errorf("HTTP: chain %v, want the connection manager of routes 9080", fc)
 	}
@@ -261,7 +260,7 @@ func TestListenerALPNOverride(t *testing.T) {
 		return out
 	}
 	outbound := 0
-	for _, l := range ldsGenerate(t, g, ldsReviews, push, wildcard(xds.ListenerType)) {
+	for _, l := range ldsGenerate(t, g, ldsReviews, push, wildcard(ListenerType)) {
 		for _, h := range hcmsOf(l) {
 			check(l.Name, h, l.Name != VirtualInboundListener)
 			if l.Name != VirtualInboundListener {
@@ -273,7 +272,7 @@ func TestListenerALPNOverride(t *testing.T) {
 		t.Errorf("%d outbound connection managers checked", outbound)
 	}
 	gateways := 0
-	for _, l := range ldsGenerate(t, g, ldsGateway, push, wildcard(xds.ListenerType)) {
+	for _, l := range ldsGenerate(t, g, ldsGateway, push, wildcard(ListenerType)) {
 		for _, h := range hcmsOf(l) {
 			check("gateway "+l.Name, h, true)
 			gateways++
@@ -282,7 +281,7 @@ func TestListenerALPNOverride(t *testing.T) {
 	if gateways < 3 { // http.80 and the two terminated HTTPS servers
 		t.Errorf("%d gateway connection managers checked", gateways)
 	}
-	for _, l := range ldsGenerate(t, g, ldsGRPCClient, push, wildcard(xds.ListenerType)) {
+	for _, l := range ldsGenerate(t, g, ldsGRPCClient, push, wildcard(ListenerType)) {
 		check("grpc "+l.Name, ldsDecodeHCM(t, l.ApiListener.ApiListener), false)
 	}
 }

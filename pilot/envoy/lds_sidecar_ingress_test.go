@@ -15,7 +15,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // reviewsIngress gives the reviews pods (services: 9080 HTTP, 7070 gRPC to 17070) ingress listeners of
@@ -64,7 +63,7 @@ func staticAddress(t *testing.T, c *cluster.Cluster) string {
 func TestSidecarIngressReplacesServicePorts(t *testing.T) {
 	push := ldsPush(t, nil, reviewsIngress)
 	g := New(Options{})
-	in := ldsFind(t, ldsGenerate(t, g, ldsReviews, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, g, ldsReviews, push, wildcard(ListenerType)), VirtualInboundListener)
 	// reviews is STRICT, 9080 PERMISSIVE.
 	checkInbound(t, in, map[string]inboundCase{
 		"ingress http":          {inboundConn{9090, true, meshHTTP}, "mtls http inbound|9090||"},
@@ -79,7 +78,7 @@ func TestSidecarIngressReplacesServicePorts(t *testing.T) {
 	// Chains keep istiod's names: the bind address, else 0.0.0.0.
 	ldsChain(t, in, "inbound_0.0.0.0_5000_tls")
 
-	cs := inboundClusters(generate(t, g, xds.ClusterType, ldsReviews, push, wildcard(xds.ClusterType), newCluster))
+	cs := inboundClusters(generate(t, g, ClusterType, ldsReviews, push, wildcard(ClusterType), newCluster))
 	if got := slices.Sorted(maps.Keys(cs)); !slices.Equal(got, []string{"inbound|5000||", "inbound|6000||", "inbound|9090||"}) {
 		t.Fatalf("inbound clusters %v, want those of the ingress ports only", got)
 	}
@@ -131,7 +130,7 @@ spec:
   workloadSelector: {labels: {app: reviews}}
   inboundConnectionPool: {tcp: {maxConnections: 11, connectTimeout: 2s}}
 `)
-	cs := inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsReviews, push, wildcard(xds.ClusterType), newCluster))
+	cs := inboundClusters(generate(t, New(Options{}), ClusterType, ldsReviews, push, wildcard(ClusterType), newCluster))
 	if got := slices.Sorted(maps.Keys(cs)); !slices.Equal(got, []string{"inbound|17070||", "inbound|9080||"}) {
 		t.Fatalf("inbound clusters %v, want the services' target ports", got)
 	}
@@ -151,7 +150,7 @@ func TestSidecarIngressIgnoresInboundTrafficPolicy(t *testing.T) {
 	m := mesh.Default()
 	m.InboundTrafficPolicy.Mode = mesh.InboundLocalhost
 	push := ldsPush(t, m, reviewsIngress)
-	cs := inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsReviews, push, wildcard(xds.ClusterType), newCluster))
+	cs := inboundClusters(generate(t, New(Options{}), ClusterType, ldsReviews, push, wildcard(ClusterType), newCluster))
 	if c := cs["inbound|6000||"]; c.GetType() != cluster.Cluster_ORIGINAL_DST {
 		t.Errorf("6000 is %s, want ORIGINAL_DST", c.GetType())
 	}
@@ -159,7 +158,7 @@ func TestSidecarIngressIgnoresInboundTrafficPolicy(t *testing.T) {
 		t.Errorf("9090 sends to %s", got)
 	}
 	// The services' ports under LOCALHOST, for the frontend (no Sidecar).
-	fe := inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsFrontend, push, wildcard(xds.ClusterType), newCluster))
+	fe := inboundClusters(generate(t, New(Options{}), ClusterType, ldsFrontend, push, wildcard(ClusterType), newCluster))
 	if got := staticAddress(t, fe["inbound|8080||"]); got != "127.0.0.1:8080" {
 		t.Errorf("frontend 8080 sends to %s under LOCALHOST", got)
 	}
@@ -208,7 +207,7 @@ spec:
   workloadSelector: {labels: {app: reviews}}
   ingress: [{port: {number: 9090, protocol: HTTP, name: http}, defaultEndpoint: "unix:///var/run/app.sock"}]
 `)
-	c := inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsReviews, push, wildcard(xds.ClusterType), newCluster))["inbound|9090||"]
+	c := inboundClusters(generate(t, New(Options{}), ClusterType, ldsReviews, push, wildcard(ClusterType), newCluster))["inbound|9090||"]
 	if got := staticAddress(t, c); got != "unix:/var/run/app.sock" {
 		t.Errorf("9090 sends to %s", got)
 	}
@@ -229,12 +228,12 @@ func TestSidecarIngressFollowsEdits(t *testing.T) {
 	g := New(Options{})
 	step := func(n int, wantClusters ...string) {
 		t.Helper()
-		cs := inboundClusters(generate(t, g, xds.ClusterType, ldsReviews, push, wildcard(xds.ClusterType), newCluster))
+		cs := inboundClusters(generate(t, g, ClusterType, ldsReviews, push, wildcard(ClusterType), newCluster))
 		if got := slices.Sorted(maps.Keys(cs)); !slices.Equal(got, wantClusters) {
 			t.Errorf("step %d: inbound clusters %v, want %v", n, got, wantClusters)
 		}
-		checkSameAsFreshBuild(t, g, xds.ClusterType, ldsReviews, push, n)
-		checkSameAsFreshBuild(t, g, xds.ListenerType, ldsReviews, push, n)
+		checkSameAsFreshBuild(t, g, ClusterType, ldsReviews, push, n)
+		checkSameAsFreshBuild(t, g, ListenerType, ldsReviews, push, n)
 	}
 	step(0, "inbound|17070||", "inbound|9080||")
 	push, _ = applyDocsResult(t, st, push, reviewsIngress)
@@ -242,7 +241,7 @@ func TestSidecarIngressFollowsEdits(t *testing.T) {
 	push, _ = applyDocsResult(t, st, push, strings.Replace(reviewsIngress, "number: 5000", "number: 5500", 1))
 	step(2, "inbound|5500||", "inbound|6000||", "inbound|9090||")
 	push, _ = applyDocsResult(t, st, push, strings.Replace(reviewsIngress, "127.0.0.1:8090", "127.0.0.1:8091", 1))
-	c := inboundClusters(generate(t, g, xds.ClusterType, ldsReviews, push, wildcard(xds.ClusterType), newCluster))["inbound|9090||"]
+	c := inboundClusters(generate(t, g, ClusterType, ldsReviews, push, wildcard(ClusterType), newCluster))["inbound|9090||"]
 	if got := staticAddress(t, c); got != "127.0.0.1:8091" {
 		t.Errorf("after editing defaultEndpoint: %s", got)
 	}
@@ -289,7 +288,7 @@ spec:
 	maxConns := func(c *cluster.Cluster) uint32 {
 		return c.GetCircuitBreakers().GetThresholds()[0].GetMaxConnections().GetValue()
 	}
-	cs := inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsReviews, ldsPush(t, nil, dr), wildcard(xds.ClusterType), newCluster))
+	cs := inboundClusters(generate(t, New(Options{}), ClusterType, ldsReviews, ldsPush(t, nil, dr), wildcard(ClusterType), newCluster))
 	if got := maxConns(cs["inbound|9080||"]); got != 21 {
 		t.Errorf("9080: max connections %d, want the rule's 21", got)
 	}
@@ -307,7 +306,7 @@ spec:
   workloadSelector: {labels: {app: reviews}}
   inboundConnectionPool: {http: {http1MaxPendingRequests: 5}}
 `)
-	cs = inboundClusters(generate(t, New(Options{}), xds.ClusterType, ldsReviews, withSidecar, wildcard(xds.ClusterType), newCluster))
+	cs = inboundClusters(generate(t, New(Options{}), ClusterType, ldsReviews, withSidecar, wildcard(ClusterType), newCluster))
 	if got := maxConns(cs["inbound|9080||"]); got != math.MaxUint32 {
 		t.Errorf("under the Sidecar's pool: max connections %d, want no limit (its pool replaces the rule's)", got)
 	}

@@ -9,7 +9,6 @@ import (
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // legacy-1 serves the legacy service: port 8000 "admin" has no protocol (sniffed), 9000 is TCP.
@@ -109,7 +108,7 @@ spec:
   mtls: {mode: ` + tc.mode + `}
 `
 			push := ldsPush(t, nil, sniffLegacy, pa)
-			in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsLegacy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+			in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsLegacy, push, wildcard(ListenerType)), VirtualInboundListener)
 			for _, c := range tc.http {
 				fc := sniffMust(t, in, 8000, c[0], c[1])
 				if names := filterNames(fc); !slices.Equal(names, []string{ldsHCMFilter}) {
@@ -185,7 +184,7 @@ spec:
 	const name = "legacy.shop.svc.cluster.local:8000"
 	for _, proxy := range []*model.Proxy{ldsFrontend, envoyProxy("shop", map[string]string{"app": "frontend"}, true, 1, 38)} {
 		g := New(Options{})
-		got := generateRoutes(t, g, proxy, push, named(xds.RouteType, name, "legacy.shop.svc.cluster.local:9000",
+		got := generateRoutes(t, g, proxy, push, named(RouteType, name, "legacy.shop.svc.cluster.local:9000",
 			"reviews.shop.svc.cluster.local:9080", "nowhere.shop.svc.cluster.local:8000", "legacy.shop.svc.cluster.local:x"))
 		if len(got) != 1 || got[0].Name != name {
 			t.Fatalf("delta %v: route configurations %v, want %s alone", proxy.Delta, got, name)

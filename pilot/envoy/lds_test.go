@@ -24,7 +24,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // ldsPush builds the snapshot of testdata/lds/mesh.yaml, objects created one second apart in file order.
@@ -80,7 +79,7 @@ var (
 // and matches, HTTP filters ending with the router).
 func ldsGenerate(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) []*listener.Listener {
 	t.Helper()
-	res, err := g.ByTypeURL()[xds.ListenerType].Generate(proxy, push, w, nil)
+	res, err := g.ByTypeURL()[ListenerType].Generate(proxy, push, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +273,7 @@ func TestLDSGolden(t *testing.T) {
 		{"grpc", ldsGRPCClient},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			golden(t, "lds", tc.name, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(xds.ListenerType)))
+			golden(t, "lds", tc.name, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(ListenerType)))
 		})
 	}
 }
@@ -367,7 +366,7 @@ func listenerFilterNames(l *listener.Listener) []string {
 
 func TestListenerSidecarOutbound(t *testing.T) {
 	push := ldsPush(t, nil)
-	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType))
 	if got := listenerNames(ls); !slices.Equal(got, ldsSidecarOutboundNames) {
 		t.Fatalf("listeners %v, want %v", got, ldsSidecarOutboundNames)
 	}
@@ -524,7 +523,7 @@ func TestListenerSidecarOutbound(t *testing.T) {
 func TestListenerTLSWithoutVIPRegistryOnly(t *testing.T) {
 	m := mesh.Default()
 	m.OutboundTrafficPolicy.Mode = mesh.RegistryOnly
-	ls := ldsGenerate(t, New(Options{}), ldsFrontend, ldsPush(t, m), wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsFrontend, ldsPush(t, m), wildcard(ListenerType))
 	tls := ldsFind(t, ls, "0.0.0.0_443")
 	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, tls, "PassthroughFilterChain")).GetCluster(); got != BlackHoleCluster {
 		t.Errorf("443 fallthrough %q, want %s", got, BlackHoleCluster)
@@ -573,7 +572,7 @@ spec:
   resolution: NONE
   ports: [{number: 7000, name: tcp, protocol: TCP}]
 `)
-	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)) // checks addresses are unique
+	ls := ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)) // checks addresses are unique
 	names := listenerNames(ls)
 	for _, reserved := range []string{"0.0.0.0_15001", "0.0.0.0_15006", "0.0.0.0_15021", "0.0.0.0_15090"} {
 		if slices.Contains(names, reserved) {
@@ -596,9 +595,9 @@ spec:
 // that one only.
 func TestListenerServiceAddSendsOneListener(t *testing.T) {
 	g := New(Options{})
-	gen := g.ByTypeURL()[xds.ListenerType]
+	gen := g.ByTypeURL()[ListenerType]
 	versions := func(push *model.PushContext) map[string]string {
-		res, err := gen.Generate(ldsReviews, push, wildcard(xds.ListenerType), nil)
+		res, err := gen.Generate(ldsReviews, push, wildcard(ListenerType), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -640,8 +639,8 @@ spec:
 func TestListenerOutboundShared(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
-	gen := g.ByTypeURL()[xds.ListenerType]
-	a, b := generateByName(t, g, xds.ListenerType, ldsReviews, push), generateByName(t, g, xds.ListenerType, ldsMySQL, push)
+	gen := g.ByTypeURL()[ListenerType]
+	a, b := generateByName(t, g, ListenerType, ldsReviews, push), generateByName(t, g, ListenerType, ldsMySQL, push)
 	for name, r := range a {
 		if name != VirtualInboundListener && b[name].Any != r.Any {
 			t.Errorf("%s not shared by two proxies of one namespace", name)
@@ -652,11 +651,11 @@ func TestListenerOutboundShared(t *testing.T) {
 	}
 	// A second replica of reviews shares the inbound listener.
 	replica := ldsSidecar("reviews-2", "10.1.0.8", ldsReviews.Labels)
-	if generateByName(t, g, xds.ListenerType, replica, push)[VirtualInboundListener].Any != a[VirtualInboundListener].Any {
+	if generateByName(t, g, ListenerType, replica, push)[VirtualInboundListener].Any != a[VirtualInboundListener].Any {
 		t.Error("virtualInbound not shared by replicas")
 	}
 	// Non-wildcard: only what is named.
-	d, err := gen.Generate(ldsReviews, push, named(xds.ListenerType, VirtualInboundListener, "10.0.0.20_3306", "nope"), nil)
+	d, err := gen.Generate(ldsReviews, push, named(ListenerType, VirtualInboundListener, "10.0.0.20_3306", "nope"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -664,7 +663,7 @@ func TestListenerOutboundShared(t *testing.T) {
 		t.Errorf("named subscription got %d listeners", len(d))
 	}
 	// Ztunnel: none.
-	if r, _ := gen.Generate(&model.Proxy{Type: model.Ztunnel, Namespace: "shop"}, push, wildcard(xds.ListenerType), nil); len(r) != 0 {
+	if r, _ := gen.Generate(&model.Proxy{Type: model.Ztunnel, Namespace: "shop"}, push, wildcard(ListenerType), nil); len(r) != 0 {
 		t.Errorf("ztunnel got %d listeners", len(r))
 	}
 }
@@ -712,7 +711,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.proxy.Name, func(t *testing.T) {
-			in := ldsFind(t, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+			in := ldsFind(t, ldsGenerate(t, New(Options{}), tc.proxy, push, wildcard(ListenerType)), VirtualInboundListener)
 			if len(in.FilterChains) != len(tc.want) {
 				var names []string
 				for _, fc := range in.FilterChains {
@@ -771,7 +770,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 
 func TestListenerInboundRBACOnChains(t *testing.T) {
 	push := ldsPush(t, nil)
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(ListenerType)), VirtualInboundListener)
 	h := ldsHCMOf(t, ldsChain(t, in, "inbound_0.0.0.0_9080_tls"))
 	var names []string
 	for _, f := range h.HttpFilters {
@@ -781,7 +780,7 @@ func TestListenerInboundRBACOnChains(t *testing.T) {
 		t.Errorf("http filters %v, want %v", names, want)
 	}
 	// The frontend has no policy: no RBAC filter.
-	in = ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in = ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)), VirtualInboundListener)
 	if got := filterNames(ldsChain(t, in, "inbound_passthrough_plaintext")); !slices.Equal(got, []string{ldsTCPProxyFilterName}) {
 		t.Errorf("frontend passthrough filters %v", got)
 	}
@@ -789,7 +788,7 @@ func TestListenerInboundRBACOnChains(t *testing.T) {
 
 func TestListenerGateway(t *testing.T) {
 	push := ldsPush(t, nil)
-	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType))
 	if len(ls) != 2 || ls[0].Name != "0.0.0.0_80" || ls[1].Name != "0.0.0.0_443" {
 		t.Fatalf("listeners %v", ls)
 	}
@@ -834,7 +833,7 @@ func TestListenerGateway(t *testing.T) {
 	}
 	// Another proxy without matching labels gets nothing.
 	other := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "egressgateway"}}
-	if got := ldsGenerate(t, New(Options{}), other, push, wildcard(xds.ListenerType)); len(got) != 0 {
+	if got := ldsGenerate(t, New(Options{}), other, push, wildcard(ListenerType)); len(got) != 0 {
 		t.Errorf("unselected gateway got %d listeners", len(got))
 	}
 }
@@ -859,7 +858,7 @@ spec:
     bind: 127.0.0.1
     hosts: ["*"]
 `)
-	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType))
 	var names []string
 	for _, l := range ls {
 		names = append(names, l.Name)
@@ -887,7 +886,7 @@ spec:
 func TestListenerGRPC(t *testing.T) {
 	push := ldsPush(t, nil)
 	g := New(Options{})
-	all := ldsGenerate(t, g, ldsGRPCClient, push, wildcard(xds.ListenerType))
+	all := ldsGenerate(t, g, ldsGRPCClient, push, wildcard(ListenerType))
 	var names []string
 	for _, l := range all {
 		names = append(names, l.Name)
@@ -906,7 +905,7 @@ func TestListenerGRPC(t *testing.T) {
 		}
 	}
 
-	asked := ldsGenerate(t, g, ldsGRPCClient, push, named(xds.ListenerType, "reviews:9080", "reviews.shop:7070",
+	asked := ldsGenerate(t, g, ldsGRPCClient, push, named(ListenerType, "reviews:9080", "reviews.shop:7070",
 		"reviews.shop.svc:9080", "frontend.shop.svc.cluster.local:80", "reviews:1234", "nope:80", "garbage"))
 	names = nil
 	for _, l := range asked {
@@ -926,7 +925,7 @@ func TestListenerTrustDomain(t *testing.T) {
 	m := mesh.Default()
 	m.TrustDomain = "example.org"
 	push := ldsPush(t, m)
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsMySQL, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsMySQL, push, wildcard(ListenerType)), VirtualInboundListener)
 	b, err := protojson.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -1002,7 +1001,7 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 			}
 		}
 		for _, p := range proxies {
-			checkSameAsFreshBuild(t, g, xds.ListenerType, p, push, step)
+			checkSameAsFreshBuild(t, g, ListenerType, p, push, step)
 		}
 		if l, ok := g.listenerLists.latest(listID{kind: "lds", namespace: "ns-3", variant: string(model.Sidecar)}); ok && l.derived {
 			derived++
@@ -1023,7 +1022,7 @@ func TestListenerInboundMTLSTrustDomain(t *testing.T) {
 			m.TrustDomain = td
 			push := ldsPush(t, m)
 			for _, proxy := range []*model.Proxy{ldsReviews, ldsFrontend} {
-				in := ldsFind(t, ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+				in := ldsFind(t, ldsGenerate(t, New(Options{}), proxy, push, wildcard(ListenerType)), VirtualInboundListener)
 				tlsChains := 0
 				for _, fc := range in.FilterChains {
 					if fc.TransportSocket == nil {
@@ -1058,7 +1057,7 @@ func TestListenerHTTPManagerDefaults(t *testing.T) {
 	push := ldsPush(t, nil)
 	for _, proxy := range []*model.Proxy{ldsReviews, ldsFrontend, ldsGateway} {
 		managers := 0
-		for _, l := range ldsGenerate(t, New(Options{}), proxy, push, wildcard(xds.ListenerType)) {
+		for _, l := range ldsGenerate(t, New(Options{}), proxy, push, wildcard(ListenerType)) {
 			for _, fc := range l.FilterChains {
 				if fc.Filters[len(fc.Filters)-1].Name != ldsHCMFilter {
 					continue
@@ -1086,7 +1085,7 @@ func TestListenerHTTPManagerDefaults(t *testing.T) {
 // two retries when the application's connection resets before the request is sent, none on a gRPC port.
 func TestListenerInboundDefaultRoute(t *testing.T) {
 	push := ldsPush(t, nil)
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsReviews, push, wildcard(ListenerType)), VirtualInboundListener)
 	seen := map[uint32]bool{}
 	for _, fc := range in.FilterChains {
 		if fc.Filters[len(fc.Filters)-1].Name != ldsHCMFilter {
@@ -1137,7 +1136,7 @@ spec:
     hosts: ["*"]
     tls: {mode: `+mode+`, subjectAltNames: [client.example.com, 10.0.0.7]}
 `)
-	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType)), "0.0.0.0_9443")
+	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType)), "0.0.0.0_9443")
 	ctx := &tlsv3.DownstreamTlsContext{}
 	if err := l.FilterChains[0].GetTransportSocket().GetTypedConfig().UnmarshalTo(ctx); err != nil {
 		t.Fatal(err)

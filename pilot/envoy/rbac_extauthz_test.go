@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // A CUSTOM policy on the frontend (no other policy applies to it) sending /admin to provider PROVIDER, and
@@ -86,7 +85,7 @@ func customMesh(t *testing.T) *mesh.Config {
 func frontendAuthz(t *testing.T, m *mesh.Config, provider string) ([]*hcm.HttpFilter, []*listener.Filter) {
 	t.Helper()
 	push := ldsPush(t, m, customPolicy(provider))
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)), VirtualInboundListener)
 	h := ldsHCMOf(t, ldsChain(t, in, "inbound_0.0.0.0_8080_tls")).HttpFilters
 	tcp := ldsChain(t, in, "inbound_passthrough_plaintext").Filters
 	return h[:len(h)-len(ldsEnvoyHTTPFilters())], tcp[:len(tcp)-1] // without the fault, CORS and router tail
@@ -278,7 +277,7 @@ func TestCustomTwoProvidersFailClosed(t *testing.T) {
 func TestCustomOnGateway(t *testing.T) {
 	push := ldsPush(t, customMesh(t), strings.NewReplacer("namespace: shop}\nspec:\n  selector: {matchLabels: {app: frontend}}",
 		"namespace: istio-system}\nspec:\n  selector: {matchLabels: {istio: ingressgateway}}").Replace(customPolicy("opa")))
-	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType))
 	var names []string
 	for _, f := range ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0]).HttpFilters {
 		names = append(names, f.Name)

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 const corsMesh = `
@@ -97,9 +96,9 @@ func routeCORS(t *testing.T, r *route.Route) *corsv3.CorsPolicy {
 func TestRouteCORSPolicy(t *testing.T) {
 	push := pushFromYAML(t, []byte(corsMesh))
 	g := New(Options{})
-	sidecar := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
+	sidecar := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
 	gateway := generateRoutes(t, g, &model.Proxy{Type: model.Router, Namespace: "ns", Labels: map[string]string{"istio": "ingressgateway"}},
-		push, named(xds.RouteType, "http.80"))
+		push, named(RouteType, "http.80"))
 	if len(sidecar) != 1 || len(gateway) != 1 {
 		t.Fatalf("got %d sidecar and %d gateway route configurations, want 1 each", len(sidecar), len(gateway))
 	}
@@ -127,7 +126,7 @@ func TestRouteCORSPolicy(t *testing.T) {
 // requests alone.
 func TestRouteWithoutCORSPolicyHasNoCORSConfig(t *testing.T) {
 	push := rdsPush(t)
-	for _, rc := range generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, wildcard(xds.RouteType)) {
+	for _, rc := range generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, wildcard(RouteType)) {
 		for _, vh := range rc.VirtualHosts {
 			for _, r := range vh.Routes {
 				if _, ok := r.GetTypedPerFilterConfig()[CORSFilterName]; ok {
@@ -142,7 +141,7 @@ func TestRouteWithoutCORSPolicyHasNoCORSConfig(t *testing.T) {
 func TestRouteCORSPolicyNotSentToProxylessGRPC(t *testing.T) {
 	push := pushFromYAML(t, []byte(corsMesh))
 	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "ns"},
-		push, named(xds.RouteType, "web.ns.svc.cluster.local:80"))
+		push, named(RouteType, "web.ns.svc.cluster.local:80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations, want 1", len(rcs))
 	}

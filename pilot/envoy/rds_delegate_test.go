@@ -8,7 +8,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // A root VirtualService's delegated routes reach the proxy in the root's place, and a change to the
@@ -55,7 +54,7 @@ func TestDelegateChangeRebuildsOnlyItsRootsVirtualHost(t *testing.T) {
 				t.Errorf("front's first route: %v, want /api/v2 to other with timeout %v", r, timeout)
 			}
 		}
-		res, err := g.ByTypeURL()[xds.VirtualHostType].Generate(proxy, push, wildcard(xds.VirtualHostType), nil)
+		res, err := g.ByTypeURL()[VirtualHostType].Generate(proxy, push, wildcard(VirtualHostType), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

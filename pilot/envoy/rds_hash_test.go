@@ -7,7 +7,6 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 const hashMesh = `
@@ -117,7 +116,7 @@ func TestRouteHashPolicyPerDestination(t *testing.T) {
 				vhosts = append(vhosts, vh)
 			}
 		} else {
-			vhosts = generateRoutes(t, New(Options{}), proxy, push, named(xds.RouteType, "8080"))[0].VirtualHosts
+			vhosts = generateRoutes(t, New(Options{}), proxy, push, named(RouteType, "8080"))[0].VirtualHosts
 		}
 		byName := map[string]*route.VirtualHost{}
 		for _, vh := range vhosts {
@@ -225,7 +224,7 @@ func TestRouteHashPolicyFromSelectedDestinationRule(t *testing.T) {
 				}
 			} else {
 				p := &model.Proxy{Type: model.Sidecar, Namespace: "ns", Labels: labels}
-				for _, vh := range generateRoutes(t, g, p, push, named(xds.RouteType, "8080"))[0].VirtualHosts {
+				for _, vh := range generateRoutes(t, g, p, push, named(RouteType, "8080"))[0].VirtualHosts {
 					byName[vh.Name] = vh
 				}
 			}

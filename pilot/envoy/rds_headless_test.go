@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // envoyVirtualHost picks the virtual host Envoy would for a request's Host: an exact domain, else the
@@ -66,7 +64,7 @@ spec:
   resolution: NONE
   ports: [{number: 8080, name: http, protocol: HTTP}]
 `))
-	rcs := generateRoutes(t, New(Options{}), envoyProxy("default", nil, false, 1, 36), push, wildcard(xds.RouteType))
+	rcs := generateRoutes(t, New(Options{}), envoyProxy("default", nil, false, 1, 36), push, wildcard(RouteType))
 	var rc *route.RouteConfiguration
 	for _, r := range rcs {
 		if r.Name == "8080" {

@@ -9,7 +9,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // web serves port 80, api 8080; the VirtualService for api also names two hosts no service has.
@@ -73,7 +72,7 @@ func routeClusters(vh *route.VirtualHost) []string {
 func TestVirtualServiceHostsOutsideRegistry(t *testing.T) {
 	push := pushFromYAML(t, []byte(vsHostsMesh))
 	proxy := &model.Proxy{Type: model.Sidecar, Namespace: "ns"}
-	rcs := generateRoutes(t, New(Options{}), proxy, push, named(xds.RouteType, "80", "8080"))
+	rcs := generateRoutes(t, New(Options{}), proxy, push, named(RouteType, "80", "8080"))
 	if len(rcs) != 2 {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
@@ -129,7 +128,7 @@ spec:
   - match: [{port: 8080}]
     route: [{destination: {host: web}}]
 `))
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
 	for _, vh := range rcs[0].VirtualHosts {
 		if vh.Name == "port-only.example.com:80" {
 			t.Errorf("port-only.example.com has no route on 80, yet a virtual host: %v", vh)
@@ -147,7 +146,7 @@ spec:
   egress:
   - hosts: ["./web.ns.svc.cluster.local", "./partner.example.com"]
 `))
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
 	var names []string
 	for _, vh := range rcs[0].VirtualHosts {
 		names = append(names, vh.Name)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // retryMesh: "plain" has no DestinationRule; "hashed" hashes on a header. Its VirtualService routes one
@@ -75,7 +74,7 @@ spec:
 
 func retryRoutes(t *testing.T) map[string]*route.Route {
 	t.Helper()
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, pushFromYAML(t, []byte(retryMesh)), named(xds.RouteType, "80"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, pushFromYAML(t, []byte(retryMesh)), named(RouteType, "80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations", len(rcs))
 	}
@@ -176,7 +175,7 @@ func TestRouteMeshDefaultRetryPolicy(t *testing.T) {
 	g := New(Options{})
 	routesFor := func(m *mesh.Config) map[string]*route.Route {
 		t.Helper()
-		rcs := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, model.Build(st, m), named(xds.RouteType, "80"))
+		rcs := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, model.Build(st, m), named(RouteType, "80"))
 		out := map[string]*route.Route{}
 		for _, host := range []string{"plain", "hashed", "routed"} {
 			for _, r := range virtualHost(t, rcs[0], host+".ns.svc.cluster.local:80").Routes {
@@ -238,11 +237,11 @@ func TestRouteGRPCRetryPolicyIsTheSidecars(t *testing.T) {
 	for _, m := range []*mesh.Config{mesh.Default(), withPolicy("defaultHttpRetryPolicy: {attempts: 4, retryOn: \"unavailable,409\", backoff: 0.05s}\n"),
 		withPolicy("defaultHttpRetryPolicy: {attempts: 0}\n")} {
 		push := model.Build(st, m)
-		sidecar := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))[0]
+		sidecar := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))[0]
 		for _, host := range []string{"plain", "hashed", "routed"} {
 			name := host + ".ns.svc.cluster.local:80"
 			want := virtualHost(t, sidecar, name).Routes
-			rcs := generateRoutes(t, g, &model.Proxy{Type: model.GRPC, Namespace: "ns"}, push, named(xds.RouteType, name))
+			rcs := generateRoutes(t, g, &model.Proxy{Type: model.GRPC, Namespace: "ns"}, push, named(RouteType, name))
 			if len(rcs) != 1 || len(rcs[0].VirtualHosts) != 1 || len(rcs[0].VirtualHosts[0].Routes) != len(want) {
 				t.Fatalf("%s: gRPC route configuration %v, want %d routes", name, rcs, len(want))
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // rdsPush builds the snapshot of testdata/rds/mesh.yaml.
@@ -92,7 +91,7 @@ spec:
 // ValidateAll, the name it was asked under, domains unique within it.
 func generateRoutes(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) []*route.RouteConfiguration {
 	t.Helper()
-	res, err := g.ByTypeURL()[xds.RouteType].Generate(proxy, push, w, nil)
+	res, err := g.ByTypeURL()[RouteType].Generate(proxy, push, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +131,11 @@ func TestRDSGolden(t *testing.T) {
 		proxy *model.Proxy
 		w     *model.WatchedResource
 	}{
-		{"sidecar-bookinfo", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}}, wildcard(xds.RouteType)},
-		{"sidecar-productpage-9080", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}}, named(xds.RouteType, "9080")},
-		{"sidecar-other", &model.Proxy{Type: model.Sidecar, Namespace: "other"}, named(xds.RouteType, "80", "8000", "9080", "12345", "http.80")},
-		{"gateway", &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}, wildcard(xds.RouteType)},
-		{"grpc", &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, named(xds.RouteType,
+		{"sidecar-bookinfo", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}}, wildcard(RouteType)},
+		{"sidecar-productpage-9080", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}}, named(RouteType, "9080")},
+		{"sidecar-other", &model.Proxy{Type: model.Sidecar, Namespace: "other"}, named(RouteType, "80", "8000", "9080", "12345", "http.80")},
+		{"gateway", &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}, wildcard(RouteType)},
+		{"grpc", &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, named(RouteType,
 			"echo.bookinfo.svc.cluster.local:7070",
 			"outbound|9080||reviews.bookinfo.svc.cluster.local",
 			"nothere.bookinfo.svc.cluster.local:7070",
@@ -175,7 +174,7 @@ func TestRouteNames(t *testing.T) {
 	g := New(Options{})
 	sidecar := &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}
 	// Every HTTP port, not the TCP port 3306.
-	all := generateRoutes(t, g, sidecar, push, wildcard(xds.RouteType))
+	all := generateRoutes(t, g, sidecar, push, wildcard(RouteType))
 	if got, want := routeNames(all), []string{"7070", "80", "8000", "9080"}; !slices.Equal(got, want) {
 		t.Errorf("wildcard: got %v, want %v", got, want)
 	}
@@ -185,15 +184,15 @@ func TestRouteNames(t *testing.T) {
 			t.Errorf("route configuration 8000 has a virtual host for web's port of unknown protocol")
 		}
 	}
-	if got, want := routeNames(generateRoutes(t, g, sidecar, push, named(xds.RouteType, "9080", "3306", "443", "080", "x", "http.80"))), []string{"9080"}; !slices.Equal(got, want) {
+	if got, want := routeNames(generateRoutes(t, g, sidecar, push, named(RouteType, "9080", "3306", "443", "080", "x", "http.80"))), []string{"9080"}; !slices.Equal(got, want) {
 		t.Errorf("named: got %v, want %v", got, want)
 	}
 	gw := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}
-	if got, want := routeNames(generateRoutes(t, g, gw, push, wildcard(xds.RouteType))), []string{"http.80", "https.443.https.bookinfo-gateway.istio-system"}; !slices.Equal(got, want) {
+	if got, want := routeNames(generateRoutes(t, g, gw, push, wildcard(RouteType))), []string{"http.80", "https.443.https.bookinfo-gateway.istio-system"}; !slices.Equal(got, want) {
 		t.Errorf("gateway: got %v, want %v", got, want)
 	}
 	other := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "egress"}}
-	if got := generateRoutes(t, g, other, push, named(xds.RouteType, "http.80")); len(got) != 0 {
+	if got := generateRoutes(t, g, other, push, named(RouteType, "http.80")); len(got) != 0 {
 		t.Errorf("gateway without Gateways: got %v", routeNames(got))
 	}
 }
@@ -201,7 +200,7 @@ func TestRouteNames(t *testing.T) {
 func TestRouteSidecarReviews(t *testing.T) {
 	push := rdsPush(t)
 	g := New(Options{})
-	rcs := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, named(xds.RouteType, "9080"))
+	rcs := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, named(RouteType, "9080"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations", len(rcs))
 	}
@@ -245,7 +244,7 @@ func TestRouteSidecarReviews(t *testing.T) {
 	}
 
 	// From another namespace: no bare name.
-	rcs = generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "other"}, push, named(xds.RouteType, "9080"))
+	rcs = generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "other"}, push, named(RouteType, "9080"))
 	vh = virtualHost(t, rcs[0], "reviews.bookinfo.svc.cluster.local:9080")
 	if slices.Contains(vh.Domains, "reviews") || !slices.Contains(vh.Domains, "reviews.bookinfo") {
 		t.Errorf("domains from namespace other: %v", vh.Domains)
@@ -254,7 +253,7 @@ func TestRouteSidecarReviews(t *testing.T) {
 
 func TestRouteRatingsFeatures(t *testing.T) {
 	push := rdsPush(t)
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, named(xds.RouteType, "9080"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, named(RouteType, "9080"))
 	vh := virtualHost(t, rcs[0], "ratings.bookinfo.svc.cluster.local:9080")
 	var names []string
 	for _, r := range vh.Routes {
@@ -317,7 +316,7 @@ func TestRouteRatingsFeatures(t *testing.T) {
 func TestRouteGateway(t *testing.T) {
 	push := rdsPush(t)
 	gw := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}
-	rcs := generateRoutes(t, New(Options{}), gw, push, named(xds.RouteType, "http.80", "https.443.https.bookinfo-gateway.istio-system"))
+	rcs := generateRoutes(t, New(Options{}), gw, push, named(RouteType, "http.80", "https.443.https.bookinfo-gateway.istio-system"))
 	if len(rcs) != 2 {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
@@ -345,7 +344,7 @@ func TestRouteGateway(t *testing.T) {
 func TestRouteGRPC(t *testing.T) {
 	push := rdsPush(t)
 	name := "echo.bookinfo.svc.cluster.local:7070"
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, push, named(xds.RouteType, name, "unknown.example.com:80"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, push, named(RouteType, name, "unknown.example.com:80"))
 	if len(rcs) != 1 || rcs[0].Name != name {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
@@ -362,7 +361,7 @@ func TestRouteGRPC(t *testing.T) {
 		}
 	}
 	// A short target, as the client wrote it, resolved from the client's namespace.
-	short := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, push, named(xds.RouteType, "echo:7070"))
+	short := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, push, named(RouteType, "echo:7070"))
 	if len(short) != 1 || !slices.Equal(short[0].VirtualHosts[0].Domains, []string{"echo:7070", "echo", name, "echo.bookinfo.svc.cluster.local"}) {
 		t.Errorf("short target: %v", short)
 	}
@@ -380,10 +379,10 @@ func TestRouteGRPC(t *testing.T) {
 func TestRouteCacheSharing(t *testing.T) {
 	push := rdsPush(t)
 	g := New(Options{})
-	gen := g.ByTypeURL()[xds.RouteType]
+	gen := g.ByTypeURL()[RouteType]
 	get := func(labels map[string]string, name string) *model.Resource {
 		t.Helper()
-		res, err := gen.Generate(&model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: labels}, push, named(xds.RouteType, name), nil)
+		res, err := gen.Generate(&model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: labels}, push, named(RouteType, name), nil)
 		if err != nil || len(res) != 1 {
 			t.Fatalf("%s: %v %v", name, res, err)
 		}
@@ -421,7 +420,7 @@ func TestRouteRejectsNothing(t *testing.T) {
 	vs := st.Get(config.Key{Kind: config.VirtualService, Namespace: "ns", Name: "a"}).Spec.(*networking.VirtualService)
 	vs.Http[0].Match[0].Uri.MatchType = &networking.StringMatch_Regex{Regex: "("}
 	push := model.Build(st, mesh.Default())
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(xds.RouteType, "80"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %v", routeNames(rcs))
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // envoyProxy is a sidecar as an Envoy of the given version connects on a delta (or SotW) stream.
@@ -29,7 +28,7 @@ func envoyProxy(ns string, labels map[string]string, delta bool, major, minor ui
 // named as the virtual host it holds, ROUTE_CONFIG/NAME.
 func generateVirtualHosts(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext) []*route.VirtualHost {
 	t.Helper()
-	res, err := g.ByTypeURL()[xds.VirtualHostType].Generate(proxy, push, wildcard(xds.VirtualHostType), nil)
+	res, err := g.ByTypeURL()[VirtualHostType].Generate(proxy, push, wildcard(VirtualHostType), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +41,7 @@ func generateVirtualHosts(t *testing.T, g *Generators, proxy *model.Proxy, push 
 		if err := vh.ValidateAll(); err != nil {
 			t.Errorf("virtual host %s: ValidateAll: %v", vh.Name, err)
 		}
-		if vh.Name != r.Name || xds.RouteConfigOfVirtualHost(r.Name) == "" {
+		if vh.Name != r.Name || RouteConfigOfVirtualHost(r.Name) == "" {
 			t.Errorf("resource %q holds virtual host %q; want both ROUTE_CONFIG/NAME", r.Name, vh.Name)
 		}
 		out = append(out, vh)
@@ -75,14 +74,14 @@ func checkVHDSMatchesInline(t *testing.T, push *model.PushContext, ns string, la
 	t.Helper()
 	g := New(Options{})
 	vhdsProxy := envoyProxy(ns, labels, true, 1, 38)
-	inline := generateRoutes(t, g, envoyProxy(ns, labels, false, 1, 38), push, wildcard(xds.RouteType))
-	withVHDS := generateRoutes(t, g, vhdsProxy, push, wildcard(xds.RouteType))
+	inline := generateRoutes(t, g, envoyProxy(ns, labels, false, 1, 38), push, wildcard(RouteType))
+	withVHDS := generateRoutes(t, g, vhdsProxy, push, wildcard(RouteType))
 	if len(inline) == 0 || len(inline) != len(withVHDS) {
 		t.Fatalf("route configurations: %d inline, %d with VHDS", len(inline), len(withVHDS))
 	}
 	byRC := map[string][]*route.VirtualHost{}
 	for _, vh := range generateVirtualHosts(t, g, vhdsProxy, push) {
-		rc := xds.RouteConfigOfVirtualHost(vh.Name)
+		rc := RouteConfigOfVirtualHost(vh.Name)
 		byRC[rc] = append(byRC[rc], vh)
 	}
 	for i, rc := range withVHDS {
@@ -131,7 +130,7 @@ spec:
 
 	g := New(Options{})
 	proxy := envoyProxy("bookinfo", map[string]string{"app": "ratings"}, true, 1, 38)
-	old, cur := generateByName(t, g, xds.VirtualHostType, proxy, before), generateByName(t, g, xds.VirtualHostType, proxy, after)
+	old, cur := generateByName(t, g, VirtualHostType, proxy, before), generateByName(t, g, VirtualHostType, proxy, after)
 	var changed, rebuilt []string
 	for name, r := range cur {
 		if old[name] == nil || old[name].Version != r.Version {
@@ -176,7 +175,7 @@ func TestVHDSOnlyWhereSupported(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := New(tc.opts)
 			vhosts := generateVirtualHosts(t, g, tc.proxy, push)
-			rcs := generateRoutes(t, g, tc.proxy, push, named(xds.RouteType, "9080"))
+			rcs := generateRoutes(t, g, tc.proxy, push, named(RouteType, "9080"))
 			if tc.proxy.Type == model.GRPC {
 				rcs = nil
 			}
@@ -262,7 +261,7 @@ func TestSidecarFullStatesSortedByName(t *testing.T) {
 	push := rdsPush(t)
 	g := New(Options{})
 	proxy := envoyProxy("bookinfo", map[string]string{"app": "reviews"}, true, 1, 38)
-	for _, typ := range []string{xds.ClusterType, xds.ListenerType, xds.VirtualHostType} {
+	for _, typ := range []string{ClusterType, ListenerType, VirtualHostType} {
 		res, err := g.ByTypeURL()[typ].Generate(proxy, push, wildcard(typ), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -314,7 +313,7 @@ func testVHDSDerivedListsEqualFullBuilds(t *testing.T) {
 			live[ns+"/"+name] = true
 		}
 		for _, p := range proxies {
-			checkSameAsFreshBuild(t, g, xds.VirtualHostType, p, push, step)
+			checkSameAsFreshBuild(t, g, VirtualHostType, p, push, step)
 		}
 	}
 }

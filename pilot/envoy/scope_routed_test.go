@@ -9,7 +9,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 const routedDestinationsMesh = `
@@ -55,7 +54,7 @@ spec:
 func outboundClusterNames(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext) []string {
 	t.Helper()
 	var out []string
-	for _, c := range generate(t, g, xds.ClusterType, proxy, push, wildcard(xds.ClusterType), newCluster) {
+	for _, c := range generate(t, g, ClusterType, proxy, push, wildcard(ClusterType), newCluster) {
 		if strings.HasPrefix(c.Name, "outbound|") {
 			out = append(out, c.Name)
 		}
@@ -93,7 +92,7 @@ func TestSidecarGetsClustersOfRoutedDestinations(t *testing.T) {
 	if got := outboundClusterNames(t, g, proxy, next); !slices.Equal(got, want) {
 		t.Errorf("clusters %v, want %v (ratings on the port routed to only, audit mirrored to)", got, want)
 	}
-	clas, err := g.ByTypeURL()[xds.EndpointType].Generate(proxy, next, named(xds.EndpointType, want[:2]...), nil)
+	clas, err := g.ByTypeURL()[EndpointType].Generate(proxy, next, named(EndpointType, want[:2]...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/secretaccess"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // answers is a SecretAuthorizer whose decisions the test sets per account; unknown accounts are pending.
@@ -102,7 +101,7 @@ func TestSDSAccessDecisionPushesOnlyItsIdentity(t *testing.T) {
 	push := ldsPush(t, nil,
 		secretDoc("istio-system", "shop-cert", "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key}))
 	authz := &answers{}
-	gen := New(Options{SecretAuthorizer: authz}).ByTypeURL()[xds.SecretType]
+	gen := New(Options{SecretAuthorizer: authz}).ByTypeURL()[SecretType]
 	sds := gen.(interface {
 		model.DeltaGenerator
 		model.PushFilter
@@ -130,7 +129,7 @@ func TestSDSAccessDecisionPushesOnlyItsIdentity(t *testing.T) {
 	if got := decodeSecrets(t, res); len(got) != 1 || got["kubernetes://shop-cert"] == nil {
 		t.Errorf("pushed %v once allowed", slices.Sorted(mapsKeys(got)))
 	}
-	for _, typeURL := range []string{xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType} {
+	for _, typeURL := range []string{ClusterType, EndpointType, ListenerType, RouteType} {
 		if f, ok := New(Options{}).ByTypeURL()[typeURL].(model.PushFilter); ok && f.NeedsPush(gw, &model.WatchedResource{TypeURL: typeURL}, req) {
 			t.Errorf("an access decision pushes %s", typeURL)
 		}

@@ -24,7 +24,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/secretaccess"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
@@ -69,7 +68,7 @@ func secretDoc(ns, name, typ string, data map[string][]byte) string {
 }
 
 func sdsWatch(names ...string) *model.WatchedResource {
-	return &model.WatchedResource{TypeURL: xds.SecretType, ResourceNames: nameset.New(names...)}
+	return &model.WatchedResource{TypeURL: SecretType, ResourceNames: nameset.New(names...)}
 }
 
 // authenticated returns a copy of p whose stream was authenticated as ns/sa.
@@ -82,7 +81,7 @@ func authenticated(p *model.Proxy, ns, sa string) *model.Proxy {
 // sdsGenerate runs SDS for the proxy and decodes the secrets by name, each checked with ValidateAll.
 func sdsGenerate(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) map[string]*tlsv3.Secret {
 	t.Helper()
-	res, err := g.ByTypeURL()[xds.SecretType].Generate(proxy, push, w, nil)
+	res, err := g.ByTypeURL()[SecretType].Generate(proxy, push, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +122,7 @@ func TestSDSGatewayCertificates(t *testing.T) {
 
 	// The names the gateway's listener asks for are the ones served.
 	var names []string
-	for _, l := range ldsGenerate(t, g, gw, push, wildcard(xds.ListenerType)) {
+	for _, l := range ldsGenerate(t, g, gw, push, wildcard(ListenerType)) {
 		for _, fc := range l.FilterChains {
 			ctx := &tlsv3.DownstreamTlsContext{}
 			if fc.GetTransportSocket().GetTypedConfig().UnmarshalTo(ctx) != nil {
@@ -242,7 +241,7 @@ func TestSDSMissingAndMalformedSecrets(t *testing.T) {
 		t.Errorf("served %v from missing and malformed Secrets", slices.Sorted(mapsKeys(got)))
 	}
 	// The gateway's listeners are still generated, naming the secrets that will come once fixed.
-	if ls := ldsGenerate(t, g, gw, push, wildcard(xds.ListenerType)); len(ls) != 2 {
+	if ls := ldsGenerate(t, g, gw, push, wildcard(ListenerType)); len(ls) != 2 {
 		t.Errorf("%d listeners", len(ls))
 	}
 
@@ -287,7 +286,7 @@ func TestSDSMalformedUpdateKeepsLastGood(t *testing.T) {
 
 func TestSDSPushesOnlyWatchersOfAChangedSecret(t *testing.T) {
 	cert, key := testCert(t, "a.example.com", time.Now().Add(time.Hour))
-	gen := New(Options{}).ByTypeURL()[xds.SecretType].(interface {
+	gen := New(Options{}).ByTypeURL()[SecretType].(interface {
 		model.PushFilter
 		model.DeltaGenerator
 	})

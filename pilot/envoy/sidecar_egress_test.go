@@ -7,8 +7,6 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 func egressSidecar(egress string) string {
@@ -41,7 +39,7 @@ func TestSidecarEgressPortSelectsAndSetsProtocol(t *testing.T) {
   - hosts: ["./mysql.shop.svc.cluster.local"]
 `))
 	g := New(Options{})
-	ls := ldsGenerate(t, g, ldsFrontend, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, g, ldsFrontend, push, wildcard(ListenerType))
 	l := ldsFindOrNil(ls, "10.0.0.11_9080")
 	if l == nil {
 		t.Fatalf("no listener 10.0.0.11_9080 for reviews' TCP egress port; listeners %v", listenerNames(ls))
@@ -61,7 +59,7 @@ func TestSidecarEgressPortSelectsAndSetsProtocol(t *testing.T) {
 		t.Errorf("the catch-all's mysql has no listener: %v", listenerNames(ls))
 	}
 	var clusters []string
-	for _, c := range generate(t, g, xds.ClusterType, ldsFrontend, push, wildcard(xds.ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
+	for _, c := range generate(t, g, ClusterType, ldsFrontend, push, wildcard(ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
 		clusters = append(clusters, c.Name)
 	}
 	for name, want := range map[string]bool{"outbound|9080||reviews.shop.svc.cluster.local": true, "outbound|7070||reviews.shop.svc.cluster.local": false,
@@ -89,7 +87,7 @@ func TestSidecarEgressBindAndCaptureMode(t *testing.T) {
   - hosts: ["./*"]
 `))
 	g := New(Options{})
-	ls := ldsGenerate(t, g, ldsFrontend, push, wildcard(xds.ListenerType))
+	ls := ldsGenerate(t, g, ldsFrontend, push, wildcard(ListenerType))
 	for _, tc := range []struct {
 		name, route string
 		real        bool
@@ -125,7 +123,7 @@ func TestSidecarEgressBindAndCaptureMode(t *testing.T) {
 	if ldsFindOrNil(ls, "127.0.0.1_80") != nil || ldsFindOrNil(ls, "0.0.0.0_7070") == nil {
 		t.Errorf("listeners %v", listenerNames(ls))
 	}
-	rcs := generateRoutes(t, g, ldsFrontend, push, named(xds.RouteType, "9080", "7070", "80"))
+	rcs := generateRoutes(t, g, ldsFrontend, push, named(RouteType, "9080", "7070", "80"))
 	if len(rcs) != 3 {
 		t.Fatalf("route configurations %d, want 9080, 7070 and 80", len(rcs))
 	}
@@ -153,7 +151,7 @@ func TestSidecarEgressCaptureModeChangeRebuilds(t *testing.T) {
 		mode string
 		real bool
 	}{{"DEFAULT", false}, {"NONE", true}, {"IPTABLES", false}} {
-		ls := ldsGenerate(t, g, ldsFrontend, ldsPush(t, nil, egress(tc.mode)), wildcard(xds.ListenerType))
+		ls := ldsGenerate(t, g, ldsFrontend, ldsPush(t, nil, egress(tc.mode)), wildcard(ListenerType))
 		l := ldsFindOrNil(ls, "127.0.0.3_9080")
 		if l == nil {
 			t.Fatalf("%s: no listener 127.0.0.3_9080: %v", tc.mode, listenerNames(ls))

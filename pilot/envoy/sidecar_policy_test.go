@@ -9,7 +9,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // A DENY-everything policy bound by targetRefs to the Gateway API Gateway shop-gw: it must reach that
@@ -35,7 +34,7 @@ spec:
 func TestTargetRefPolicyReachesOnlyItsGateway(t *testing.T) {
 	push := ldsPush(t, nil, targetRefDenyAll)
 	// The frontend had no policy: its inbound listener still has no RBAC filter.
-	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(xds.ListenerType)), VirtualInboundListener)
+	in := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)), VirtualInboundListener)
 	for _, name := range []string{"inbound_passthrough_plaintext", "inbound_0.0.0.0_8080_tls"} {
 		fc := ldsChain(t, in, name)
 		if slices.Contains(filterNames(fc), tcpRBACFilter) {
@@ -84,8 +83,8 @@ spec:
 	if with.Sidecar("shop", ldsFrontend.Labels) == nil {
 		t.Fatal("the Sidecar does not apply to the frontend")
 	}
-	want := listenerNames(ldsGenerate(t, New(Options{}), ldsFrontend, without, wildcard(xds.ListenerType)))
-	got := listenerNames(ldsGenerate(t, New(Options{}), ldsFrontend, with, wildcard(xds.ListenerType)))
+	want := listenerNames(ldsGenerate(t, New(Options{}), ldsFrontend, without, wildcard(ListenerType)))
+	got := listenerNames(ldsGenerate(t, New(Options{}), ldsFrontend, with, wildcard(ListenerType)))
 	if !slices.Equal(got, want) {
 		t.Errorf("listeners under a Sidecar without egress:\n got %v\nwant %v", got, want)
 	}
@@ -129,7 +128,7 @@ spec:
 			if tc.blocked {
 				wantCluster, wantVH = BlackHoleCluster, BlockAllVirtualHost
 			}
-			out := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(xds.ListenerType)), VirtualOutboundListener)
+			out := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(ListenerType)), VirtualOutboundListener)
 			if len(out.FilterChains) != 1 {
 				t.Fatalf("virtualOutbound chains %d", len(out.FilterChains))
 			}
@@ -138,7 +137,7 @@ spec:
 			}
 			// Inline route tables, and those of an Envoy that gets its virtual hosts over VHDS (the catch-all stays inline).
 			for _, proxy := range []*model.Proxy{ldsFrontend, envoyProxy("shop", ldsFrontend.Labels, true, 1, 38)} {
-				rcs := generateRoutes(t, g, proxy, push, named(xds.RouteType, "80", "9080"))
+				rcs := generateRoutes(t, g, proxy, push, named(RouteType, "80", "9080"))
 				if len(rcs) != 2 {
 					t.Fatalf("route configurations %v", routeNames(rcs))
 				}

@@ -374,7 +374,7 @@ func (run *fuzzRun) subscribed(typeURL string, names []string, legacy bool) {
 	for _, n := range names {
 		run.named[typeURL][n] = true
 	}
-	if slices.Contains(names, "*") || legacy && legacyWildcard[typeURL] {
+	if slices.Contains(names, "*") || legacy && realPolicies()[typeURL].LegacyWildcard {
 		run.wildcard[typeURL] = true
 	}
 }

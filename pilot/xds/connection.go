@@ -61,10 +61,11 @@ type Connection struct {
 	seq         uint64          // responses sent; under turn
 	unknownSeen map[string]bool // types without a generator, logged once; under turn
 	genFailed   bool            // the last generation failed; under turn
-	// resumed is set once a request carried initial_resource_versions (a reconnect); owed holds the clusters
-	// sent while no EDS subscription existed yet on such a stream (see clustersToWarm). Under turn.
+	// resumed is set once a request carried initial_resource_versions (a reconnect); owed holds, by type
+	// URL, the follow-ups due while that type had no subscription yet on such a stream (see followUps).
+	// Under turn.
 	resumed   bool
-	owed      map[string]struct{}
+	owed      map[string]map[string]struct{}
 	pushing   *model.PushRequest // the push being sent, for the Observer; under turn
 	sendTimer *time.Timer        // kills the connection when a send outlasts SendTimeout; under turn
 	// scratch is a delta response and its versions, reused from send to send (deltaScratch); under turn.
@@ -399,18 +400,14 @@ func (c *Connection) pushTypes(req *model.PushRequest) []*watch {
 
 // typesOf asks each watched type's generator whether req concerns it. The caller holds mu.
 func (c *Connection) typesOf(req *model.PushRequest) []*watch {
-	var types []string
-	for t, w := range c.watched {
+	var types []*watch
+	for _, w := range c.watched {
 		if c.srv.needsPush(c.proxy, w, req) {
-			types = append(types, t)
+			types = append(types, w)
 		}
 	}
-	sortTypes(types)
-	out := make([]*watch, len(types))
-	for i, t := range types {
-		out[i] = c.watched[t]
-	}
-	return out
+	slices.SortFunc(types, pushOrder)
+	return types
 }
 
 // maxUnknownTypes is how many types without a generator a connection logs.
@@ -422,9 +419,9 @@ func (c *Connection) requestGenerator(typeURL string) (model.Generator, error) {
 	if typeURL == "" {
 		return nil, status.Error(codes.InvalidArgument, "request has no type_url")
 	}
-	// The workload types hold every workload and policy of the mesh: on an authenticated stream only a
-	// ztunnel, whose identity admission checked against the trusted node accounts, may subscribe to them.
-	if (typeURL == AddressType || typeURL == AuthorizationType) && c.proxy.Identity != nil && c.proxy.Type != model.Ztunnel {
+	// A ztunnel's identity was checked against the trusted node accounts at admission: the types only a
+	// ztunnel may have are refused to any other proxy on an authenticated stream.
+	if c.srv.policyOf(typeURL).ZtunnelOnly && c.proxy.Identity != nil && c.proxy.Type != model.Ztunnel {
 		return nil, status.Errorf(codes.PermissionDenied, "node %q is a %s, not a ztunnel: %s is served to ztunnels of a trusted node "+
 			"account only", loglimit.Text(c.proxy.NodeID), c.proxy.Type, typeURL)
 	}
@@ -460,7 +457,7 @@ func (c *Connection) generateFailed(typeURL string, err error) {
 }
 
 func (c *Connection) watch(w *watch) {
-	w.gen, w.counters = c.srv.opts.Generators[w.TypeURL], c.srv.byType[w.TypeURL]
+	w.gen, w.counters, w.policy = c.srv.opts.Generators[w.TypeURL], c.srv.byType[w.TypeURL], c.srv.policies[w.TypeURL]
 	c.mu.Lock()
 	c.watched[w.TypeURL] = w
 	c.mu.Unlock()

@@ -51,15 +51,13 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 		w = &watch{WatchedResource: model.WatchedResource{TypeURL: typeURL}, sent: sentSet{m: initial}}
 		// Only a first request naming nothing at all is the legacy wildcard: "*" subscribed and unsubscribed
 		// at once (on-demand ztunnel's first request) subscribes to nothing.
-		if len(sub) == 0 && len(unsub) == 0 && legacyWildcard[typeURL] {
+		if len(sub) == 0 && len(unsub) == 0 && c.srv.policyOf(typeURL).LegacyWildcard {
 			w.Wildcard, w.legacy = true, true
 		}
 		if len(initial) > 0 {
 			c.resumed = true
 		}
-		if typeURL == EndpointType {
-			c.forgetOwedAssignments(w)
-		}
+		c.forgetOwed(w)
 		c.watch(w)
 	} else {
 		if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.NonceSent {
@@ -155,9 +153,7 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	}
 	w.sent.follow(w.ResourceNames)
 	c.mu.Unlock()
-	if typeURL == RouteType {
-		c.forgetVirtualHosts(gone)
-	}
+	c.forgetChildren(typeURL, gone)
 	// On a first request the names asked about are the subscription: its canonical set, shared with the
 	// other sidecars, rather than a set of their own per sidecar in a cold start.
 	askedNames := w.ResourceNames
@@ -212,9 +208,9 @@ func (c *Connection) answerNames(gen model.Generator, w *watch, push *model.Push
 	return err
 }
 
-// pushDelta sends what changed for every type req concerns, in make-before-break order: clusters and load
-// assignments that the push removes go last, after the listeners and routes that stopped using them, so a
-// rename never leaves a route pointing at a cluster the proxy has already dropped.
+// pushDelta sends what changed for every type req concerns, in make-before-break order: removals of the
+// types whose policy says RemoveLast go last, after the types that stopped naming them, so a rename never
+// leaves a resource naming one the proxy has already dropped (an Envoy route naming a removed cluster).
 func (c *Connection) pushDelta(req *model.PushRequest) error {
 	push := c.srv.snapshot(req)
 	type heldPush struct {
@@ -250,7 +246,8 @@ func (c *Connection) pushDelta(req *model.PushRequest) error {
 	return nil
 }
 
-// pushDeltaType sends what req changed of w's type. Removals of the types in removedLast are returned, not sent.
+// pushDeltaType sends what req changed of w's type. Removals of a type whose policy says RemoveLast are
+// returned, not sent.
 func (c *Connection) pushDeltaType(w *watch, push *model.PushContext, req *model.PushRequest) (pendingRemoval, error) {
 	var res model.Resources
 	var removed []string
@@ -267,12 +264,8 @@ func (c *Connection) pushDeltaType(w *watch, push *model.PushContext, req *model
 	if !incremental {
 		removed = nil
 	}
-	return c.sendDelta(w, push, res, removed, nil, !incremental, false, removedLast[w.TypeURL])
+	return c.sendDelta(w, push, res, removed, nil, !incremental, false, w.policy.RemoveLast)
 }
-
-// removedLast lists the types whose removals a push sends after every other type's changes: what listeners
-// and routes name.
-var removedLast = map[string]bool{ClusterType: true, EndpointType: true}
 
 // pendingRemoval is what a push removes from w, held back by sendDelta until the push's other types are
 // sent. next is the client's whole state once the removals are sent, when sendDelta could keep it whole.
@@ -370,9 +363,9 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 				continue
 			}
 		}
-		if w.TypeURL == VirtualHostType && !c.routeConfigSent(RouteConfigOfVirtualHost(r.Name)) {
+		if w.policy.Parent != "" && !c.parentSent(w.policy, r.Name) {
 			filtered = true
-			continue // sent with its route configuration, later
+			continue // sent with its parent, later
 		}
 		v := resourceVersion(r)
 		if have, ok := w.sent.get(r.Name); ok {
@@ -390,8 +383,7 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 	if added.Len() > 0 || (full && known < w.sent.len()) {
 		seen = make(map[string]struct{}, len(res))
 		for _, r := range res {
-			if r != nil && r.Any != nil && w.Subscribed(r.Name) &&
-				(w.TypeURL != VirtualHostType || c.routeConfigSent(RouteConfigOfVirtualHost(r.Name))) {
+			if r != nil && r.Any != nil && w.Subscribed(r.Name) && (w.policy.Parent == "" || c.parentSent(w.policy, r.Name)) {
 				seen[r.Name] = struct{}{}
 			}
 		}
@@ -450,23 +442,23 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 	if err := c.send(resp, w.TypeURL); err != nil {
 		return held, err
 	}
-	fresh := false // a route configuration the client did not have
-	var updatedClusters []string
-	switch w.TypeURL {
-	case RouteType:
+	children := c.srv.children[w.TypeURL]
+	fresh := false // a parent the client did not have
+	if len(children) > 0 {
 		for _, r := range resp.Resources {
 			if _, had := w.sent.get(r.Name); !had {
 				fresh = true
 				break
 			}
 		}
-	case ClusterType:
-		updatedClusters = c.clustersToWarm(w, resp.Resources)
-	case EndpointType:
-		if c.owed != nil {
-			for _, r := range resp.Resources {
-				delete(c.owed, r.Name)
-			}
+	}
+	var followUps []string
+	if w.policy.FollowUp != "" {
+		followUps = c.followUps(w, resp.Resources)
+	}
+	if owed := c.owed[w.TypeURL]; owed != nil {
+		for _, r := range resp.Resources {
+			delete(owed, r.Name)
 		}
 	}
 	c.mu.Lock()
@@ -491,104 +483,123 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 	w.VersionSent, w.NonceSent, w.LastSent = resp.SystemVersionInfo, resp.Nonce, time.Now()
 	c.mu.Unlock()
 	c.observeSent(w, resp.Nonce, push)
-	if w.TypeURL == RouteType {
-		c.forgetVirtualHosts(resp.RemovedResources)
-		if vw := c.watched[VirtualHostType]; fresh && vw != nil {
-			// Envoy files a virtual host only under a route configuration it holds, and does not ask again
-			// when a new one arrives: its virtual hosts follow it on the stream, after it.
-			return held, c.respondDelta(c.srv.opts.Generators[VirtualHostType], vw, push, nil, nil, false)
+	if len(children) > 0 {
+		c.forgetChildren(w.TypeURL, resp.RemovedResources)
+		if fresh {
+			// The children of a new parent follow it on the stream, after it: the client does not ask for
+			// them again when it arrives.
+			for _, t := range children {
+				if cw := c.watched[t]; cw != nil {
+					if err := c.respondDelta(cw.gen, cw, push, nil, nil, false); err != nil {
+						return held, err
+					}
+				}
+			}
 		}
 	}
-	if len(updatedClusters) > 0 {
-		return held, c.resendAssignments(updatedClusters, push)
+	if len(followUps) > 0 {
+		return held, c.resendFollowUps(w.policy.FollowUp, followUps, push)
 	}
 	return held, nil
 }
 
-// clustersToWarm returns the clusters of a CDS response (sent, not yet recorded as sent) whose load
-// assignment is already subscribed: Envoy warms every cluster it adds or updates until a load assignment
-// for it arrives, and on delta does not ask again for a name it subscribes to already, so the server must
-// send it. Sextant's clusters name their assignment after themselves (eds_cluster_config.service_name).
-// Before the EDS subscription exists on a resumed stream, the names are kept (owed): the client's first
-// EDS request may claim assignments it holds for the old clusters, and those must be sent all the same.
-func (c *Connection) clustersToWarm(w *watch, sent []*discovery.Resource) []string {
-	ew := c.watched[EndpointType]
+// followUps returns the follow-ups (TypePolicy.FollowUp) of the resources of a response (sent, not yet
+// recorded as sent) that the client subscribes to and has: it must be sent them again, as it does not ask
+// again for a name it subscribes to already. Before the follow-up type's subscription exists on a resumed
+// stream, the names are kept (owed): the client's first request for that type may claim versions it holds
+// from before the update, and those must be sent all the same.
+func (c *Connection) followUps(w *watch, sent []*discovery.Resource) []string {
+	p := w.policy
+	fw := c.watched[p.FollowUp]
 	var out []string
 	for _, r := range sent {
-		if ew == nil {
+		name := p.FollowUpOf(r.Name)
+		if fw == nil {
 			if c.resumed {
 				if c.owed == nil {
-					c.owed = map[string]struct{}{}
+					c.owed = map[string]map[string]struct{}{}
 				}
-				c.owed[r.Name] = struct{}{}
+				if c.owed[p.FollowUp] == nil {
+					c.owed[p.FollowUp] = map[string]struct{}{}
+				}
+				c.owed[p.FollowUp][name] = struct{}{}
 			}
 			continue
 		}
-		if ew.Subscribed(r.Name) {
-			if _, had := ew.sent.get(r.Name); had {
-				out = append(out, r.Name)
+		if fw.Subscribed(name) {
+			if _, had := fw.sent.get(name); had {
+				out = append(out, name)
 			}
 		}
 	}
 	return out
 }
 
-// resendAssignments sends the load assignments of clusters just updated, whatever the client has of them.
-func (c *Connection) resendAssignments(clusters []string, push *model.PushContext) error {
-	ew := c.watched[EndpointType]
-	gen := c.srv.opts.Generators[EndpointType]
-	if ew == nil || gen == nil {
+// resendFollowUps sends the named resources of typeURL, whatever the client has of them.
+func (c *Connection) resendFollowUps(typeURL string, names []string, push *model.PushContext) error {
+	fw := c.watched[typeURL]
+	gen := c.srv.opts.Generators[typeURL]
+	if fw == nil || gen == nil {
 		return nil
 	}
 	c.mu.Lock()
-	for _, n := range clusters {
-		ew.sent.del(n)
+	for _, n := range names {
+		fw.sent.del(n)
 	}
 	c.mu.Unlock()
-	return c.answerNames(gen, ew, push, nameset.New(clusters...))
+	return c.answerNames(gen, fw, push, nameset.New(names...))
 }
 
-// forgetOwedAssignments drops, from what a resumed client's first EDS request says it has, the assignments
-// of clusters updated on this stream before that request: they must be sent for those clusters to warm.
-func (c *Connection) forgetOwedAssignments(w *watch) {
-	for n := range c.owed {
+// forgetOwed drops, from what a resumed client's first request for w's type says it has, the follow-ups
+// owed since before that request: they must be sent.
+func (c *Connection) forgetOwed(w *watch) {
+	for n := range c.owed[w.TypeURL] {
 		w.sent.del(n)
 	}
-	c.owed = nil
+	delete(c.owed, w.TypeURL)
 }
 
-// routeConfigSent reports whether the route configuration name was sent on this connection (delta).
-func (c *Connection) routeConfigSent(name string) bool {
-	rw := c.watched[RouteType]
-	if rw == nil {
+// parentSent reports whether the parent (TypePolicy.Parent) of the resource name was sent on this
+// connection (delta).
+func (c *Connection) parentSent(p *model.TypePolicy, name string) bool {
+	pw := c.watched[p.Parent]
+	if pw == nil {
 		return false
 	}
-	_, ok := rw.sent.get(name)
+	_, ok := pw.sent.get(p.ParentOf(name))
 	return ok
 }
 
-// forgetVirtualHosts drops what was sent of the virtual hosts of route configurations the client no longer
-// has: Envoy dropped them with their route configuration, so they are sent again if it comes back.
-func (c *Connection) forgetVirtualHosts(routeConfigs []string) {
-	vw := c.watched[VirtualHostType]
-	if vw == nil || len(routeConfigs) == 0 {
+// forgetChildren drops what was sent of the children of parents of parentType that the client no longer
+// has: it dropped them with their parent, so they are sent again if it comes back.
+func (c *Connection) forgetChildren(parentType string, parents []string) {
+	if len(parents) == 0 {
 		return
 	}
-	gone := make(map[string]bool, len(routeConfigs))
-	for _, n := range routeConfigs {
-		gone[n] = true
-	}
-	var drop []string
-	vw.sent.names(func(n string) {
-		if gone[RouteConfigOfVirtualHost(n)] {
-			drop = append(drop, n)
+	var gone map[string]bool
+	for _, t := range c.srv.children[parentType] {
+		cw := c.watched[t]
+		if cw == nil {
+			continue
 		}
-	})
-	c.mu.Lock()
-	for _, n := range drop {
-		vw.sent.del(n)
+		if gone == nil {
+			gone = make(map[string]bool, len(parents))
+			for _, n := range parents {
+				gone[n] = true
+			}
+		}
+		var drop []string
+		cw.sent.names(func(n string) {
+			if gone[cw.policy.ParentOf(n)] {
+				drop = append(drop, n)
+			}
+		})
+		c.mu.Lock()
+		for _, n := range drop {
+			cw.sent.del(n)
+		}
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 }
 
 // deltaScratch returns a response to fill and a list for its versions, reused from the connection's last

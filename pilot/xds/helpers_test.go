@@ -29,10 +29,32 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pilot/ztunnel"
 )
 
 const waitFor = 5 * time.Second // generous: -race on two cores is slow
+
+// The types the tests serve are Envoy's and ztunnel's, with their real policies (realPolicies), so the
+// transport's tests keep testing the rules those clients need.
+const (
+	ClusterType       = envoy.ClusterType
+	EndpointType      = envoy.EndpointType
+	ListenerType      = envoy.ListenerType
+	RouteType         = envoy.RouteType
+	VirtualHostType   = envoy.VirtualHostType
+	SecretType        = envoy.SecretType
+	AddressType       = ztunnel.AddressType
+	AuthorizationType = ztunnel.AuthorizationType
+)
+
+// realPolicies are Envoy's and ztunnel's policies, as the discovery server registers them.
+func realPolicies() map[string]model.TypePolicy {
+	p := envoy.Policies()
+	maps.Copy(p, ztunnel.Policies())
+	return p
+}
 
 // fakePipeline implements Pipeline; tests publish snapshots by hand.
 type fakePipeline struct {
@@ -99,7 +121,7 @@ type envOption func(*testEnv, *Options)
 func newEnv(t testing.TB, initial snapshot, opts ...envOption) *testEnv {
 	tt, _ := t.(*testing.T)
 	e := &testEnv{t: tt, pipe: &fakePipeline{}, snaps: map[uint64]snapshot{}}
-	o := Options{Pipeline: e.pipe, Logger: slog.New(slog.DiscardHandler), SendTimeout: 2 * time.Second}
+	o := Options{Pipeline: e.pipe, Logger: slog.New(slog.DiscardHandler), SendTimeout: 2 * time.Second, Policies: realPolicies()}
 	o.Generators = map[string]model.Generator{}
 	for _, typ := range []string{ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType, AddressType} {
 		o.Generators[typ] = &testGen{env: e, typeURL: typ}

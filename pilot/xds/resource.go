@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -10,59 +11,19 @@ import (
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
-// Type URLs the transport orders or treats as wildcard. Generators may serve any other type URL too.
-const (
-	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-	// VirtualHostType is VHDS: virtual hosts named ROUTE_CONFIG/NAME, delivered apart from their route
-	// configuration so one changed host does not re-send the whole table (delta xDS only).
-	VirtualHostType   = "type.googleapis.com/envoy.config.route.v3.VirtualHost"
-	SecretType        = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
-	AddressType       = "type.googleapis.com/istio.workload.Address"
-	AuthorizationType = "type.googleapis.com/istio.security.Authorization"
-)
-
-// pushOrder is make-before-break: clusters exist before endpoints fill them, listeners before the routes
-// they name, so no proxy briefly points at something it has not received yet.
-var pushOrder = map[string]int{ClusterType: 0, EndpointType: 1, ListenerType: 2, RouteType: 3, VirtualHostType: 4}
-
-// legacyWildcard lists the types for which a first request with no names means "everything" (xDS spec:
-// LDS and CDS; ztunnel relies on the same for its workload types; Envoy's VHDS over ADS subscribes with no
-// names and keeps the virtual hosts whose ROUTE_CONFIG/ prefix it has a route configuration for).
-var legacyWildcard = map[string]bool{ClusterType: true, ListenerType: true, AddressType: true, AuthorizationType: true,
-	VirtualHostType: true}
-
-// RouteConfigOfVirtualHost returns ROUTE_CONFIG of a VHDS resource name ROUTE_CONFIG/NAME: Envoy files a
-// virtual host under the text before the last "/".
-func RouteConfigOfVirtualHost(name string) string {
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		return name[:i]
+// pushOrder orders two watched types for a push: by their policies' Order, unordered types (0) last, then
+// by type URL.
+func pushOrder(a, b *watch) int {
+	oa, ob := a.policy.Order, b.policy.Order
+	switch {
+	case oa != 0 && ob != 0 && oa != ob:
+		return cmp.Compare(oa, ob)
+	case oa != 0 && ob == 0:
+		return -1
+	case oa == 0 && ob != 0:
+		return 1
 	}
-	return ""
-}
-
-// sortTypes orders type URLs for a push: CDS, EDS, LDS, RDS, then the rest by name.
-func sortTypes(types []string) {
-	slices.SortFunc(types, func(a, b string) int {
-		oa, aok := pushOrder[a]
-		ob, bok := pushOrder[b]
-		switch {
-		case aok && bok:
-			return oa - ob
-		case aok:
-			return -1
-		case bok:
-			return 1
-		}
-		if a < b {
-			return -1
-		} else if a > b {
-			return 1
-		}
-		return 0
-	})
+	return strings.Compare(a.TypeURL, b.TypeURL)
 }
 
 // watch is a connection's subscription to one type URL: what generators see of it, and the transport's own
@@ -82,6 +43,8 @@ type watch struct {
 	// server's CPU under endpoint churn from a cluster, 3.6 % without (docs/benchmarks.md).
 	gen      model.Generator
 	counters *typeCounters
+	// policy is the type's policy (the zero policy for a type without one), set by Connection.watch.
+	policy *model.TypePolicy
 }
 
 // resourceVersion returns r's version, hashing the bytes when the generator left it empty.

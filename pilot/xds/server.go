@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,10 @@ type Options struct {
 	Pipeline Pipeline
 	// Generators by type URL. A request for another type is answered with nothing.
 	Generators map[string]model.Generator
-	Logger     *slog.Logger
+	// Policies by type URL: how the clients of a type want its resources ordered and linked. A type
+	// without one has the zero policy.
+	Policies map[string]model.TypePolicy
+	Logger   *slog.Logger
 	// PushConcurrency bounds how many connections are pushed to at once (default 100).
 	PushConcurrency int
 	// SendTimeout is how long a push may take before the connection is closed as not reading (default 5s).
@@ -98,6 +102,8 @@ type Server struct {
 	workers sync.WaitGroup
 
 	byType                                           map[string]*typeCounters
+	policies                                         map[string]*model.TypePolicy
+	children                                         map[string][]string // by parent type, the types with that Parent
 	connects, disconnects, refused, sendTimeouts     atomic.Uint64
 	pushRequests, pushesQueued, genErrors, unknownTy atomic.Uint64
 }
@@ -133,6 +139,7 @@ func NewServer(opts Options) *Server {
 	for t := range opts.Generators {
 		s.byType[t] = &typeCounters{}
 	}
+	s.policies, s.children = typePolicies(opts)
 	if opts.MaxBytesInFlight == 0 {
 		opts.MaxBytesInFlight = DefaultMaxBytesInFlight
 	}
@@ -170,6 +177,37 @@ func NewServer(opts Options) *Server {
 		go s.worker()
 	}
 	return s
+}
+
+// typePolicies returns the policy of every type that has a generator or a policy, and the child types of
+// each parent type, sorted.
+func typePolicies(opts Options) (map[string]*model.TypePolicy, map[string][]string) {
+	policies := map[string]*model.TypePolicy{}
+	children := map[string][]string{}
+	for t := range opts.Generators {
+		policies[t] = &model.TypePolicy{}
+	}
+	for t, p := range opts.Policies {
+		if p.Parent != "" && p.ParentOf == nil || p.FollowUp != "" && p.FollowUpOf == nil {
+			panic("xds.NewServer: the policy of " + t + " names a Parent or FollowUp type without its function")
+		}
+		policies[t] = &p
+		if p.Parent != "" {
+			children[p.Parent] = append(children[p.Parent], t)
+		}
+	}
+	for _, c := range children {
+		slices.Sort(c)
+	}
+	return policies, children
+}
+
+// policyOf returns typeURL's policy.
+func (s *Server) policyOf(typeURL string) *model.TypePolicy {
+	if p := s.policies[typeURL]; p != nil {
+		return p
+	}
+	return &model.TypePolicy{}
 }
 
 // Register adds the ADS service to g, which must have been created with GRPCServerOptions.

@@ -35,7 +35,7 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest, noSend bool) (n
 		}
 		// Also a reconnect: whatever nonce or version the client had from another server, it gets full state.
 		w = &watch{WatchedResource: model.WatchedResource{TypeURL: typeURL, ResourceNames: names, Wildcard: star}}
-		if len(req.GetResourceNames()) == 0 && legacyWildcard[typeURL] {
+		if len(req.GetResourceNames()) == 0 && c.srv.policyOf(typeURL).LegacyWildcard {
 			w.Wildcard, w.legacy = true, true
 		}
 		c.watch(w)
@@ -84,8 +84,9 @@ func (c *Connection) pushSotW(req *model.PushRequest) error {
 		}
 		if err := c.observePush(w, push, req, func() error {
 			gen := w.gen
-			if dg, ok := gen.(model.DeltaGenerator); ok && req != nil && !req.Full && !legacyWildcard[w.TypeURL] {
-				// EDS and RDS responses need not repeat unchanged resources: send only what the push changed.
+			if dg, ok := gen.(model.DeltaGenerator); ok && req != nil && !req.Full && !w.policy.LegacyWildcard {
+				// Responses of types that are not legacy wildcards (EDS, RDS) need not repeat unchanged
+				// resources: send only what the push changed.
 				return c.respondSotWPartial(dg, w, push, req)
 			}
 			return c.respondSotW(gen, w, push, req)
@@ -97,7 +98,7 @@ func (c *Connection) pushSotW(req *model.PushRequest) error {
 }
 
 // respondSotWPartial sends the resources an incremental push changed, for types whose responses are not
-// the full state (EDS, RDS). Nothing changed for this proxy: nothing is sent.
+// the full state (not legacy wildcards). Nothing changed for this proxy: nothing is sent.
 func (c *Connection) respondSotWPartial(dg model.DeltaGenerator, w *watch, push *model.PushContext, req *model.PushRequest) error {
 	res, _, incremental, err := dg.GenerateDeltas(c.proxy, push, &w.WatchedResource, req)
 	if err != nil {

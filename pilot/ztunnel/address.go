@@ -13,7 +13,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Labels and annotations Istio users already put on their objects.
@@ -149,7 +148,7 @@ func (st *pushState) workloadResource(w *model.Workload, indexed bool) *model.Re
 		return r
 	}
 	msg := &workload.Address{Type: &workload.Address_Workload{Workload: st.workloadMessage(w, ports, policies)}}
-	r := marshal(w.UID, xds.AddressType, msg)
+	r := marshal(w.UID, AddressType, msg)
 	st.g.resources.Add(key, r)
 	return r
 }
@@ -365,7 +364,7 @@ func (st *pushState) serviceResource(s *model.Service) *model.Resource {
 	if r, ok := st.g.resources.Get(key); ok {
 		return r
 	}
-	r := marshal(s.Key(), xds.AddressType, &workload.Address{Type: &workload.Address_Service{Service: st.serviceMessage(s)}})
+	r := marshal(s.Key(), AddressType, &workload.Address{Type: &workload.Address_Service{Service: st.serviceMessage(s)}})
 	st.g.resources.Add(key, r)
 	return r
 }

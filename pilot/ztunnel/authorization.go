@@ -13,7 +13,6 @@ import (
 	authz "github.com/sextantmesh/sextant/api/security"
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // DryRunAnnotation on an AuthorizationPolicy asks ztunnel to log decisions without enforcing them.
@@ -239,7 +238,7 @@ func (g *Generators) convert(c *config.Config, root string) *convertedPolicy {
 	msg, notes := ConvertPolicy(c, root)
 	cp := &convertedPolicy{notes: notes}
 	if msg != nil {
-		cp.res = marshal(c.Namespace+"/"+c.Name, xds.AuthorizationType, msg)
+		cp.res = marshal(c.Namespace+"/"+c.Name, AuthorizationType, msg)
 	}
 	g.policies.Add(key, cp)
 	return cp

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pilot/ztunnel"
 )
 
@@ -50,7 +49,7 @@ func BenchmarkPodChangeDelta(b *testing.B) {
 	conns := make([]*model.WatchedResource, benchConnections)
 	proxies := make([]*model.Proxy, benchConnections)
 	for i := range conns {
-		conns[i] = &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+		conns[i] = &model.WatchedResource{TypeURL: ztunnel.AddressType, Wildcard: true}
 		proxies[i] = &model.Proxy{Type: model.Ztunnel, ID: fmt.Sprintf("ztunnel-%d.istio-system", i), Namespace: "istio-system"}
 	}
 	full, _ := g.Address().Generate(proxies[0], ps, conns[0], nil)
@@ -92,7 +91,7 @@ func BenchmarkFullPush200(b *testing.B) {
 	f := bigAmbientMesh(b)
 	ps := f.build()
 	g := ztunnel.New()
-	w := &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+	w := &model.WatchedResource{TypeURL: ztunnel.AddressType, Wildcard: true}
 	p := &model.Proxy{Type: model.Ztunnel}
 	_, _ = g.Address().Generate(p, ps, w, nil)
 	b.ResetTimer()
@@ -115,7 +114,7 @@ func BenchmarkFullPush200(b *testing.B) {
 func BenchmarkColdFullState(b *testing.B) {
 	f := bigAmbientMesh(b)
 	ps := f.build()
-	w := &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+	w := &model.WatchedResource{TypeURL: ztunnel.AddressType, Wildcard: true}
 	b.ResetTimer()
 	for range b.N {
 		g := ztunnel.New()

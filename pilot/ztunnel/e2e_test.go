@@ -47,7 +47,7 @@ func (p *pipeline) publish(req *model.PushRequest) {
 }
 
 func startServer(t *testing.T, pipe *pipeline, g *ztunnel.Generators) string {
-	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Logger: slog.New(slog.DiscardHandler), SendTimeout: 5 * time.Second})
+	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Policies: ztunnel.Policies(), Logger: slog.New(slog.DiscardHandler), SendTimeout: 5 * time.Second})
 	gs := grpc.NewServer(srv.GRPCServerOptions()...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,7 +86,7 @@ func dialZtunnel(t *testing.T, addr string, initial map[string]map[string]string
 		t.Fatal(err)
 	}
 	c := &ztunnelClient{t: t, stream: stream, cancel: cancel, resps: make(chan *discovery.DeltaDiscoveryResponse, 16),
-		have: map[string]map[string]string{xds.AddressType: {}, xds.AuthorizationType: {}}}
+		have: map[string]map[string]string{ztunnel.AddressType: {}, ztunnel.AuthorizationType: {}}}
 	t.Cleanup(cancel)
 	go func() {
 		for {
@@ -103,7 +103,7 @@ func dialZtunnel(t *testing.T, addr string, initial map[string]map[string]string
 			"NAME": structpb.NewStringValue("ztunnel-x7k2p"), "NAMESPACE": structpb.NewStringValue("istio-system"),
 			"NODE_NAME": structpb.NewStringValue("node-1"), "CLUSTER_ID": structpb.NewStringValue("Kubernetes"),
 			"INSTANCE_IPS": structpb.NewStringValue("10.0.0.2")}}}
-	for _, typ := range []string{xds.AddressType, xds.AuthorizationType} {
+	for _, typ := range []string{ztunnel.AddressType, ztunnel.AuthorizationType} {
 		req := &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: typ, ResourceNamesSubscribe: []string{"*"},
 			InitialResourceVersions: initial[typ]}
 		if err := stream.Send(req); err != nil {
@@ -172,10 +172,10 @@ func TestEndToEndDeltaClient(t *testing.T) {
 		r := c.recv()
 		got[r.TypeUrl] = r
 	}
-	if n := len(got[xds.AddressType].GetResources()); n != len(expectedAddresses()) {
+	if n := len(got[ztunnel.AddressType].GetResources()); n != len(expectedAddresses()) {
 		t.Fatalf("initial Address response has %d resources, want %d", n, len(expectedAddresses()))
 	}
-	if n := len(got[xds.AuthorizationType].GetResources()); n != 4 {
+	if n := len(got[ztunnel.AuthorizationType].GetResources()); n != 4 {
 		t.Fatalf("initial Authorization response has %d resources, want 4", n)
 	}
 
@@ -185,7 +185,7 @@ func TestEndToEndDeltaClient(t *testing.T) {
 	next, req := f.update(ps)
 	pipe.publish(req)
 	r := c.recv()
-	if r.TypeUrl != xds.AddressType || !slices.Equal(resourceNames(r), []string{ratingsB}) || len(r.RemovedResources) != 0 {
+	if r.TypeUrl != ztunnel.AddressType || !slices.Equal(resourceNames(r), []string{ratingsB}) || len(r.RemovedResources) != 0 {
 		t.Fatalf("pod change: type %s resources %v removed %v", r.TypeUrl, resourceNames(r), r.RemovedResources)
 	}
 	c.quiet(200 * time.Millisecond)
@@ -200,7 +200,7 @@ func TestEndToEndDeltaClient(t *testing.T) {
 	}
 
 	// On-demand lookup of an address, answered under that name; an unknown one is reported removed.
-	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.AddressType,
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: ztunnel.AddressType,
 		ResourceNamesSubscribe: []string{"/10.1.0.5", "/10.200.0.1"}}); err != nil {
 		t.Fatal(err)
 	}

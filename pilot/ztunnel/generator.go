@@ -14,7 +14,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 // Options configure the generators.
@@ -76,7 +75,7 @@ func NewWithOptions(opts Options) *Generators {
 
 // ByTypeURL returns the generators to register with the xDS server.
 func (g *Generators) ByTypeURL() map[string]model.Generator {
-	return map[string]model.Generator{xds.AddressType: g.address, xds.AuthorizationType: g.authz}
+	return map[string]model.Generator{AddressType: g.address, AuthorizationType: g.authz}
 }
 
 // Address returns the Address generator.

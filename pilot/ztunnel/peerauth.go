@@ -51,7 +51,6 @@ import (
 
 	authz "github.com/sextantmesh/sextant/api/security"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 )
 
 const (
@@ -172,7 +171,7 @@ func (g *Generators) peerAuthResource(p peerAuthPolicy) *model.Resource {
 	if r, ok := g.resources.Get(p); ok {
 		return r
 	}
-	r := marshal(p.resourceName(), xds.AuthorizationType, p.message())
+	r := marshal(p.resourceName(), AuthorizationType, p.message())
 	g.resources.Add(p, r)
 	return r
 }
@@ -182,7 +181,7 @@ func (g *Generators) staticStrictResource(root string) *model.Resource {
 	if r, ok := g.resources.Get(key); ok {
 		return r
 	}
-	r := marshal(root+"/"+StaticStrictPolicyName, xds.AuthorizationType, StaticStrictPolicy(root))
+	r := marshal(root+"/"+StaticStrictPolicyName, AuthorizationType, StaticStrictPolicy(root))
 	g.resources.Add(key, r)
 	return r
 }

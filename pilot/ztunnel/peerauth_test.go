@@ -12,7 +12,6 @@ import (
 	"github.com/sextantmesh/sextant/api/workload"
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pilot/ztunnel"
 )
 
@@ -47,7 +46,7 @@ func decodeAuthz(t *testing.T, res model.Resources) map[string]*authz.Authorizat
 	out := map[string]*authz.Authorization{}
 	for _, r := range res {
 		var a authz.Authorization
-		if err := proto.Unmarshal(r.Any.Value, &a); err != nil || r.Any.TypeUrl != xds.AuthorizationType {
+		if err := proto.Unmarshal(r.Any.Value, &a); err != nil || r.Any.TypeUrl != ztunnel.AuthorizationType {
 			t.Fatalf("%s: %v %s", r.Name, err, r.Any.TypeUrl)
 		}
 		if r.Version == "" {
@@ -60,7 +59,7 @@ func decodeAuthz(t *testing.T, res model.Resources) map[string]*authz.Authorizat
 
 func fullAuthz(t *testing.T, g *ztunnel.Generators, ps *model.PushContext) map[string]*authz.Authorization {
 	t.Helper()
-	res, err := g.Authorization().Generate(ztunnelProxy(), ps, &model.WatchedResource{TypeURL: xds.AuthorizationType, Wildcard: true}, nil)
+	res, err := g.Authorization().Generate(ztunnelProxy(), ps, &model.WatchedResource{TypeURL: ztunnel.AuthorizationType, Wildcard: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +312,7 @@ func TestPeerAuthPushes(t *testing.T) {
 
 	f.peerAuth("istio-system", "default", nil, strict, nil)
 	next, req := f.update(ps)
-	w := &model.WatchedResource{TypeURL: xds.AuthorizationType, Wildcard: true}
+	w := &model.WatchedResource{TypeURL: ztunnel.AuthorizationType, Wildcard: true}
 	if !req.Full || !g.Authorization().NeedsPush(ztunnelProxy(), w, req) || !g.Address().NeedsPush(ztunnelProxy(), wildcard, req) {
 		t.Fatalf("PeerAuthentication change: full=%v, not pushed to both types", req.Full)
 	}

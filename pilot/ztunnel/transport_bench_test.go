@@ -28,7 +28,7 @@ func BenchmarkPodChangeTo200Ztunnels(b *testing.B) {
 	pipe := &pipeline{}
 	pipe.cur.Store(ps)
 	g := ztunnel.New()
-	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Logger: slog.New(slog.DiscardHandler), SendTimeout: 30 * time.Second})
+	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Policies: ztunnel.Policies(), Logger: slog.New(slog.DiscardHandler), SendTimeout: 30 * time.Second})
 	gs := grpc.NewServer(srv.GRPCServerOptions()...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -60,7 +60,7 @@ func BenchmarkPodChangeTo200Ztunnels(b *testing.B) {
 			b.Fatal(err)
 		}
 		node := &core.Node{Id: fmt.Sprintf("ztunnel~10.9.%d.%d~ztunnel-%d.istio-system~istio-system.svc.cluster.local", i/250, i%250, i)}
-		for _, typ := range []string{xds.AddressType, xds.AuthorizationType} {
+		for _, typ := range []string{ztunnel.AddressType, ztunnel.AuthorizationType} {
 			if err := stream.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: typ, ResourceNamesSubscribe: []string{"*"}}); err != nil {
 				b.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func BenchmarkPodChangeTo200Ztunnels(b *testing.B) {
 					return
 				}
 				_ = stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
-				if r.TypeUrl != xds.AddressType {
+				if r.TypeUrl != ztunnel.AddressType {
 					continue
 				}
 				if first {

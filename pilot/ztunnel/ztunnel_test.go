@@ -17,7 +17,6 @@ import (
 	"github.com/sextantmesh/sextant/api/workload"
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
-	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pilot/ztunnel"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
@@ -106,7 +105,7 @@ func scenario(t testing.TB) *fixture {
 	return f
 }
 
-var wildcard = &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+var wildcard = &model.WatchedResource{TypeURL: ztunnel.AddressType, Wildcard: true}
 
 func ztunnelProxy() *model.Proxy {
 	return &model.Proxy{Type: model.Ztunnel, Namespace: "istio-system", ID: "ztunnel-1.istio-system"}
@@ -127,7 +126,7 @@ func decodeAddresses(t *testing.T, res model.Resources) map[string]*workload.Add
 	t.Helper()
 	out := map[string]*workload.Address{}
 	for _, r := range res {
-		if r.Any.TypeUrl != xds.AddressType {
+		if r.Any.TypeUrl != ztunnel.AddressType {
 			t.Fatalf("%s: type %s", r.Name, r.Any.TypeUrl)
 		}
 		var a workload.Address
@@ -371,7 +370,7 @@ func TestOnDemand(t *testing.T) {
 	f := scenario(t)
 	ps := f.build()
 	g := ztunnel.New()
-	w := &model.WatchedResource{TypeURL: xds.AddressType, ResourceNames: nameset.New(
+	w := &model.WatchedResource{TypeURL: ztunnel.AddressType, ResourceNames: nameset.New(
 		"/10.1.0.5", "/10.96.0.10", "/10.9.9.9", "other/10.1.0.5", vm1, webSvc)}
 	res, err := g.Address().Generate(ztunnelProxy(), ps, w, nil)
 	if err != nil {
@@ -460,7 +459,7 @@ func TestAuthorization(t *testing.T) {
 	got := map[string]*authz.Authorization{}
 	for _, r := range res {
 		var a authz.Authorization
-		if err := proto.Unmarshal(r.Any.Value, &a); err != nil || r.Any.TypeUrl != xds.AuthorizationType {
+		if err := proto.Unmarshal(r.Any.Value, &a); err != nil || r.Any.TypeUrl != ztunnel.AuthorizationType {
 			t.Fatalf("%s: %v %s", r.Name, err, r.Any.TypeUrl)
 		}
 		got[r.Name] = &a
@@ -559,7 +558,7 @@ func TestConcurrentConnectionsShare(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			w := &model.WatchedResource{TypeURL: xds.AddressType, Wildcard: true}
+			w := &model.WatchedResource{TypeURL: ztunnel.AddressType, Wildcard: true}
 			outs[i], _, _, _ = g.Address().GenerateDeltas(ztunnelProxy(), next, w, req)
 			fulls[i], _ = g.Address().Generate(ztunnelProxy(), next, w, nil)
 			_, _ = g.Authorization().Generate(ztunnelProxy(), next, w, nil)

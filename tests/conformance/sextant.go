@@ -20,7 +20,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
-	sxds "github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
@@ -140,7 +139,7 @@ func generate(gens map[string]model.Generator, proxy *model.Proxy, push *model.P
 		return gens[typeURL].Generate(proxy, push, w, nil)
 	}
 	o := &Output{}
-	clusters, err := gen(sxds.ClusterType, nil)
+	clusters, err := gen(envoy.ClusterType, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +154,7 @@ func generate(gens map[string]model.Generator, proxy *model.Proxy, push *model.P
 			edsNames = append(edsNames, c.GetName())
 		}
 	}
-	listeners, err := gen(sxds.ListenerType, nil)
+	listeners, err := gen(envoy.ListenerType, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +170,7 @@ func generate(gens map[string]model.Generator, proxy *model.Proxy, push *model.P
 	slices.Sort(rdsNames)
 	rdsNames = slices.Compact(rdsNames)
 	if len(edsNames) > 0 {
-		eps, err := gen(sxds.EndpointType, edsNames)
+		eps, err := gen(envoy.EndpointType, edsNames)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +183,7 @@ func generate(gens map[string]model.Generator, proxy *model.Proxy, push *model.P
 		}
 	}
 	if len(rdsNames) > 0 {
-		routes, err := gen(sxds.RouteType, rdsNames)
+		routes, err := gen(envoy.RouteType, rdsNames)
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +201,7 @@ func generate(gens map[string]model.Generator, proxy *model.Proxy, push *model.P
 // generateGRPCRoutes asks, as a proxyless gRPC client's resolver does per target, for the route
 // configuration of every HTTP port of the services it sees (the names of a wildcard subscription).
 func generateGRPCRoutes(gens map[string]model.Generator, proxy *model.Proxy, push *model.PushContext) (*Output, error) {
-	res, err := gens[sxds.RouteType].Generate(proxy, push, &model.WatchedResource{TypeURL: sxds.RouteType, Wildcard: true}, nil)
+	res, err := gens[envoy.RouteType].Generate(proxy, push, &model.WatchedResource{TypeURL: envoy.RouteType, Wildcard: true}, nil)
 	if err != nil {
 		return nil, err
 	}

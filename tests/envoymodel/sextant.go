@@ -24,7 +24,6 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/source/file"
 	"github.com/sextantmesh/sextant/pilot/store"
-	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
@@ -124,7 +123,7 @@ func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 		}
 		return nil
 	}
-	cds, err := gen(xds.ClusterType, nil)
+	cds, err := gen(envoy.ClusterType, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +141,7 @@ func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 	}); err != nil {
 		return nil, err
 	}
-	lds, err := gen(xds.ListenerType, nil)
+	lds, err := gen(envoy.ListenerType, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +153,7 @@ func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 		return nil, err
 	}
 	if len(edsNames) > 0 {
-		eds, err := gen(xds.EndpointType, edsNames)
+		eds, err := gen(envoy.EndpointType, edsNames)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +164,7 @@ func Generate(dir, config, meshConfig string, w Workload) (*Generated, error) {
 	slices.Sort(rdsNames)
 	rdsNames = slices.Compact(rdsNames)
 	if len(rdsNames) > 0 {
-		rds, err := gen(xds.RouteType, rdsNames)
+		rds, err := gen(envoy.RouteType, rdsNames)
 		if err != nil {
 			return nil, err
 		}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 )
 
 // adsClient is a delta ADS client, like a sidecar's Envoy: a wildcard CDS subscription plus EDS for the
@@ -49,7 +49,7 @@ func dialADS(t testing.TB, addr, ns string) *adsClient {
 	c := &adsClient{t: t, stream: stream, clusters: map[string]*cluster.Cluster{},
 		endpoints: map[string]*endpoint.ClusterLoadAssignment{}, responses: map[string]int{}}
 	node := &core.Node{Id: "sidecar~10.1.0.1~client." + ns + "~" + ns + ".svc.cluster.local"}
-	if err := stream.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: xds.ClusterType,
+	if err := stream.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: envoy.ClusterType,
 		ResourceNamesSubscribe: []string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func (c *adsClient) read() {
 		c.responses[r.TypeUrl]++
 		for _, res := range r.Resources {
 			switch r.TypeUrl {
-			case xds.ClusterType:
+			case envoy.ClusterType:
 				var cl cluster.Cluster
 				err := proto.Unmarshal(res.Resource.Value, &cl)
 				if err == nil {
@@ -83,7 +83,7 @@ func (c *adsClient) read() {
 					c.err = err
 				}
 				c.clusters[res.Name] = &cl
-			case xds.EndpointType:
+			case envoy.EndpointType:
 				var cla endpoint.ClusterLoadAssignment
 				_ = proto.Unmarshal(res.Resource.Value, &cla)
 				if err := cla.ValidateAll(); err != nil && c.err == nil {
@@ -104,7 +104,7 @@ func (c *adsClient) read() {
 // watchEndpoints subscribes to the EDS resources of the named clusters.
 func (c *adsClient) watchEndpoints(names ...string) {
 	c.t.Helper()
-	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResourceNamesSubscribe: names}); err != nil {
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: envoy.EndpointType, ResourceNamesSubscribe: names}); err != nil {
 		c.t.Fatal(err)
 	}
 }

@@ -30,7 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sextantmesh/sextant/pilot/ca"
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 )
 
 // sdsStream is an authenticated SotW stream asking only for secrets; it ACKs and keeps what it received.
@@ -46,7 +46,7 @@ func openSDS(t *testing.T, cc *grpc.ClientConn, token, nodeID string, names ...s
 	t.Cleanup(cancel)
 	st, err := discoverypb.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
 	must(t, err)
-	must(t, st.Send(&discoverypb.DiscoveryRequest{Node: &core.Node{Id: nodeID}, TypeUrl: xds.SecretType, ResourceNames: names}))
+	must(t, st.Send(&discoverypb.DiscoveryRequest{Node: &core.Node{Id: nodeID}, TypeUrl: envoy.SecretType, ResourceNames: names}))
 	s := &sdsStream{received: map[string]*tlsv3.Secret{}}
 	go func() {
 		for {

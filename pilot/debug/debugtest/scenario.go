@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/sextantmesh/sextant/pilot/debug"
-	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/pilot/envoy"
 )
 
 // Scenario is a small mesh: two namespaces, a service with one endpoint in each, a VirtualService, an
@@ -145,12 +145,12 @@ const (
 func StartScenario(t testing.TB) (*Env, *Proxy, *Proxy) {
 	env := Start(t, Scenario())
 	a := env.Connect(t, SidecarNode("reviews-v1", "bookinfo"))
-	a.Subscribe(xds.ClusterType)
-	a.Subscribe(xds.ListenerType)
+	a.Subscribe(envoy.ClusterType)
+	a.Subscribe(envoy.ListenerType)
 	b := env.Connect(t, SidecarNode("cart-v1", "shop"))
-	b.NACK(xds.ListenerType, "listener 0: bad filter chain")
-	b.Subscribe(xds.ClusterType)
-	b.Subscribe(xds.ListenerType)
+	b.NACK(envoy.ListenerType, "listener 0: bad filter chain")
+	b.Subscribe(envoy.ClusterType)
+	b.Subscribe(envoy.ListenerType)
 	env.WaitStatus(t, ReviewsProxy, "cds", debug.Synced)
 	env.WaitStatus(t, ReviewsProxy, "lds", debug.Synced)
 	env.WaitStatus(t, CartProxy, "cds", debug.Synced)
