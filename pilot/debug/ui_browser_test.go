@@ -50,6 +50,9 @@ func headless(t *testing.T, browser string, args ...string) []byte {
 // TestDashboardInBrowser loads /debug/ui in headless Chromium from a live server with a synced proxy and
 // one that NACKed, and checks both are rendered with their states and the NACK reason.
 func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the dashboard in headless Chromium: -short")
+	}
 	browser := chromium(t)
 	env, _, _ := debugtest.StartScenario(t)
 	url := env.URL + "/debug/ui"
