@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -64,19 +63,15 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 	if w.Wildcard {
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
 		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: variant}
-		inputs := outboundListKey{scope: scope, rules: push.DestinationRulesID(), endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID(),
-			accounts: push.ServiceAccountsID()}
-		built, err := g.clusterLists.getOrBuild(id, inputs, func() (*clusterList, error) {
+		in := clusterInputs{scope: scope, push: push, flavor: flavor, who: who, gen: c}
+		built, err := g.clusterLists.getOrBuild(id, outboundClusterInputs.Key(in), func() (*outboundClusters, error) {
 			prev, _ := g.clusterLists.latest(id)
-			if next, ok, err := c.deriveOutbound(prev, scope, push, flavor, who); ok || err != nil {
-				return next, err
-			}
-			return c.buildOutbound(scope, push, flavor, who)
+			return outboundClusterPlan.Next(prev, in)
 		})
 		if err != nil {
 			return nil, err
 		}
-		out = built.list // shared and never modified: the extras below are merged into a new list
+		out = built.Items // shared and never modified: the extras below are merged into a new list
 	} else {
 		list, err := c.outbound(scope, push, flavor, who, w)
 		if err != nil {
@@ -195,15 +190,6 @@ type proxyView struct {
 	dnsFamily cluster.Cluster_DnsLookupFamily
 }
 
-// outboundListKey is what the outbound clusters of a scope are built from.
-type outboundListKey struct {
-	scope     *Scope
-	rules     any
-	endpoints any
-	peerAuthn any
-	accounts  any
-}
-
 // outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
 // w wants, for a proxy with labels (nil: one no workloadSelector selects).
 func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView, w *model.WatchedResource) (model.Resources, error) {
@@ -308,153 +294,6 @@ func hasAutoPassthrough(gws []*config.Config) bool {
 		}
 	}
 	return false
-}
-
-// clusterList is a scope's outbound clusters and what they were built from, so that the next snapshot's
-// list can be derived from it (deriveOutbound).
-type clusterList struct {
-	list      model.Resources
-	owners    []*model.Service // the service of each cluster of list
-	scope     *Scope
-	rules     any
-	mesh      *mesh.Config
-	endpoints any              // the snapshot's endpoints the inline ones were built from
-	peerAuthn any              // the snapshot's PeerAuthentications auto mTLS followed
-	accounts  any              // the snapshot's service accounts mesh mTLS checks
-	inline    []*model.Service // services whose clusters depend on their endpoints (followsEndpoints)
-	derived   bool             // from the previous list, not from a walk over every service
-}
-
-// buildOutbound builds the outbound clusters of every service in scope.
-func (c clusterGenerator) buildOutbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (*clusterList, error) {
-	l := &clusterList{scope: scope, rules: push.DestinationRulesID(), mesh: push.Mesh, endpoints: push.EndpointsID(), peerAuthn: push.PeerAuthenticationsID(),
-		accounts: push.ServiceAccountsID()}
-	for _, svc := range scope.clusterServices {
-		n := len(l.list)
-		var err error
-		var follows bool
-		if l.list, follows, err = c.serviceClusters(l.list, svc, scope, push, flavor, who, nil); err != nil {
-			return nil, err
-		}
-		for range len(l.list) - n {
-			l.owners = append(l.owners, svc)
-		}
-		if follows {
-			l.inline = append(l.inline, svc)
-		}
-	}
-	sort.Sort(byOwnedName{l.list, l.owners})
-	return l, nil
-}
-
-// deriveOutbound builds the outbound clusters of scope from prev, the list of an earlier scope of the same
-// namespace, when the DestinationRules and mesh config are the same: the clusters of services that stayed
-// are kept, those of removed ones dropped, and added ones built, so a service add costs its own clusters
-// rather than a walk over every service of the mesh for each namespace. Services whose clusters depend on their
-// endpoints (followsEndpoints) are rebuilt when the endpoints changed, and those of namespaces whose PeerAuthentication mode
-// changed when the policies did (auto mTLS follows it). ok is false when a full build is needed.
-func (c clusterGenerator) deriveOutbound(prev *clusterList, scope *Scope, push *model.PushContext, flavor flavor, who proxyView) (next *clusterList, ok bool, err error) {
-	if prev == nil || prev.rules != push.DestinationRulesID() || prev.mesh != push.Mesh {
-		return nil, false, nil
-	}
-	if prev.accounts != push.ServiceAccountsID() {
-		// Some service's accounts changed (rare: a workload with a new identity); a full walk finds it, and
-		// the per-cluster cache rebuilds only the clusters whose accounts differ.
-		return nil, false, nil
-	}
-	removed, added := scopeChanges(prev.scope.clusterServices, scope.clusterServices)
-	endpoints := push.EndpointsID()
-	if endpoints != prev.endpoints {
-		for _, svc := range prev.inline {
-			if !removed[svc] {
-				removed[svc] = true
-				added = append(added, svc)
-			}
-		}
-	}
-	peerAuthn := push.PeerAuthenticationsID()
-	if peerAuthn != prev.peerAuthn {
-		namespaces, all := push.NamespaceMTLSChanges(prev.peerAuthn)
-		if all {
-			return nil, false, nil // the mesh-wide mode changed: every namespace may follow it
-		}
-		if len(namespaces) > 0 {
-			for _, svc := range prev.owners {
-				if namespaces[svc.Namespace] && !removed[svc] {
-					removed[svc] = true
-					added = append(added, svc)
-				}
-			}
-		}
-		// Inline endpoints carry their tlsMode, which workload policies decide too: few services have them.
-		for _, svc := range prev.inline {
-			if !removed[svc] {
-				removed[svc] = true
-				added = append(added, svc)
-			}
-		}
-	}
-	if len(removed)+len(added) > len(scope.clusterServices)/2 {
-		return nil, false, nil // a walk over all is as cheap
-	}
-	next = &clusterList{scope: scope, rules: prev.rules, mesh: prev.mesh, endpoints: endpoints, peerAuthn: peerAuthn, accounts: prev.accounts, derived: true}
-	if len(removed) == 0 && len(added) == 0 {
-		next.list, next.owners, next.inline = prev.list, prev.owners, prev.inline
-		return next, true, nil
-	}
-	fresh := &clusterList{}
-	follows := map[*model.Service]bool{}
-	for _, svc := range added {
-		n := len(fresh.list)
-		if fresh.list, follows[svc], err = c.serviceClusters(fresh.list, svc, scope, push, flavor, who, nil); err != nil {
-			return nil, false, err
-		}
-		for range len(fresh.list) - n {
-			fresh.owners = append(fresh.owners, svc)
-		}
-	}
-	sort.Sort(byOwnedName{fresh.list, fresh.owners})
-	// Kept and fresh clusters merged by name, as a full build sorts them.
-	next.list = make(model.Resources, 0, len(prev.list)+len(fresh.list))
-	next.owners = make([]*model.Service, 0, cap(next.list))
-	i, j := 0, 0
-	for i < len(prev.list) || j < len(fresh.list) {
-		if i < len(prev.list) && removed[prev.owners[i]] {
-			i++
-			continue
-		}
-		if j == len(fresh.list) || i < len(prev.list) && prev.list[i].Name < fresh.list[j].Name {
-			next.list, next.owners = append(next.list, prev.list[i]), append(next.owners, prev.owners[i])
-			i++
-		} else {
-			next.list, next.owners = append(next.list, fresh.list[j]), append(next.owners, fresh.owners[j])
-			j++
-		}
-	}
-	for _, svc := range prev.inline {
-		if !removed[svc] {
-			next.inline = append(next.inline, svc)
-		}
-	}
-	for _, svc := range added {
-		if follows[svc] {
-			next.inline = append(next.inline, svc)
-		}
-	}
-	return next, true, nil
-}
-
-// byOwnedName sorts a list by name together with its owners.
-type byOwnedName struct {
-	list   model.Resources
-	owners []*model.Service
-}
-
-func (b byOwnedName) Len() int           { return len(b.list) }
-func (b byOwnedName) Less(i, j int) bool { return b.list[i].Name < b.list[j].Name }
-func (b byOwnedName) Swap(i, j int) {
-	b.list[i], b.list[j] = b.list[j], b.list[i]
-	b.owners[i], b.owners[j] = b.owners[j], b.owners[i]
 }
 
 // slotName keys a per-name cache slot by client flavor too: the same cluster is built differently for

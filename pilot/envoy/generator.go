@@ -44,7 +44,7 @@ type Generators struct {
 	lists *generations[listID, model.Resources]
 	// clusterLists keeps the outbound clusters of each scope, and how they were built, to derive the next
 	// snapshot's from.
-	clusterLists *generations[listID, *clusterList]
+	clusterLists *generations[listID, *outboundClusters]
 	// listenerLists keeps the outbound listeners of each scope, and how they were built, to derive the next
 	// snapshot's from.
 	listenerLists *generations[listID, *listenerList]
@@ -263,7 +263,7 @@ func New(opts Options) *Generators {
 		lists: newGenerations[listID, model.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *model.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
 		inboundPorts: newGenerations[*model.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
-		clusterLists: newGenerations[listID, *clusterList](), listenerLists: newGenerations[listID, *listenerList](),
+		clusterLists: newGenerations[listID, *outboundClusters](), listenerLists: newGenerations[listID, *listenerList](),
 		secretAuthorizer: opts.SecretAuthorizer, denials: newSecretDenials()}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
