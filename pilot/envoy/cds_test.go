@@ -493,7 +493,7 @@ func deleteConfig(st *store.Store, push *model.PushContext, key config.Key) *mod
 	return push
 }
 
-// Outbound cluster lists derived from the previous snapshot's (deriveOutbound) equal what a fresh build
+// Outbound cluster lists derived from the previous snapshot's (outboundClusterPlan) equal what a fresh build
 // gives, through random service adds, changes and deletes, DNS ServiceEntries whose clusters carry their
 // endpoints, and DestinationRules with subsets coming and going.
 func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
