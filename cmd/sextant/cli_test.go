@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sextantmesh/sextant/pilot/debug"
-	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 // run executes the CLI with args and returns what it printed and its error (non-nil: exit status 1).

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sextantmesh/sextant/pilot/debug"
-	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 // The readers of paged views get the whole list: one item a page gives what one page of all does.

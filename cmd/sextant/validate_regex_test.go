@@ -13,8 +13,8 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/debug"
-	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
 	"github.com/sextantmesh/sextant/pilot/envoy"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 // guardedRouting is the reviews VirtualService with a first route refusing /admin (a fault abort) ahead of

@@ -13,8 +13,8 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/debug"
-	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
 	"github.com/sextantmesh/sextant/pilot/store"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 const (

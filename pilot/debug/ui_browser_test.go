@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 // chromium returns the browser to drive, or skips the test saying why. scripts/install-test-deps.sh

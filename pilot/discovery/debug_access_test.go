@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
-	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
 	"github.com/sextantmesh/sextant/pilot/discovery"
 	"github.com/sextantmesh/sextant/pilot/envoy"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 // nonLoopbackIP returns an address of this machine that is not loopback, so a request to it arrives

@@ -20,8 +20,8 @@ import (
 
 	securitypb "github.com/sextantmesh/sextant/api/security"
 	workloadpb "github.com/sextantmesh/sextant/api/workload"
-	"github.com/sextantmesh/sextant/pilot/debug/debugtest"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 // server is a discovery server on loopback serving a config dir the test rewrites.
