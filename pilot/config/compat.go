@@ -77,21 +77,32 @@ const (
 var compatTable = map[CompatField]CompatEntry{
 	// VirtualService
 	{networkingPkg + "VirtualService", "export_to"}: {Status: Honoured,
-		Note: "entries istiod's validation refuses (~, a duplicate, * among others, not a namespace name) are rejected; also orders, as istiod: for a sidecar, and for a gateway by its pods' namespace, the VirtualServices exported to that namespace alone come first, then those exported to it by name, then those exported everywhere (each oldest first); the first for a host takes its HTTP routes; a gateway sees none not exported to its pods' namespace"},
+		Note: "entries istiod's validation refuses (~, a duplicate, * among others, not a namespace name) are rejected; also orders, as " +
+			"istiod: for a sidecar, and for a gateway by its pods' namespace, the VirtualServices exported to that namespace alone come first, " +
+			"then those exported to it by name, then those exported everywhere (each oldest first); the first for a host takes its HTTP routes; a " +
+			"gateway sees none not exported to its pods' namespace"},
 	{networkingPkg + "VirtualService", "tcp"}: {Status: Honoured,
-		Note: "a sidecar takes the tcp routes of every VirtualService for the host, one after the other in istiod's order (those exported to the proxy's namespace alone, then by name, then everywhere; each oldest first): the first route taking every address ends the walk; a gateway server the first applying route of the VirtualServices bound to it"},
+		Note: "a sidecar takes the tcp routes of every VirtualService for the host, one after the other in istiod's order (those exported to " +
+			"the proxy's namespace alone, then by name, then everywhere; each oldest first): the first route taking every address ends the walk; " +
+			"a gateway server the first applying route of the VirtualServices bound to it"},
 	{networkingPkg + "VirtualService", "tls"}: {Status: Honoured,
-		Note: "a sidecar takes the tls matches of every VirtualService for the host, one after the other in istiod's order (as tcp routes), as istiod: a server name an earlier one matched on the same addresses stays the earlier one's, and the service's own chain is built only when none applies; on a gateway server, likewise over the VirtualServices bound to it (a match naming a server name already taken is left out whole)"},
+		Note: "a sidecar takes the tls matches of every VirtualService for the host, one after the other in istiod's order (as tcp routes), as " +
+			"istiod: a server name an earlier one matched on the same addresses stays the earlier one's, and the service's own chain is built " +
+			"only when none applies; on a gateway server, likewise over the VirtualServices bound to it (a match naming a server name already " +
+			"taken is left out whole)"},
 	{networkingPkg + "L4MatchAttributes", "source_labels"}: {Status: Honoured,
-		Note: "per sidecar, as istiod: a match whose labels the proxy lacks is left out of its listeners; on a gateway it does not restrict the match, as istiod"},
+		Note: "per sidecar, as istiod: a match whose labels the proxy lacks is left out of its listeners; on a gateway it does not restrict " +
+			"the match, as istiod"},
 	{networkingPkg + "L4MatchAttributes", "destination_subnets"}: {Status: Honoured,
 		Note: "the route's chain matches them as prefix ranges, as istiod's; on a gateway they do not restrict the match, as istiod"},
 	{networkingPkg + "L4MatchAttributes", "source_subnet"}: {Status: Warned,
 		Note: "the match does not test the source address"},
 	{networkingPkg + "TLSMatchAttributes", "source_labels"}: {Status: Honoured,
-		Note: "per sidecar, as istiod: a match whose labels the proxy lacks is left out of its listeners; on a gateway it does not restrict the match, as istiod"},
+		Note: "per sidecar, as istiod: a match whose labels the proxy lacks is left out of its listeners; on a gateway it does not restrict " +
+			"the match, as istiod"},
 	{networkingPkg + "TLSMatchAttributes", "destination_subnets"}: {Status: Honoured,
-		Note: "the chain matches them as prefix ranges, as istiod's (and, as istiod's, so do the later matches that name none, in the later VirtualServices for the host too); on a gateway they do not restrict the match, as istiod"},
+		Note: "the chain matches them as prefix ranges, as istiod's (and, as istiod's, so do the later matches that name none, in the later " +
+			"VirtualServices for the host too); on a gateway they do not restrict the match, as istiod"},
 	{networkingPkg + "L4MatchAttributes", "source_namespace"}: {Status: Honoured,
 		Note: "per sidecar; on a gateway it does not restrict the match, as istiod"},
 	{networkingPkg + "TLSMatchAttributes", "source_namespace"}: {Status: Honoured,
@@ -115,7 +126,8 @@ var compatTable = map[CompatField]CompatEntry{
 	{networkingPkg + "OutlierDetection", "failure_percentage_threshold"}: {Status: Warned,
 		Note: "not implemented (istiod neither): failure-percentage ejection stays off"},
 	{networkingPkg + "ClientTLSSettings", "ca_cert_credential_name"}: {Status: Rejected,
-		Note: "ignoring it would check the server's certificate against the system roots: put the CA in the Secret of credentialName (ca.crt) or in caCertificates"},
+		Note: "ignoring it would check the server's certificate against the system roots: put the CA in the Secret of credentialName (ca.crt) " +
+			"or in caCertificates"},
 	{networkingPkg + "TrafficPolicy", "tunnel"}: {Status: Rejected,
 		Note: "not implemented: sending the traffic straight to its destination would bypass the tunnel proxy"},
 	{networkingPkg + "TrafficPolicy", "retry_budget"}: {Status: Warned,
@@ -123,7 +135,9 @@ var compatTable = map[CompatField]CompatEntry{
 
 	// Gateway
 	{networkingPkg + "ServerTLSSettings", "mode"}: {Status: Honoured,
-		Note: "AUTO_PASSTHROUGH forwards mTLS by its server name (outbound_.PORT_.SUBSET_.HOST) to SNI-DNAT clusters, as istiod; like istiod's, those chains carry no AuthorizationPolicy (the destination's sidecar enforces), and a policy applying to such a gateway's pods is warned"},
+		Note: "AUTO_PASSTHROUGH forwards mTLS by its server name (outbound_.PORT_.SUBSET_.HOST) to SNI-DNAT clusters, as istiod; like " +
+			"istiod's, those chains carry no AuthorizationPolicy (the destination's sidecar enforces), and a policy applying to such a gateway's " +
+			"pods is warned"},
 	{networkingPkg + "ServerTLSSettings", "min_protocol_version"}: {Status: Partly, Values: []string{"TLSV1_0", "TLSV1_1"},
 		Note: "TLSV1_0 and TLSV1_1 without cipherSuites are warned: Envoy's default ciphers do not support them"},
 	{networkingPkg + "ServerTLSSettings", "cipher_suites"}: {Status: Partly,
@@ -138,19 +152,27 @@ var compatTable = map[CompatField]CompatEntry{
 	{networkingPkg + "Sidecar", "ingress"}: {Status: Honoured,
 		Note: "its ports replace those of the Services selecting the workload, on the inbound listener and its clusters, as istiod's"},
 	{networkingPkg + "IstioIngressListener", "capture_mode"}: {Status: Honoured,
-		Note: "IPTABLES takes the port's traffic on the inbound capture listener; NONE binds a listener of its own on the port, as istiod's; DEFAULT is IPTABLES, or NONE on a proxy without capture (INTERCEPTION_MODE NONE)"},
+		Note: "IPTABLES takes the port's traffic on the inbound capture listener; NONE binds a listener of its own on the port, as istiod's; " +
+			"DEFAULT is IPTABLES, or NONE on a proxy without capture (INTERCEPTION_MODE NONE)"},
 	{networkingPkg + "IstioIngressListener", "bind"}: {Status: Honoured,
-		Note: "the address a bound port's listener takes (else the pod's address), as istiod's; under capture it names the port's chains only, and the port is matched on any address"},
+		Note: "the address a bound port's listener takes (else the pod's address), as istiod's; under capture it names the port's chains only, " +
+			"and the port is matched on any address"},
 	{networkingPkg + "IstioEgressListener", "hosts"}: {Status: Honoured,
-		Note: "select the services and, as istiod, the VirtualServices (by their namespace and hosts) the proxy routes by: HTTP routes, tcp and tls routes alike, each egress listener by its own hosts; the services those VirtualServices route or mirror to get clusters and endpoints too, on the ports routed to"},
+		Note: "select the services and, as istiod, the VirtualServices (by their namespace and hosts) the proxy routes by: HTTP routes, tcp " +
+			"and tls routes alike, each egress listener by its own hosts; the services those VirtualServices route or mirror to get clusters and " +
+			"endpoints too, on the ports routed to"},
 	{networkingPkg + "DestinationRule", "export_to"}: {Status: Honoured,
-		Note: "entries istiod's validation refuses (~, a duplicate, * among others, not a namespace name, beyond the rule's own namespace with a workloadSelector) are rejected"},
+		Note: "entries istiod's validation refuses (~, a duplicate, * among others, not a namespace name, beyond the rule's own namespace with " +
+			"a workloadSelector) are rejected"},
 	{networkingPkg + "ServiceEntry", "hosts"}: {Status: Honoured,
-		Note: "a host that several ServiceEntries of one namespace name is served as the oldest entry defines it, and each other entry is warned (istiod merges their ports)"},
+		Note: "a host that several ServiceEntries of one namespace name is served as the oldest entry defines it, and each other entry is " +
+			"warned (istiod merges their ports)"},
 	{networkingPkg + "ServiceEntry", "export_to"}: {Status: Honoured,
-		Note: "~ (seen by the entry's own workloads only) must stand alone; a duplicate, * among others, or not a namespace name is rejected, as istiod's validation"},
+		Note: "~ (seen by the entry's own workloads only) must stand alone; a duplicate, * among others, or not a namespace name is rejected, " +
+			"as istiod's validation"},
 	{networkingPkg + "IstioIngressListener", "tls"}: {Status: Warned,
-		Note: "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set; what istiod's validation refuses (credentialName, ISTIO_MUTUAL, ...) is refused"},
+		Note: "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set; what istiod's validation refuses (credentialName, " +
+			"ISTIO_MUTUAL, ...) is refused"},
 	{networkingPkg + "IstioEgressListener", "port"}: {Status: Honoured,
 		Note: "number 0 (a unix domain socket) and protocol HTTP_PROXY are rejected: not implemented"},
 	{networkingPkg + "IstioEgressListener", "bind"}: {Status: Honoured,
@@ -196,8 +218,10 @@ type CompatRow struct {
 // google.protobuf package are values, not walked.
 func CompatRows(spec protoreflect.MessageDescriptor) []CompatRow {
 	var rows []CompatRow
-	var walk func(prefix string, chain []protoreflect.FieldDescriptor, m protoreflect.MessageDescriptor, covered CompatRow, seen map[protoreflect.FullName]bool)
-	walk = func(prefix string, chain []protoreflect.FieldDescriptor, m protoreflect.MessageDescriptor, covered CompatRow, seen map[protoreflect.FullName]bool) {
+	var walk func(prefix string, chain []protoreflect.FieldDescriptor, m protoreflect.MessageDescriptor, covered CompatRow,
+		seen map[protoreflect.FullName]bool)
+	walk = func(prefix string, chain []protoreflect.FieldDescriptor, m protoreflect.MessageDescriptor, covered CompatRow,
+		seen map[protoreflect.FullName]bool) {
 		if seen[m.FullName()] {
 			return
 		}

@@ -255,7 +255,8 @@ func TestCompatHonouredFieldsAreRead(t *testing.T) {
 				continue
 			}
 			if !read[name] && !read["Get"+name] {
-				t.Errorf("%s %s (%s.%s): marked honoured, but no generator reads %s or Get%s: warn about it in Warnings or refuse it in Validate, and list it in compatTable",
+				t.Errorf("%s %s (%s.%s): marked honoured, but no generator reads %s or Get%s: warn about it in Warnings or refuse it in Validate, "+
+					"and list it in compatTable",
 					kind, r.Path, r.Field.ContainingMessage().FullName(), r.Field.Name(), name, name)
 			}
 		}
@@ -279,7 +280,8 @@ var compatBase = map[Kind]string{
 func compatObject(t *testing.T, kind Kind) *Config {
 	t.Helper()
 	ki, _ := Info(kind)
-	doc := "apiVersion: " + ki.APIVersion() + "\nkind: " + string(kind) + "\nmetadata: {name: x, namespace: shop}\nspec:\n  " + compatBase[kind]
+	doc := "apiVersion: " + ki.APIVersion() + "\nkind: " + string(kind) +
+		"\nmetadata: {name: x, namespace: shop}\nspec:\n  " + compatBase[kind]
 	c, err := Parse([]byte(doc), "compat.yaml", 0, "shop")
 	if err != nil {
 		t.Fatalf("%s base: %v", kind, err)

@@ -33,13 +33,19 @@ var fuzzEdgeCases = []string{
 	"apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{port: 0}]}\n",
 	"apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: " + strings.Repeat("n", 64) + "}\n",
 	"apiVersion: v1\nkind: Namespace\nmetadata: {name: " + strings.Repeat("a", 253) + "}\n",
-	"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {hosts: [a], http: [{route: [{destination: {host: a}, weight: 1e3}]}]}\n",
-	"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {http: [{route: [{destination: {host: a, port: {number: \"80\"}}}]}]}\n",
-	"apiVersion: networking.istio.io/v1beta1\nkind: DestinationRule\nmetadata: {name: d}\nspec: {host: a, subsets: [{name: v1, labels: {version: v1}}]}\nstatus: {}\n",
-	"apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p}\nspec: {action: DENY, rules: [{from: [{source: {ipBlocks: [\"10.0.0.0/33\"]}}]}]}\n",
+	"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\n" +
+		"spec: {hosts: [a], http: [{route: [{destination: {host: a}, weight: 1e3}]}]}\n",
+	"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\n" +
+		"spec: {http: [{route: [{destination: {host: a, port: {number: \"80\"}}}]}]}\n",
+	"apiVersion: networking.istio.io/v1beta1\nkind: DestinationRule\nmetadata: {name: d}\n" +
+		"spec: {host: a, subsets: [{name: v1, labels: {version: v1}}]}\nstatus: {}\n",
+	"apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p}\n" +
+		"spec: {action: DENY, rules: [{from: [{source: {ipBlocks: [\"10.0.0.0/33\"]}}]}]}\n",
 	"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: 7}}\n",
-	"apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s}\nspec: {hosts: [\"*.x\"], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS, endpoints: [{address: \"\\u00e9.x\"}]}\n",
-	"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e}\naddressType: IPv4\nendpoints: [{addresses: [\"::1\"]}]\nports: [{port: -1}]\n",
+	"apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s}\n" +
+		"spec: {hosts: [\"*.x\"], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS, endpoints: [{address: \"\\u00e9.x\"}]}\n",
+	"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e}\naddressType: IPv4\nendpoints: [{addresses: [\"::1\"]}]\n" +
+		"ports: [{port: -1}]\n",
 	"apiVersion: v1\nkind: Pod\nmetadata: {name: p, creationTimestamp: \"2026-13-01T00:00:00Z\"}\n",
 	"apiVersion: v1\nkind: Service\nmetadata: &m {name: a}\nspec: {selector: *m}\n",
 	"a: |\n  x\n  ---y\n---\nkind: Service\n",

@@ -294,7 +294,8 @@ spec:
 `,
 		check: func(t *testing.T, spec any) {
 			a := spec.(*security.AuthorizationPolicy)
-			if a.Action != security.AuthorizationPolicy_ALLOW || a.Rules[0].From[0].Source.Principals[0] != "cluster.local/ns/bookinfo/sa/productpage" {
+			if a.Action != security.AuthorizationPolicy_ALLOW ||
+				a.Rules[0].From[0].Source.Principals[0] != "cluster.local/ns/bookinfo/sa/productpage" {
 				t.Errorf("AuthorizationPolicy = %v", a)
 			}
 		},
@@ -315,7 +316,8 @@ spec:
 `,
 		check: func(t *testing.T, spec any) {
 			p := spec.(*security.PeerAuthentication)
-			if p.Mtls.Mode != security.PeerAuthentication_MutualTLS_STRICT || p.PortLevelMtls[9080].GetMode() != security.PeerAuthentication_MutualTLS_PERMISSIVE {
+			if p.Mtls.Mode != security.PeerAuthentication_MutualTLS_STRICT ||
+				p.PortLevelMtls[9080].GetMode() != security.PeerAuthentication_MutualTLS_PERMISSIVE {
 				t.Errorf("PeerAuthentication = %v", p)
 			}
 		},
@@ -507,9 +509,12 @@ func TestParseAPIVersions(t *testing.T) {
 		apiVersion string
 		kinds      []config.Kind
 	}{
-		{"networking.istio.io/v1", []config.Kind{config.ServiceEntry, config.WorkloadEntry, config.DestinationRule, config.VirtualService, config.Gateway, config.Sidecar}},
-		{"networking.istio.io/v1beta1", []config.Kind{config.ServiceEntry, config.WorkloadEntry, config.DestinationRule, config.VirtualService, config.Gateway, config.Sidecar}},
-		{"networking.istio.io/v1alpha3", []config.Kind{config.ServiceEntry, config.WorkloadEntry, config.DestinationRule, config.VirtualService, config.Gateway, config.Sidecar}},
+		{"networking.istio.io/v1", []config.Kind{config.ServiceEntry, config.WorkloadEntry, config.DestinationRule, config.VirtualService,
+			config.Gateway, config.Sidecar}},
+		{"networking.istio.io/v1beta1", []config.Kind{config.ServiceEntry, config.WorkloadEntry, config.DestinationRule, config.VirtualService,
+			config.Gateway, config.Sidecar}},
+		{"networking.istio.io/v1alpha3", []config.Kind{config.ServiceEntry, config.WorkloadEntry, config.DestinationRule, config.VirtualService,
+			config.Gateway, config.Sidecar}},
 		{"security.istio.io/v1", []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication}},
 		{"security.istio.io/v1beta1", []config.Kind{config.AuthorizationPolicy, config.PeerAuthentication}},
 		{"v1", []config.Kind{config.Namespace, config.Service, config.Pod, config.Node}},
@@ -631,7 +636,8 @@ func TestParseErrors(t *testing.T) {
 			message: []string{`"v2"`, "not served for kind Service", "(want v1)"},
 		},
 		{
-			name: "unknown apiVersion for an Istio kind", doc: "apiVersion: networking.istio.io/v2\nkind: VirtualService\nmetadata:\n  name: reviews\n",
+			name: "unknown apiVersion for an Istio kind",
+			doc:  "apiVersion: networking.istio.io/v2\nkind: VirtualService\nmetadata:\n  name: reviews\n",
 			kind: "VirtualService", objName: "reviews", field: "apiVersion",
 			message: []string{`"networking.istio.io/v2"`, "networking.istio.io/v1|v1beta1|v1alpha3"},
 		},
@@ -641,7 +647,8 @@ func TestParseErrors(t *testing.T) {
 			message: []string{`"gateway.networking.k8s.io/v1"`, "networking.istio.io/v1"},
 		},
 		{
-			name: "security kinds have no v1alpha3", doc: "apiVersion: security.istio.io/v1alpha3\nkind: PeerAuthentication\nmetadata:\n  name: pa\n",
+			name: "security kinds have no v1alpha3",
+			doc:  "apiVersion: security.istio.io/v1alpha3\nkind: PeerAuthentication\nmetadata:\n  name: pa\n",
 			kind: "PeerAuthentication", objName: "pa", field: "apiVersion",
 			message: []string{"security.istio.io/v1|v1beta1"},
 		},
@@ -688,12 +695,15 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"wrong type", "5"},
 		},
 		{
-			name: "VirtualService route weight is a word", doc: istio("VirtualService", "  hosts: [a]\n  http:\n  - route:\n    - destination: {host: a}\n      weight: heavy\n"),
+			name: "VirtualService route weight is a word",
+			doc:  istio("VirtualService", "  hosts: [a]\n  http:\n  - route:\n    - destination: {host: a}\n      weight: heavy\n"),
 			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.http[0].route[0].weight",
 			message: []string{"int32", "heavy"},
 		},
 		{
-			name: "wrong type after non-ASCII text", doc: istio("VirtualService", "  hosts: [\"bücher.example\", \"日本.example\"]\n  http:\n  - headers: {request: {set: {x-note: \"naïve \\\"quoted\\\" {[,]}\"}}}\n    route: {destination: {host: a}}\n"),
+			name: "wrong type after non-ASCII text",
+			doc: istio("VirtualService", "  hosts: [\"bücher.example\", \"日本.example\"]\n  http:\n"+
+				"  - headers: {request: {set: {x-note: \"naïve \\\"quoted\\\" {[,]}\"}}}\n    route: {destination: {host: a}}\n"),
 			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.http[0].route",
 			message: []string{"wrong type"},
 		},
@@ -703,7 +713,8 @@ func TestParseErrors(t *testing.T) {
 			message: []string{`unknown field "htttp"`},
 		},
 		{
-			name: "unknown nested field in an Istio spec", doc: istio("Gateway", "  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    host: [a]\n"),
+			name: "unknown nested field in an Istio spec",
+			doc:  istio("Gateway", "  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    host: [a]\n"),
 			kind: "Gateway", namespace: bookinfo, objName: "obj", field: "spec.servers[0].host",
 			message: []string{`unknown field "host"`},
 		},
@@ -718,7 +729,8 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"unknown field"},
 		},
 		{
-			name: "delegate VirtualService (no hosts) with gateways", doc: istio("VirtualService", "  gateways: [gw]\n  http:\n  - route:\n    - destination: {host: a}\n"),
+			name: "delegate VirtualService (no hosts) with gateways",
+			doc:  istio("VirtualService", "  gateways: [gw]\n  http:\n  - route:\n    - destination: {host: a}\n"),
 			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.gateways",
 			message: []string{"delegate", "must not name gateways"},
 		},
@@ -733,7 +745,8 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"cannot delegate again"},
 		},
 		{
-			name: "root route with both delegate and route", doc: istio("VirtualService", "  hosts: [a]\n  http:\n  - delegate: {name: b}\n    route:\n    - destination: {host: a}\n"),
+			name: "root route with both delegate and route",
+			doc:  istio("VirtualService", "  hosts: [a]\n  http:\n  - delegate: {name: b}\n    route:\n    - destination: {host: a}\n"),
 			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.http[0].route",
 			message: []string{"cannot be combined with delegate"},
 		},
@@ -743,12 +756,14 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"at least one"},
 		},
 		{
-			name: "VirtualService weight 150", doc: istio("VirtualService", "  hosts: [a]\n  http:\n  - route:\n    - destination: {host: a}\n      weight: 150\n"),
+			name: "VirtualService weight 150", doc: istio("VirtualService",
+				"  hosts: [a]\n  http:\n  - route:\n    - destination: {host: a}\n      weight: 150\n"),
 			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.http[0].route[0].weight",
 			message: []string{"150", "between 0 and 100"},
 		},
 		{
-			name: "VirtualService destination without host", doc: istio("VirtualService", "  hosts: [a]\n  http:\n  - route:\n    - destination: {host: a}\n    - destination: {subset: v1}\n"),
+			name: "VirtualService destination without host",
+			doc:  istio("VirtualService", "  hosts: [a]\n  http:\n  - route:\n    - destination: {host: a}\n    - destination: {subset: v1}\n"),
 			kind: "VirtualService", namespace: bookinfo, objName: "obj", field: "spec.http[0].route[1].destination.host",
 			message: []string{"required"},
 		},
@@ -763,17 +778,21 @@ func TestParseErrors(t *testing.T) {
 			message: []string{`duplicate subset "v1"`},
 		},
 		{
-			name: "DestinationRule tunnel", doc: istio("DestinationRule", "  host: a\n  trafficPolicy:\n    tunnel: {protocol: CONNECT, targetHost: egress.example, targetPort: 8443}\n"),
+			name: "DestinationRule tunnel", doc: istio("DestinationRule",
+				"  host: a\n  trafficPolicy:\n    tunnel: {protocol: CONNECT, targetHost: egress.example, targetPort: 8443}\n"),
 			kind: "DestinationRule", namespace: bookinfo, objName: "obj", field: "spec.trafficPolicy.tunnel",
 			message: []string{"not implemented, so refused", "CONNECT tunnel to egress.example"},
 		},
 		{
-			name: "DestinationRule subset tunnel", doc: istio("DestinationRule", "  host: a\n  subsets:\n  - name: v1\n    trafficPolicy:\n      tunnel: {targetHost: egress.example, targetPort: 8443}\n"),
+			name: "DestinationRule subset tunnel",
+			doc: istio("DestinationRule",
+				"  host: a\n  subsets:\n  - name: v1\n    trafficPolicy:\n      tunnel: {targetHost: egress.example, targetPort: 8443}\n"),
 			kind: "DestinationRule", namespace: bookinfo, objName: "obj", field: "spec.subsets[0].trafficPolicy.tunnel",
 			message: []string{"not implemented, so refused"},
 		},
 		{
-			name: "ServiceEntry port 0", doc: istio("ServiceEntry", "  hosts: [example.com]\n  ports:\n  - {number: 0, name: http, protocol: HTTP}\n"),
+			name: "ServiceEntry port 0", doc: istio("ServiceEntry",
+				"  hosts: [example.com]\n  ports:\n  - {number: 0, name: http, protocol: HTTP}\n"),
 			kind: "ServiceEntry", namespace: bookinfo, objName: "obj", field: "spec.ports[0].number",
 			message: []string{"0 is not a valid port"},
 		},
@@ -783,27 +802,32 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"at least one host"},
 		},
 		{
-			name: "Sidecar egress host without namespace", doc: istio("Sidecar", "  egress:\n  - hosts: [\"istio-system/*\", \"reviews.bookinfo.svc.cluster.local\"]\n"),
+			name: "Sidecar egress host without namespace",
+			doc:  istio("Sidecar", "  egress:\n  - hosts: [\"istio-system/*\", \"reviews.bookinfo.svc.cluster.local\"]\n"),
 			kind: "Sidecar", namespace: bookinfo, objName: "obj", field: "spec.egress[0].hosts[1]",
 			message: []string{"NAMESPACE/HOST"},
 		},
 		{
-			name: "AuthorizationPolicy bad ipBlock", doc: istio("AuthorizationPolicy", "  rules:\n  - from:\n    - source: {ipBlocks: [10.0.0.0/8, 10.0.0.300]}\n"),
+			name: "AuthorizationPolicy bad ipBlock",
+			doc:  istio("AuthorizationPolicy", "  rules:\n  - from:\n    - source: {ipBlocks: [10.0.0.0/8, 10.0.0.300]}\n"),
 			kind: "AuthorizationPolicy", namespace: bookinfo, objName: "obj", field: "spec.rules[0].from[0].source.ipBlocks[1]",
 			message: []string{`"10.0.0.300"`, "not an IP address or CIDR"},
 		},
 		{
-			name: "AuthorizationPolicy bad notIpBlock", doc: istio("AuthorizationPolicy", "  rules:\n  - from:\n    - source: {ipBlocks: [10.0.0.0/8], notIpBlocks: [nope]}\n"),
+			name: "AuthorizationPolicy bad notIpBlock",
+			doc:  istio("AuthorizationPolicy", "  rules:\n  - from:\n    - source: {ipBlocks: [10.0.0.0/8], notIpBlocks: [nope]}\n"),
 			kind: "AuthorizationPolicy", namespace: bookinfo, objName: "obj", field: "spec.rules[0].from[0].source.notIpBlocks[0]",
 			message: []string{`"nope"`},
 		},
 		{
-			name: "AuthorizationPolicy port with trailing junk", doc: istio("AuthorizationPolicy", "  rules:\n  - to:\n    - operation: {ports: [\"8080\", \"80abc\"]}\n"),
+			name: "AuthorizationPolicy port with trailing junk",
+			doc:  istio("AuthorizationPolicy", "  rules:\n  - to:\n    - operation: {ports: [\"8080\", \"80abc\"]}\n"),
 			kind: "AuthorizationPolicy", namespace: bookinfo, objName: "obj", field: "spec.rules[0].to[0].operation.ports[1]",
 			message: []string{`"80abc" is not a port number`},
 		},
 		{
-			name: "AuthorizationPolicy bad notPort", doc: istio("AuthorizationPolicy", "  rules:\n  - to:\n    - operation: {notPorts: [\"70000\"]}\n"),
+			name: "AuthorizationPolicy bad notPort",
+			doc:  istio("AuthorizationPolicy", "  rules:\n  - to:\n    - operation: {notPorts: [\"70000\"]}\n"),
 			kind: "AuthorizationPolicy", namespace: bookinfo, objName: "obj", field: "spec.rules[0].to[0].operation.notPorts[0]",
 			message: []string{`"70000"`},
 		},
@@ -813,7 +837,8 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"CUSTOM"},
 		},
 		{
-			name: "PeerAuthentication portLevelMtls without selector", doc: istio("PeerAuthentication", "  portLevelMtls:\n    8080: {mode: DISABLE}\n"),
+			name: "PeerAuthentication portLevelMtls without selector",
+			doc:  istio("PeerAuthentication", "  portLevelMtls:\n    8080: {mode: DISABLE}\n"),
 			kind: "PeerAuthentication", namespace: bookinfo, objName: "obj", field: "spec.portLevelMtls",
 			message: []string{"selector"},
 		},
@@ -828,12 +853,14 @@ func TestParseErrors(t *testing.T) {
 			message: []string{"more than one port"},
 		},
 		{
-			name: "EndpointSlice without addressType", doc: "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s1\nendpoints:\n- addresses: [10.0.0.1]\n",
+			name: "EndpointSlice without addressType",
+			doc:  "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s1\nendpoints:\n- addresses: [10.0.0.1]\n",
 			kind: "EndpointSlice", namespace: "default", objName: "s1", field: "addressType",
 			message: []string{"required"},
 		},
 		{
-			name: "EndpointSlice bad address", doc: "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s1\naddressType: IPv4\nendpoints:\n- addresses: [10.0.0.1]\n- addresses: [pod-a]\n",
+			name: "EndpointSlice bad address", doc: "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s1\n" +
+				"addressType: IPv4\nendpoints:\n- addresses: [10.0.0.1]\n- addresses: [pod-a]\n",
 			kind: "EndpointSlice", namespace: "default", objName: "s1", field: "endpoints[1].addresses[0]",
 			message: []string{`"pod-a" is not an IP address`},
 		},
@@ -1056,7 +1083,8 @@ func TestBookinfoExample(t *testing.T) {
 			t.Errorf("%s holds no objects", f)
 		}
 	}
-	for _, k := range []config.Kind{config.Namespace, config.Service, config.Pod, config.EndpointSlice, config.VirtualService, config.DestinationRule, config.AuthorizationPolicy} {
+	for _, k := range []config.Kind{config.Namespace, config.Service, config.Pod, config.EndpointSlice, config.VirtualService,
+		config.DestinationRule, config.AuthorizationPolicy} {
 		if kinds[k] == 0 {
 			t.Errorf("the example has no %s", k)
 		}

@@ -272,7 +272,8 @@ func validateDynamicDNS(s *networking.ServiceEntry) error {
 		switch strings.ToUpper(p.Protocol) {
 		case "HTTP", "HTTP2", "GRPC", "TLS":
 		default:
-			return fieldErr(fmt.Sprintf("spec.ports[%d].protocol", i), "%q: resolution DYNAMIC_DNS carries only HTTP, HTTP2, GRPC and TLS", p.Protocol)
+			return fieldErr(fmt.Sprintf("spec.ports[%d].protocol", i),
+				"%q: resolution DYNAMIC_DNS carries only HTTP, HTTP2, GRPC and TLS", p.Protocol)
 		}
 	}
 	return nil
@@ -322,7 +323,8 @@ func validateTrafficPolicy(f string, tp *networking.TrafficPolicy) error {
 	}
 	if tp.Tunnel != nil {
 		// Sending the traffic straight to its destination would bypass the proxy the rule names.
-		return fieldErr(f+".tunnel", "not implemented, so refused: Sextant cannot send this traffic through a %s tunnel to %s", tp.Tunnel.Protocol, tp.Tunnel.TargetHost)
+		return fieldErr(f+".tunnel", "not implemented, so refused: Sextant cannot send this traffic through a %s tunnel to %s",
+			tp.Tunnel.Protocol, tp.Tunnel.TargetHost)
 	}
 	if err := validateClientTLS(f+".tls", tp.Tls); err != nil {
 		return err
@@ -462,7 +464,8 @@ func validateGateway(s *networking.Gateway) error {
 		f := fmt.Sprintf("spec.servers[%d]", i)
 		if srv.Port != nil && srv.Port.TargetPort != 0 {
 			// Refused as istiod refuses it: the listener port comes from the Service port the server names.
-			return fieldErr(f+".port.targetPort", "has no effect on a Gateway: the gateway listens on the targetPort of the Service port numbered %d", srv.Port.Number)
+			return fieldErr(f+".port.targetPort",
+				"has no effect on a Gateway: the gateway listens on the targetPort of the Service port numbered %d", srv.Port.Number)
 		}
 		if srv.Port == nil || !validPort(int64(srv.Port.Number)) {
 			return fieldErr(f+".port.number", "a port number (1-65535) is required")
@@ -476,8 +479,10 @@ func validateGateway(s *networking.Gateway) error {
 		if tls := srv.Tls; tls != nil {
 			switch tls.Mode {
 			case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
-				if tls.CredentialName == "" && len(tls.CredentialNames) == 0 && len(tls.TlsCertificates) == 0 && (tls.ServerCertificate == "" || tls.PrivateKey == "") {
-					return fieldErr(f+".tls.credentialName", "required for mode %s (or credentialNames, tlsCertificates, or serverCertificate and privateKey)", tls.Mode)
+				if tls.CredentialName == "" && len(tls.CredentialNames) == 0 && len(tls.TlsCertificates) == 0 &&
+					(tls.ServerCertificate == "" || tls.PrivateKey == "") {
+					return fieldErr(f+".tls.credentialName",
+						"required for mode %s (or credentialNames, tlsCertificates, or serverCertificate and privateKey)", tls.Mode)
 				}
 				for j, c := range tls.TlsCertificates {
 					if c.ServerCertificate == "" || c.PrivateKey == "" {
@@ -553,7 +558,8 @@ func validateSidecar(s *networking.Sidecar) error {
 
 // sidecarOwnPorts are the ports of the sidecar itself (admin, capture, HBONE, agent, health, DNS,
 // Prometheus); an ingress listener on one would take the sidecar's own traffic.
-var sidecarOwnPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true, 15053: true, 15090: true}
+var sidecarOwnPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true,
+	15053: true, 15090: true}
 
 // ingressProtocols are the protocol names istiod reads on a Sidecar ingress port (its protocol.Parse), with
 // whether Sextant serves them.
@@ -564,7 +570,8 @@ var ingressProtocols = map[string]bool{"tcp": true, "grpc": true, "grpc-web": tr
 // does not serve as istiod would.
 func validateSidecarIngress(f string, in *networking.IstioIngressListener, seen map[uint32]bool) error {
 	if in.Port != nil && in.Port.TargetPort != 0 {
-		return fieldErr(f+".port.targetPort", "has no effect on a Sidecar ingress listener (istiod refuses it too): defaultEndpoint names where traffic goes")
+		return fieldErr(f+".port.targetPort",
+			"has no effect on a Sidecar ingress listener (istiod refuses it too): defaultEndpoint names where traffic goes")
 	}
 	if in.Port == nil || !validPort(int64(in.Port.Number)) {
 		return fieldErr(f+".port.number", "a port number (1-65535) is required")
@@ -753,7 +760,8 @@ const (
 	GatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
 )
 
-var targetRefKinds = []string{"/Service", "networking.istio.io/ServiceEntry", GatewayAPIGroup + "/Gateway", GatewayAPIGroup + "/GatewayClass"}
+var targetRefKinds = []string{"/Service", "networking.istio.io/ServiceEntry", GatewayAPIGroup + "/Gateway",
+	GatewayAPIGroup + "/GatewayClass"}
 
 // targetRefGroupKind is group/kind with the core group as "" (istiod reads "core" and "" alike).
 func targetRefGroupKind(r *typev1beta1.PolicyTargetReference) string {
@@ -779,7 +787,8 @@ func TargetRefs(single *typev1beta1.PolicyTargetReference, list []*typev1beta1.P
 
 // validateTargetRefs rejects what istiod's validation rejects: a selector with targetRefs, and a targetRef
 // without a name, to another namespace, or to a kind no policy can attach to.
-func validateTargetRefs(sel *typev1beta1.WorkloadSelector, single *typev1beta1.PolicyTargetReference, list []*typev1beta1.PolicyTargetReference) error {
+func validateTargetRefs(sel *typev1beta1.WorkloadSelector, single *typev1beta1.PolicyTargetReference,
+	list []*typev1beta1.PolicyTargetReference) error {
 	set := 0
 	for _, present := range []bool{sel != nil, single != nil, len(list) > 0} {
 		if present {
@@ -868,7 +877,8 @@ func Warnings(c *Config) []*FieldError {
 	case *networking.Gateway:
 		for i, srv := range s.Servers {
 			if srv.DefaultEndpoint != "" {
-				warn(fmt.Sprintf("spec.servers[%d].defaultEndpoint", i), "ignored, as istiod ignores it on a Gateway: the server forwards as its routes say")
+				warn(fmt.Sprintf("spec.servers[%d].defaultEndpoint", i),
+					"ignored, as istiod ignores it on a Gateway: the server forwards as its routes say")
 			}
 			tls := srv.GetTls()
 			if tls == nil {
@@ -881,18 +891,21 @@ func Warnings(c *Config) []*FieldError {
 			if bad := invalidCipherSuites(tls.CipherSuites); len(bad) > 0 {
 				warn(f+".cipherSuites", "ignored, as istiod ignores them (Envoy would refuse the listener): %s", strings.Join(bad, ", "))
 			}
-			if (tls.MinProtocolVersion == networking.ServerTLSSettings_TLSV1_0 || tls.MinProtocolVersion == networking.ServerTLSSettings_TLSV1_1) && len(tls.CipherSuites) == 0 {
+			if (tls.MinProtocolVersion == networking.ServerTLSSettings_TLSV1_0 || tls.MinProtocolVersion == networking.ServerTLSSettings_TLSV1_1) &&
+				len(tls.CipherSuites) == 0 {
 				warn(f+".minProtocolVersion", "TLS versions below 1.2 need cipherSuites that support them: Envoy's default ciphers do not")
 			}
 		}
 	case *networking.Sidecar:
 		for i, in := range s.Ingress {
 			if in.Tls != nil {
-				warn(fmt.Sprintf("spec.ingress[%d].tls", i), "ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set: the port's chains are those of its protocol and mTLS mode")
+				warn(fmt.Sprintf("spec.ingress[%d].tls", i),
+					"ignored, as istiod ignores it unless ENABLE_TLS_ON_SIDECAR_INGRESS is set: the port's chains are those of its protocol and mTLS mode")
 			}
 		}
 		if s.GetOutboundTrafficPolicy().GetEgressProxy() != nil {
-			warn("spec.outboundTrafficPolicy.egressProxy", "not implemented: traffic to unknown destinations is refused (BlackHoleCluster) rather than sent to the egress proxy")
+			warn("spec.outboundTrafficPolicy.egressProxy",
+				"not implemented: traffic to unknown destinations is refused (BlackHoleCluster) rather than sent to the egress proxy")
 		}
 	}
 	return out
@@ -954,10 +967,12 @@ func destinationRuleWarnings(s *networking.DestinationRule, warn func(field, for
 			return
 		}
 		if od.ConsecutiveErrors != 0 { //nolint:staticcheck // read only to report it
-			warn(f+".outlierDetection.consecutiveErrors", "deprecated and ignored, as istiod ignores it: use consecutive5xxErrors or consecutiveGatewayErrors")
+			warn(f+".outlierDetection.consecutiveErrors",
+				"deprecated and ignored, as istiod ignores it: use consecutive5xxErrors or consecutiveGatewayErrors")
 		}
 		if len(od.OutlierDetectionHttpErrorCodes) > 0 {
-			warn(f+".outlierDetection.outlierDetectionHttpErrorCodes", "not implemented: every 5xx response counts as an error, not only these codes")
+			warn(f+".outlierDetection.outlierDetectionHttpErrorCodes",
+				"not implemented: every 5xx response counts as an error, not only these codes")
 		}
 		if od.FailurePercentageThreshold != nil {
 			warn(f+".outlierDetection.failurePercentageThreshold", "not implemented (istiod neither): failure-percentage ejection stays off")

@@ -8,7 +8,8 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 )
 
-const corsHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\nspec:\n  hosts: [web]\n  http:\n  - route: [{destination: {host: web}}]\n    corsPolicy:\n"
+const corsHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\nspec:\n" +
+	"  hosts: [web]\n  http:\n  - route: [{destination: {host: web}}]\n    corsPolicy:\n"
 
 // A corsPolicy istiod's validation refuses is refused, naming the VirtualService and the field, so Envoy is
 // never sent a policy it rejects (a bad regex NACKs the whole route table).
@@ -35,7 +36,8 @@ func TestCORSPolicyErrors(t *testing.T) {
 }
 
 func TestCORSPolicyAccepted(t *testing.T) {
-	c, err := parseOne(t, corsHead+`      allowOrigins: [{exact: "https://a.example"}, {prefix: "https://b."}, {regex: "https://.*\\.c\\.example"}]
+	c, err := parseOne(t, corsHead+`      allowOrigins: [{exact: "https://a.example"}, {prefix: "https://b."}, `+
+		`{regex: "https://.*\\.c\\.example"}]
       allowMethods: [GET, POST, "*"]
       allowHeaders: [x-custom, "*"]
       exposeHeaders: [x-trace]

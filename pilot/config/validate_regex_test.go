@@ -8,13 +8,15 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 )
 
-const regexHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\nspec:\n  hosts: [web]\n  http:\n"
+const regexHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\nspec:\n" +
+	"  hosts: [web]\n  http:\n"
 
 // A regex Envoy's RE2 would not compile is refused, as istiod refuses it, naming the VirtualService and the
 // field: left to generation, the route it guards would be left out and requests would reach the next one.
 func TestRouteRegexErrors(t *testing.T) {
 	for _, tc := range []struct{ route, field, message string }{
-		{"  - match: [{uri: {regex: \"(?=admin).*\"}}]\n    fault: {abort: {httpStatus: 403, percentage: {value: 100}}}\n    route: [{destination: {host: web}}]\n",
+		{"  - match: [{uri: {regex: \"(?=admin).*\"}}]\n    fault: {abort: {httpStatus: 403, percentage: {value: 100}}}\n" +
+			"    route: [{destination: {host: web}}]\n",
 			"spec.http[0].match[0].uri.regex", "not an RE2 regex"},
 		{"  - match: [{uri: {regex: \"/a{1001}\"}}]\n    directResponse: {status: 403}\n",
 			"spec.http[0].match[0].uri.regex", "invalid repeat count"},

@@ -22,9 +22,12 @@ func TestSidecarIngressValidation(t *testing.T) {
 		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    bind: localhost\n", "spec.ingress[0].bind", "not an IP address"},
 		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 10.0.0.1:8080\n",
 			"spec.ingress[0].defaultEndpoint", "must be 127.0.0.1:PORT"},
-		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1\n", "spec.ingress[0].defaultEndpoint", "not HOST:PORT"},
-		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:0\n", "spec.ingress[0].defaultEndpoint", "not a port number"},
-		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: unix://app.sock\n", "spec.ingress[0].defaultEndpoint", "absolute path"},
+		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1\n",
+			"spec.ingress[0].defaultEndpoint", "not HOST:PORT"},
+		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:0\n",
+			"spec.ingress[0].defaultEndpoint", "not a port number"},
+		{"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: unix://app.sock\n",
+			"spec.ingress[0].defaultEndpoint", "absolute path"},
 		{"  - port: {number: 9443, protocol: HTTPS, name: https}\n    tls: {mode: SIMPLE, credentialName: cert}\n",
 			"spec.ingress[0].tls.credentialName", "not supported on a Sidecar"},
 		{"  - port: {number: 9443, protocol: HTTPS, name: https}\n    tls: {mode: ISTIO_MUTUAL}\n", "spec.ingress[0].tls.mode", "cannot be set"},
@@ -38,9 +41,12 @@ func TestSidecarIngressValidation(t *testing.T) {
 		}
 	}
 	for _, ok := range []string{
-		"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n    bind: 10.1.0.1\n    captureMode: IPTABLES\n",
-		"  - port: {number: 9080}\n    defaultEndpoint: 0.0.0.0:8080\n  - port: {number: 9081, protocol: grpc-web}\n    defaultEndpoint: '[::1]:8081'\n",
-		"  - port: {number: 9080, protocol: TCP}\n    defaultEndpoint: unix:///var/run/app.sock\n    connectionPool: {tcp: {maxConnections: 10}}\n",
+		"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n    bind: 10.1.0.1\n" +
+			"    captureMode: IPTABLES\n",
+		"  - port: {number: 9080}\n    defaultEndpoint: 0.0.0.0:8080\n  - port: {number: 9081, protocol: grpc-web}\n" +
+			"    defaultEndpoint: '[::1]:8081'\n",
+		"  - port: {number: 9080, protocol: TCP}\n    defaultEndpoint: unix:///var/run/app.sock\n" +
+			"    connectionPool: {tcp: {maxConnections: 10}}\n",
 		"  - port: {number: 9080, protocol: TCP}\n    defaultEndpoint: ':8080'\n  inboundConnectionPool: {tcp: {maxConnections: 10}}\n",
 		// NONE binds a listener of its own on the port (lds_sidecar.go boundInboundListeners).
 		"  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n    captureMode: NONE\n",

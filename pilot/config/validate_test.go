@@ -21,7 +21,8 @@ func TestAuthorizationPolicyTargetRefErrors(t *testing.T) {
 	for _, tc := range []struct{ spec, field, message string }{
 		{"  selector: {matchLabels: {app: a}}\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n",
 			"spec.targetRefs", "only one of selector, targetRef and targetRefs"},
-		{"  targetRef: {group: gateway.networking.k8s.io, kind: Gateway, name: gw}\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n",
+		{"  targetRef: {group: gateway.networking.k8s.io, kind: Gateway, name: gw}\n" +
+			"  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n",
 			"spec.targetRefs", "only one of"},
 		{"  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway}]\n", "spec.targetRefs[0].name", "required"},
 		{"  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, namespace: other}]\n",
@@ -39,14 +40,20 @@ func TestAuthorizationPolicyTargetRefErrors(t *testing.T) {
 
 // A DYNAMIC_DNS ServiceEntry that istiod's validation refuses is refused, naming the field.
 func TestServiceEntryDynamicDNSErrors(t *testing.T) {
-	const head = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n  resolution: DYNAMIC_DNS\n"
+	const head = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n" +
+		"  resolution: DYNAMIC_DNS\n"
 	for _, tc := range []struct{ spec, field, message string }{
 		{"  hosts: [api.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.hosts[0]", "wildcard"},
-		{"  hosts: [\"*.example.com\"]\n  addresses: [240.0.0.1]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.addresses", "DYNAMIC_DNS"},
-		{"  hosts: [\"*.example.com\"]\n  endpoints: [{address: 1.2.3.4}]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.endpoints", "DYNAMIC_DNS"},
-		{"  hosts: [\"*.example.com\"]\n  workloadSelector: {labels: {app: a}}\n  ports: [{number: 80, name: http, protocol: HTTP}]\n", "spec.workloadSelector", "DYNAMIC_DNS"},
-		{"  hosts: [\"*.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 5432, name: pg, protocol: TCP}]\n", "spec.ports[1].protocol", "HTTP, HTTP2, GRPC and TLS"},
-		{"  hosts: [\"*.example.com\"]\n  ports: [{number: 443, name: https, protocol: HTTPS}]\n", "spec.ports[0].protocol", "HTTP, HTTP2, GRPC and TLS"},
+		{"  hosts: [\"*.example.com\"]\n  addresses: [240.0.0.1]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n",
+			"spec.addresses", "DYNAMIC_DNS"},
+		{"  hosts: [\"*.example.com\"]\n  endpoints: [{address: 1.2.3.4}]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n",
+			"spec.endpoints", "DYNAMIC_DNS"},
+		{"  hosts: [\"*.example.com\"]\n  workloadSelector: {labels: {app: a}}\n  ports: [{number: 80, name: http, protocol: HTTP}]\n",
+			"spec.workloadSelector", "DYNAMIC_DNS"},
+		{"  hosts: [\"*.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 5432, name: pg, protocol: TCP}]\n",
+			"spec.ports[1].protocol", "HTTP, HTTP2, GRPC and TLS"},
+		{"  hosts: [\"*.example.com\"]\n  ports: [{number: 443, name: https, protocol: HTTPS}]\n", "spec.ports[0].protocol",
+			"HTTP, HTTP2, GRPC and TLS"},
 	} {
 		_, err := parseOne(t, head+tc.spec)
 		var ce *config.Error
@@ -54,7 +61,9 @@ func TestServiceEntryDynamicDNSErrors(t *testing.T) {
 			t.Errorf("spec %q: error %v, want field %s with %q", tc.spec, err, tc.field, tc.message)
 		}
 	}
-	if _, err := parseOne(t, head+"  hosts: [\"*.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 443, name: tls, protocol: TLS}, {number: 9090, name: grpc, protocol: GRPC}]\n"); err != nil {
+	if _, err := parseOne(t, head+"  hosts: [\"*.example.com\"]\n"+
+		"  ports: [{number: 80, name: http, protocol: HTTP}, {number: 443, name: tls, protocol: TLS}, "+
+		"{number: 9090, name: grpc, protocol: GRPC}]\n"); err != nil {
 		t.Errorf("valid DYNAMIC_DNS ServiceEntry refused: %v", err)
 	}
 }
@@ -65,8 +74,10 @@ func TestSidecarEgressErrors(t *testing.T) {
 	const head = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  egress:\n"
 	for _, tc := range []struct{ spec, field, message string }{
 		{"  - hosts: [\"./*\"]\n  - port: {number: 80, protocol: HTTP}\n    hosts: [\"./*\"]\n", "spec.egress[0].port", "only the last"},
-		{"  - port: {number: 80, protocol: HTTP}\n    hosts: [\"./*\"]\n  - port: {number: 80, protocol: TCP}\n    hosts: [\"./*\"]\n", "spec.egress[1].port.number", "already"},
-		{"  - port: {number: 0, protocol: HTTP}\n    bind: unix:///var/run/app.sock\n    hosts: [\"./*\"]\n", "spec.egress[0].bind", "unix domain socket"},
+		{"  - port: {number: 80, protocol: HTTP}\n    hosts: [\"./*\"]\n  - port: {number: 80, protocol: TCP}\n    hosts: [\"./*\"]\n",
+			"spec.egress[1].port.number", "already"},
+		{"  - port: {number: 0, protocol: HTTP}\n    bind: unix:///var/run/app.sock\n    hosts: [\"./*\"]\n",
+			"spec.egress[0].bind", "unix domain socket"},
 		{"  - port: {number: 8080, protocol: HTTP_PROXY}\n    hosts: [\"*/*\"]\n", "spec.egress[0].port.protocol", "HTTP_PROXY"},
 		{"  - port: {number: 8080, protocol: QUIC}\n    hosts: [\"*/*\"]\n", "spec.egress[0].port.protocol", "unsupported"},
 		{"  - port: {number: 8080, protocol: HTTP}\n    bind: localhost\n    hosts: [\"*/*\"]\n", "spec.egress[0].bind", "IP address"},
@@ -92,8 +103,8 @@ func TestSidecarEgressErrors(t *testing.T) {
 // A ServiceEntry of resolution NONE (the default) with endpoints is refused, as istiod's validation refuses
 // it; a workload selector is its way to name workloads.
 func TestServiceEntryNoneEndpointsRefused(t *testing.T) {
-	const head = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n  hosts: [db.example.com]\n" +
-		"  ports: [{number: 5432, name: tcp, protocol: TCP}]\n"
+	const head = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n" +
+		"  hosts: [db.example.com]\n  ports: [{number: 5432, name: tcp, protocol: TCP}]\n"
 	for _, resolution := range []string{"", "  resolution: NONE\n"} {
 		_, err := parseOne(t, head+resolution+"  endpoints: [{address: 10.1.0.1}]\n")
 		var ce *config.Error
@@ -174,7 +185,8 @@ spec:
 	if got := warningFields(config.Warnings(c)); !slices.Equal(got, want) {
 		t.Errorf("warnings on %v, want %v", got, want)
 	}
-	plain, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  egress: [{hosts: [\"./*\"]}]\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n")
+	plain, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n"+
+		"  egress: [{hosts: [\"./*\"]}]\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +245,8 @@ spec:
   servers:
   - port: {number: 443, name: https, protocol: HTTPS}
     hosts: ["*"]
-    tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256, NO-SUCH-CIPHER, -ALL], subjectAltNames: [client.example]}
+    tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_3, ` +
+			`cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256, NO-SUCH-CIPHER, -ALL], subjectAltNames: [client.example]}
   - port: {number: 8443, name: https-old, protocol: HTTPS}
     hosts: ["*"]
     tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_0}
@@ -255,7 +268,8 @@ spec:
 			}
 		}
 	}
-	plain, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n  hosts: [reviews]\n  http: [{retries: {attempts: 2, retryRemoteLocalities: false}, route: [{destination: {host: reviews}}]}]\n")
+	plain, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: shop}\nspec:\n"+
+		"  hosts: [reviews]\n  http: [{retries: {attempts: 2, retryRemoteLocalities: false}, route: [{destination: {host: reviews}}]}]\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,8 +282,10 @@ spec:
 // neither with a warning (the model merges the delegate's routes into the root's).
 func TestDelegateVirtualServiceLoads(t *testing.T) {
 	for _, doc := range []string{
-		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: inner, namespace: shop}\nspec:\n  http:\n  - match: [{uri: {prefix: /a/b}}]\n    route: [{destination: {host: reviews}}]\n",
-		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{uri: {prefix: /a}}]\n    delegate: {name: inner}\n",
+		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: inner, namespace: shop}\nspec:\n  http:\n" +
+			"  - match: [{uri: {prefix: /a/b}}]\n    route: [{destination: {host: reviews}}]\n",
+		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: shop}\nspec:\n  hosts: [reviews]\n" +
+			"  http:\n  - match: [{uri: {prefix: /a}}]\n    delegate: {name: inner}\n",
 	} {
 		c, err := parseOne(t, doc)
 		if err != nil {
@@ -289,8 +305,8 @@ func TestExportToErrors(t *testing.T) {
 		vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: vs, namespace: shop}\nspec:\n  hosts: [reviews]\n" +
 			"  http: [{route: [{destination: {host: reviews}}]}]\n"
 		dr = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr, namespace: shop}\nspec:\n  host: reviews\n"
-		se = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n  hosts: [api.example.com]\n" +
-			"  ports: [{number: 443, name: tls, protocol: TLS}]\n"
+		se = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: shop}\nspec:\n" +
+			"  hosts: [api.example.com]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n"
 	)
 	for _, tc := range []struct{ doc, field, message string }{
 		{vs + "  exportTo: [\"~\", team-b]\n", "spec.exportTo[0]", "ServiceEntry only"},

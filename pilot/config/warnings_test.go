@@ -86,13 +86,15 @@ func TestClientTLSCACertCredentialNameRejected(t *testing.T) {
 		{"  subsets: [{name: v1, trafficPolicy: {tls: {mode: SIMPLE, caCertCredentialName: ca}}}]\n",
 			"spec.subsets[0].trafficPolicy.tls.caCertCredentialName"},
 	} {
-		_, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: shop}\nspec:\n  host: api.example.com\n"+tc.policy)
+		_, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: shop}\nspec:\n"+
+			"  host: api.example.com\n"+tc.policy)
 		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(ce.Message, "credentialName") {
 			t.Errorf("%q: error %v, want field %s", tc.policy, err, tc.field)
 		}
 	}
-	if _, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy: {tls: {mode: SIMPLE, credentialName: ca}}\n"); err != nil {
+	if _, err := parseOne(t, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: shop}\nspec:\n"+
+		"  host: api.example.com\n  trafficPolicy: {tls: {mode: SIMPLE, credentialName: ca}}\n"); err != nil {
 		t.Errorf("credentialName alone: %v", err)
 	}
 }
