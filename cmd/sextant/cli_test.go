@@ -49,8 +49,8 @@ func TestProxyStatus(t *testing.T) {
 		!strings.Contains(lines[1], "ERROR (listener 0: bad filter chain)") || !strings.Contains(lines[1], "NOT SENT") {
 		t.Errorf("B = %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); len(f) < 4 || f[0] != "reviews-v1.bookinfo" || f[1] != "sidecar" || f[2] != "SYNCED" || f[3] != "SYNCED" ||
-		!strings.Contains(lines[2], "NOT SENT") {
+	if f := strings.Fields(lines[2]); len(f) < 4 || f[0] != "reviews-v1.bookinfo" || f[1] != "sidecar" ||
+		f[2] != "SYNCED" || f[3] != "SYNCED" || !strings.Contains(lines[2], "NOT SENT") {
 		t.Errorf("A = %q", lines[2])
 	}
 
@@ -89,19 +89,22 @@ func TestWait(t *testing.T) {
 		return d.Generation == 2 && d.SnapshotVersion >= 2
 	})
 	_, err = run(t, "wait", "--server", env.URL, "VirtualService", "reviews", "-n", "bookinfo", "--generation", "2", "--timeout", "300ms")
-	if err == nil || !strings.Contains(err.Error(), "timed out after 300ms") || !strings.Contains(err.Error(), "pending: reviews-v1.bookinfo") {
+	if err == nil || !strings.Contains(err.Error(), "timed out after 300ms") ||
+		!strings.Contains(err.Error(), "pending: reviews-v1.bookinfo") {
 		_, body := env.Get(t, "/debug/distribution?kind=VirtualService&name=reviews&namespace=bookinfo")
 		_, pz := env.Get(t, "/debug/pushz")
 		t.Fatalf("wait while held: %v\n%s\n%.1500s", err, body, pz)
 	}
 	a.Release()
-	if out, err := run(t, "wait", "--server", env.URL, "VirtualService", "reviews.bookinfo", "--generation", "2", "--timeout", "5s"); err != nil {
+	if out, err := run(t, "wait", "--server", env.URL, "VirtualService", "reviews.bookinfo", "--generation", "2",
+		"--timeout", "5s"); err != nil {
 		t.Fatalf("wait after release: %v\n%s", err, out)
 	}
 
 	// The cart Service is in B's namespace and B NACKs listeners: the wait fails at once.
 	_, err = run(t, "wait", "--server", env.URL, "Service", "cart.shop", "--timeout", "5s")
-	if err == nil || !strings.Contains(err.Error(), "rejected") || !strings.Contains(err.Error(), "cart-v1.shop (lds: listener 0: bad filter chain)") {
+	if err == nil || !strings.Contains(err.Error(), "rejected") ||
+		!strings.Contains(err.Error(), "cart-v1.shop (lds: listener 0: bad filter chain)") {
 		t.Fatalf("wait with a NACK: %v", err)
 	}
 	// Half the relevant proxies is not enough when one NACKed either: NACK always fails.
@@ -113,10 +116,12 @@ func TestWait(t *testing.T) {
 	if err := os.Remove(filepath.Join(env.Dir, "30-security.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := run(t, "wait", "--server", env.URL, "--for", "delete", "AuthorizationPolicy", "allow-shop.bookinfo", "--timeout", "5s"); err != nil {
+	if out, err := run(t, "wait", "--server", env.URL, "--for", "delete", "AuthorizationPolicy", "allow-shop.bookinfo",
+		"--timeout", "5s"); err != nil {
 		t.Fatalf("wait for delete: %v\n%s", err, out)
 	}
-	if _, err := run(t, "wait", "--server", env.URL, "--for", "delete", "VirtualService", "reviews.bookinfo", "--timeout", "200ms"); err == nil ||
+	if _, err := run(t, "wait", "--server", env.URL, "--for", "delete", "VirtualService", "reviews.bookinfo",
+		"--timeout", "200ms"); err == nil ||
 		!strings.Contains(err.Error(), "still exists") {
 		t.Fatalf("delete of an existing object: %v", err)
 	}
@@ -131,7 +136,8 @@ func TestConfigDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "proxy reviews-v1.bookinfo") || !strings.Contains(out, "reviews.bookinfo.svc.cluster.local") || strings.Contains(out, "LDS") {
+	if !strings.Contains(out, "proxy reviews-v1.bookinfo") || !strings.Contains(out, "reviews.bookinfo.svc.cluster.local") ||
+		strings.Contains(out, "LDS") {
 		t.Errorf("config-dump:\n%s", out)
 	}
 	out, err = run(t, "config-dump", "reviews-v1.bookinfo", "--server", env.URL, "-o", "json")
@@ -142,7 +148,8 @@ func TestConfigDump(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &dump); err != nil || len(dump.Configs) != 2 {
 		t.Errorf("json: %v %+v", err, dump)
 	}
-	if _, err := run(t, "config-dump", "nobody.nowhere", "--server", env.URL); err == nil || !strings.Contains(err.Error(), "no connected proxy") {
+	if _, err := run(t, "config-dump", "nobody.nowhere", "--server", env.URL); err == nil ||
+		!strings.Contains(err.Error(), "no connected proxy") {
 		t.Errorf("unknown proxy: %v", err)
 	}
 }
@@ -150,7 +157,8 @@ func TestConfigDump(t *testing.T) {
 func TestValidateMatchesServer(t *testing.T) {
 	files := debugtest.Scenario()
 	// A second bad file: a bad field in an Istio kind.
-	files["50-bad-dr.yaml"] = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata:\n  name: dr\n  namespace: shop\nspec:\n  host: cart\n  trafficPolicy:\n    loadBalancer:\n      simple: SOMETIMES\n"
+	files["50-bad-dr.yaml"] = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata:\n  name: dr\n  namespace: shop\nspec:\n" +
+		"  host: cart\n  trafficPolicy:\n    loadBalancer:\n      simple: SOMETIMES\n"
 	env := debugtest.Start(t, files)
 	var serverErrs []struct{ Error string }
 	env.GetJSON(t, "/debug/config_errors", &serverErrs)
@@ -180,7 +188,8 @@ func TestValidateMatchesServer(t *testing.T) {
 	if err == nil || json.Unmarshal([]byte(out), &res) != nil || len(res.Rejected) != 1 || res.Rejected[0].Error != serverErrs[1].Error {
 		t.Errorf("validate one file: %v\n%s", err, out)
 	}
-	if out, err := run(t, "validate", "-f", filepath.Join(env.Dir, "10-services.yaml")); err != nil || !strings.Contains(out, "3 objects accepted, 0 documents rejected") {
+	if out, err := run(t, "validate", "-f", filepath.Join(env.Dir, "10-services.yaml")); err != nil ||
+		!strings.Contains(out, "3 objects accepted, 0 documents rejected") {
 		t.Errorf("clean file: %v\n%s", err, out)
 	}
 }
@@ -189,7 +198,8 @@ func TestValidateMatchesServer(t *testing.T) {
 func TestProxyStatusFoldsVHDSIntoRDS(t *testing.T) {
 	var b strings.Builder
 	err := proxyStatusTable(&b, []debug.ProxySync{
-		{ID: "a.ns", Type: "sidecar", Types: []debug.TypeSync{{Type: "rds", Status: debug.Synced}, {Type: "vhds", Status: debug.Error, Error: "duplicate domain"}}},
+		{ID: "a.ns", Type: "sidecar", Types: []debug.TypeSync{{Type: "rds", Status: debug.Synced},
+			{Type: "vhds", Status: debug.Error, Error: "duplicate domain"}}},
 		{ID: "b.ns", Type: "sidecar", Types: []debug.TypeSync{{Type: "rds", Status: debug.Synced}, {Type: "vhds", Status: debug.Synced}}},
 		{ID: "c.ns", Type: "sidecar", Types: []debug.TypeSync{{Type: "rds", Status: debug.Stale}}},
 	})
@@ -226,8 +236,8 @@ func TestValidateGoDurations(t *testing.T) {
 // same text in /debug/config_errors marked as a warning, in /debug/push_status for the dashboard, and counts it.
 func TestValidateWarnings(t *testing.T) {
 	files := debugtest.Scenario()
-	files["60-stat-prefix.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: stats, namespace: shop}\nspec:\n  hosts: [cart]\n" +
-		"  tcp:\n  - match: [{sourceSubnet: 10.1.0.0/16}]\n    route: [{destination: {host: cart}}]\n"
+	files["60-stat-prefix.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: stats, namespace: shop}\n" +
+		"spec:\n  hosts: [cart]\n  tcp:\n  - match: [{sourceSubnet: 10.1.0.0/16}]\n    route: [{destination: {host: cart}}]\n"
 	env := debugtest.Start(t, files)
 	var serverErrs []struct {
 		Warning bool
@@ -321,7 +331,8 @@ func TestDebugCommandsSendTheToken(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) < 4 || seen[0] != "Bearer good-token" || seen[1] != "Bearer good-token" || seen[2] != "Bearer good-token" || seen[len(seen)-1] != "" {
+	if len(seen) < 4 || seen[0] != "Bearer good-token" || seen[1] != "Bearer good-token" || seen[2] != "Bearer good-token" ||
+		seen[len(seen)-1] != "" {
 		t.Errorf("Authorization headers sent: %q", seen)
 	}
 }
@@ -331,8 +342,9 @@ func TestDebugCommandsSendTheToken(t *testing.T) {
 // another -f path resolves.
 func TestValidateWarnsMissingDelegate(t *testing.T) {
 	files := debugtest.Scenario()
-	files["70-root.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: shop}\nspec:\n  hosts: [cart]\n" +
-		"  http:\n  - match: [{uri: {prefix: /a}}]\n    delegate: {name: cart-a}\n  - delegate: {name: cart-b, namespace: shop}\n"
+	files["70-root.yaml"] = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: shop}\n" +
+		"spec:\n  hosts: [cart]\n  http:\n  - match: [{uri: {prefix: /a}}]\n    delegate: {name: cart-a}\n" +
+		"  - delegate: {name: cart-b, namespace: shop}\n"
 	env := debugtest.Start(t, files)
 	var serverErrs []struct {
 		Warning bool
@@ -366,8 +378,10 @@ func TestValidateWarnsMissingDelegate(t *testing.T) {
 
 	// The delegates in a second path: nothing to warn about.
 	other := t.TempDir()
-	doc := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-a, namespace: shop}\nspec:\n  http:\n  - route: [{destination: {host: cart}}]\n" +
-		"---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-b, namespace: shop}\nspec:\n  http:\n  - route: [{destination: {host: cart}}]\n"
+	doc := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-a, namespace: shop}\nspec:\n  http:\n" +
+		"  - route: [{destination: {host: cart}}]\n" +
+		"---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-b, namespace: shop}\nspec:\n  http:\n" +
+		"  - route: [{destination: {host: cart}}]\n"
 	if err := os.WriteFile(filepath.Join(other, "d.yaml"), []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}

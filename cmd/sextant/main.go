@@ -18,7 +18,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(discoveryCommand(), translateCommand(), proxyStatusCommand(), waitCommand(), configDumpCommand(), validateCommand(), versionCommand())
+	root.AddCommand(discoveryCommand(), translateCommand(), proxyStatusCommand(), waitCommand(), configDumpCommand(),
+		validateCommand(), versionCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

@@ -23,7 +23,8 @@ import (
 	"github.com/sextantmesh/sextant/pkg/nameset"
 )
 
-var translateTypes = map[string]string{"cds": envoy.ClusterType, "eds": envoy.EndpointType, "lds": envoy.ListenerType, "rds": envoy.RouteType}
+var translateTypes = map[string]string{"cds": envoy.ClusterType, "eds": envoy.EndpointType,
+	"lds": envoy.ListenerType, "rds": envoy.RouteType}
 
 func translateCommand() *cobra.Command {
 	var dir, proxyID, meta, meshFile string
