@@ -13,7 +13,9 @@ import (
 )
 
 // DeltaAggregatedResources serves incremental (delta) ADS.
-func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) error {
+func (s *Server) DeltaAggregatedResources(
+	stream grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse],
+) error {
 	return serve(s, stream, true, stream.Recv, (*Connection).handleDelta, (*Connection).pushDelta)
 }
 
@@ -320,107 +322,12 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 	resp, versions := c.deltaScratch()
 	defer func() { c.putDeltaScratch(resp, versions) }()
 	resp.TypeUrl = w.TypeURL
-	// A full state mostly repeats the last one sent, resource for resource: generators hand out the same
-	// cached *Resource while its content stands, or rebuild it with the same version. Walking the previous
-	// list alongside skips the per-name lookups for those (at 300 sidecars × 2,700 resources they were a
-	// quarter of a service add's CPU). Only lists sent whole, with nothing held back, are walked
-	// (sentSet.wholeList), so a resource found there is on the client as is.
-	prev := w.sent.wholeList()
-	if !full || !w.Wildcard {
-		prev = nil
-	}
-	j, known, filtered := 0, 0, false
-	// A full state is kept as sent only if sorted by name (sentSet.whole). Two resources that follow each
-	// other in prev, itself sorted, are in order: only the names around what changed are compared, not
-	// 2,700 names per sidecar per push.
-	inOrder, last, lastAt := true, (*model.Resource)(nil), -1
-	for _, r := range res {
-		// r's index in prev when it is the very resource the client has. Found by pointer, so the thousands
-		// of resources a push leaves as they are are not even read.
-		at := -1
-		if j < len(prev) && prev[j] == r {
-			at, j = j, j+1
-		} else if j+1 < len(prev) && prev[j+1] == r { // the one before was removed
-			at, j = j+1, j+2
-		}
-		// Resources in prev were sent, so they are set and (prev being kept for wildcards only) subscribed.
-		if at < 0 && (r == nil || r.Any == nil || !w.Subscribed(r.Name)) {
-			filtered = true
-			continue
-		}
-		if inOrder && last != nil && (at < 0 || at != lastAt+1) && last.Name >= r.Name {
-			inOrder = false
-		}
-		last, lastAt = r, at
-		if at >= 0 {
-			known++
-			continue
-		}
-		if j < len(prev) && prev[j].Name == r.Name {
-			j++
-			if resourceVersion(prev[j-1]) == resourceVersion(r) { // rebuilt, same bytes
-				known++
-				continue
-			}
-		}
-		if w.policy.Parent != "" && !c.parentSent(w.policy, r.Name) {
-			filtered = true
-			continue // sent with its parent, later
-		}
-		v := resourceVersion(r)
-		if have, ok := w.sent.get(r.Name); ok {
-			known++
-			if have == v {
-				continue
-			}
-		}
-		resp.Resources = append(resp.Resources, r.DeltaResource(v))
-		versions = append(versions, v)
-	}
-	// seen is built only when needed: a full state that covers every name the client has removes nothing
-	// (generators never repeat a name).
-	var seen map[string]struct{}
-	if added.Len() > 0 || (full && known < w.sent.len()) {
-		seen = make(map[string]struct{}, len(res))
-		for _, r := range res {
-			if r != nil && r.Any != nil && w.Subscribed(r.Name) && (w.policy.Parent == "" || c.parentSent(w.policy, r.Name)) {
-				seen[r.Name] = struct{}{}
-			}
-		}
-	}
-	if full {
-		if known < w.sent.len() {
-			w.sent.names(func(n string) {
-				if _, ok := seen[n]; !ok {
-					resp.RemovedResources = append(resp.RemovedResources, n)
-				}
-			})
-		}
-		for _, n := range added.Sorted() {
-			if _, ok := seen[n]; !ok {
-				if _, had := w.sent.get(n); !had {
-					resp.RemovedResources = append(resp.RemovedResources, n)
-				}
-			}
-		}
-	} else {
-		for _, n := range removed {
-			if _, had := w.sent.get(n); had {
-				resp.RemovedResources = append(resp.RemovedResources, n)
-			}
-		}
-		// Names just subscribed that do not exist are reported removed, as the protocol asks.
-		for _, n := range added.Sorted() {
-			if _, ok := seen[n]; !ok {
-				if _, had := w.sent.get(n); !had {
-					resp.RemovedResources = append(resp.RemovedResources, n)
-				}
-			}
-		}
-	}
+	var scan deltaScan
+	versions, scan = c.scanDelta(w, resp, versions, res, full)
+	c.deltaRemovals(w, resp, res, removed, added, full, scan.known)
 	// What the client will have is res itself only after a full, unfiltered state.
 	nextFull := res
-	if !full || !w.Wildcard || filtered || !inOrder {
+	if !full || !w.Wildcard || scan.filtered || !scan.inOrder {
 		nextFull = nil
 	}
 	if holdRemovals && len(resp.RemovedResources) > 0 {
@@ -442,16 +349,8 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 	if err := c.send(resp, w.TypeURL); err != nil {
 		return held, err
 	}
-	children := c.srv.children[w.TypeURL]
-	fresh := false // a parent the client did not have
-	if len(children) > 0 {
-		for _, r := range resp.Resources {
-			if _, had := w.sent.get(r.Name); !had {
-				fresh = true
-				break
-			}
-		}
-	}
+	// Read before the sent set records the response: which parents are new, which follow-ups are due.
+	fresh := len(c.srv.children[w.TypeURL]) > 0 && c.anyNew(w, resp.Resources)
 	var followUps []string
 	if w.policy.FollowUp != "" {
 		followUps = c.followUps(w, resp.Resources)
@@ -461,7 +360,134 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 			delete(owed, r.Name)
 		}
 	}
+	c.recordDelta(w, resp, versions, nextFull)
+	c.observeSent(w, resp.Nonce, push)
+	return held, c.followDelta(w, push, resp.RemovedResources, fresh, followUps)
+}
+
+// deltaScan is what scanDelta found of a state against what the client has.
+type deltaScan struct {
+	known    int  // resources the client has as they are
+	filtered bool // some were left out: not subscribed, or waiting for their parent
+	inOrder  bool // sorted by name
+}
+
+// scanDelta appends to resp the resources of res the client does not have as they are, and their versions.
+func (c *Connection) scanDelta(w *watch, resp *discovery.DeltaDiscoveryResponse, versions []string, res model.Resources,
+	full bool) ([]string, deltaScan) {
+	// A full state mostly repeats the last one sent, resource for resource: generators hand out the same
+	// cached *Resource while its content stands, or rebuild it with the same version. Walking the previous
+	// list alongside skips the per-name lookups for those (at 300 sidecars × 2,700 resources they were a
+	// quarter of a service add's CPU). Only lists sent whole, with nothing held back, are walked
+	// (sentSet.wholeList), so a resource found there is on the client as is.
+	prev := w.sent.wholeList()
+	if !full || !w.Wildcard {
+		prev = nil
+	}
+	j := 0
+	scan := deltaScan{inOrder: true}
+	// A full state is kept as sent only if sorted by name (sentSet.whole). Two resources that follow each
+	// other in prev, itself sorted, are in order: only the names around what changed are compared, not
+	// 2,700 names per sidecar per push.
+	last, lastAt := (*model.Resource)(nil), -1
+	for _, r := range res {
+		// r's index in prev when it is the very resource the client has. Found by pointer, so the thousands
+		// of resources a push leaves as they are are not even read.
+		at := -1
+		if j < len(prev) && prev[j] == r {
+			at, j = j, j+1
+		} else if j+1 < len(prev) && prev[j+1] == r { // the one before was removed
+			at, j = j+1, j+2
+		}
+		// Resources in prev were sent, so they are set and (prev being kept for wildcards only) subscribed.
+		if at < 0 && (r == nil || r.Any == nil || !w.Subscribed(r.Name)) {
+			scan.filtered = true
+			continue
+		}
+		if scan.inOrder && last != nil && (at < 0 || at != lastAt+1) && last.Name >= r.Name {
+			scan.inOrder = false
+		}
+		last, lastAt = r, at
+		if at >= 0 {
+			scan.known++
+			continue
+		}
+		if j < len(prev) && prev[j].Name == r.Name {
+			j++
+			if resourceVersion(prev[j-1]) == resourceVersion(r) { // rebuilt, same bytes
+				scan.known++
+				continue
+			}
+		}
+		if w.policy.Parent != "" && !c.parentSent(w.policy, r.Name) {
+			scan.filtered = true
+			continue // sent with its parent, later
+		}
+		v := resourceVersion(r)
+		if have, ok := w.sent.get(r.Name); ok {
+			scan.known++
+			if have == v {
+				continue
+			}
+		}
+		resp.Resources = append(resp.Resources, r.DeltaResource(v))
+		versions = append(versions, v)
+	}
+	return versions, scan
+}
+
+// deltaRemovals adds to resp the names the client has that the state no longer holds (a full state), or
+// that removed names (a partial one), and the names just subscribed that do not exist, as the protocol asks.
+func (c *Connection) deltaRemovals(w *watch, resp *discovery.DeltaDiscoveryResponse, res model.Resources, removed []string,
+	added *nameset.Set, full bool, known int) {
+	// seen is built only when needed: a full state that covers every name the client has removes nothing
+	// (generators never repeat a name).
+	var seen map[string]struct{}
+	if added.Len() > 0 || (full && known < w.sent.len()) {
+		seen = make(map[string]struct{}, len(res))
+		for _, r := range res {
+			if r != nil && r.Any != nil && w.Subscribed(r.Name) && (w.policy.Parent == "" || c.parentSent(w.policy, r.Name)) {
+				seen[r.Name] = struct{}{}
+			}
+		}
+	}
+	if full && known < w.sent.len() {
+		w.sent.names(func(n string) {
+			if _, ok := seen[n]; !ok {
+				resp.RemovedResources = append(resp.RemovedResources, n)
+			}
+		})
+	}
+	if !full {
+		for _, n := range removed {
+			if _, had := w.sent.get(n); had {
+				resp.RemovedResources = append(resp.RemovedResources, n)
+			}
+		}
+	}
+	for _, n := range added.Sorted() {
+		if _, ok := seen[n]; !ok {
+			if _, had := w.sent.get(n); !had {
+				resp.RemovedResources = append(resp.RemovedResources, n)
+			}
+		}
+	}
+}
+
+// anyNew reports whether the client did not have one of resources.
+func (c *Connection) anyNew(w *watch, resources []*discovery.Resource) bool {
+	for _, r := range resources {
+		if _, had := w.sent.get(r.Name); !had {
+			return true
+		}
+	}
+	return false
+}
+
+// recordDelta records what the client has after resp: nextFull itself when it got that whole state.
+func (c *Connection) recordDelta(w *watch, resp *discovery.DeltaDiscoveryResponse, versions []string, nextFull model.Resources) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if nextFull != nil {
 		w.sent.whole(nextFull)
 	} else {
@@ -481,26 +507,27 @@ func (c *Connection) sendDelta(w *watch, push *model.PushContext, res model.Reso
 		}
 	}
 	w.VersionSent, w.NonceSent, w.LastSent = resp.SystemVersionInfo, resp.Nonce, time.Now()
-	c.mu.Unlock()
-	c.observeSent(w, resp.Nonce, push)
-	if len(children) > 0 {
-		c.forgetChildren(w.TypeURL, resp.RemovedResources)
+}
+
+// followDelta sends what follows a response on the stream: the children of a parent the client did not
+// have (it does not ask for them again when the parent arrives), and the follow-ups of updated resources.
+func (c *Connection) followDelta(w *watch, push *model.PushContext, removed []string, fresh bool, followUps []string) error {
+	if children := c.srv.children[w.TypeURL]; len(children) > 0 {
+		c.forgetChildren(w.TypeURL, removed)
 		if fresh {
-			// The children of a new parent follow it on the stream, after it: the client does not ask for
-			// them again when it arrives.
 			for _, t := range children {
 				if cw := c.watched[t]; cw != nil {
 					if err := c.respondDelta(cw.gen, cw, push, nil, nil, false); err != nil {
-						return held, err
+						return err
 					}
 				}
 			}
 		}
 	}
 	if len(followUps) > 0 {
-		return held, c.resendFollowUps(w.policy.FollowUp, followUps, push)
+		return c.resendFollowUps(w.policy.FollowUp, followUps, push)
 	}
-	return held, nil
+	return nil
 }
 
 // followUps returns the follow-ups (TypePolicy.FollowUp) of the resources of a response (sent, not yet
