@@ -29,7 +29,8 @@ type Authenticator interface {
 }
 
 // ErrNoCredentials is returned when the caller presented neither a client certificate nor a token.
-var ErrNoCredentials = errors.New("no credentials: present a client certificate issued by the mesh CA or a service-account token in the authorization metadata (Bearer)")
+var ErrNoCredentials = errors.New(
+	"no credentials: present a client certificate issued by the mesh CA or a service-account token in the authorization metadata (Bearer)")
 
 // Chain tries a client certificate first, then the bearer token. A caller that presents a token the
 // token authenticator rejects is refused with that reason, even if it has no certificate.
@@ -67,7 +68,8 @@ func (c Chain) Authenticate(ctx context.Context) (*Caller, error) {
 		return nil, err
 	}
 	if c.Token == nil {
-		return nil, errors.New("bearer token presented, but token authentication needs a Kubernetes cluster: present a client certificate issued by the mesh CA")
+		return nil, errors.New("bearer token presented, but token authentication needs a Kubernetes cluster: " +
+			"present a client certificate issued by the mesh CA")
 	}
 	if c.ClusterID != "" {
 		md, _ := metadata.FromIncomingContext(ctx)

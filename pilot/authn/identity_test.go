@@ -18,7 +18,8 @@ func TestParseSPIFFE(t *testing.T) {
 func TestParseAccounts(t *testing.T) {
 	a, err := ParseAccounts("istio-system/ztunnel, kube-system/node-proxy")
 	if err != nil || !a.Has(Identity{Namespace: "istio-system", ServiceAccount: "ztunnel"}) ||
-		!a.Has(Identity{Namespace: "kube-system", ServiceAccount: "node-proxy"}) || a.Has(Identity{Namespace: "shop", ServiceAccount: "ztunnel"}) {
+		!a.Has(Identity{Namespace: "kube-system", ServiceAccount: "node-proxy"}) ||
+		a.Has(Identity{Namespace: "shop", ServiceAccount: "ztunnel"}) {
 		t.Errorf("%v, %v", a, err)
 	}
 	for _, bad := range []string{"ztunnel", "istio-system/", "/ztunnel", "a/b/c"} {

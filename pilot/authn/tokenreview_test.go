@@ -65,7 +65,8 @@ func TestTokenReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(caller.Identities) != 1 || caller.Identities[0].String() != "spiffe://cluster.local/ns/shop/sa/cart" || caller.PodName != "cart-1" || caller.PodUID != "uid-1" {
+	if len(caller.Identities) != 1 || caller.Identities[0].String() != "spiffe://cluster.local/ns/shop/sa/cart" ||
+		caller.PodName != "cart-1" || caller.PodUID != "uid-1" {
 		t.Errorf("caller %+v", caller)
 	}
 	if _, err := a.AuthenticateToken(ctx, good); err != nil || reviews.Load() != 1 {

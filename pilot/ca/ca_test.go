@@ -201,11 +201,13 @@ func TestNewRefusesKeyMaterialThatCannotSign(t *testing.T) {
 		"no root":                    {KeyMaterial{Cert: good.Cert, Key: good.Key}, "root-cert.pem: no certificate"},
 		"garbage certificate":        {KeyMaterial{Cert: []byte("x"), Key: good.Key, Root: good.Root}, "ca-cert.pem: text after"},
 	} {
-		if _, err := New(tc.km, Options{TrustDomain: "cluster.local", Now: func() time.Time { return t0 }}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := New(tc.km, Options{TrustDomain: "cluster.local", Now: func() time.Time { return t0 }}); err == nil ||
+			!strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
 		}
 	}
-	if _, err := New(good, Options{TrustDomain: "cluster.local", Now: func() time.Time { return t0.Add(SelfSignedRootTTL + time.Hour) }}); err == nil ||
+	if _, err := New(good, Options{TrustDomain: "cluster.local",
+		Now: func() time.Time { return t0.Add(SelfSignedRootTTL + time.Hour) }}); err == nil ||
 		!strings.Contains(err.Error(), "expired") {
 		t.Errorf("expired CA: %v", err)
 	}
@@ -246,7 +248,8 @@ func TestReadDirNamesWhatIsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := ReadDir(dir)
-	if err == nil || errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "ca-key.pem") || !strings.Contains(err.Error(), "root-cert.pem") {
+	if err == nil || errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "ca-key.pem") ||
+		!strings.Contains(err.Error(), "root-cert.pem") {
 		t.Errorf("incomplete dir: %v, want an error naming ca-key.pem and root-cert.pem", err)
 	}
 	// An incomplete directory is never overwritten with a new root: the operator may have been plugging one in.

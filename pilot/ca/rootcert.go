@@ -81,7 +81,8 @@ func (p *RootPublisher) Run(ctx context.Context) {
 			ReleaseOnCancel: true, Name: p.opts.LeaseName,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
-					p.log.Info("publishing the mesh root as ConfigMap "+RootConfigMap+" in every namespace", "lease", p.opts.LeaseName, "identity", p.opts.Identity)
+					p.log.Info("publishing the mesh root as ConfigMap "+RootConfigMap+" in every namespace", "lease", p.opts.LeaseName,
+						"identity", p.opts.Identity)
 					p.publish(ctx)
 				},
 				OnStoppedLeading: func() { p.log.Info("no longer publishing the mesh root", "lease", p.opts.LeaseName) },

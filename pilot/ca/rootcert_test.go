@@ -33,8 +33,8 @@ func TestRootPublisherKeepsTheRootInEveryNamespace(t *testing.T) {
 	defer cancel()
 	for _, id := range []string{"replica-1", "replica-2"} {
 		p := NewRootPublisher(RootPublisherOptions{Client: client, RootPEM: root, LeaseNamespace: "istio-system", LeaseName: "sextant-ca-root",
-			Identity: id, Resync: 100 * time.Millisecond, LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-			Logger: slog.New(slog.DiscardHandler)})
+			Identity: id, Resync: 100 * time.Millisecond, LeaseDuration: 2 * time.Second, RenewDeadline: time.Second,
+			RetryPeriod: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		go p.Run(ctx)
 	}
 	cms := func(ns string) (*corev1.ConfigMap, error) {
@@ -46,7 +46,8 @@ func TestRootPublisherKeepsTheRootInEveryNamespace(t *testing.T) {
 			return err == nil && cm.Data[RootConfigMapKey] == string(root)
 		}
 	}
-	eventually(t, 5*time.Second, "root in the namespaces present at start", func() bool { return hasRoot("istio-system")() && hasRoot("shop")() })
+	eventually(t, 5*time.Second, "root in the namespaces present at start",
+		func() bool { return hasRoot("istio-system")() && hasRoot("shop")() })
 
 	start := time.Now()
 	if _, err := client.CoreV1().Namespaces().Create(context.Background(), namespace("late"), metav1.CreateOptions{}); err != nil {

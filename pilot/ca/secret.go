@@ -22,7 +22,8 @@ const (
 // in namespace if there is one, else istio-ca-secret, else a new self-signed root stored as
 // istio-ca-secret. Replicas starting together race to create it; the loser uses the winner's, so every
 // replica and every restart signs with the same root. from names the Secret used.
-func LoadOrCreateSecret(ctx context.Context, client kubernetes.Interface, namespace, trustDomain string, now time.Time) (km KeyMaterial, from string, err error) {
+func LoadOrCreateSecret(ctx context.Context, client kubernetes.Interface, namespace, trustDomain string, now time.Time) (
+	km KeyMaterial, from string, err error) {
 	secrets := client.CoreV1().Secrets(namespace)
 	for _, name := range []string{PluggedSecret, SelfSignedSecret} {
 		s, err := secrets.Get(ctx, name, metav1.GetOptions{})

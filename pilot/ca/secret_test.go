@@ -45,7 +45,8 @@ func TestLoadOrCreateSecretPrefersPluggedInCerts(t *testing.T) {
 	if err != nil || from != "istio-system/cacerts" || !bytes.Equal(km.Cert, plugged.Cert) {
 		t.Fatalf("%q, %v", from, err)
 	}
-	if _, err := client.CoreV1().Secrets("istio-system").Get(context.Background(), SelfSignedSecret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := client.CoreV1().Secrets("istio-system").Get(context.Background(), SelfSignedSecret,
+		metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("istio-ca-secret created although cacerts is plugged in: %v", err)
 	}
 }
@@ -54,7 +55,8 @@ func TestLoadOrCreateSecretReadsIstiodsSecret(t *testing.T) {
 	// istiod stores its self-signed root in ca-cert.pem and ca-key.pem only.
 	istiod := selfSigned(t)
 	client := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "istio-ca-secret", Namespace: "istio-system"},
-		Type: "istio.io/ca-root", Data: map[string][]byte{CertFile: istiod.Cert, KeyFile: istiod.Key, ChainFile: nil, RootFile: nil, "key.pem": nil}})
+		Type: "istio.io/ca-root", Data: map[string][]byte{CertFile: istiod.Cert, KeyFile: istiod.Key, ChainFile: nil,
+			RootFile: nil, "key.pem": nil}})
 	km, _, err := LoadOrCreateSecret(context.Background(), client, "istio-system", "cluster.local", t0)
 	if err != nil || !bytes.Equal(km.Root, istiod.Cert) {
 		t.Fatalf("istiod's secret: %v", err)

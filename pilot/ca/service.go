@@ -140,7 +140,8 @@ func (s *Service) createCertificate(stream grpc.ServerStream) error {
 // longer than the authority's maximum (in seconds, it overflowed time.Duration into a validity of ~0).
 func (s *Service) checkRequest(req *pb.IstioCertificateRequest) error {
 	if n := proto.Size(req); n > MaxRequestBytes {
-		return status.Errorf(codes.ResourceExhausted, "certificate request of %d bytes (csr %d bytes) is over the limit of %d bytes (a CSR is about 1 KiB)",
+		return status.Errorf(codes.ResourceExhausted,
+			"certificate request of %d bytes (csr %d bytes) is over the limit of %d bytes (a CSR is about 1 KiB)",
 			n, len(req.GetCsr()), MaxRequestBytes)
 	}
 	v, maxTTL := req.GetValidityDuration(), s.opts.Authority.MaxTTL()
@@ -148,7 +149,8 @@ func (s *Service) checkRequest(req *pb.IstioCertificateRequest) error {
 		return status.Errorf(codes.InvalidArgument, "validity_duration: %d s is negative", v)
 	}
 	if v > int64(maxTTL/time.Second) {
-		return status.Errorf(codes.InvalidArgument, "validity_duration: %d s is longer than the %s (%d s) a certificate may be valid (--max-workload-cert-ttl)",
+		return status.Errorf(codes.InvalidArgument,
+			"validity_duration: %d s is longer than the %s (%d s) a certificate may be valid (--max-workload-cert-ttl)",
 			v, maxTTL, int64(maxTTL/time.Second))
 	}
 	return nil
@@ -161,7 +163,8 @@ func (s *Service) issue(client string, caller *authn.Caller, req *pb.IstioCertif
 	if signer := fields[certSignerKey].GetStringValue(); signer != "" {
 		// istiod signs with a named Kubernetes signer; Sextant has one CA. Signing with it anyway would
 		// hand out a certificate from another chain than the one asked for.
-		return nil, status.Errorf(codes.InvalidArgument, "metadata %s %q: only the mesh CA signs here, no other signer is configured", certSignerKey, signer)
+		return nil, status.Errorf(codes.InvalidArgument,
+			"metadata %s %q: only the mesh CA signs here, no other signer is configured", certSignerKey, signer)
 	}
 	if target := fields[impersonatedIdentityKey].GetStringValue(); target != "" {
 		impersonated, err := s.authorizeImpersonation(caller, target)
@@ -215,7 +218,8 @@ func (s *Service) authorizeImpersonation(caller *authn.Caller, target string) (a
 			pod.UID, caller.PodUID)
 	}
 	if pod.ServiceAccount != self.ServiceAccount {
-		return authn.Identity{}, fmt.Errorf("pod %s/%s runs as %s, not %s", self.Namespace, caller.PodName, pod.ServiceAccount, self.ServiceAccount)
+		return authn.Identity{}, fmt.Errorf("pod %s/%s runs as %s, not %s", self.Namespace, caller.PodName,
+			pod.ServiceAccount, self.ServiceAccount)
 	}
 	if pod.NodeName == "" || !s.opts.Pods.AccountOnNode(pod.NodeName, want) {
 		return authn.Identity{}, fmt.Errorf("no pod of %s on node %q", want.Account(), pod.NodeName)

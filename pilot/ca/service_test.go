@@ -144,18 +144,23 @@ func TestCreateCertificateRefusals(t *testing.T) {
 		code codes.Code
 		want string
 	}{
-		"no credentials":   {context.Background(), nil, codes.Unauthenticated, "no credentials"},
-		"unknown token":    {withToken("stolen"), nil, codes.Unauthenticated, "token rejected"},
-		"malformed header": {metadata.AppendToOutgoingContext(context.Background(), "authorization", "Basic x"), nil, codes.Unauthenticated, "Bearer"},
-		"impersonation, not a node account": {withToken("cart-token"), map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/shop/sa/cart"},
+		"no credentials": {context.Background(), nil, codes.Unauthenticated, "no credentials"},
+		"unknown token":  {withToken("stolen"), nil, codes.Unauthenticated, "token rejected"},
+		"malformed header": {metadata.AppendToOutgoingContext(context.Background(), "authorization", "Basic x"), nil,
+			codes.Unauthenticated, "Bearer"},
+		"impersonation, not a node account": {withToken("cart-token"),
+			map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/shop/sa/cart"},
 			codes.Unauthenticated, "impersonation"},
-		"node account in the wrong namespace": {withToken("fake-ztunnel"), map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/shop/sa/cart"},
+		"node account in the wrong namespace": {withToken("fake-ztunnel"),
+			map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/shop/sa/cart"},
 			codes.Unauthenticated, "impersonation"},
-		"workload on another node": {withToken("ztunnel-token"), map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/bank/sa/vault"},
+		"workload on another node": {withToken("ztunnel-token"),
+			map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/bank/sa/vault"},
 			codes.Unauthenticated, "impersonation"},
 		"node account's pod replaced since its token": {withToken("replaced-ztunnel-token"),
 			map[string]string{"ImpersonatedIdentity": "spiffe://cluster.local/ns/shop/sa/cart"}, codes.Unauthenticated, "impersonation"},
-		"another signer": {withToken("cart-token"), map[string]string{"CertSigner": "kubernetes.io/kube-apiserver-client"}, codes.InvalidArgument, "signer"},
+		"another signer": {withToken("cart-token"), map[string]string{"CertSigner": "kubernetes.io/kube-apiserver-client"},
+			codes.InvalidArgument, "signer"},
 	} {
 		md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 		for k, v := range tc.md {
@@ -208,7 +213,8 @@ func TestCreateCertificateWithAClientCertificateTheCAIssued(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign := &tls.Certificate{Certificate: [][]byte{leafOf(t, resp).Raw}, PrivateKey: key}
-	if _, err := s.client(t, foreign).CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(newCSR(t))}); status.Code(err) != codes.Unavailable {
+	if _, err := s.client(t, foreign).CreateCertificate(ctx,
+		&pb.IstioCertificateRequest{Csr: string(newCSR(t))}); status.Code(err) != codes.Unavailable {
 		t.Errorf("client certificate of another CA: %v, want the handshake to fail", err)
 	}
 }
@@ -286,7 +292,8 @@ func TestRefusalLinesAreRateLimited(t *testing.T) {
 	client := pb.NewIstioCertificateServiceClient(conn)
 	const calls = refusalLogBurst + 300
 	for range calls {
-		if _, err := client.CreateCertificate(withToken("nobody"), &pb.IstioCertificateRequest{Csr: "x"}); status.Code(err) != codes.Unauthenticated {
+		if _, err := client.CreateCertificate(withToken("nobody"),
+			&pb.IstioCertificateRequest{Csr: "x"}); status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("unknown token: %v, want Unauthenticated", err)
 		}
 	}

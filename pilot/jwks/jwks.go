@@ -450,9 +450,11 @@ func location(source string) (string, int) {
 }
 
 var (
-	descFetches = prometheus.NewDesc("sextant_jwks_fetches_total", "Fetches of RequestAuthentication key sets (jwksUri or OpenID discovery), by result (success, failure).", []string{"result"}, nil)
-	descFailing = prometheus.NewDesc("sextant_jwks_failing", "Key sets whose latest fetch failed: their rules use the last good set, or reject every token without one.", nil, nil)
-	descSets    = prometheus.NewDesc("sextant_jwks_key_sets", "Key sets RequestAuthentication rules need fetched.", nil, nil)
+	descFetches = prometheus.NewDesc("sextant_jwks_fetches_total",
+		"Fetches of RequestAuthentication key sets (jwksUri or OpenID discovery), by result (success, failure).", []string{"result"}, nil)
+	descFailing = prometheus.NewDesc("sextant_jwks_failing",
+		"Key sets whose latest fetch failed: their rules use the last good set, or reject every token without one.", nil, nil)
+	descSets = prometheus.NewDesc("sextant_jwks_key_sets", "Key sets RequestAuthentication rules need fetched.", nil, nil)
 )
 
 // Collector returns the Fetcher's metrics.

@@ -268,12 +268,15 @@ func TestOpenIDDiscovery(t *testing.T) {
 	h.requestAuthn("jwt", &security.JWTRule{Issuer: srv.URL})
 	h.eventually("the discovered key set", func() bool { ks := h.fetched(srv.URL, ""); return ks != nil && ks.JWKS == keysA })
 
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, `{"jwks_uri": "file:///etc/keys"}`) }))
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `{"jwks_uri": "file:///etc/keys"}`)
+	}))
 	t.Cleanup(bad.Close)
 	h.requestAuthn("bad", &security.JWTRule{Issuer: bad.URL})
 	h.eventually("the discovery failure", func() bool { ks := h.fetched(bad.URL, ""); return ks != nil && ks.Error != "" })
 	p := h.f.Problems()
-	if len(p) != 1 || p[0].Name != "bad" || p[0].Field != "spec.jwtRules[0].issuer" || !strings.Contains(p[0].Message, `jwks_uri "file:///etc/keys"`) {
+	if len(p) != 1 || p[0].Name != "bad" || p[0].Field != "spec.jwtRules[0].issuer" ||
+		!strings.Contains(p[0].Message, `jwks_uri "file:///etc/keys"`) {
 		t.Errorf("problems %+v", p)
 	}
 }

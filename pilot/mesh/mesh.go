@@ -87,7 +87,8 @@ const (
 
 // readFields are the top-level fields Parse reads.
 var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "domainSuffix": true, "clusterID": true, "network": true,
-	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true, "jwksFetch": true, "defaultConfig": true,
+	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true,
+	"jwksFetch": true, "defaultConfig": true,
 	"defaultHttpRetryPolicy": true}
 
 // RetryPolicy is Istio's MeshConfig.defaultHttpRetryPolicy, a VirtualService's HTTPRetry, read as istiod
@@ -209,7 +210,8 @@ func Parse(data []byte, cfg *Config) error {
 	}
 	if n := file.PathNormalization.Normalization; n != "" {
 		switch n {
-		case PathNormalizationNone, PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes:
+		case PathNormalizationNone, PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes,
+			PathNormalizationDecodeAndMergeSlashes:
 			cfg.PathNormalization.Normalization = n
 		default:
 			// An unknown value must not silently leave paths unnormalised: authorization would match less.

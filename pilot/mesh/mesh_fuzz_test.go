@@ -13,7 +13,8 @@ func FuzzParse(f *testing.F) {
 		"",
 		"{}\n",
 		"null\n",
-		"rootNamespace: mesh-root\ntrustDomain: example.org\naccessLogFile: /dev/stdout\ndefaultConfig:\n  domainSuffix: corp.local\n  proxyMetadata: {}\n",
+		"rootNamespace: mesh-root\ntrustDomain: example.org\naccessLogFile: /dev/stdout\ndefaultConfig:\n  domainSuffix: corp.local\n" +
+			"  proxyMetadata: {}\n",
 		"domainSuffix: a.b\ndefaultConfig: {domainSuffix: c.d}\nclusterID: east\nnetwork: net-1\n",
 		"rootNamespace: Not_Valid\n",
 		"trustDomain: \"\"\n",

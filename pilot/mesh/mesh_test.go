@@ -13,7 +13,8 @@ import (
 func TestLoadIstioMeshConfig(t *testing.T) {
 	// An Istio mesh config with fields Sextant does not read: they are ignored.
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	data := "rootNamespace: mesh-root\ntrustDomain: example.org\naccessLogFile: /dev/stdout\ndefaultConfig:\n  domainSuffix: corp.local\n  proxyMetadata: {}\n"
+	data := "rootNamespace: mesh-root\ntrustDomain: example.org\naccessLogFile: /dev/stdout\ndefaultConfig:\n  domainSuffix: corp.local\n" +
+		"  proxyMetadata: {}\n"
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +22,8 @@ func TestLoadIstioMeshConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RootNamespace != "mesh-root" || cfg.TrustDomain != "example.org" || cfg.DomainSuffix != "corp.local" || cfg.ClusterID != "Kubernetes" {
+	if cfg.RootNamespace != "mesh-root" || cfg.TrustDomain != "example.org" || cfg.DomainSuffix != "corp.local" ||
+		cfg.ClusterID != "Kubernetes" {
 		t.Errorf("loaded %+v", cfg)
 	}
 }
@@ -45,7 +47,8 @@ func TestOutboundTrafficPolicy(t *testing.T) {
 		t.Errorf("default mode %q, want %s", got, AllowAny)
 	}
 	cfg := Default()
-	if err := Parse([]byte("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\n"), cfg); err != nil || cfg.OutboundTrafficPolicy.Mode != RegistryOnly {
+	if err := Parse([]byte("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\n"), cfg); err != nil ||
+		cfg.OutboundTrafficPolicy.Mode != RegistryOnly {
 		t.Errorf("REGISTRY_ONLY read as %q, %v", cfg.OutboundTrafficPolicy.Mode, err)
 	}
 	// A file that does not name the mode keeps what was there.
@@ -65,7 +68,8 @@ func TestInboundTrafficPolicy(t *testing.T) {
 		t.Errorf("default mode %q, want %s", got, InboundPassthrough)
 	}
 	cfg := Default()
-	if err := Parse([]byte("inboundTrafficPolicy:\n  mode: LOCALHOST\n"), cfg); err != nil || cfg.InboundTrafficPolicy.Mode != InboundLocalhost {
+	if err := Parse([]byte("inboundTrafficPolicy:\n  mode: LOCALHOST\n"), cfg); err != nil ||
+		cfg.InboundTrafficPolicy.Mode != InboundLocalhost {
 		t.Errorf("LOCALHOST read as %q, %v", cfg.InboundTrafficPolicy.Mode, err)
 	}
 	if len(cfg.Unimplemented) != 0 {
@@ -115,15 +119,21 @@ extensionProviders:
 	}
 	for _, tc := range []struct{ yaml, field string }{
 		{"extensionProviders: [{envoyExtAuthzGrpc: {service: a, port: 1}}]", "extensionProviders[0].name"},
-		{"extensionProviders: [{name: a, envoyExtAuthzGrpc: {service: a, port: 1}}, {name: a, envoyExtAuthzGrpc: {service: b, port: 1}}]", "extensionProviders[1].name"},
+		{"extensionProviders: [{name: a, envoyExtAuthzGrpc: {service: a, port: 1}}, {name: a, envoyExtAuthzGrpc: {service: b, port: 1}}]",
+			"extensionProviders[1].name"},
 		{"extensionProviders: [{name: Bad_Name, envoyExtAuthzGrpc: {service: a, port: 1}}]", "extensionProviders[0].name"},
 		{"extensionProviders: [{name: a, envoyExtAuthzGrpc: {port: 1}}]", "extensionProviders[0].envoyExtAuthzGrpc.service"},
 		{"extensionProviders: [{name: a, envoyExtAuthzGrpc: {service: a, port: 70000}}]", "extensionProviders[0].envoyExtAuthzGrpc.port"},
-		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, timeout: soon}}]", "extensionProviders[0].envoyExtAuthzHttp.timeout"},
-		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, pathPrefix: check}}]", "extensionProviders[0].envoyExtAuthzHttp.pathPrefix"},
-		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, statusOnError: teapot}}]", "extensionProviders[0].envoyExtAuthzHttp.statusOnError"},
-		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, headersToUpstreamOnAllow: ['*']}}]", "extensionProviders[0].envoyExtAuthzHttp.headersToUpstreamOnAllow"},
-		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1}, envoyExtAuthzGrpc: {service: a, port: 1}}]", "extensionProviders[0]"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, timeout: soon}}]",
+			"extensionProviders[0].envoyExtAuthzHttp.timeout"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, pathPrefix: check}}]",
+			"extensionProviders[0].envoyExtAuthzHttp.pathPrefix"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, statusOnError: teapot}}]",
+			"extensionProviders[0].envoyExtAuthzHttp.statusOnError"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1, headersToUpstreamOnAllow: ['*']}}]",
+			"extensionProviders[0].envoyExtAuthzHttp.headersToUpstreamOnAllow"},
+		{"extensionProviders: [{name: a, envoyExtAuthzHttp: {service: a, port: 1}, envoyExtAuthzGrpc: {service: a, port: 1}}]",
+			"extensionProviders[0]"},
 	} {
 		err := Parse([]byte(tc.yaml), Default())
 		if err == nil || !strings.Contains(err.Error(), "field "+tc.field) {
@@ -137,7 +147,8 @@ func TestPathNormalization(t *testing.T) {
 		t.Errorf("default normalization %q, want %s", got, PathNormalizationBase)
 	}
 	cfg := Default()
-	if err := Parse([]byte("pathNormalization: {normalization: MERGE_SLASHES}\n"), cfg); err != nil || cfg.PathNormalization.Normalization != PathNormalizationMergeSlashes {
+	if err := Parse([]byte("pathNormalization: {normalization: MERGE_SLASHES}\n"), cfg); err != nil ||
+		cfg.PathNormalization.Normalization != PathNormalizationMergeSlashes {
 		t.Errorf("MERGE_SLASHES read as %q, %v", cfg.PathNormalization.Normalization, err)
 	}
 	err := Parse([]byte("pathNormalization: {normalization: LOOSE}\n"), Default())

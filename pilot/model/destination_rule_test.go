@@ -60,7 +60,8 @@ func TestDestinationRuleWorkloadSelector(t *testing.T) {
 	if ps.DestinationRuleSelection("shop", sleep) != "" || ps.DestinationRuleSelection("other", productpage) != "" {
 		t.Error("a selection for proxies no selector selects")
 	}
-	if a, b := ps.DestinationRuleSelection("shop", productpage), ps.DestinationRuleSelection("shop", map[string]string{"app": "productpage"}); a == "" || a != b {
+	if a, b := ps.DestinationRuleSelection("shop", productpage),
+		ps.DestinationRuleSelection("shop", map[string]string{"app": "productpage"}); a == "" || a != b {
 		t.Errorf("selection %q and %q: proxies selected by the same rules must share it", a, b)
 	}
 }

@@ -43,7 +43,8 @@ func (ps *PushContext) DNSRoundRobinProblems() []*config.Error {
 			kept := RoundRobinEndpoint(eps)
 			out = append(out, &config.Error{Kind: string(svc.Source.Kind), Namespace: svc.Source.Namespace, Name: svc.Source.Name,
 				Field: "spec.workloadSelector", Warning: true, Message: fmt.Sprintf(
-					"resolution DNS_ROUND_ROBIN resolves one address per port: of the %d workloads selected for %s port %d, only %s (%s) receives traffic, as in istiod",
+					"resolution DNS_ROUND_ROBIN resolves one address per port: of the %d workloads selected for %s port %d, only %s (%s) receives "+
+						"traffic, as in istiod",
 					len(eps), svc.Hostname, p.Port, workloadRef(kept), kept.Address)})
 		}
 	}

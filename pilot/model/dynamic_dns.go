@@ -58,7 +58,8 @@ func dynamicDNSRuleProblems(dr *DestinationRule, svc *Service) []*config.Error {
 				Warning: true, Message: fmt.Sprintf(format, args...)})
 		}
 		if spec.GetTrafficPolicy().GetLoadBalancer() != nil {
-			warn("spec.trafficPolicy.loadBalancer", "ignored for %s (resolution DYNAMIC_DNS), as istiod ignores it: the dynamic forward proxy picks each request's address itself",
+			warn("spec.trafficPolicy.loadBalancer",
+				"ignored for %s (resolution DYNAMIC_DNS), as istiod ignores it: the dynamic forward proxy picks each request's address itself",
 				svc.Hostname)
 		}
 		for i, pl := range spec.GetTrafficPolicy().GetPortLevelSettings() {
@@ -70,7 +71,8 @@ func dynamicDNSRuleProblems(dr *DestinationRule, svc *Service) []*config.Error {
 		}
 		for i, ss := range spec.GetSubsets() {
 			warn(fmt.Sprintf("spec.subsets[%d]", i),
-				"subset %q of %s (resolution DYNAMIC_DNS) gets no cluster, as in istiod: the host has no endpoints to choose from, so a route to the subset finds no cluster",
+				"subset %q of %s (resolution DYNAMIC_DNS) gets no cluster, as in istiod: the host has no endpoints to choose from, so a route to the "+
+					"subset finds no cluster",
 				ss.GetName(), svc.Hostname)
 		}
 	}

@@ -239,7 +239,8 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 				if p.TargetPort != 0 {
 					port = p.TargetPort
 				}
-				out.ByPort[p.Port] = append(out.ByPort[p.Port], &Endpoint{Address: svc.Hostname, Port: port, ServicePort: p.Port, Weight: 1, Namespace: svc.Namespace, TLSMode: tlsModeDisabled})
+				out.ByPort[p.Port] = append(out.ByPort[p.Port],
+					&Endpoint{Address: svc.Hostname, Port: port, ServicePort: p.Port, Weight: 1, Namespace: svc.Namespace, TLSMode: tlsModeDisabled})
 			}
 		}
 	}
@@ -366,7 +367,8 @@ func addInlineEndpoints(out *ServiceEndpoints, svc *Service, m *mesh.Config) {
 }
 
 // workloadEntryEndpoint is we's endpoint for port p of svc; labels are its labels (workloadEntryLabels).
-func workloadEntryEndpoint(we *networking.WorkloadEntry, labels map[string]string, svc *Service, p *Port, name, ns string, m *mesh.Config) *Endpoint {
+func workloadEntryEndpoint(we *networking.WorkloadEntry, labels map[string]string, svc *Service, p *Port, name, ns string,
+	m *mesh.Config) *Endpoint {
 	port := p.Port
 	if p.TargetPort != 0 {
 		port = p.TargetPort

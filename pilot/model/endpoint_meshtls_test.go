@@ -23,7 +23,8 @@ func TestAllAcceptMeshTLS(t *testing.T) {
 		Ports:            []*networking.ServicePort{{Number: 5000, Name: "tcp-db", Protocol: "TCP"}},
 		WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "vm"}},
 	})
-	m.put(config.WorkloadEntry, "default", "vm-1", nil, &networking.WorkloadEntry{Address: "10.2.0.1", Labels: map[string]string{"app": "vm"}, ServiceAccount: "vm"})
+	m.put(config.WorkloadEntry, "default", "vm-1", nil,
+		&networking.WorkloadEntry{Address: "10.2.0.1", Labels: map[string]string{"app": "vm"}, ServiceAccount: "vm"})
 	m.put(config.WorkloadEntry, "default", "vm-2", nil, &networking.WorkloadEntry{Address: "10.2.0.2",
 		Labels: map[string]string{"app": "vm", model.LabelTLSMode: "istio"}})
 	m.put(config.ServiceEntry, "default", "empty", nil, &networking.ServiceEntry{
@@ -110,7 +111,8 @@ func TestWorkloadEntryFieldsAsIstiod(t *testing.T) {
 	if ep := dns["vm3.mesh.internal"]; ep == nil || ep.Locality != "region5/zone-f/" || len(dns) != 3 {
 		t.Errorf("DNS endpoints %v, want all three, the hostname in region5/zone-f/", dns)
 	}
-	if w := ps.Workload(model.WorkloadUID(mesh.Default().ClusterID, config.Key{Kind: config.WorkloadEntry, Namespace: "default", Name: "meta"})); w == nil ||
+	if w := ps.Workload(model.WorkloadUID(mesh.Default().ClusterID,
+		config.Key{Kind: config.WorkloadEntry, Namespace: "default", Name: "meta"})); w == nil ||
 		w.Labels["version"] != "v2" || w.TLSMode != "istio" || w.Locality != "region3/zone-d" {
 		t.Errorf("workload of the entry with metadata labels: %+v", w)
 	}
@@ -147,9 +149,11 @@ func TestServiceEntryPodNamedPort(t *testing.T) {
 				{Name: "tcp-db", ContainerPort: 7999, Protocol: corev1.ProtocolTCP},
 				{Name: "udp-ish", ContainerPort: 7001, Protocol: corev1.ProtocolUDP},
 			}}},
-			InitContainers: []corev1.Container{{Name: "side", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "side", ContainerPort: 7002}}}},
+			InitContainers: []corev1.Container{{Name: "side", RestartPolicy: &always,
+				Ports: []corev1.ContainerPort{{Name: "side", ContainerPort: 7002}}}},
 		},
-		Status: corev1.PodStatus{PodIP: "10.1.0.9", Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		Status: corev1.PodStatus{PodIP: "10.1.0.9", Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	pod.Name, pod.Namespace, pod.Labels = "db-0", "default", map[string]string{"app": "db"}
 	m.put(config.Pod, "default", "db-0", pod.Labels, pod)

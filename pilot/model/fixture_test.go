@@ -32,7 +32,8 @@ func newMesh(t testing.TB) *meshFixture {
 
 func (m *meshFixture) put(kind config.Kind, ns, name string, labels map[string]string, spec any) *config.Config {
 	m.clock = m.clock.Add(time.Second)
-	c := &config.Config{Key: config.Key{Kind: kind, Namespace: ns, Name: name}, Labels: labels, CreationTimestamp: m.clock, Source: m.source, Spec: spec}
+	c := &config.Config{Key: config.Key{Kind: kind, Namespace: ns, Name: name}, Labels: labels, CreationTimestamp: m.clock,
+		Source: m.source, Spec: spec}
 	if err := config.Validate(c); err != nil {
 		m.t.Fatalf("fixture %s invalid: %v", c.Key, err)
 	}
@@ -53,11 +54,13 @@ func (m *meshFixture) node(name, region, zone string) {
 	m.put(config.Node, "", name, labels, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
 }
 
-func (m *meshFixture) service(ns, name, clusterIP string, selector map[string]string, annotations map[string]string, ports ...corev1.ServicePort) {
+func (m *meshFixture) service(ns, name, clusterIP string, selector map[string]string, annotations map[string]string,
+	ports ...corev1.ServicePort) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
 		Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Selector: selector, Ports: ports}}
 	m.clock = m.clock.Add(time.Second)
-	c := &config.Config{Key: config.Key{Kind: config.Service, Namespace: ns, Name: name}, Annotations: annotations, CreationTimestamp: m.clock, Source: m.source, Spec: svc}
+	c := &config.Config{Key: config.Key{Kind: config.Service, Namespace: ns, Name: name}, Annotations: annotations, CreationTimestamp: m.clock,
+		Source: m.source, Spec: svc}
 	m.store.Upsert(store.LayerKube, c)
 }
 
@@ -88,8 +91,8 @@ type sliceEndpoint struct {
 
 func (m *meshFixture) slice(ns, name, service string, portName string, port int32, eps ...sliceEndpoint) {
 	labels := map[string]string{discoveryv1.LabelServiceName: service}
-	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, AddressType: discoveryv1.AddressTypeIPv4,
-		Ports: []discoveryv1.EndpointPort{{Name: &portName, Port: &port}}}
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &portName, Port: &port}}}
 	for _, e := range eps {
 		ready := e.ready
 		node := e.node

@@ -141,8 +141,9 @@ func TestServiceVisibility(t *testing.T) {
 	m.service("a", "shared", "10.0.0.2", nil, map[string]string{model.ExportToAnnotation: "a,c"}, httpPort(80))
 	// The same ServiceEntry host in two namespaces: each namespace sees its own.
 	for _, ns := range []string{"a", "b"} {
-		m.put(config.ServiceEntry, ns, "ext", nil, &networking.ServiceEntry{Hosts: []string{"api.example.com"}, Resolution: networking.ServiceEntry_DNS,
-			Ports: []*networking.ServicePort{{Number: 443, Name: "tls", Protocol: "TLS"}}})
+		m.put(config.ServiceEntry, ns, "ext", nil,
+			&networking.ServiceEntry{Hosts: []string{"api.example.com"}, Resolution: networking.ServiceEntry_DNS,
+				Ports: []*networking.ServicePort{{Number: 443, Name: "tls", Protocol: "TLS"}}})
 	}
 	ps := model.Build(m.store, mesh.Default())
 	cases := []struct {
@@ -214,7 +215,8 @@ func TestDestinationRulePrecedence(t *testing.T) {
 
 func TestPeerAuthenticationInheritance(t *testing.T) {
 	m := newMesh(t)
-	put := func(ns, name string, sel map[string]string, mode security.PeerAuthentication_MutualTLS_Mode, ports map[uint32]security.PeerAuthentication_MutualTLS_Mode) {
+	put := func(ns, name string, sel map[string]string, mode security.PeerAuthentication_MutualTLS_Mode,
+		ports map[uint32]security.PeerAuthentication_MutualTLS_Mode) {
 		pa := &security.PeerAuthentication{Mtls: &security.PeerAuthentication_MutualTLS{Mode: mode}}
 		if sel != nil {
 			pa.Selector = &typev1beta1.WorkloadSelector{MatchLabels: sel}
@@ -260,7 +262,8 @@ func TestUpdateEndpointOnlyIsIncremental(t *testing.T) {
 		sliceEndpoint{ip: "10.1.0.2", pod: "api-2", node: "n1", ready: false})
 	next, res := model.Update(ps, m.store, []model.Change{
 		{Key: key, Old: old, New: m.store.Get(key)},
-		{Key: config.Key{Kind: config.Pod, Namespace: "ns", Name: "api-2"}, New: m.store.Get(config.Key{Kind: config.Pod, Namespace: "ns", Name: "api-2"})},
+		{Key: config.Key{Kind: config.Pod, Namespace: "ns", Name: "api-2"},
+			New: m.store.Get(config.Key{Kind: config.Pod, Namespace: "ns", Name: "api-2"})},
 	})
 	if res.Full {
 		t.Error("endpoint-only change asked for a full push")
@@ -314,7 +317,8 @@ func testIncrementalMatchesFullBuild(t *testing.T, source string) {
 			app := apps[rng.IntN(len(apps))]
 			switch op := rng.IntN(10); op {
 			case 0, 1:
-				m.service(ns, app, fmt.Sprintf("10.0.%d.%d", rng.IntN(2), rng.IntN(200)), map[string]string{"app": app}, nil, httpPort(int32(80+rng.IntN(2))))
+				m.service(ns, app, fmt.Sprintf("10.0.%d.%d", rng.IntN(2), rng.IntN(200)), map[string]string{"app": app}, nil,
+					httpPort(int32(80+rng.IntN(2))))
 			case 2:
 				m.del(config.Service, ns, app)
 			case 3, 4, 5:
@@ -627,7 +631,8 @@ func TestUpdateReportsListenerAddresses(t *testing.T) {
 	m.slice("ns", "api-tcp", "api", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.5", node: "n1", ready: true})
 	ps := model.Build(m.store, mesh.Default())
 	db := "ns/db.ns.svc.cluster.local"
-	if !ps.ServiceForHostname("ns", "db.ns.svc.cluster.local").ListensOnEndpoints() || ps.ServiceForHostname("ns", "api.ns.svc.cluster.local").ListensOnEndpoints() {
+	if !ps.ServiceForHostname("ns", "db.ns.svc.cluster.local").ListensOnEndpoints() ||
+		ps.ServiceForHostname("ns", "api.ns.svc.cluster.local").ListensOnEndpoints() {
 		t.Fatal("ListensOnEndpoints: want the headless service only")
 	}
 	step := func(what string, put func(), wantAddresses bool) {
@@ -658,16 +663,20 @@ func TestUpdateReportsListenerAddresses(t *testing.T) {
 		ps = next
 	}
 	step("a TCP endpoint added", func() {
-		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: true})
+		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true},
+			sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: true})
 	}, true)
 	step("an endpoint not ready", func() {
-		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: false})
+		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true},
+			sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: false})
 	}, false)
 	step("an HTTP endpoint added", func() {
-		m.slice("ns", "db-http", "db", "http", 8080, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.3", node: "n1", ready: true})
+		m.slice("ns", "db-http", "db", "http", 8080, sliceEndpoint{ip: "10.1.0.1", node: "n1", ready: true},
+			sliceEndpoint{ip: "10.1.0.3", node: "n1", ready: true})
 	}, false)
 	step("a VIP service's endpoint added", func() {
-		m.slice("ns", "api-tcp", "api", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.5", node: "n1", ready: true}, sliceEndpoint{ip: "10.1.0.6", node: "n1", ready: true})
+		m.slice("ns", "api-tcp", "api", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.5", node: "n1", ready: true},
+			sliceEndpoint{ip: "10.1.0.6", node: "n1", ready: true})
 	}, false)
 	step("a TCP endpoint removed", func() {
 		m.slice("ns", "db-tcp", "db", "tcp-db", 5432, sliceEndpoint{ip: "10.1.0.2", node: "n1", ready: false})

@@ -11,7 +11,8 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
-func (m *meshFixture) peerAuthn(ns, name string, sel map[string]string, mode security.PeerAuthentication_MutualTLS_Mode, ports map[uint32]security.PeerAuthentication_MutualTLS_Mode) {
+func (m *meshFixture) peerAuthn(ns, name string, sel map[string]string, mode security.PeerAuthentication_MutualTLS_Mode,
+	ports map[uint32]security.PeerAuthentication_MutualTLS_Mode) {
 	pa := &security.PeerAuthentication{Mtls: &security.PeerAuthentication_MutualTLS{Mode: mode}}
 	if sel != nil {
 		pa.Selector = &typev1beta1.WorkloadSelector{MatchLabels: sel}
@@ -41,7 +42,8 @@ func TestServerMTLSMode(t *testing.T) {
 	m.peerAuthn("istio-system", "root-selector", map[string]string{"app": "web"}, strict, nil)
 	m.peerAuthn("prod", "ns", nil, strict, nil)
 	m.peerAuthn("prod", "ns-newer", nil, disable, nil) // a second namespace-wide policy: ignored
-	m.peerAuthn("prod", "db", map[string]string{"app": "db"}, unset, map[uint32]security.PeerAuthentication_MutualTLS_Mode{5432: disable, 9000: unset})
+	m.peerAuthn("prod", "db", map[string]string{"app": "db"}, unset,
+		map[uint32]security.PeerAuthentication_MutualTLS_Mode{5432: disable, 9000: unset})
 	m.peerAuthn("prod", "cache", map[string]string{"app": "cache"}, permissive, nil)
 	m.peerAuthn("inherit", "ns", nil, unset, nil)
 	ps := model.Build(m.store, mesh.Default())
@@ -64,7 +66,8 @@ func TestServerMTLSMode(t *testing.T) {
 			t.Errorf("ServerMTLSMode(%s, %v, %d) = %s, want %s", tc.ns, tc.labels, tc.port, got, tc.want)
 		}
 	}
-	for ns, want := range map[string]model.MTLSMode{"prod": model.MTLSStrict, "inherit": model.MTLSDisable, "none": model.MTLSDisable, "istio-system": model.MTLSDisable} {
+	for ns, want := range map[string]model.MTLSMode{"prod": model.MTLSStrict, "inherit": model.MTLSDisable, "none": model.MTLSDisable,
+		"istio-system": model.MTLSDisable} {
 		if got := ps.NamespaceMTLSMode(ns); got != want {
 			t.Errorf("NamespaceMTLSMode(%s) = %s, want %s", ns, got, want)
 		}

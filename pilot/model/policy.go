@@ -99,7 +99,8 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 		idx.localityAware = idx.localityAware || localityAware(spec)
 		dr := merged[k]
 		if dr == nil {
-			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: exportTo, Sources: []config.Key{c.Key}, Selector: selector,
+			dr = &DestinationRule{Host: host, Namespace: c.Namespace, Spec: spec, ExportTo: exportTo,
+				Sources: []config.Key{c.Key}, Selector: selector,
 				origins: []*config.Config{c}}
 			merged[k] = dr
 			idx.byNamespace[c.Namespace] = append(idx.byNamespace[c.Namespace], dr)
@@ -483,9 +484,11 @@ func CustomProviderProblem(c *config.Config, m *mesh.Config) string {
 	case name == "":
 		return "action CUSTOM names no provider: the requests its rules match are denied"
 	case p == nil:
-		return "provider " + strconv.Quote(name) + " is not defined in the mesh config's extensionProviders: the requests its rules match are denied"
+		return "provider " + strconv.Quote(name) +
+			" is not defined in the mesh config's extensionProviders: the requests its rules match are denied"
 	case p.EnvoyExtAuthzGRPC == nil && p.EnvoyExtAuthzHTTP == nil:
-		return "provider " + strconv.Quote(name) + " is of kind " + strconv.Quote(p.Kind) + ", not an external authorization provider Sextant implements: the requests its rules match are denied"
+		return "provider " + strconv.Quote(name) + " is of kind " + strconv.Quote(p.Kind) +
+			", not an external authorization provider Sextant implements: the requests its rules match are denied"
 	}
 	return ""
 }

@@ -39,8 +39,9 @@ func TestParseProxy(t *testing.T) {
 	}
 
 	// Proxyless gRPC: any id, namespace from metadata.
-	p, err = model.ParseProxy(&core.Node{Id: "my-client", UserAgentName: "gRPC Go", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.85.0"},
-		Metadata: node("", map[string]any{"NAMESPACE": "app"}).Metadata})
+	p, err = model.ParseProxy(&core.Node{Id: "my-client", UserAgentName: "gRPC Go",
+		UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.85.0"},
+		Metadata:             node("", map[string]any{"NAMESPACE": "app"}).Metadata})
 	must(t, err)
 	if p.Type != model.GRPC || p.ID != "my-client" || p.Namespace != "app" || p.UserAgent != "gRPC Go 1.85.0" {
 		t.Fatalf("grpc: %+v", p)
@@ -95,7 +96,8 @@ var badNodes = []struct {
 	{"instance ips", node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"INSTANCE_IPS": "10.0.0.1,nope"}),
 		`metadata INSTANCE_IPS: "nope" is not an IP address`},
 	{"labels", node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"LABELS": "app=x"}), "metadata LABELS: want a map"},
-	{"metadata type", node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"NAMESPACE": 3.0}), "metadata NAMESPACE: want a string"},
+	{"metadata type", node("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", map[string]any{"NAMESPACE": 3.0}),
+		"metadata NAMESPACE: want a string"},
 }
 
 func TestParseProxyErrors(t *testing.T) {

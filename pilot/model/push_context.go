@@ -271,7 +271,8 @@ func (ps *PushContext) DestinationRuleFor(proxyNS string, labels map[string]stri
 // DestinationRuleByLabels is DestinationRuleFor, and reports whether the choice weighed a rule with a
 // workloadSelector: then a proxy with other labels may apply another rule, and what is built from the
 // answer can only be shared between proxies of the same labels.
-func (ps *PushContext) DestinationRuleByLabels(proxyNS string, labels map[string]string, svc *Service) (dr *DestinationRule, byLabels bool) {
+func (ps *PushContext) DestinationRuleByLabels(proxyNS string, labels map[string]string,
+	svc *Service) (dr *DestinationRule, byLabels bool) {
 	dr, found, byLabels := ps.destinationRules.lookup(proxyNS, proxyNS, svc.Hostname, labels)
 	if found {
 		return dr, byLabels

@@ -45,7 +45,8 @@ func TestRequestAuthenticationsForWorkload(t *testing.T) {
 		labels map[string]string
 		want   []string
 	}{
-		{"shop", map[string]string{"app": "reviews"}, []string{"istio-system/mesh-wide", "istio-system/mesh-reviews", "shop/ns-wide", "shop/reviews"}},
+		{"shop", map[string]string{"app": "reviews"},
+			[]string{"istio-system/mesh-wide", "istio-system/mesh-reviews", "shop/ns-wide", "shop/reviews"}},
 		{"shop", map[string]string{"app": "frontend"}, []string{"istio-system/mesh-wide", "shop/ns-wide"}},
 		// A sidecar labelled like the Gateway's pods but without its gateway-name label: no targetRef policy.
 		{"shop", map[string]string{"app": "edge"}, []string{"istio-system/mesh-wide", "shop/ns-wide"}},
@@ -66,7 +67,8 @@ func TestRequestAuthnKeySets(t *testing.T) {
 	inline := &security.JWTRule{Issuer: "https://a.example.com", Jwks: `{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`}
 	remote := &security.JWTRule{Issuer: "https://b.example.com", JwksUri: "https://b.example.com/keys"}
 	discovered := &security.JWTRule{Issuer: "https://c.example.com"}
-	m.put(config.RequestAuthentication, "shop", "jwt", nil, &security.RequestAuthentication{JwtRules: []*security.JWTRule{inline, remote, discovered}})
+	m.put(config.RequestAuthentication, "shop", "jwt", nil,
+		&security.RequestAuthentication{JwtRules: []*security.JWTRule{inline, remote, discovered}})
 	ps := model.Build(m.store, mesh.Default())
 	if keys, ok, problem := ps.JWKS(inline); !ok || keys != inline.Jwks || problem != "" {
 		t.Errorf("inline: %q %v %q", keys, ok, problem)

@@ -38,7 +38,8 @@ func (ps *PushContext) ServiceHostProblems() []*config.Error {
 			}
 			out = append(out, &config.Error{Kind: string(s.Source.Kind), Namespace: s.Source.Namespace, Name: s.Source.Name,
 				Field: "spec.hosts", Warning: true, Message: fmt.Sprintf(
-					"host %s is also defined in this namespace by %s %s, which is older and which Sextant serves alone: %s (istiod merges the ports of such ServiceEntries)",
+					"host %s is also defined in this namespace by %s %s, which is older and which Sextant serves alone: %s (istiod merges the ports of "+
+						"such ServiceEntries)",
 					host, first.Source.Kind, first.Source.Name, effect)})
 		}
 	}

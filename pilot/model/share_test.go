@@ -23,12 +23,15 @@ func shareFixture(t *testing.T) (*store.Store, *PushContext) {
 		st.Upsert(store.LayerKube, &config.Config{Key: config.Key{Kind: kind, Namespace: ns, Name: name}, Spec: spec})
 	}
 	put(config.Service, "ns", "api", &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: "ns"},
-		Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1", Selector: map[string]string{"app": "api"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})
+		Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1", Selector: map[string]string{"app": "api"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})
 	name, port, ready := "http", int32(8080), true
-	put(config.EndpointSlice, "ns", "api-1", &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{discoveryv1.LabelServiceName: "api"}},
-		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}})
-	put(config.AuthorizationPolicy, "ns", "allow", &security.AuthorizationPolicy{Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "api"}}})
+	put(config.EndpointSlice, "ns", "api-1",
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{discoveryv1.LabelServiceName: "api"}},
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}})
+	put(config.AuthorizationPolicy, "ns", "allow",
+		&security.AuthorizationPolicy{Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "api"}}})
 	return st, Build(st, mesh.Default())
 }
 
@@ -82,7 +85,8 @@ func TestEndpointChangeRebuildsNothing(t *testing.T) {
 		t.Error("endpoints not replaced")
 	}
 	if next.services != ps.services || next.authorization != ps.authorization || next.destinationRules != ps.destinationRules ||
-		next.virtualServices != ps.virtualServices || next.sidecars != ps.sidecars || next.peerAuthn != ps.peerAuthn || next.workloads != ps.workloads {
+		next.virtualServices != ps.virtualServices || next.sidecars != ps.sidecars || next.peerAuthn != ps.peerAuthn ||
+		next.workloads != ps.workloads {
 		t.Error("an endpoint change replaced an index it does not touch")
 	}
 }

@@ -313,7 +313,8 @@ func mergeDelegates(vs *VirtualService, reader ConfigReader, m *mesh.Config) *ne
 		}
 		switch {
 		case dspec == nil || len(dspec.Hosts) > 0:
-			vs.problem(field, "VirtualService %s/%s is not a delegate VirtualService (it must exist and have no hosts): this route is left out", ns, ref.Name)
+			vs.problem(field, "VirtualService %s/%s is not a delegate VirtualService (it must exist and have no hosts): this route is left out", ns,
+				ref.Name)
 			continue
 		case !visible(normalizeExportTo(dspec.ExportTo, ns), vs.Namespace):
 			vs.problem(field, "VirtualService %s/%s is not exported to namespace %s: this route is left out", ns, ref.Name, vs.Namespace)

@@ -168,9 +168,11 @@ spec:
 		fields = append(fields, p.Field+": "+p.Message)
 	}
 	want := []string{
-		"spec.http[0].delegate: VirtualService default/nowhere is not a delegate VirtualService (it must exist and have no hosts): this route is left out",
+		"spec.http[0].delegate: VirtualService default/nowhere is not a delegate VirtualService (it must exist and have no hosts): this route " +
+			"is left out",
 		"spec.http[1].delegate: VirtualService shop/hidden is not exported to namespace default: this route is left out",
-		"spec.http[2].delegate: VirtualService default/hosted is not a delegate VirtualService (it must exist and have no hosts): this route is left out",
+		"spec.http[2].delegate: VirtualService default/hosted is not a delegate VirtualService (it must exist and have no hosts): this route " +
+			"is left out",
 	}
 	if strings.Join(fields, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(fields, "\n"), strings.Join(want, "\n"))
@@ -216,7 +218,8 @@ spec:
   http:
   - route: [{destination: {host: ratings}}]
 `)
-	check("delegate created", "[&{/ratings}] -> [ratings.default.svc.cluster.local] timeout=0s delegate=false\n[] -> [reviews] timeout=0s delegate=false\n")
+	check("delegate created",
+		"[&{/ratings}] -> [ratings.default.svc.cluster.local] timeout=0s delegate=false\n[] -> [reviews] timeout=0s delegate=false\n")
 	s.put(`metadata: {name: ratings, namespace: default}
 spec:
   http:
@@ -224,7 +227,8 @@ spec:
     timeout: 2s
     route: [{destination: {host: ratings}}]
 `)
-	check("delegate changed", "[&{/ratings/v2}] -> [ratings.default.svc.cluster.local] timeout=2s delegate=false\n[] -> [reviews] timeout=0s delegate=false\n")
+	check("delegate changed",
+		"[&{/ratings/v2}] -> [ratings.default.svc.cluster.local] timeout=2s delegate=false\n[] -> [reviews] timeout=0s delegate=false\n")
 	s.del("default", "ratings")
 	check("delegate deleted", "[] -> [reviews] timeout=0s delegate=false\n")
 	s.put(`metadata: {name: root, namespace: default}

@@ -68,7 +68,8 @@ func TestMemoryIsReturnedWhenMostConfigGoes(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("forced collections since the deletions %d; heap in use %d bytes (%d with the services, %d before them), released %d (%d before)",
+			t.Fatalf(
+				"forced collections since the deletions %d; heap in use %d bytes (%d with the services, %d before them), released %d (%d before)",
 				forcedGCs()-asked, now.HeapInuse, before.HeapInuse, empty.HeapInuse, now.HeapReleased, before.HeapReleased)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -120,7 +120,8 @@ loop:
 			break loop
 		case <-tick.C:
 			i++
-			st.Upsert(store.LayerFile, &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: "p"}, Generation: int64(i), Spec: &security.AuthorizationPolicy{}})
+			st.Upsert(store.LayerFile, &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: "p"},
+				Generation: int64(i), Spec: &security.AuthorizationPolicy{}})
 		case <-rec.ch:
 			if first == 0 {
 				first = time.Since(start)
@@ -246,7 +247,8 @@ func churnEndpoints(t *testing.T, st *store.Store, svc string, period time.Durat
 }
 
 func policy(name string) *config.Config {
-	return &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: name}, Spec: &security.AuthorizationPolicy{}}
+	return &config.Config{Key: config.Key{Kind: config.AuthorizationPolicy, Namespace: "ns", Name: name},
+		Spec: &security.AuthorizationPolicy{}}
 }
 
 // The first config change after a quiet spell is pushed after DebounceFirst; changes close behind it join

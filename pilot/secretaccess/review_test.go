@@ -134,7 +134,8 @@ func TestFirstAnswerIsPendingThenDecided(t *testing.T) {
 			continue
 		}
 		ns := strings.Split(spec.User, ":")[2]
-		if ra.Namespace != ns || !slices.Contains(spec.Groups, "system:serviceaccounts:"+ns) || !slices.Contains(spec.Groups, "system:serviceaccounts") {
+		if ra.Namespace != ns || !slices.Contains(spec.Groups, "system:serviceaccounts:"+ns) ||
+			!slices.Contains(spec.Groups, "system:serviceaccounts") {
 			t.Errorf("review of %s in namespace %q with groups %v", spec.User, ra.Namespace, spec.Groups)
 		}
 	}

@@ -96,7 +96,8 @@ func TestMaxFileDocumentsKeepsLastGood(t *testing.T) {
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	if portOf(st.Get(svcKey("default", "cart"))) != 80 || portOf(st.Get(svcKey("default", "pay"))) != 80 || st.Get(svcKey("default", "a")) != nil {
+	if portOf(st.Get(svcKey("default", "cart"))) != 80 || portOf(st.Get(svcKey("default", "pay"))) != 80 ||
+		st.Get(svcKey("default", "a")) != nil {
 		t.Error("a file over the document limit replaced its last good objects")
 	}
 	if errs := src.Errors(); len(errs) != 1 || errs[0].File != p || !strings.Contains(errs[0].Message, "limit of 3 documents") {

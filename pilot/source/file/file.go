@@ -552,7 +552,8 @@ func (s *Source) reportDuplicates(k config.Key, list []*claim) {
 	var errs []*config.Error
 	for _, c := range list[1:] {
 		errs = append(errs, &config.Error{File: c.path, Index: c.index, Kind: string(k.Kind), Namespace: k.Namespace, Name: k.Name,
-			Message: fmt.Sprintf("duplicate object: %s document %d defines it and is served; this one (%s document %d) is ignored", list[0].path, list[0].index, c.path, c.index)})
+			Message: fmt.Sprintf("duplicate object: %s document %d defines it and is served; this one (%s document %d) is ignored", list[0].path,
+				list[0].index, c.path, c.index)})
 	}
 	s.duplicates[k] = errs
 }

@@ -295,9 +295,10 @@ func TestBrokenMiddleDocument(t *testing.T) {
 			kind:   "Service", objNS: "default", obj: "bad", field: "port", msg: "cannot unmarshal",
 		},
 		{
-			name:   "invalid VirtualService",
-			broken: "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: bad\n  namespace: shop\nspec:\n  hosts: [a]\n  http:\n  - route:\n    - destination: {subset: v1}\n",
-			kind:   "VirtualService", objNS: "shop", obj: "bad", field: "spec.http[0].route[0].destination.host", msg: "required",
+			name: "invalid VirtualService",
+			broken: "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: bad\n  namespace: shop\nspec:\n  hosts: [a]\n" +
+				"  http:\n  - route:\n    - destination: {subset: v1}\n",
+			kind: "VirtualService", objNS: "shop", obj: "bad", field: "spec.http[0].route[0].destination.host", msg: "required",
 		},
 		{
 			name:   "not YAML",
@@ -368,7 +369,8 @@ func TestValidFileBecomesInvalid(t *testing.T) {
 	}
 
 	// The VirtualService document breaks; the Service is unchanged.
-	write(t, f.dir, "mesh.yaml", join(svcDoc("shop", "cart", 80), "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: cart\n  namespace: shop\nspec:\n  hosts: cart\n"))
+	write(t, f.dir, "mesh.yaml", join(svcDoc("shop", "cart", 80),
+		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: cart\n  namespace: shop\nspec:\n  hosts: cart\n"))
 	f.load(t)
 	if got := f.get(vsKey("shop", "cart")); got != vs0 || got.ResourceVersion != vs0.ResourceVersion {
 		t.Errorf("the broken document's last good object was replaced: %v", got)
@@ -377,7 +379,8 @@ func TestValidFileBecomesInvalid(t *testing.T) {
 		t.Errorf("the untouched Service changed: rv %s -> %s", cart0.ResourceVersion, got.ResourceVersion)
 	}
 	errs := f.src.Errors()
-	if len(errs) != 1 || errs[0].File != p || errs[0].Index != 1 || errs[0].Kind != "VirtualService" || errs[0].Name != "cart" || errs[0].Field != "spec.hosts" {
+	if len(errs) != 1 || errs[0].File != p || errs[0].Index != 1 || errs[0].Kind != "VirtualService" || errs[0].Name != "cart" ||
+		errs[0].Field != "spec.hosts" {
 		t.Fatalf("Errors:%s", errorsString(errs))
 	}
 	if n := f.events.total(); n != 2 {
@@ -438,7 +441,8 @@ func TestValidFileBecomesInvalid(t *testing.T) {
 	}
 	f.load(t)
 	if f.get(svcKey("shop", "cart")) != nil || len(f.src.Errors()) != 0 || len(f.src.Counts()) != 0 {
-		t.Errorf("after deleting the broken file: cart %v, Errors:%s, Counts %v", f.get(svcKey("shop", "cart")), errorsString(f.src.Errors()), f.src.Counts())
+		t.Errorf("after deleting the broken file: cart %v, Errors:%s, Counts %v", f.get(svcKey("shop", "cart")),
+			errorsString(f.src.Errors()), f.src.Counts())
 	}
 }
 
@@ -628,10 +632,12 @@ func TestWatch(t *testing.T) {
 		eventually(t, "the deletion", func() bool { return f.get(vsKey("default", "cart")) == nil })
 	})
 	t.Run("new subdirectory", func(t *testing.T) {
-		write(t, f.dir, "sub/new/deeper/d.json", `{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "payments"}, "spec": {"ports": [{"port": 90}]}}`)
+		write(t, f.dir, "sub/new/deeper/d.json",
+			`{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "payments"}, "spec": {"ports": [{"port": 90}]}}`)
 		eventually(t, "the file in a new subdirectory", func() bool { return f.get(svcKey("default", "payments")) != nil })
 		// The new directory is watched from now on.
-		write(t, f.dir, "sub/new/deeper/d.json", `{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "payments"}, "spec": {"ports": [{"port": 91}]}}`)
+		write(t, f.dir, "sub/new/deeper/d.json",
+			`{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "payments"}, "spec": {"ports": [{"port": 91}]}}`)
 		eventually(t, "an edit in the new subdirectory", func() bool { return portOf(f.get(svcKey("default", "payments"))) == 91 })
 	})
 	t.Run("broken edit keeps the last good object", func(t *testing.T) {
@@ -670,7 +676,8 @@ func TestWatch(t *testing.T) {
 			}
 			return false
 		})
-		if f.get(svcKey("default", "inventory")) == nil || f.get(svcKey("default", "payments")) == nil || f.get(svcKey("default", "barrier")) == nil {
+		if f.get(svcKey("default", "inventory")) == nil || f.get(svcKey("default", "payments")) == nil ||
+			f.get(svcKey("default", "barrier")) == nil {
 			t.Error("objects of the vanished directory withdrawn")
 		}
 		if f.get(svcKey("default", "cart")) == nil {

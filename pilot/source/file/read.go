@@ -271,7 +271,9 @@ func (s *Source) apply(path string, ticket uint64, r *parsed) {
 	}
 	if total := s.totalBytes - st.size + r.size; total > s.opts.MaxTotalBytes {
 		s.overTotal[path] = true
-		msg := fmt.Sprintf("cannot read: the config files would hold %d bytes together, over the limit of %d bytes; keeping the last good objects", total, s.opts.MaxTotalBytes)
+		msg := fmt.Sprintf(
+			"cannot read: the config files would hold %d bytes together, over the limit of %d bytes; keeping the last good objects",
+			total, s.opts.MaxTotalBytes)
 		s.markUnreadable(st, path, msg)
 		s.opts.Logger.Warn("config file refused; keeping what it held", "file", path, "err", msg)
 		return

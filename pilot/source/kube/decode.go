@@ -69,8 +69,10 @@ func crdGVR(ki config.KindInfo) schema.GroupVersionResource {
 type undecodable struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
-	Kind  config.Kind
-	Field string // the innermost field that fails to decode, e.g. spec.trafficPolicy.loadBalancer.simple; its parent when only fields together fail
+	Kind config.Kind
+	// the innermost field that fails to decode, e.g. spec.trafficPolicy.loadBalancer.simple; its parent when
+	// only fields together fail
+	Field string
 	Err   string // what is wrong, with the field's value when Field is known
 }
 

@@ -20,7 +20,8 @@ func benchDR(b *testing.B, applied bool) []byte {
 		Host: "reviews.default.svc.cluster.local",
 		TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{
 			LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: networking.LoadBalancerSettings_LEAST_REQUEST}}},
-		Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}, {Name: "v2", Labels: map[string]string{"version": "v2"}}},
+		Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}},
+			{Name: "v2", Labels: map[string]string{"version": "v2"}}},
 	}}
 	dr.APIVersion, dr.Kind = "networking.istio.io/v1", "DestinationRule"
 	if applied {

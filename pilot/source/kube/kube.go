@@ -494,7 +494,8 @@ func (s *Source) watchErrorHandler(kind config.Kind) cache.WatchErrorHandlerWith
 				resource += "." + ki.Group
 			}
 		}
-		s.log.Error("permission denied: cannot "+verb+" "+resource+"; Sextant's ClusterRole must allow get, list and watch on it (manifests/10-rbac.yaml)",
+		s.log.Error("permission denied: cannot "+verb+" "+resource+
+			"; Sextant's ClusterRole must allow get, list and watch on it (manifests/10-rbac.yaml)",
 			"kind", kind, "verb", verb, "resource", resource, "error", err)
 	}
 }

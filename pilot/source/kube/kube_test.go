@@ -302,7 +302,8 @@ func (h *harness) get(kind config.Kind, namespace, name string) *config.Config {
 }
 
 func meta(name, rv string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: ns, ResourceVersion: rv, UID: types.UID("uid-" + name), Labels: map[string]string{"app": name}}
+	return metav1.ObjectMeta{Name: name, Namespace: ns, ResourceVersion: rv, UID: types.UID("uid-" + name),
+		Labels: map[string]string{"app": name}}
 }
 
 func newService(name, rv string) *corev1.Service {
@@ -405,7 +406,8 @@ func everyKind() (kube, istio []runtime.Object) {
 			Port:  &networking.Port{Number: 80, Name: "http", Protocol: "HTTP"},
 			Hosts: []string{"*"},
 		}}}},
-		&networkingv1.Sidecar{ObjectMeta: meta("default", "1"), Spec: networking.Sidecar{Egress: []*networking.IstioEgressListener{{Hosts: []string{"./*"}}}}},
+		&networkingv1.Sidecar{ObjectMeta: meta("default", "1"),
+			Spec: networking.Sidecar{Egress: []*networking.IstioEgressListener{{Hosts: []string{"./*"}}}}},
 		newAuthorizationPolicy("allow", "1", security.AuthorizationPolicy_ALLOW),
 		&securityv1.PeerAuthentication{ObjectMeta: meta("strict", "1"), Spec: security.PeerAuthentication{
 			Mtls: &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT},
@@ -480,7 +482,8 @@ func TestInitialSyncEveryKind(t *testing.T) {
 	if !ok {
 		t.Fatalf("VirtualService spec is %T, want *v1alpha3.VirtualService", vs.Spec)
 	}
-	if vs.Source != "kube" || vs.ResourceVersion != "1" || vs.UID != "uid-reviews" || vs.Labels["app"] != "reviews" || spec.Hosts[0] != "reviews" {
+	if vs.Source != "kube" || vs.ResourceVersion != "1" || vs.UID != "uid-reviews" || vs.Labels["app"] != "reviews" ||
+		spec.Hosts[0] != "reviews" {
 		t.Errorf("VirtualService config = %+v, hosts %v", vs, spec.Hosts)
 	}
 	if _, ok := h.get(config.AuthorizationPolicy, ns, "allow").Spec.(*security.AuthorizationPolicy); !ok {
@@ -661,7 +664,8 @@ func TestTransformDropsUnreadFields(t *testing.T) {
 
 	p := h.get(config.Pod, ns, "reviews-1").Spec.(*corev1.Pod)
 	c := p.Spec.Containers[0]
-	if p.ManagedFields != nil || c.Env != nil || c.VolumeMounts != nil || c.Image != "" || p.Spec.Volumes != nil || p.Status.ContainerStatuses != nil {
+	if p.ManagedFields != nil || c.Env != nil || c.VolumeMounts != nil || c.Image != "" || p.Spec.Volumes != nil ||
+		p.Status.ContainerStatuses != nil {
 		t.Errorf("pod keeps unread fields: %+v", p)
 	}
 	if p.Spec.NodeName != "node-1" || p.Spec.ServiceAccountName != "reviews" || p.Status.PodIP != "10.1.0.5" ||
@@ -669,7 +673,8 @@ func TestTransformDropsUnreadFields(t *testing.T) {
 		len(p.Status.Conditions) != 1 || p.Labels["app"] != "reviews-1" {
 		t.Errorf("pod lost fields it needs: %+v", p)
 	}
-	if want := (corev1.ContainerPort{Name: "http", ContainerPort: 9080, Protocol: corev1.ProtocolTCP}); len(c.Ports) != 1 || c.Ports[0] != want {
+	if want := (corev1.ContainerPort{Name: "http", ContainerPort: 9080, Protocol: corev1.ProtocolTCP}); len(c.Ports) != 1 ||
+		c.Ports[0] != want {
 		t.Errorf("container ports = %+v, want [%+v]", c.Ports, want)
 	}
 
@@ -908,7 +913,8 @@ func TestUndecodableObjectIsRejectedAlone(t *testing.T) {
 	// A new object of the wrong JSON type: rejected, not stored, named with its field.
 	check(h.createRaw(bad))
 	h.eventually("rejection of bad", func() bool { return rejected("bad") != nil })
-	if r := rejected("bad"); r.Field != "spec.host" || r.ResourceVersion != "1" || r.Message != `cannot decode 42: json: cannot unmarshal number into Go value of type string` {
+	if r := rejected("bad"); r.Field != "spec.host" || r.ResourceVersion != "1" ||
+		r.Message != `cannot decode 42: json: cannot unmarshal number into Go value of type string` {
 		t.Errorf("rejected = %+v", *r)
 	}
 	if h.get(config.DestinationRule, ns, "bad") != nil {
@@ -1011,7 +1017,8 @@ func TestDecodeCRDNamesTheField(t *testing.T) {
 		{"spec not an object", obj(config.DestinationRule, "reviews"), "spec"},
 		{"in a list", obj(config.VirtualService, map[string]any{"hosts": []any{"reviews"},
 			"http": []any{route, map[string]any{"timeout": int64(5), "route": route["route"]}}}), "spec.http[1].timeout"},
-		{"unknown field is ignored", obj(config.DestinationRule, map[string]any{"host": "reviews", "futureField": map[string]any{"a": int64(1)}}), ""},
+		{"unknown field is ignored", obj(config.DestinationRule, map[string]any{"host": "reviews", "futureField": map[string]any{"a": int64(1)}}),
+			""},
 		{"status is not read", func() *unstructured.Unstructured {
 			u := obj(config.DestinationRule, map[string]any{"host": "reviews"})
 			u.Object["status"] = map[string]any{"conditions": "not a list"}
@@ -1048,7 +1055,8 @@ func TestWarningsPerGeneration(t *testing.T) {
 	h := newHarness(t, harnessOpts{istio: []runtime.Object{vs("1", 1, true)}})
 	h.eventually("warning", func() bool { return len(h.src.Warnings()) == 1 })
 	w := h.src.Warnings()[0]
-	if !w.Warning || w.File != "kube" || w.Kind != "VirtualService" || w.Namespace != ns || w.Name != "reviews" || w.Field != "spec.tcp[0].match[0].sourceSubnet" {
+	if !w.Warning || w.File != "kube" || w.Kind != "VirtualService" || w.Namespace != ns || w.Name != "reviews" ||
+		w.Field != "spec.tcp[0].match[0].sourceSubnet" {
 		t.Errorf("warning = %+v", w)
 	}
 	if h.get(config.VirtualService, ns, "reviews") == nil {
