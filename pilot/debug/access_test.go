@@ -47,7 +47,8 @@ func TestAccessRules(t *testing.T) {
 		{"remote, admin namespace", "10.0.0.9:5000", "/debug/configz", "Bearer admin", 200, "", ""},
 		{"remote, configured admin namespace", "10.0.0.9:5000", "/debug/pprof/", "Bearer ops", 200, "", ""},
 		{"remote, other namespace, config_dump", "10.0.0.9:5000", "/debug/config_dump", "Bearer shop", 200, "shop", ""},
-		{"remote, other namespace, another view", "10.0.0.9:5000", "/debug/configz", "Bearer shop", 403, "", "may read only /debug/config_dump of proxies in namespace shop"},
+		{"remote, other namespace, another view", "10.0.0.9:5000", "/debug/configz", "Bearer shop", 403, "",
+			"may read only /debug/config_dump of proxies in namespace shop"},
 	} {
 		servedNS = "unset"
 		r := httptest.NewRequest(http.MethodGet, tc.path, nil)

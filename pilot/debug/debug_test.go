@@ -112,7 +112,8 @@ func TestViews(t *testing.T) {
 		var hosts []string
 		for _, s := range svcs {
 			hosts = append(hosts, s.Hostname)
-			if s.Hostname == "reviews.bookinfo.svc.cluster.local" && (s.Endpoints != 1 || s.Ports[0].Port != 9080 || s.Addresses[0] != "10.96.0.20") {
+			if s.Hostname == "reviews.bookinfo.svc.cluster.local" &&
+				(s.Endpoints != 1 || s.Ports[0].Port != 9080 || s.Addresses[0] != "10.96.0.20") {
 				t.Errorf("reviews = %+v", s)
 			}
 		}
@@ -208,7 +209,8 @@ func TestViews(t *testing.T) {
 	})
 
 	t.Run("stable", func(t *testing.T) {
-		for _, p := range []string{"/debug/configz", "/debug/registryz", "/debug/endpointz", "/debug/authorizationz", "/debug/config_dump?proxyID=" + proxyA} {
+		for _, p := range []string{"/debug/configz", "/debug/registryz", "/debug/endpointz", "/debug/authorizationz",
+			"/debug/config_dump?proxyID=" + proxyA} {
 			_, first := env.Get(t, p)
 			_, second := env.Get(t, p)
 			if string(first) != string(second) {
@@ -392,9 +394,10 @@ spec:
 	}
 
 	labels := map[string]string{"app": "api", "security.istio.io/tlsMode": "istio"}
-	env.Server.Store.Upsert(store.LayerKube, &config.Config{Key: config.Key{Kind: config.Pod, Namespace: "shop", Name: "api-1"}, Labels: labels,
-		Source: config.KubeSource, Spec: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api-1", Namespace: "shop", Labels: labels},
-			Status: corev1.PodStatus{PodIP: "10.1.0.40", Phase: corev1.PodRunning}}})
+	env.Server.Store.Upsert(store.LayerKube,
+		&config.Config{Key: config.Key{Kind: config.Pod, Namespace: "shop", Name: "api-1"}, Labels: labels,
+			Source: config.KubeSource, Spec: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api-1", Namespace: "shop", Labels: labels},
+				Status: corev1.PodStatus{PodIP: "10.1.0.40", Phase: corev1.PodRunning}}})
 	debugtest.Eventually(t, "the endpoint served once its pod has an IP", func() bool {
 		v, ps := get()
 		return len(v.WaitingForPods) == 0 && ps.EndpointsWaitingForPods == 0 && len(v.Ports) == 1 &&

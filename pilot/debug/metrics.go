@@ -114,25 +114,33 @@ func newRegistry(m *metrics, src Sources) *prometheus.Registry {
 }
 
 var (
-	descConnected    = prometheus.NewDesc("sextant_xds_connected_proxies", "Connected proxies by proxy type (sidecar, router, ztunnel, grpc).", []string{"proxy_type"}, nil)
-	descNACKs        = prometheus.NewDesc("sextant_xds_nacks_total", "Responses rejected by proxies, by type.", []string{"type"}, nil)
-	descBytes        = prometheus.NewDesc("sextant_xds_sent_bytes_total", "Serialized bytes of responses sent, by type.", []string{"type"}, nil)
-	descResponses    = prometheus.NewDesc("sextant_xds_responses_total", "Responses sent (to requests and pushes), by type.", []string{"type"}, nil)
-	descConnects     = prometheus.NewDesc("sextant_xds_connects_total", "xDS streams accepted.", nil, nil)
-	descDisconnects  = prometheus.NewDesc("sextant_xds_disconnects_total", "xDS streams ended.", nil, nil)
-	descRefused      = prometheus.NewDesc("sextant_xds_refused_total", "xDS streams refused (not ready, shutting down, bad node, rate limit).", nil, nil)
+	descConnected = prometheus.NewDesc("sextant_xds_connected_proxies",
+		"Connected proxies by proxy type (sidecar, router, ztunnel, grpc).", []string{"proxy_type"}, nil)
+	descNACKs = prometheus.NewDesc("sextant_xds_nacks_total", "Responses rejected by proxies, by type.", []string{"type"}, nil)
+	descBytes = prometheus.NewDesc("sextant_xds_sent_bytes_total",
+		"Serialized bytes of responses sent, by type.", []string{"type"}, nil)
+	descResponses = prometheus.NewDesc("sextant_xds_responses_total",
+		"Responses sent (to requests and pushes), by type.", []string{"type"}, nil)
+	descConnects    = prometheus.NewDesc("sextant_xds_connects_total", "xDS streams accepted.", nil, nil)
+	descDisconnects = prometheus.NewDesc("sextant_xds_disconnects_total", "xDS streams ended.", nil, nil)
+	descRefused     = prometheus.NewDesc("sextant_xds_refused_total",
+		"xDS streams refused (not ready, shutting down, bad node, rate limit).", nil, nil)
 	descSendTimeouts = prometheus.NewDesc("sextant_xds_send_timeouts_total", "Connections closed because the proxy did not read.", nil, nil)
 	descGenErrors    = prometheus.NewDesc("sextant_xds_generate_errors_total", "Failed generations (the proxy keeps its config).", nil, nil)
 	descQueue        = prometheus.NewDesc("sextant_xds_push_queue_length", "Connections waiting for a push.", nil, nil)
-	descMerged       = prometheus.NewDesc("sextant_push_debounce_merged_events_total", "Config events folded into an already pending push by the debouncer.", nil, nil)
-	descBuilds       = prometheus.NewDesc("sextant_push_snapshots_total", "Snapshots published, by kind of build (full, incremental; the first is full).", []string{"kind"}, nil)
-	descLastBuild    = prometheus.NewDesc("sextant_push_context_last_build_seconds", "Build time of the latest snapshot.", nil, nil)
-	descVersion      = prometheus.NewDesc("sextant_push_context_version", "Version of the current snapshot.", nil, nil)
-	descRejected     = prometheus.NewDesc("sextant_config_rejected", "Config documents or objects currently rejected, by kind (empty when unknown).", []string{"kind"}, nil)
-	descWarnings     = prometheus.NewDesc("sextant_config_warnings", "Fields of served config objects that Sextant accepts but does not implement, by kind.", []string{"kind"}, nil)
-	descServices     = prometheus.NewDesc("sextant_services", "Services in the current snapshot.", nil, nil)
-	descEndpoints    = prometheus.NewDesc("sextant_endpoints", "Endpoints in the current snapshot.", nil, nil)
-	descWorkloads    = prometheus.NewDesc("sextant_workloads", "Workloads in the current snapshot.", nil, nil)
+	descMerged       = prometheus.NewDesc("sextant_push_debounce_merged_events_total",
+		"Config events folded into an already pending push by the debouncer.", nil, nil)
+	descBuilds = prometheus.NewDesc("sextant_push_snapshots_total",
+		"Snapshots published, by kind of build (full, incremental; the first is full).", []string{"kind"}, nil)
+	descLastBuild = prometheus.NewDesc("sextant_push_context_last_build_seconds", "Build time of the latest snapshot.", nil, nil)
+	descVersion   = prometheus.NewDesc("sextant_push_context_version", "Version of the current snapshot.", nil, nil)
+	descRejected  = prometheus.NewDesc("sextant_config_rejected",
+		"Config documents or objects currently rejected, by kind (empty when unknown).", []string{"kind"}, nil)
+	descWarnings = prometheus.NewDesc("sextant_config_warnings",
+		"Fields of served config objects that Sextant accepts but does not implement, by kind.", []string{"kind"}, nil)
+	descServices  = prometheus.NewDesc("sextant_services", "Services in the current snapshot.", nil, nil)
+	descEndpoints = prometheus.NewDesc("sextant_endpoints", "Endpoints in the current snapshot.", nil, nil)
+	descWorkloads = prometheus.NewDesc("sextant_workloads", "Workloads in the current snapshot.", nil, nil)
 )
 
 // scrapeCollector reads the transport's and pipeline's own counters when scraped.

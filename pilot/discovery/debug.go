@@ -34,10 +34,13 @@ func (s *Server) registerDebug() {
 }
 
 var (
-	descTokenReviews   = prometheus.NewDesc("sextant_token_reviews_total", "Service-account tokens sent to the Kubernetes TokenReview API.", nil, nil)
-	descTokenCacheHits = prometheus.NewDesc("sextant_token_review_cache_hits_total", "Service-account tokens answered from the TokenReview cache.", nil, nil)
-	descAccessReviews  = prometheus.NewDesc("sextant_secret_access_reviews_total",
-		"SubjectAccessReviews asking whether an identity may be served its namespace's Secrets over SDS, by result (sent, failed).", []string{"result"}, nil)
+	descTokenReviews = prometheus.NewDesc("sextant_token_reviews_total",
+		"Service-account tokens sent to the Kubernetes TokenReview API.", nil, nil)
+	descTokenCacheHits = prometheus.NewDesc("sextant_token_review_cache_hits_total",
+		"Service-account tokens answered from the TokenReview cache.", nil, nil)
+	descAccessReviews = prometheus.NewDesc("sextant_secret_access_reviews_total",
+		"SubjectAccessReviews asking whether an identity may be served its namespace's Secrets over SDS, by result (sent, failed).",
+		[]string{"result"}, nil)
 )
 
 // securityCollector counts the API server reviews the secure port asks for.

@@ -33,9 +33,11 @@ func nonLoopbackIP(t *testing.T) string {
 }
 
 var debugTokens = tokens{
-	"bookinfo": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "bookinfo", ServiceAccount: "debugger"}}, Method: "token"},
-	"shop":     {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "frontend"}}, Method: "token"},
-	"admin":    {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "istioctl"}}, Method: "token"},
+	"bookinfo": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "bookinfo", ServiceAccount: "debugger"}},
+		Method: "token"},
+	"shop": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "frontend"}}, Method: "token"},
+	"admin": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "istioctl"}},
+		Method: "token"},
 }
 
 func TestDebugNeedsLoopbackOrToken(t *testing.T) {

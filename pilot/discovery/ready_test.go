@@ -93,7 +93,8 @@ func adsError(t *testing.T, srv *discovery.Server) error {
 	}
 	node := &core.Node{Id: "sidecar~10.1.0.9~productpage-v1-abc.bookinfo~bookinfo.svc.cluster.local"}
 	// A stream the server already ended fails Send with io.EOF; its status comes from Recv.
-	if err := stream.Send(&adsv3.DiscoveryRequest{Node: node, TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil && err != io.EOF {
+	if err := stream.Send(&adsv3.DiscoveryRequest{Node: node, TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil &&
+		err != io.EOF {
 		return err
 	}
 	_, err = stream.Recv()

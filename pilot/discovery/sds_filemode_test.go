@@ -21,13 +21,15 @@ import (
 func TestFileModeSDSRefusesPlainSidecars(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := sdsCert(t, "shop.example.com")
-	for name, content := range map[string]string{"gateway.yaml": sdsGateway, "secret.yaml": tlsSecretYAML("istio-system", "shop-cert", cert, key)} {
+	for name, content := range map[string]string{"gateway.yaml": sdsGateway,
+		"secret.yaml": tlsSecretYAML("istio-system", "shop-cert", cert, key)} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	id := func(sa string) *authn.Caller {
-		return &authn.Caller{Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: sa}}, Method: "token"}
+		return &authn.Caller{Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: sa}},
+			Method: "token"}
 	}
 	toks := tokens{"gateway": id("istio-ingressgateway"), "plain": id("plain"), "named": id("named")}
 	caDir := filepath.Join(t.TempDir(), "ca")

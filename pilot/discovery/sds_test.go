@@ -49,7 +49,8 @@ spec:
 const gatewayNode = "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local"
 
 var sdsTokens = tokens{
-	"gateway": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "istio-ingressgateway"}}, Method: "token"},
+	"gateway": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system",
+		ServiceAccount: "istio-ingressgateway"}}, Method: "token"},
 }
 
 func sdsCert(t *testing.T, host string) (certPEM, keyPEM []byte) {
@@ -69,7 +70,8 @@ func sdsCert(t *testing.T, host string) (certPEM, keyPEM []byte) {
 }
 
 func tlsSecretYAML(ns, name string, cert, key []byte) string {
-	return fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n  namespace: %s\ntype: kubernetes.io/tls\ndata:\n  tls.crt: %s\n  tls.key: %s\n",
+	return fmt.Sprintf(
+		"apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n  namespace: %s\ntype: kubernetes.io/tls\ndata:\n  tls.crt: %s\n  tls.key: %s\n",
 		name, ns, base64.StdEncoding.EncodeToString(cert), base64.StdEncoding.EncodeToString(key))
 }
 

@@ -98,7 +98,8 @@ func BenchmarkCreateCertificate(b *testing.B) {
 func BenchmarkTLSHandshake(b *testing.B) {
 	srv, roots := startSecureBench(b)
 	key, csrPEM := benchCSR(b)
-	resp, err := certClient(b, srv, roots).CreateCertificate(bearer("productpage"), &pb.IstioCertificateRequest{Csr: csrPEM, ValidityDuration: 3600})
+	resp, err := certClient(b, srv, roots).CreateCertificate(bearer("productpage"),
+		&pb.IstioCertificateRequest{Csr: csrPEM, ValidityDuration: 3600})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,7 +111,8 @@ func BenchmarkTLSHandshake(b *testing.B) {
 	// The last element is the root, which the server already has.
 	cert.Certificate = cert.Certificate[:len(cert.Certificate)-1]
 	cert.PrivateKey = key
-	cfg := &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	cfg := &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", Certificates: []tls.Certificate{cert},
+		NextProtos: []string{"h2"}}
 	addr := srv.SecureGRPCAddr()
 	buf := make([]byte, 1)
 	b.ReportAllocs()

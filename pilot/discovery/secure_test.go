@@ -41,7 +41,8 @@ func (m tokens) AuthenticateToken(_ context.Context, token string) (*authn.Calle
 }
 
 var testTokens = tokens{
-	"productpage": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "bookinfo", ServiceAccount: "bookinfo-productpage"}},
+	"productpage": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "bookinfo",
+		ServiceAccount: "bookinfo-productpage"}},
 		Method: "token", PodName: "productpage-v1-0000"},
 	"ztunnel": {Identities: []authn.Identity{{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "ztunnel"}},
 		Method: "token", PodName: "ztunnel-a", PodUID: "6f1c0c7e-ztunnel-a"},
@@ -170,12 +171,14 @@ func TestSecurePortServesTheCAAndAuthenticatedXDS(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.Send(&discoverypb.DiscoveryRequest{Node: &core.Node{Id: nodeID}, TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil {
+		if err := s.Send(&discoverypb.DiscoveryRequest{Node: &core.Node{Id: nodeID},
+			TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil {
 			return nil, err
 		}
 		return s.Recv()
 	}
-	if r, err := stream("productpage", "sidecar~10.1.0.10~productpage-v1-0000.bookinfo~bookinfo.svc.cluster.local"); err != nil || len(r.GetResources()) == 0 {
+	if r, err := stream("productpage", "sidecar~10.1.0.10~productpage-v1-0000.bookinfo~bookinfo.svc.cluster.local"); err != nil ||
+		len(r.GetResources()) == 0 {
 		t.Errorf("sidecar with its own token: %v, %d clusters", err, len(r.GetResources()))
 	}
 	_, err = stream("productpage", "sidecar~10.1.0.10~ratings-v1-0005.istio-system~istio-system.svc.cluster.local")
@@ -183,7 +186,8 @@ func TestSecurePortServesTheCAAndAuthenticatedXDS(t *testing.T) {
 		!strings.Contains(err.Error(), "spiffe://cluster.local/ns/bookinfo/sa/bookinfo-productpage") {
 		t.Errorf("sidecar claiming another namespace: %v, want PermissionDenied naming both", err)
 	}
-	if _, err := stream("nobody", "sidecar~10.1.0.10~productpage-v1-0000.bookinfo~bookinfo.svc.cluster.local"); status.Code(err) != codes.Unauthenticated {
+	_, err = stream("nobody", "sidecar~10.1.0.10~productpage-v1-0000.bookinfo~bookinfo.svc.cluster.local")
+	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("unknown token: %v, want Unauthenticated", err)
 	}
 }

@@ -66,7 +66,8 @@ func (s *Server) setupSecurity() error {
 		if km, err = ca.GenerateSelfSigned(s.Mesh.TrustDomain, now); err != nil {
 			return err
 		}
-		s.log.Warn("the mesh CA root is kept in memory only: a restart makes a new root, and certificates issued before are no longer trusted; give --ca-dir to keep it")
+		s.log.Warn("the mesh CA root is kept in memory only: a restart makes a new root, and certificates issued before are no longer trusted; " +
+			"give --ca-dir to keep it")
 	}
 	authority, err := ca.New(km, ca.Options{TrustDomain: s.Mesh.TrustDomain, DefaultTTL: a.WorkloadCertTTL, MaxTTL: a.MaxWorkloadCertTTL})
 	if err != nil {

@@ -30,7 +30,8 @@ func TestTokenReviewsAreNotThrottled(t *testing.T) {
 		tr.APIVersion, tr.Kind = "authentication.k8s.io/v1", "TokenReview"
 		n := reviews.Add(1)
 		tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"istio-ca"},
-			User: authenticationv1.UserInfo{Username: fmt.Sprintf("system:serviceaccount:shop:sa-%d", n), Groups: []string{"system:serviceaccounts"}}}
+			User: authenticationv1.UserInfo{Username: fmt.Sprintf("system:serviceaccount:shop:sa-%d", n),
+				Groups: []string{"system:serviceaccounts"}}}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(tr)
 	}))
@@ -46,7 +47,8 @@ current-context: c
 `, api.URL), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(Args{Kubeconfig: kubeconfig, SecureGRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CADir: filepath.Join(dir, "ca")})
+	srv, err := NewServer(Args{Kubeconfig: kubeconfig, SecureGRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		CADir: filepath.Join(dir, "ca")})
 	if err != nil {
 		t.Fatal(err)
 	}

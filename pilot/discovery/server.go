@@ -265,7 +265,8 @@ const SecurityClientQPS = 80
 func fileModeSecretAccess(args Args) (envoy.SecretAuthorizer, error) {
 	if args.Kubeconfig != "" || args.InCluster {
 		if args.SDSFileModeReaders != "" {
-			return nil, errors.New("--sds-file-mode-readers applies only without a cluster; with one, grant the service account a Role to list Secrets in its namespace")
+			return nil, errors.New("--sds-file-mode-readers applies only without a cluster; with one, grant the service account a Role to list " +
+				"Secrets in its namespace")
 		}
 		return nil, nil
 	}
@@ -427,7 +428,8 @@ func (s *Server) Warnings() []*config.Error {
 		out = append(out, s.kube.Warnings()...)
 		for _, u := range s.kube.Unread() {
 			out = append(out, &config.Error{File: "kube", Kind: string(u.Kind), Warning: true, Message: fmt.Sprintf(
-				"%d objects of kind %s (%s) in the cluster at start: Sextant does not read this kind, so they have no effect", u.Count, u.Kind, u.APIVersion)})
+				"%d objects of kind %s (%s) in the cluster at start: Sextant does not read this kind, so they have no effect",
+				u.Count, u.Kind, u.APIVersion)})
 		}
 	}
 	out = append(out, s.secretDenials()...)

@@ -34,7 +34,8 @@ func copyDir(t *testing.T, from string) string {
 
 func TestServerServesExampleAndFollowsEdits(t *testing.T) {
 	dir := copyDir(t, "../../examples/bookinfo")
-	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebounceAfter: 20 * time.Millisecond})
+	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		DebounceAfter: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,8 @@ func TestServerServesExampleAndFollowsEdits(t *testing.T) {
 		}
 	}
 	// A new file with a broken document is reported; a new valid service appears.
-	extra := "apiVersion: v1\nkind: Service\nmetadata:\n  name: extra\n  namespace: bookinfo\nspec:\n  ports:\n  - name: http\n    port: 80\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: broken\nspec:\n  ports: 7\n"
+	extra := "apiVersion: v1\nkind: Service\nmetadata:\n  name: extra\n  namespace: bookinfo\nspec:\n  ports:\n  - name: http\n" +
+		"    port: 80\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: broken\nspec:\n  ports: 7\n"
 	if err := os.WriteFile(filepath.Join(dir, "60-extra.yaml"), []byte(extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,8 @@ func TestServerNeedsASource(t *testing.T) {
 // The config dir vanishing keeps the mesh served, and operators see why in /debug/config_errors and /metrics.
 func TestServerKeepsConfigWhenConfigDirVanishes(t *testing.T) {
 	dir := copyDir(t, "../../examples/bookinfo")
-	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebounceAfter: 20 * time.Millisecond})
+	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		DebounceAfter: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,8 @@ func TestWarningsListUnreadKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	gvr := schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1alpha3", Resource: "envoyfilters"}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "EnvoyFilterList"})
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{gvr: "EnvoyFilterList"})
 	ef := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{}}}
 	ef.SetAPIVersion("networking.istio.io/v1alpha3")
 	ef.SetKind("EnvoyFilter")

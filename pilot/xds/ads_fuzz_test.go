@@ -291,7 +291,8 @@ func newFuzzServer(f testing.TB) *fuzzServer {
 // of those that are gone as removed.
 type fuzzEDS struct{ *testGen }
 
-func (g fuzzEDS) GenerateDeltas(p *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, []string, bool, error) {
+func (g fuzzEDS) GenerateDeltas(p *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	req *model.PushRequest) (model.Resources, []string, bool, error) {
 	all, err := g.Generate(p, push, w, req)
 	if err != nil || req == nil || req.Full || len(req.ServicesUpdated) == 0 {
 		return all, nil, false, err

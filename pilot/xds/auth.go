@@ -33,7 +33,9 @@ type authenticatedADS struct {
 	auth authn.Authenticator
 }
 
-func (a *authenticatedADS) StreamAggregatedResources(stream grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) error {
+func (a *authenticatedADS) StreamAggregatedResources(
+	stream grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse],
+) error {
 	ctx, err := a.authenticate(stream.Context())
 	if err != nil {
 		return a.s.refuseUnread(stream.Context(), err)
@@ -41,7 +43,9 @@ func (a *authenticatedADS) StreamAggregatedResources(stream grpc.BidiStreamingSe
 	return a.s.StreamAggregatedResources(&authenticatedStream[discovery.DiscoveryRequest, discovery.DiscoveryResponse]{stream, ctx})
 }
 
-func (a *authenticatedADS) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) error {
+func (a *authenticatedADS) DeltaAggregatedResources(
+	stream grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse],
+) error {
 	ctx, err := a.authenticate(stream.Context())
 	if err != nil {
 		return a.s.refuseUnread(stream.Context(), err)

@@ -52,14 +52,16 @@ func bearer(token string) func(context.Context) context.Context {
 
 func (e *testEnv) sotwAs(t *testing.T, token string) *sotwClient {
 	c := e.dial(t)
-	return newClient(t, func(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse], error) {
+	return newClient(t, func(ctx context.Context, opts ...grpc.CallOption) (
+		grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse], error) {
 		return c.StreamAggregatedResources(bearer(token)(ctx), opts...)
 	}, true)
 }
 
 func (e *testEnv) deltaAs(t *testing.T, token string) *deltaClient {
 	c := e.dial(t)
-	return newClient(t, func(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse], error) {
+	return newClient(t, func(ctx context.Context, opts ...grpc.CallOption) (
+		grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse], error) {
 		return c.DeltaAggregatedResources(bearer(token)(ctx), opts...)
 	}, true)
 }
@@ -142,7 +144,8 @@ func TestAuthenticatedSidecarCannotSubscribeToWorkloadTypes(t *testing.T) {
 func TestTrustedZtunnelIsServed(t *testing.T) {
 	e := newEnv(t, authSnapshot, withAuth("istio-system/ztunnel"))
 	c := e.deltaAs(t, "ztunnel")
-	c.send(&discovery.DeltaDiscoveryRequest{Node: node("ztunnel~10.0.0.9~ztunnel-a.istio-system~istio-system.svc.cluster.local", nil), TypeUrl: AddressType})
+	c.send(&discovery.DeltaDiscoveryRequest{Node: node("ztunnel~10.0.0.9~ztunnel-a.istio-system~istio-system.svc.cluster.local", nil),
+		TypeUrl: AddressType})
 	if got := deltaResources(t, c.recv()); got["w1"] != "x" {
 		t.Errorf("got %v", got)
 	}
@@ -151,7 +154,8 @@ func TestTrustedZtunnelIsServed(t *testing.T) {
 func TestNoTrustedNodeAccountsRefusesEveryZtunnel(t *testing.T) {
 	e := newEnv(t, authSnapshot, withAuth(""))
 	c := e.deltaAs(t, "ztunnel")
-	c.send(&discovery.DeltaDiscoveryRequest{Node: node("ztunnel~10.0.0.9~ztunnel-a.istio-system~istio-system.svc.cluster.local", nil), TypeUrl: AddressType})
+	c.send(&discovery.DeltaDiscoveryRequest{Node: node("ztunnel~10.0.0.9~ztunnel-a.istio-system~istio-system.svc.cluster.local", nil),
+		TypeUrl: AddressType})
 	wantRefused(t, c.end(), codes.PermissionDenied, "none configured")
 }
 

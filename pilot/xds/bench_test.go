@@ -30,7 +30,8 @@ func newBenchGen(n, size int) *benchGen {
 	return g
 }
 
-func (g *benchGen) Generate(_ *model.Proxy, push *model.PushContext, _ *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (g *benchGen) Generate(_ *model.Proxy, push *model.PushContext, _ *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	return g.sets[push.Version%2], nil
 }
 

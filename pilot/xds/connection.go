@@ -440,7 +440,8 @@ func (c *Connection) requestGenerator(typeURL string) (model.Generator, error) {
 }
 
 // generate runs gen for w, which is a watch's subscription or a view of part of it.
-func (c *Connection) generate(gen model.Generator, w *model.WatchedResource, push *model.PushContext, req *model.PushRequest) (model.Resources, bool) {
+func (c *Connection) generate(gen model.Generator, w *model.WatchedResource, push *model.PushContext,
+	req *model.PushRequest) (model.Resources, bool) {
 	res, err := gen.Generate(c.proxy, push, w, req)
 	if err != nil {
 		c.generateFailed(w.TypeURL, err)

@@ -43,6 +43,17 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 		return err
 	}
 	sub, unsub := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
+	w, first := c.deltaWatch(req, typeURL, sub, unsub)
+	if !first && len(sub) == 0 && len(unsub) == 0 {
+		return nil
+	}
+	ch := c.subscribe(w, sub, unsub, first)
+	c.forgetChildren(typeURL, ch.gone)
+	return c.answerSubscription(gen, w, first, ch)
+}
+
+// deltaWatch returns the type's watch, started by this request (first) or acknowledged by it.
+func (c *Connection) deltaWatch(req *discovery.DeltaDiscoveryRequest, typeURL string, sub, unsub []string) (w *watch, first bool) {
 	w := c.watched[typeURL]
 	first := w == nil
 	if first {
@@ -69,11 +80,21 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 				c.ack(w, w.VersionSent, nonce)
 			}
 		}
-		if len(sub) == 0 && len(unsub) == 0 {
-			return nil
-		}
 	}
 
+	return w, first
+}
+
+// subscriptionChange is what one request changed of a delta subscription.
+type subscriptionChange struct {
+	asked         map[string]struct{} // names to answer now
+	ambiguous     []string            // unsubscribed while "*" stays
+	wildcardAdded bool
+	gone          []string // what the client forgot
+}
+
+// subscribe applies a request's subscriptions and unsubscriptions to w.
+func (c *Connection) subscribe(w *watch, sub, unsub []string, first bool) subscriptionChange {
 	c.mu.Lock()
 	names := w.ResourceNames
 	wasWildcard := w.Wildcard
@@ -155,20 +176,24 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 	}
 	w.sent.follow(w.ResourceNames)
 	c.mu.Unlock()
-	c.forgetChildren(typeURL, gone)
+	return subscriptionChange{asked: asked, ambiguous: ambiguous, wildcardAdded: wildcardAdded, gone: gone}
+}
+
+// answerSubscription sends what a subscription change owes the client.
+func (c *Connection) answerSubscription(gen model.Generator, w *watch, first bool, ch subscriptionChange) error {
 	// On a first request the names asked about are the subscription: its canonical set, shared with the
 	// other sidecars, rather than a set of their own per sidecar in a cold start.
 	askedNames := w.ResourceNames
 	if !first {
-		askedNames = nameset.New(slices.Collect(maps.Keys(asked))...)
+		askedNames = nameset.New(slices.Collect(maps.Keys(ch.asked))...)
 	}
 	push := c.srv.snapshot(nil)
-	if first || wildcardAdded {
+	if first || ch.wildcardAdded {
 		// Always answered, even with nothing, so the client knows its fetch of everything is complete.
 		return c.respondDelta(gen, w, push, nil, askedNames, true)
 	}
-	if len(ambiguous) > 0 {
-		if err := c.answerWildcard(gen, w, push, nameset.New(ambiguous...)); err != nil {
+	if len(ch.ambiguous) > 0 {
+		if err := c.answerWildcard(gen, w, push, nameset.New(ch.ambiguous...)); err != nil {
 			return err
 		}
 	}

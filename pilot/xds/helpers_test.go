@@ -222,7 +222,8 @@ type testGen struct {
 	built   sync.Map // [name, payload] → *Resource
 }
 
-func (g *testGen) Generate(p *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (g *testGen) Generate(p *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	g.calls.Add(1)
 	if g.env.delay != nil {
 		time.Sleep(g.env.delay(p))
@@ -382,7 +383,8 @@ type client[Req, Resp any] struct {
 	cancel context.CancelFunc
 }
 
-func newClient[Req, Resp any](t testing.TB, open func(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[Req, Resp], error), read bool) *client[Req, Resp] {
+func newClient[Req, Resp any](t testing.TB, open func(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[Req, Resp], error),
+	read bool) *client[Req, Resp] {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	s, err := open(ctx)

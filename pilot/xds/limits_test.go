@@ -106,7 +106,8 @@ func TestUnauthenticatedRequestSizeLimit(t *testing.T) {
 	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	c := e.sotw(t)
 	ask(c, sidecar("pod", "ns1"), EndpointType, manyNames(100_000), nil)
-	if err := c.end(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), strconv.Itoa(DefaultMaxUnauthenticatedRequestBytes)) {
+	if err := c.end(); status.Code(err) != codes.ResourceExhausted ||
+		!strings.Contains(err.Error(), strconv.Itoa(DefaultMaxUnauthenticatedRequestBytes)) {
 		t.Fatalf("oversized request ended the stream with %v, want ResourceExhausted naming %d", err, DefaultMaxUnauthenticatedRequestBytes)
 	}
 	eventually(t, "the refusal logged", func() bool {

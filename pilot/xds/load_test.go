@@ -75,7 +75,8 @@ func TestSlowConsumerDoesNotDelayOthers(t *testing.T) {
 	// A small, fixed window (no BDP growth) and a client that reads its first response, ACKs it and then
 	// nothing: gRPC takes one more response into its buffers whatever its size, and the send after that
 	// blocks, 1 MB not passing the window.
-	stuck := newClient(t, e.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)).StreamAggregatedResources, false)
+	small := e.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	stuck := newClient(t, small.StreamAggregatedResources, false)
 	ask(stuck, sidecar("stuck", "ns1"), ClusterType, nil, nil)
 	first, err := stuck.stream.Recv()
 	if err != nil {

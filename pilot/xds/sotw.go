@@ -42,7 +42,8 @@ func (c *Connection) handleSotW(req *discovery.DiscoveryRequest, noSend bool) (n
 		return false, c.respondSotW(gen, w, c.srv.snapshot(nil), nil)
 	}
 	if req.GetResponseNonce() != w.NonceSent {
-		c.srv.log.Debug("stale request ignored", "conn", c.id, "type", typeURL, "nonce", loglimit.Text(req.GetResponseNonce()), "latest", w.NonceSent)
+		c.srv.log.Debug("stale request ignored", "conn", c.id, "type", typeURL, "nonce",
+			loglimit.Text(req.GetResponseNonce()), "latest", w.NonceSent)
 		return false, nil
 	}
 	wildcard, legacy := star, false

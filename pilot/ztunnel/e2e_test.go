@@ -47,7 +47,8 @@ func (p *pipeline) publish(req *model.PushRequest) {
 }
 
 func startServer(t *testing.T, pipe *pipeline, g *ztunnel.Generators) string {
-	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Policies: ztunnel.Policies(), Logger: slog.New(slog.DiscardHandler), SendTimeout: 5 * time.Second})
+	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Policies: ztunnel.Policies(),
+		Logger: slog.New(slog.DiscardHandler), SendTimeout: 5 * time.Second})
 	gs := grpc.NewServer(srv.GRPCServerOptions()...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

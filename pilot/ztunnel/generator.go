@@ -136,7 +136,8 @@ type delta struct {
 
 // Generate returns every Address the subscription covers: all of them for a wildcard, plus each explicitly
 // named one (a workload uid, a service "namespace/hostname" or an on-demand "NETWORK/IP" lookup).
-func (a *AddressGenerator) Generate(_ *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (a *AddressGenerator) Generate(_ *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	st := a.g.state(push)
 	var out model.Resources
 	if w.Wildcard {
@@ -218,7 +219,8 @@ func (a *AddressGenerator) NeedsPush(_ *model.Proxy, _ *model.WatchedResource, r
 }
 
 // Generate returns every converted AuthorizationPolicy and PeerAuthentication the subscription covers.
-func (z *AuthorizationGenerator) Generate(_ *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (z *AuthorizationGenerator) Generate(_ *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	st := z.g.state(push)
 	st.authzOnce.Do(st.buildAuthz)
 	if w.Wildcard {

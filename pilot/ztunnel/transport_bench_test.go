@@ -28,7 +28,8 @@ func BenchmarkPodChangeTo200Ztunnels(b *testing.B) {
 	pipe := &pipeline{}
 	pipe.cur.Store(ps)
 	g := ztunnel.New()
-	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Policies: ztunnel.Policies(), Logger: slog.New(slog.DiscardHandler), SendTimeout: 30 * time.Second})
+	srv := xds.NewServer(xds.Options{Pipeline: pipe, Generators: g.ByTypeURL(), Policies: ztunnel.Policies(),
+		Logger: slog.New(slog.DiscardHandler), SendTimeout: 30 * time.Second})
 	gs := grpc.NewServer(srv.GRPCServerOptions()...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

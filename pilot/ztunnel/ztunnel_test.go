@@ -60,7 +60,8 @@ func scenario(t testing.TB) *fixture {
 		map[string]string{"networking.istio.io/traffic-distribution": "PreferClose"}, namedTarget("http", 9080, "http"))
 	f.service("plain", "web", "10.96.0.20", nil, map[string]string{"app": "web"}, nil, numTarget("http", 80, 8080))
 	f.serviceEntry("amb", "vm-svc", &networking.ServiceEntry{Hosts: []string{"vm.example.com"}, Addresses: []string{"240.240.0.1"},
-		Ports:    []*networking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}, {Number: 9000, Name: "tcp", Protocol: "TCP"}},
+		Ports: []*networking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080},
+			{Number: 9000, Name: "tcp", Protocol: "TCP"}},
 		Location: networking.ServiceEntry_MESH_INTERNAL, Resolution: networking.ServiceEntry_STATIC,
 		WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "vm"}}})
 	f.workloadEntry("amb", "vm1", &networking.WorkloadEntry{Address: "10.2.0.1", Labels: map[string]string{"app": "vm"},
@@ -75,7 +76,8 @@ func scenario(t testing.TB) *fixture {
 			From: []*istiosec.Rule_From{{Source: &istiosec.Source{Principals: []string{"cluster.local/ns/plain/sa/*"}}}},
 			To:   []*istiosec.Rule_To{{Operation: &istiosec.Operation{Methods: []string{"DELETE"}, Ports: []string{"8080"}}}},
 		}}})
-	f.put(config.AuthorizationPolicy, "amb", "allow-ratings", nil, map[string]string{"istio.io/dry-run": "true"}, &istiosec.AuthorizationPolicy{
+	dryRun := map[string]string{"istio.io/dry-run": "true"}
+	f.put(config.AuthorizationPolicy, "amb", "allow-ratings", nil, dryRun, &istiosec.AuthorizationPolicy{
 		Selector: selector(map[string]string{"app": "ratings"}),
 		Rules: []*istiosec.Rule{{
 			From: []*istiosec.Rule_From{
@@ -91,7 +93,8 @@ func scenario(t testing.TB) *fixture {
 		}}})
 	f.put(config.AuthorizationPolicy, "amb", "allow-l7", nil, nil, &istiosec.AuthorizationPolicy{
 		Selector: selector(map[string]string{"app": "ratings"}),
-		Rules:    []*istiosec.Rule{{To: []*istiosec.Rule_To{{Operation: &istiosec.Operation{Methods: []string{"GET"}, Paths: []string{"/health"}}}}}}})
+		Rules: []*istiosec.Rule{{To: []*istiosec.Rule_To{
+			{Operation: &istiosec.Operation{Methods: []string{"GET"}, Paths: []string{"/health"}}}}}}})
 	f.put(config.AuthorizationPolicy, "amb", "ns-deny", nil, nil, &istiosec.AuthorizationPolicy{
 		Action: istiosec.AuthorizationPolicy_DENY,
 		Rules: []*istiosec.Rule{{
@@ -185,7 +188,8 @@ func expectedAddresses() map[string]*workload.Address {
 	l.AuthorizationPolicies = ratingsPolicies
 
 	c := base(client, "client", "amb", "default")
-	c.Addresses, c.TunnelProtocol, c.WorkloadName, c.CanonicalName = [][]byte{ip("10.1.0.8")}, workload.TunnelProtocol_HBONE, "client", "client"
+	c.Addresses, c.TunnelProtocol, c.WorkloadName, c.CanonicalName = [][]byte{ip("10.1.0.8")},
+		workload.TunnelProtocol_HBONE, "client", "client"
 	c.Waypoint = waypointAddr("amb", "client-wp")
 
 	w0 := base(web0, "web-0", "plain", "web")
@@ -479,14 +483,17 @@ func TestAuthorization(t *testing.T) {
 				clause(&authz.Match{DestinationPorts: []uint32{8080}}),
 				clause(&authz.Match{Principals: []*authz.StringMatch{{MatchType: &authz.StringMatch_Prefix{Prefix: "cluster.local/ns/plain/sa/"}}}}),
 			}}}},
-		"amb/allow-ratings": {Name: "allow-ratings", Namespace: "amb", Scope: authz.Scope_WORKLOAD_SELECTOR, Action: authz.Action_ALLOW, DryRun: true,
+		"amb/allow-ratings": {Name: "allow-ratings", Namespace: "amb", Scope: authz.Scope_WORKLOAD_SELECTOR,
+			Action: authz.Action_ALLOW, DryRun: true,
 			Rules: []*authz.Rule{{Clauses: []*authz.Clause{
 				clause(&authz.Match{DestinationPorts: []uint32{9080}, NotDestinationPorts: []uint32{15000}}),
 				clause(
 					&authz.Match{Principals: []*authz.StringMatch{exact("cluster.local/ns/amb/sa/client")},
 						Namespaces: []*authz.StringMatch{exact("amb"), {MatchType: &authz.StringMatch_Suffix{Suffix: "-prod"}}}},
-					&authz.Match{SourceIps: []*authz.Address{cidr("10.0.0.0/8"), cidr("192.168.1.1/32")}, NotSourceIps: []*authz.Address{cidr("10.9.0.0/16")}},
-					&authz.Match{ServiceAccounts: []*authz.ServiceAccountMatch{{Namespace: "amb", ServiceAccount: "client"}, {Namespace: "plain", ServiceAccount: "web"}}},
+					&authz.Match{SourceIps: []*authz.Address{cidr("10.0.0.0/8"), cidr("192.168.1.1/32")},
+						NotSourceIps: []*authz.Address{cidr("10.9.0.0/16")}},
+					&authz.Match{ServiceAccounts: []*authz.ServiceAccountMatch{{Namespace: "amb", ServiceAccount: "client"},
+						{Namespace: "plain", ServiceAccount: "web"}}},
 				),
 				clause(&authz.Match{SourceIps: []*authz.Address{cidr("10.1.0.0/16")}}),
 				clause(&authz.Match{NotDestinationPorts: []uint32{9999}}),
