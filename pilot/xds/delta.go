@@ -54,9 +54,8 @@ func (c *Connection) handleDeltaRequest(req *discovery.DeltaDiscoveryRequest) er
 
 // deltaWatch returns the type's watch, started by this request (first) or acknowledged by it.
 func (c *Connection) deltaWatch(req *discovery.DeltaDiscoveryRequest, typeURL string, sub, unsub []string) (w *watch, first bool) {
-	w := c.watched[typeURL]
-	first := w == nil
-	if first {
+	w = c.watched[typeURL]
+	if first = w == nil; first {
 		// What the client already has (after a reconnect): unchanged resources are not sent again. "*" names
 		// no resource (it is the wildcard): kept, it came back as a removed resource named "*".
 		initial := maps.Clone(req.GetInitialResourceVersions())
@@ -72,16 +71,13 @@ func (c *Connection) deltaWatch(req *discovery.DeltaDiscoveryRequest, typeURL st
 		}
 		c.forgetOwed(w)
 		c.watch(w)
-	} else {
-		if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.NonceSent {
-			if req.GetErrorDetail() != nil {
-				c.nack(w, nonce, req.GetErrorDetail().GetMessage())
-			} else {
-				c.ack(w, w.VersionSent, nonce)
-			}
+	} else if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.NonceSent {
+		if req.GetErrorDetail() != nil {
+			c.nack(w, nonce, req.GetErrorDetail().GetMessage())
+		} else {
+			c.ack(w, w.VersionSent, nonce)
 		}
 	}
-
 	return w, first
 }
 
