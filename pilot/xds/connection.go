@@ -115,11 +115,7 @@ func (c *Connection) kill(reason string) {
 // waits for the in-flight budget, because the ACKs behind it are what free the budget. Pushes are handled
 // by the push workers. One at a time: whoever handles holds the connection's turn. The handler's own
 // goroutine only waits for the stream to end.
-func serve[Req interface {
-	GetNode() *core.Node
-	GetTypeUrl() string
-	GetResponseNonce() string
-}](s *Server, stream grpc.ServerStream, delta bool,
+func serve[Req request](s *Server, ss grpc.ServerStream, delta bool,
 	recv func() (Req, error), handle func(c *Connection, req Req, noSend bool) (needsSend bool, err error),
 	push func(*Connection, *model.PushRequest) error,
 ) (err error) {
@@ -127,95 +123,152 @@ func serve[Req interface {
 		return status.Error(codes.Unavailable, "server is shutting down")
 	}
 	defer s.streams.Done()
-	ctx, cancel := context.WithCancel(stream.Context())
+	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.base, cancel)
 	defer stop()
 	if err := s.admit(ctx); err != nil {
 		return err
 	}
-
 	fl := newFlight(s.inflight, 2*s.opts.SendTimeout, s.opts.MaxBytesInFlightPerProxy)
 	defer fl.close()
 	// Requests are read on their own goroutine: a stream.Recv cannot be interrupted, and shutdown must not
 	// wait for a client that never sends.
-	reqs := make(chan Req) // requests that may need a response, for the goroutine that handles them
-	var handing atomic.Int32
-	recvErr := make(chan error, 1)
-	var c *Connection
-	connected := make(chan struct{})
-	go func() {
-		first, err := recv()
+	run := &streamRun[Req]{s: s, ctx: ctx, recv: recv, handle: handle, fl: fl, reqs: make(chan Req), recvErr: make(chan error, 1),
+		connected: make(chan struct{})}
+	go run.read()
+	first, err := run.first()
+	if err != nil || run.ended {
+		return err
+	}
+	proxy, err := run.proxy(first, delta)
+	if err != nil {
+		return err
+	}
+	c := s.newConnection(ctx, proxy, delta, ss)
+	c.flight, c.pushFn = fl, push
+	c.turn.Lock() // pushes wait until the first request is handled
+	s.add(c)
+	defer func() { s.remove(c, err) }()
+	defer c.end()
+	run.c = c
+	close(run.connected)
+	go run.handleRequests(first)
+	return run.wait()
+}
+
+// request is what serve reads of a request of either protocol.
+type request interface {
+	GetNode() *core.Node
+	GetTypeUrl() string
+	GetResponseNonce() string
+}
+
+// streamRun is one stream's state shared by the goroutines serve starts.
+type streamRun[Req request] struct {
+	s      *Server
+	ctx    context.Context
+	recv   func() (Req, error)
+	handle func(c *Connection, req Req, noSend bool) (needsSend bool, err error)
+	fl     *flight
+	// reqs carries requests that may need a response to the goroutine that handles them; handing counts
+	// those not yet handled.
+	reqs    chan Req
+	handing atomic.Int32
+	recvErr chan error
+	// c is set, and connected closed, once the first request made the connection.
+	c         *Connection
+	connected chan struct{}
+	// ended: the stream ended cleanly before its first request.
+	ended bool
+}
+
+// read reads the stream's requests until it ends.
+func (r *streamRun[Req]) read() {
+	first, err := r.recv()
+	if err != nil {
+		r.recvErr <- r.s.recvError(r.ctx, nil, err)
+		return
+	}
+	select {
+	case r.reqs <- first:
+	case <-r.ctx.Done():
+		return
+	}
+	select {
+	case <-r.connected:
+	case <-r.ctx.Done():
+		return
+	}
+	c := r.c
+	for {
+		req, err := r.recv()
 		if err != nil {
-			recvErr <- s.recvError(ctx, nil, err)
+			r.recvErr <- r.s.recvError(r.ctx, c, err)
 			return
 		}
-		select {
-		case reqs <- first:
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-connected:
-		case <-ctx.Done():
-			return
-		}
-		for {
-			req, err := recv()
+		// An ACK or NACK frees its response's budget at once, even while a push holds the turn.
+		r.fl.answered(req.GetTypeUrl(), req.GetResponseNonce())
+		// Handled here unless a request before it is still with the handler's goroutine (order
+		// matters) or it needs a response. Saves two goroutine wake-ups per ACK.
+		needsSend := true
+		if r.handing.Load() == 0 {
+			c.turn.Lock()
+			if !c.ended.Load() {
+				needsSend, err = r.handle(c, req, true)
+			}
+			c.turn.Unlock()
 			if err != nil {
-				recvErr <- s.recvError(ctx, c, err)
-				return
-			}
-			// An ACK or NACK frees its response's budget at once, even while a push holds the turn.
-			fl.answered(req.GetTypeUrl(), req.GetResponseNonce())
-			// Handled here unless a request before it is still with the handler's goroutine (order
-			// matters) or it needs a response. Saves two goroutine wake-ups per ACK.
-			needsSend := true
-			if handing.Load() == 0 {
-				c.turn.Lock()
-				if !c.ended.Load() {
-					needsSend, err = handle(c, req, true)
-				}
-				c.turn.Unlock()
-				if err != nil {
-					c.fail(err)
-					return
-				}
-			}
-			if !needsSend {
-				continue
-			}
-			handing.Add(1)
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
+				c.fail(err)
 				return
 			}
 		}
-	}()
+		if !needsSend {
+			continue
+		}
+		r.handing.Add(1)
+		select {
+		case r.reqs <- req:
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+// first waits for the stream's first request; ended is set when the stream closed cleanly before it.
+func (r *streamRun[Req]) first() (Req, error) {
 	var first Req
 	select {
-	case first = <-reqs:
-	case err := <-recvErr:
+	case first = <-r.reqs:
+		return first, nil
+	case err := <-r.recvErr:
 		if errors.Is(err, io.EOF) {
-			return nil // closed before asking for anything: a clean end, not an Unknown "EOF"
+			r.ended = true
+			return first, nil // closed before asking for anything: a clean end, not an Unknown "EOF"
 		}
-		return err
-	case <-ctx.Done():
-		return s.doneErr(ctx)
+		return first, err
+	case <-r.ctx.Done():
+		return first, r.s.doneErr(r.ctx)
 	}
+}
+
+// proxy reads the proxy from the first request and checks it against the stream's verified identity;
+// a refusal ends the stream.
+func (r *streamRun[Req]) proxy(first Req, delta bool) (*model.Proxy, error) {
+	s, ctx := r.s, r.ctx
+	drain := func() error { _, err := r.recv(); return err }
 	proxy, err := model.ParseProxy(first.GetNode())
 	if err != nil {
 		s.refused.Add(1)
 		s.connLog.Warn("rejected stream: bad node", "error", err)
-		return s.refuse(ctx, true, func() error { _, err := recv(); return err }, status.Error(codes.InvalidArgument, err.Error()))
+		return nil, s.refuse(ctx, true, drain, status.Error(codes.InvalidArgument, err.Error()))
 	}
 	if caller := authn.FromContext(ctx); caller != nil {
 		id, err := s.checkIdentity(caller, proxy)
 		if err != nil {
 			s.refused.Add(1)
 			s.connLog.Warn("rejected stream: identity check", "error", err)
-			return s.refuse(ctx, true, func() error { _, err := recv(); return err }, status.Error(codes.PermissionDenied, err.Error()))
+			return nil, s.refuse(ctx, true, drain, status.Error(codes.PermissionDenied, err.Error()))
 		}
 		proxy.Identity = &id
 	}
@@ -223,47 +276,49 @@ func serve[Req interface {
 	for _, note := range proxy.MetadataNotes {
 		s.log.Warn("node metadata not honoured as sent", "proxy", loglimit.Text(proxy.NodeID), "note", note)
 	}
-	c = s.newConnection(ctx, proxy, delta, stream)
-	c.flight, c.pushFn = fl, push
-	c.turn.Lock() // pushes wait until the first request is handled
-	s.add(c)
-	defer func() { s.remove(c, err) }()
-	defer c.end()
-	close(connected)
-	// Requests are handled, and their responses sent, on a goroutine of their own: a send to a proxy that
-	// stops reading blocks until the stream ends, and the stream ends only when this handler returns, which
-	// it does at once when the connection is killed. Blocked here, the connection stayed in the table until
-	// the transport gave up on the proxy.
-	go func() {
-		_, err := handle(c, first, false) // the turn was taken above
-		c.turn.Unlock()
-		for err == nil {
-			select {
-			case req := <-reqs:
-				c.turn.Lock()
-				if !c.ended.Load() {
-					_, err = handle(c, req, false)
-				}
-				c.turn.Unlock()
-				handing.Add(-1)
-			case <-ctx.Done():
-				return
+	return proxy, nil
+}
+
+// handleRequests handles the first request, then those the reader hands over, each under the turn (taken
+// for the first by serve). Requests are handled, and their responses sent, on a goroutine of their own: a
+// send to a proxy that stops reading blocks until the stream ends, and the stream ends only when serve
+// returns, which it does at once when the connection is killed. Blocked there, the connection stayed in
+// the table until the transport gave up on the proxy.
+func (r *streamRun[Req]) handleRequests(first Req) {
+	c := r.c
+	_, err := r.handle(c, first, false)
+	c.turn.Unlock()
+	for err == nil {
+		select {
+		case req := <-r.reqs:
+			c.turn.Lock()
+			if !c.ended.Load() {
+				_, err = r.handle(c, req, false)
 			}
+			c.turn.Unlock()
+			r.handing.Add(-1)
+		case <-r.ctx.Done():
+			return
 		}
-		c.fail(err)
-	}()
+	}
+	c.fail(err)
+}
+
+// wait returns how the stream ends: the client's, the connection's failure or kill, or the server's.
+func (r *streamRun[Req]) wait() error {
+	c := r.c
 	select {
-	case err = <-recvErr:
+	case err := <-r.recvErr:
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		return err
-	case err = <-c.failed:
+	case err := <-c.failed:
 		return err
 	case <-c.killed:
 		return status.Error(codes.DeadlineExceeded, c.killMsg)
-	case <-ctx.Done():
-		return s.doneErr(ctx)
+	case <-r.ctx.Done():
+		return r.s.doneErr(r.ctx)
 	}
 }
 
