@@ -81,38 +81,8 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	}
 	ps.namespaces = nsb.Map()
 
-	// Workloads, grouped by namespace and label for selector matching below.
-	byUID := cowmap.New[*Workload]().Edit()
-	byAddr := cowmap.New[[]string]().Edit()
-	wlByLabel := map[string]map[labelPair][]*Workload{} // namespace → label → workloads
-	wlByNS := map[string][]*Workload{}
-	objects := append(reader.ListUnsorted(config.Pod), reader.ListUnsorted(config.WorkloadEntry)...)
-	converted := make([]*Workload, len(objects))
-	parallel(len(objects), func() func(int) {
-		r := newResolver(reader, m) // per worker: its node cache is not shared
-		return func(i int) { converted[i] = workloadFromConfig(objects[i], r) }
-	})
-	for _, w := range converted {
-		if w == nil {
-			continue
-		}
-		byUID.Set(w.UID, w)
-		for _, a := range w.Addresses {
-			list, _ := byAddr.Get(addressKey(w.Network, a))
-			byAddr.Set(addressKey(w.Network, a), insertSorted(list, w.UID))
-		}
-		wlByNS[w.Namespace] = append(wlByNS[w.Namespace], w)
-		idx := wlByLabel[w.Namespace]
-		if idx == nil {
-			idx = map[labelPair][]*Workload{}
-			wlByLabel[w.Namespace] = idx
-		}
-		for k, v := range w.Labels {
-			idx[labelPair{k, v}] = append(idx[labelPair{k, v}], w)
-		}
-	}
-
-	workloads := byUID.Map()
+	wl := buildWorkloads(reader, m)
+	workloads := wl.byUID.Map()
 	workloadOf := func(k config.Key) *Workload { w, _ := workloads.Get(WorkloadUID(m.ClusterID, k)); return w }
 	services := cowmap.New[[]*Service]().Edit()
 	bySource := cowmap.New[[]*Service]().Edit()
@@ -148,7 +118,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		wr.workload = workloadOf
 		return func(i int) {
 			s := all[i]
-			computed[i] = perService{computeEndpoints(s, wr), selectWorkloads(s, wlByNS[s.Namespace], wlByLabel[s.Namespace])}
+			computed[i] = perService{computeEndpoints(s, wr), selectWorkloads(s, wl.byNS[s.Namespace], wl.byLabel[s.Namespace])}
 		}
 	})
 	for i, s := range all {
@@ -177,12 +147,53 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 		refs.Set(pod, slices.Compact(keys))
 	}
 	ps.podRefs = refs.Map()
-	ps.workloads = &workloadIndex{byUID: workloads, byAddress: byAddr.Map(), byService: byService.Map()}
+	ps.workloads = &workloadIndex{byUID: workloads, byAddress: wl.byAddr.Map(), byService: byService.Map()}
 	ps.BuiltAt = time.Now()
 	ps.BuildDuration = time.Since(start)
 	ps.Rebuilt = []string{IndexServices, IndexEndpoints, IndexWorkloads, IndexNamespaces, IndexDestinationRules,
 		IndexVirtualServices, IndexGateways, IndexSidecars, IndexAuthorization, IndexPeerAuthn, IndexRequestAuthn}
 	return ps
+}
+
+// builtWorkloads are a first snapshot's workloads by UID and address, and grouped by namespace and label
+// for selector matching.
+type builtWorkloads struct {
+	byUID   *cowmap.Builder[*Workload]
+	byAddr  *cowmap.Builder[[]string]
+	byLabel map[string]map[labelPair][]*Workload // namespace → label → workloads
+	byNS    map[string][]*Workload
+}
+
+// buildWorkloads converts every Pod and WorkloadEntry the reader holds.
+func buildWorkloads(reader ConfigReader, m *mesh.Config) builtWorkloads {
+	wl := builtWorkloads{byUID: cowmap.New[*Workload]().Edit(), byAddr: cowmap.New[[]string]().Edit(),
+		byLabel: map[string]map[labelPair][]*Workload{}, byNS: map[string][]*Workload{}}
+	objects := append(reader.ListUnsorted(config.Pod), reader.ListUnsorted(config.WorkloadEntry)...)
+	converted := make([]*Workload, len(objects))
+	parallel(len(objects), func() func(int) {
+		r := newResolver(reader, m) // per worker: its node cache is not shared
+		return func(i int) { converted[i] = workloadFromConfig(objects[i], r) }
+	})
+	for _, w := range converted {
+		if w == nil {
+			continue
+		}
+		wl.byUID.Set(w.UID, w)
+		for _, a := range w.Addresses {
+			list, _ := wl.byAddr.Get(addressKey(w.Network, a))
+			wl.byAddr.Set(addressKey(w.Network, a), insertSorted(list, w.UID))
+		}
+		wl.byNS[w.Namespace] = append(wl.byNS[w.Namespace], w)
+		idx := wl.byLabel[w.Namespace]
+		if idx == nil {
+			idx = map[labelPair][]*Workload{}
+			wl.byLabel[w.Namespace] = idx
+		}
+		for k, v := range w.Labels {
+			idx[labelPair{k, v}] = append(idx[labelPair{k, v}], w)
+		}
+	}
+	return wl
 }
 
 // parallel runs work(i) for i in [0, n) on one worker per CPU. newWorker makes each worker's function, so
