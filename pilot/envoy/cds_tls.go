@@ -79,10 +79,11 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 			if tls.Mode == networking.ClientTLSSettings_MUTUAL {
 				common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{credentialSecret(tls.CredentialName, false)}
 			}
-			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)},
-				ValidationContextSdsSecretConfig: credentialSecret(tls.CredentialName, true),
-			}}
+			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)},
+					ValidationContextSdsSecretConfig: credentialSecret(tls.CredentialName, true),
+				}}
 		default:
 			if tls.Mode == networking.ClientTLSSettings_MUTUAL {
 				common.TlsCertificates = []*tlsv3.TlsCertificate{{
@@ -103,10 +104,11 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 			default:
 				// No CA given: the system roots, which Istio's agent serves as file-root:system, as istiod
 				// does. Without them the server's certificate would not be checked at all.
-				common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-					DefaultValidationContext:         vc,
-					ValidationContextSdsSecretConfig: sdsSecret("file-root:system"),
-				}}
+				common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+						DefaultValidationContext:         vc,
+						ValidationContextSdsSecretConfig: sdsSecret("file-root:system"),
+					}}
 			}
 		}
 		if h2 {
@@ -150,8 +152,9 @@ func setUpstreamHTTPOptions(c *cluster.Cluster, edit func(*core.UpstreamHttpProt
 		}
 	}
 	if opts.UpstreamProtocolOptions == nil {
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &core.Http1ProtocolOptions{}}}}
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &core.Http1ProtocolOptions{}}}}
 	}
 	if opts.UpstreamHttpProtocolOptions == nil {
 		opts.UpstreamHttpProtocolOptions = &core.UpstreamHttpProtocolOptions{}
@@ -201,10 +204,11 @@ func istioMutualTLS(clusterName, sni string, sans []string, h2 bool) *tlsv3.Upst
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  alpn,
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
-			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)},
-				ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
-			}},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
+				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchSubjectAltNames: sanMatchers(sans)},
+					ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
+				}},
 		},
 	}
 }

@@ -29,7 +29,8 @@ func applyProxyProtocol(c *cluster.Cluster, pp *networking.TrafficPolicy_ProxyPr
 			Config:          &core.ProxyProtocolConfig{Version: proxyProtocolVersion(pp.Version)},
 			TransportSocket: inner,
 		})
-		return &core.TransportSocket{Name: "envoy.transport_sockets.upstream_proxy_protocol", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
+		return &core.TransportSocket{Name: "envoy.transport_sockets.upstream_proxy_protocol",
+			ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
 	}
 	if c.TransportSocket == nil && len(c.TransportSocketMatches) == 0 {
 		c.TransportSocket = wrap(rawBufferSocket())
@@ -110,7 +111,8 @@ func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, 
 		if mg := ch.GetMaglev(); mg != nil {
 			c.LbPolicy = cluster.Cluster_MAGLEV
 			if mg.TableSize != 0 {
-				c.LbConfig = &cluster.Cluster_MaglevLbConfig_{MaglevLbConfig: &cluster.Cluster_MaglevLbConfig{TableSize: wrapperspb.UInt64(mg.TableSize)}}
+				c.LbConfig = &cluster.Cluster_MaglevLbConfig_{
+					MaglevLbConfig: &cluster.Cluster_MaglevLbConfig{TableSize: wrapperspb.UInt64(mg.TableSize)}}
 			}
 		} else {
 			c.LbPolicy = cluster.Cluster_RING_HASH
@@ -119,7 +121,8 @@ func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, 
 				size = ch.GetMinimumRingSize()
 			}
 			if size > 0 {
-				c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: &cluster.Cluster_RingHashLbConfig{MinimumRingSize: wrapperspb.UInt64(size)}}
+				c.LbConfig = &cluster.Cluster_RingHashLbConfig_{
+					RingHashLbConfig: &cluster.Cluster_RingHashLbConfig{MinimumRingSize: wrapperspb.UInt64(size)}}
 			}
 		}
 	}
@@ -199,13 +202,15 @@ func applyHTTPProtocol(c *cluster.Cluster, cp *networking.ConnectionPoolSettings
 	var h2opts *core.Http2ProtocolOptions
 	explicitH2 := func() {
 		h2opts = &core.Http2ProtocolOptions{}
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2opts}}}
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2opts}}}
 	}
 	downstream := func() {
 		h2opts = nil
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
-			HttpProtocolOptions: &core.Http1ProtocolOptions{}, Http2ProtocolOptions: &core.Http2ProtocolOptions{}}}
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{
+			UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions: &core.Http1ProtocolOptions{}, Http2ProtocolOptions: &core.Http2ProtocolOptions{}}}
 	}
 	switch {
 	case port.Protocol == model.ProtocolHTTP2 || port.Protocol == model.ProtocolGRPC:
@@ -239,7 +244,8 @@ func applyHTTPProtocol(c *cluster.Cluster, cp *networking.ConnectionPoolSettings
 		}
 	}
 	keepalive := h.GetHttp2KeepAlive()
-	if common.IdleTimeout != nil || common.MaxRequestsPerConnection != nil || common.MaxConnectionDuration != nil || h.GetMaxConcurrentStreams() > 0 || keepalive != nil {
+	if common.IdleTimeout != nil || common.MaxRequestsPerConnection != nil || common.MaxConnectionDuration != nil ||
+		h.GetMaxConcurrentStreams() > 0 || keepalive != nil {
 		if opts == nil {
 			opts = &httpv3.HttpProtocolOptions{}
 		}
@@ -262,8 +268,9 @@ func applyHTTPProtocol(c *cluster.Cluster, cp *networking.ConnectionPoolSettings
 	}
 	if opts.UpstreamProtocolOptions == nil {
 		// Envoy requires an upstream protocol once the options are present: HTTP/1.1, as without them.
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &core.Http1ProtocolOptions{}}}}
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &core.Http1ProtocolOptions{}}}}
 	}
 	a, _ := anypb.New(opts)
 	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}

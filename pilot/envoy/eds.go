@@ -34,7 +34,8 @@ type edsKey struct {
 }
 
 // Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.
-func (e endpointGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (e endpointGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	return e.assignments(proxy, push, w.ResourceNames.Sorted())
 }
 
@@ -119,7 +120,8 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 
 // GenerateDeltas answers an endpoint-only push with the assignments of the changed services alone; a full
 // push gets the full state. This keeps an endpoint change proportional to the clusters it touches.
-func (e endpointGenerator) GenerateDeltas(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, []string, bool, error) {
+func (e endpointGenerator) GenerateDeltas(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	req *model.PushRequest) (model.Resources, []string, bool, error) {
 	if req == nil || req.Full {
 		services, ok := endpointServicesOfConfigs(req, push)
 		if !ok {
@@ -171,7 +173,8 @@ func watchesChangedClusters(proxy *model.Proxy, w *model.WatchedResource, push *
 // unknown) does it scan the watch. A candidate is built in a buffer on the stack and looked up without
 // becoming a string: each proxy is asked two or three times per push, and under endpoint churn the names
 // were an eighth of the server's allocations.
-func watchedClusters(proxy *model.Proxy, w *model.WatchedResource, push *model.PushContext, req *model.PushRequest, firstOnly bool) ([]string, bool) {
+func watchedClusters(proxy *model.Proxy, w *model.WatchedResource, push *model.PushContext, req *model.PushRequest,
+	firstOnly bool) ([]string, bool) {
 	var out []string
 	var scanHosts map[string]struct{}
 	var buf [256]byte
@@ -294,7 +297,8 @@ func (e endpointGenerator) NeedsPush(proxy *model.Proxy, w *model.WatchedResourc
 
 // loadAssignment groups endpoints by locality, sorted, each group weighted by the sum of its endpoints'
 // weights. Every group has a locality and a weight: gRPC clients reject or ignore groups without them.
-func loadAssignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor, mtls serverMTLS) *endpoint.ClusterLoadAssignment {
+func loadAssignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor,
+	mtls serverMTLS) *endpoint.ClusterLoadAssignment {
 	groups := map[string]*endpoint.LocalityLbEndpoints{}
 	for _, ep := range eps {
 		if !selectorMatch(subsetLabels, ep.Labels) {

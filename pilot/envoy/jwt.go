@@ -53,7 +53,11 @@ var jwtDefaultSpaceDelimitedClaims = []string{"permission", "scope"}
 
 // jwtUnmatchableJWKS holds a public key whose private key was discarded when it was made: no token
 // verifies against it. A provider whose keys cannot be had uses it, so its tokens are rejected.
-const jwtUnmatchableJWKS = `{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"sextant-no-key-set","e":"AQAB","n":"zHwSpYYsrn0DYO9rIRAYUN59BhccFVwkVuerVymGL_jYaF4HZURe4VNJku6xoLPHXZBH1ZGx7A4rrlKWkZEb6A4ByaHuj5NnbaNTC-m9i0T1p_wtZa1YfU3KjXPsrPHTXoiO-t_hH3m--0mU4b9YGqFG9kU8NqMDJm9RnDTqh9hiCckBz8sv2GHPLzLmqYnQQVvcrJD7KAktrN2RCw2F6Y9HbTNcpO2Mva0QsiYcgl_w5MzcWBRFze_qpi6kgGnRy-_fu4t0GBefC-ZLwXTgEWATC8jlUn2jNVuEwfRVOCMv5fSf1Yswss3SdXuAjDWFWN1zjRokU0jo-eY83L9Hlw"}]}`
+const jwtUnmatchableJWKS = `{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"sextant-no-key-set","e":"AQAB",` +
+	`"n":"zHwSpYYsrn0DYO9rIRAYUN59BhccFVwkVuerVymGL_jYaF4HZURe4VNJku6xoLPHXZBH1ZGx7A4rrlKWkZEb6A4ByaHuj5NnbaNT` +
+	`C-m9i0T1p_wtZa1YfU3KjXPsrPHTXoiO-t_hH3m--0mU4b9YGqFG9kU8NqMDJm9RnDTqh9hiCckBz8sv2GHPLzLmqYnQQVvcrJD7KAktrN2RCw` +
+	`2F6Y9HbTNcpO2Mva0QsiYcgl_w5MzcWBRFze_qpi6kgGnRy-_fu4t0GBefC-ZLwXTgEWATC8jlUn2jNVuEwfRVOCMv5fSf1Yswss3SdXuAjDWF` +
+	`WN1zjRokU0jo-eY83L9Hlw"}]}`
 
 // jwtAuthn is what a proxy's JWT filter is built from: its rules with their key sets resolved against the
 // snapshot. Resolving is cheap; the filter is built only when the listener is (not found in the cache).

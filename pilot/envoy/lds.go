@@ -208,7 +208,8 @@ type listenerGenerator struct{ g *Generators }
 var _ model.PushFilter = listenerGenerator{}
 
 // Generate returns the proxy's listeners: all of them for a wildcard subscription, else those named.
-func (l listenerGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (l listenerGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	var (
 		out model.Resources
 		err error
@@ -359,7 +360,8 @@ func ldsHTTPFilter(name string, m proto.Message) *hcm.HttpFilter {
 // ldsEnvoyHTTPFilters is the tail of every Envoy connection manager, as istiod's: fault and CORS (both
 // configured per route by RDS, and inert on routes that do not), then the router.
 func ldsEnvoyHTTPFilters() []*hcm.HttpFilter {
-	return []*hcm.HttpFilter{ldsHTTPFilter(ldsFaultFilter, &fault.HTTPFault{}), ldsHTTPFilter(CORSFilterName, &corsv3.Cors{}), ldsRouterFilter()}
+	return []*hcm.HttpFilter{ldsHTTPFilter(ldsFaultFilter, &fault.HTTPFault{}),
+		ldsHTTPFilter(CORSFilterName, &corsv3.Cors{}), ldsRouterFilter()}
 }
 
 func ldsRouterFilter() *hcm.HttpFilter { return ldsHTTPFilter(ldsRouterFilterName, &router.Router{}) }

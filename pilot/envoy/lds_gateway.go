@@ -158,7 +158,8 @@ func (l listenerGenerator) gatewayListeners(proxy *model.Proxy, push *model.Push
 				"proxy", proxy.ID, "port", a.port)
 			continue
 		}
-		key := gatewayListenerKey{version: push.Version, gateways: set, ports: ports.describe(), addr: a, policies: policyKey, namespace: proxy.Namespace}
+		key := gatewayListenerKey{version: push.Version, gateways: set, ports: ports.describe(), addr: a, policies: policyKey,
+			namespace: proxy.Namespace}
 		if hasAutoPassthroughServer(byAddr[a]) {
 			if auto == nil {
 				auto = &autoPassthrough{scope: l.g.scopeFor(proxy, push), labels: proxy.Labels}
@@ -383,7 +384,8 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 func gatewayInspectors(chains []*listener.FilterChain) []*listener.ListenerFilter {
 	for _, fc := range chains {
 		m := fc.GetFilterChainMatch()
-		if len(m.GetServerNames()) > 0 || len(m.GetApplicationProtocols()) > 0 || (m.GetTransportProtocol() != "" && m.GetTransportProtocol() != "raw_buffer") {
+		if len(m.GetServerNames()) > 0 || len(m.GetApplicationProtocols()) > 0 ||
+			(m.GetTransportProtocol() != "" && m.GetTransportProtocol() != "raw_buffer") {
 			return []*listener.ListenerFilter{ldsListenerFilter(ldsTLSInspectorFilter, &tlsinspector.TlsInspector{})}
 		}
 	}
@@ -415,7 +417,8 @@ func hasAutoPassthroughServer(servers []gatewayServer) bool {
 // subsets, a chain matching the server name outbound_.PORT_.SUBSET_.HOST and Istio's ALPN that forwards
 // the TLS bytes to the SNI-DNAT cluster of that name. Like istiod's, these chains carry no authorization
 // filters: the connection is the client's mTLS to the destination, whose sidecar enforces its policies.
-func (a *autoPassthrough) chains(push *model.PushContext, s *networking.Server, claim func([]string) ([]string, bool)) []*listener.FilterChain {
+func (a *autoPassthrough) chains(push *model.PushContext, s *networking.Server,
+	claim func([]string) ([]string, bool)) []*listener.FilterChain {
 	var hosts []string
 	for _, h := range s.Hosts {
 		if _, after, ok := strings.Cut(h, "/"); ok {

@@ -127,7 +127,8 @@ func grpcServerMTLS(mode model.MTLSMode, labels map[string]string) model.MTLSMod
 }
 
 // buildGRPCServerListener builds the listener for a server on host:port, and notes on the policies.
-func buildGRPCServerListener(name, host string, port uint32, mode model.MTLSMode, policies model.AuthorizationPolicies, env authzEnv) (*listener.Listener, []string) {
+func buildGRPCServerListener(name, host string, port uint32, mode model.MTLSMode, policies model.AuthorizationPolicies,
+	env authzEnv) (*listener.Listener, []string) {
 	filters, notes := buildGRPCRBAC(policies, env)
 	filters = append(filters, ldsRouterFilter())
 	suffix := "plaintext"
@@ -244,8 +245,10 @@ func grpcUnverifiableTokens(b *rbacBuilder, j *jwtAuthn) *rbacpb.RBAC {
 			continue
 		}
 		name := fmt.Sprintf("ns[%s]-requestauthentication[%s]-rule[%d]", jr.source.Namespace, jr.source.Name, jr.index)
-		r.Policies[name] = &rbacpb.Policy{Permissions: []*rbacpb.Permission{rbacPermissionAny()}, Principals: []*rbacpb.Principal{rbacPrincipalOr(present)}}
-		b.notef("%sRequestAuthentication %s rule %d (issuer %q): a proxyless gRPC server cannot validate tokens; requests carrying one in %v are denied",
+		r.Policies[name] = &rbacpb.Policy{Permissions: []*rbacpb.Permission{rbacPermissionAny()},
+			Principals: []*rbacpb.Principal{rbacPrincipalOr(present)}}
+		b.notef("%sRequestAuthentication %s rule %d (issuer %q): a proxyless gRPC server cannot validate tokens; "+
+			"requests carrying one in %v are denied",
 			failClosedNote, jr.source.NamespacedName(), jr.index, jr.rule.GetIssuer(), headers)
 	}
 	if len(r.Policies) == 0 {
@@ -274,7 +277,8 @@ func grpcRBACRefusable(b *rbacBuilder, r *rbacpb.RBAC) *rbacpb.RBAC {
 			b.notef("%s (ALLOW) skipped, it allows nothing: gRPC cannot match header %q", name, header)
 			continue
 		}
-		r.Policies[name] = &rbacpb.Policy{Permissions: []*rbacpb.Permission{rbacPermissionAny()}, Principals: []*rbacpb.Principal{rbacPrincipalAny()}}
+		r.Policies[name] = &rbacpb.Policy{Permissions: []*rbacpb.Permission{rbacPermissionAny()},
+			Principals: []*rbacpb.Principal{rbacPrincipalAny()}}
 		b.notef("%s%s (%s): gRPC cannot match header %q; the rule denies every request", failClosedNote, name, r.Action, header)
 	}
 	return r

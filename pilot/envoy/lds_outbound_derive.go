@@ -111,7 +111,8 @@ func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*c
 // every service of the mesh for each namespace. ok is false when a full build is needed: when one of them
 // shares a VIP listener or an additional address with another service, when an HTTP port appears or goes
 // away (0.0.0.0_PORT does), or when a VirtualService's TCP or TLS routes depend on other services.
-func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope, family cluster.Cluster_DnsLookupFamily) (next *listenerList, ok bool, err error) {
+func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope,
+	family cluster.Cluster_DnsLookupFamily) (next *listenerList, ok bool, err error) {
 	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed {
 		return nil, false, nil
 	}
@@ -170,8 +171,9 @@ func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.Pus
 				return nil, false, nil
 			}
 			freshNames[name] = true
-			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port, chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
-				vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
+			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port,
+				chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
+					vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
 			r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, prev.mode)
 			if err != nil {
 				return nil, false, err

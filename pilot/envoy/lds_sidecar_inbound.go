@@ -70,7 +70,8 @@ func proxyWorkload(proxy *model.Proxy, push *model.PushContext) (*model.Workload
 }
 
 // ldsReservedPorts are the sidecar's own ports; traffic to them is never application traffic.
-var ldsReservedPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true, 15053: true, 15090: true}
+var ldsReservedPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true,
+	15053: true, 15090: true}
 
 // inboundPortsInputs is what a sidecar's inbound ports depend on besides the proxy itself (whose labels and
 // addresses are fixed): its namespace's services, a slice replaced whenever one of them changes, its
@@ -85,7 +86,8 @@ type inboundPortsInputs struct {
 // sidecarInboundPortsOf is sidecarInboundPorts for proxy, kept while its inputs stand: CDS and LDS ask on
 // every push, and a service added in another namespace changes nothing here. For an Envoy sidecar whose
 // Sidecar has ingress listeners, those listeners' ports replace the services' (sidecarIngressPorts).
-func (g *Generators) sidecarInboundPortsOf(proxy *model.Proxy, push *model.PushContext) (*model.Workload, map[string]string, []inboundPort) {
+func (g *Generators) sidecarInboundPortsOf(proxy *model.Proxy, push *model.PushContext) (*model.Workload,
+	map[string]string, []inboundPort) {
 	w, labels := proxyWorkload(proxy, push)
 	svcs := push.ServicesInNamespace(proxy.Namespace)
 	in := inboundPortsInputs{n: len(svcs), workload: w}
@@ -275,7 +277,8 @@ func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilt
 	case p.protocol != model.ProtocolUnset:
 		kind = inboundTCP
 	}
-	return inboundChains(chainName, wrapperspb.UInt32(p.port), inboundChainOptions(kind, in.mtls.ModeForPort(p.port)), in.env.trustDomain, filters)
+	return inboundChains(chainName, wrapperspb.UInt32(p.port), inboundChainOptions(kind, in.mtls.ModeForPort(p.port)),
+		in.env.trustDomain, filters)
 }
 
 // buildBoundInbound builds the listener bound to bind and the inbound port p, istiod's inboundCustomListener:
@@ -320,7 +323,8 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
 		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}})),
 	}
-	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode), in.env.trustDomain, passthrough)...)
+	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode),
+		in.env.trustDomain, passthrough)...)
 	// A port-level mTLS mode on a port no service declares governs that port's passthrough, as in istiod.
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
 		if declared[port] || ldsReservedPorts[port] {
@@ -430,7 +434,8 @@ func inboundChainOptions(kind inboundKind, mode model.MTLSMode) []inboundChainOp
 	case model.MTLSDisable:
 		return []inboundChainOption{{"_plaintext", raw, nil, false, false}}
 	}
-	return []inboundChainOption{{"_tls", tls, ldsInboundMTLSALPN, false, true}, {"_app_tls", tls, nil, false, false}, {"_plaintext", raw, nil, false, false}}
+	return []inboundChainOption{{"_tls", tls, ldsInboundMTLSALPN, false, true}, {"_app_tls", tls, nil, false, false},
+		{"_plaintext", raw, nil, false, false}}
 }
 
 // inboundFilters are a port's network filters: the connection manager's (with the HTTP RBAC) and tcp_proxy's
@@ -439,7 +444,8 @@ type inboundFilters struct{ http, tcp []*listener.Filter }
 
 // inboundChains builds the chains of opts for one port (nil: any port). Mesh mTLS accepts only client
 // certificates of trustDomain.
-func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChainOption, trustDomain string, filters inboundFilters) []*listener.FilterChain {
+func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChainOption, trustDomain string,
+	filters inboundFilters) []*listener.FilterChain {
 	out := make([]*listener.FilterChain, 0, len(opts))
 	for _, o := range opts {
 		fc := &listener.FilterChain{
@@ -494,7 +500,8 @@ func inboundInspectors(chains []*listener.FilterChain) []*listener.ListenerFilte
 		} else if len(on) == 0 {
 			return nil
 		} else {
-			f.FilterDisabled = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: ldsPortsMatch(on)}}
+			f.FilterDisabled = &listener.ListenerFilterChainMatchPredicate{
+				Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: ldsPortsMatch(on)}}
 		}
 		return f
 	}
@@ -513,8 +520,9 @@ func inboundInspectors(chains []*listener.FilterChain) []*listener.ListenerFilte
 func ldsPortsMatch(ports []uint32) *listener.ListenerFilterChainMatchPredicate {
 	var ranges []*listener.ListenerFilterChainMatchPredicate
 	for _, p := range ports {
-		ranges = append(ranges, &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_DestinationPortRange{
-			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}}}) // [start, end)
+		ranges = append(ranges, &listener.ListenerFilterChainMatchPredicate{
+			Rule: &listener.ListenerFilterChainMatchPredicate_DestinationPortRange{
+				DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}}}) // [start, end)
 	}
 	switch len(ranges) {
 	case 0:

@@ -197,7 +197,8 @@ func rangesContain(ranges []*core.CidrRange, ip string) bool {
 		return false
 	}
 	for _, r := range ranges {
-		if p, err := netip.ParsePrefix(r.AddressPrefix + "/" + strconv.FormatUint(uint64(r.PrefixLen.GetValue()), 10)); err == nil && p.Masked().Contains(a) {
+		if p, err := netip.ParsePrefix(r.AddressPrefix + "/" + strconv.FormatUint(uint64(r.PrefixLen.GetValue()), 10)); err == nil &&
+			p.Masked().Contains(a) {
 			return true
 		}
 	}
@@ -257,7 +258,8 @@ func gatewaySNIRoutes(push *model.PushContext, vs *model.VirtualService, proxyNS
 
 // l4Destinations turns route destinations into clusters. A destination without a port takes the only
 // port of its service, else port. Weights matter only with several destinations; zero weights are left out.
-func l4Destinations(push *model.PushContext, vs *model.VirtualService, proxyNS string, dests []*networking.RouteDestination, port uint32) []tcpDest {
+func l4Destinations(push *model.PushContext, vs *model.VirtualService, proxyNS string,
+	dests []*networking.RouteDestination, port uint32) []tcpDest {
 	var out []tcpDest
 	for _, d := range dests {
 		dst := d.GetDestination()

@@ -107,7 +107,8 @@ func buildTCPRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*listen
 		ext := proto.Clone(g.ext.tcp).(*extauthznet.ExtAuthz)
 		ext.FilterEnabledMetadata = extAuthzEnabled(tcpRBACFilter, g.provider)
 		out = append(out,
-			ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{ShadowRules: g.shadowRules(), StatPrefix: "tcp.", ShadowRulesStatPrefix: extAuthzShadowPrefix}),
+			ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{ShadowRules: g.shadowRules(), StatPrefix: "tcp.",
+				ShadowRulesStatPrefix: extAuthzShadowPrefix}),
 			ldsNetworkFilter(tcpExtAuthzFilter, ext))
 	}
 	for _, r := range b.local(policies) {
@@ -233,7 +234,8 @@ func (b *rbacBuilder) translateRule(r *security.Rule, action rbacpb.RBAC_Action)
 			{"remoteIpBlocks", s.GetRemoteIpBlocks(), s.GetNotRemoteIpBlocks(), rbacRemoteIP},
 			{"ipBlocks", s.GetIpBlocks(), s.GetNotIpBlocks(), rbacDirectRemoteIP},
 		}
-		p, err := translateAttributes(b, append(attrs, basePrincipal...), action, rbacPrincipalOr, rbacPrincipalNot, rbacPrincipalAnd, rbacPrincipalAny)
+		p, err := translateAttributes(b, append(attrs, basePrincipal...), action, rbacPrincipalOr, rbacPrincipalNot,
+			rbacPrincipalAnd, rbacPrincipalAny)
 		if err != nil {
 			return nil, err
 		}
@@ -251,7 +253,8 @@ func (b *rbacBuilder) translateRule(r *security.Rule, action rbacpb.RBAC_Action)
 			{"paths", o.GetPaths(), o.GetNotPaths(), b.path},
 			{"ports", o.GetPorts(), o.GetNotPorts(), rbacDestinationPort},
 		}
-		p, err := translateAttributes(b, append(attrs, basePermission...), action, rbacPermissionOr, rbacPermissionNot, rbacPermissionAnd, rbacPermissionAny)
+		p, err := translateAttributes(b, append(attrs, basePermission...), action, rbacPermissionOr, rbacPermissionNot,
+			rbacPermissionAnd, rbacPermissionAny)
 		if err != nil {
 			return nil, err
 		}

@@ -246,7 +246,8 @@ func extAuthzBody(b *mesh.RequestBody) *extauthzhttp.BufferSettings {
 	if b == nil {
 		return nil
 	}
-	return &extauthzhttp.BufferSettings{MaxRequestBytes: b.MaxRequestBytes, AllowPartialMessage: b.AllowPartialMessage, PackAsBytes: b.PackAsBytes}
+	return &extauthzhttp.BufferSettings{MaxRequestBytes: b.MaxRequestBytes, AllowPartialMessage: b.AllowPartialMessage,
+		PackAsBytes: b.PackAsBytes}
 }
 
 // extAuthzHeaders is istiod's header list: case-insensitive, a leading "*" a suffix, a trailing one a prefix.
@@ -274,7 +275,8 @@ func extAuthzHeaders(headers []string) *matcher.ListStringMatcher {
 func extAuthzEnabled(rbacFilter, provider string) *matcher.MetadataMatcher {
 	return &matcher.MetadataMatcher{
 		Filter: rbacFilter,
-		Path:   []*matcher.MetadataMatcher_PathSegment{{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: extAuthzShadowPrefix + extAuthzEffectiveID}}},
+		Path: []*matcher.MetadataMatcher_PathSegment{
+			{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: extAuthzShadowPrefix + extAuthzEffectiveID}}},
 		Value: &matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
 			MatchPattern: &matcher.StringMatcher_Prefix{Prefix: extAuthzMatchPrefix + "-" + provider}}}},
 	}

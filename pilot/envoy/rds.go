@@ -52,7 +52,8 @@ type routeGenerator struct{ g *Generators }
 // Generate returns the RouteConfigurations the proxy asks for that exist, sorted by name. A wildcard
 // subscription (Envoy and gRPC never make one for RDS) gets every route configuration: each HTTP port of a
 // sidecar, each server of a gateway, FQDN:PORT of each HTTP service port for gRPC.
-func (r routeGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (r routeGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	g := r.g
 	scope := g.scopeFor(proxy, push)
 	var gws []*config.Config
@@ -138,7 +139,8 @@ func (g *Generators) routeConfig(proxy *model.Proxy, push *model.PushContext, sc
 		}
 		return r, nil
 	}
-	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts, grpc: proxy.Type == model.GRPC, mode: mode}
+	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts,
+		grpc: proxy.Type == model.GRPC, mode: mode}
 	var rc *route.RouteConfiguration
 	switch proxy.Type {
 	case model.Router:

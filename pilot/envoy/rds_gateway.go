@@ -144,7 +144,8 @@ func (b *routeBuilder) gatewayRouteConfig(name string) *route.RouteConfiguration
 		}
 	}
 	if len(vhosts) == 0 {
-		vhosts = []*route.VirtualHost{{Name: hostPort("blackhole", servers[0].server.Port.Number), Domains: []string{"*"}, Routes: []*route.Route{}}}
+		vhosts = []*route.VirtualHost{{Name: hostPort("blackhole", servers[0].server.Port.Number), Domains: []string{"*"},
+			Routes: []*route.Route{}}}
 	}
 	return &route.RouteConfiguration{Name: name, VirtualHosts: vhosts, ValidateClusters: wrapperspb.Bool(false),
 		IgnorePortInHostMatching: true}

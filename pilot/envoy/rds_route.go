@@ -139,7 +139,8 @@ func isCatchAllRoute(r *route.Route) bool {
 
 // translateRoute builds the Envoy route for one match of an HTTP route; nil when it cannot be expressed
 // (an invalid regex, an unsupported redirect code), so Envoy is never sent something it rejects.
-func (b *routeBuilder) translateRoute(vs *model.VirtualService, in *networking.HTTPRoute, m *networking.HTTPMatchRequest, port uint32) *route.Route {
+func (b *routeBuilder) translateRoute(vs *model.VirtualService, in *networking.HTTPRoute, m *networking.HTTPMatchRequest,
+	port uint32) *route.Route {
 	match, ok := translateRouteMatch(m)
 	if !ok {
 		return nil
@@ -414,7 +415,8 @@ func modifiableHeader(k string, request bool) bool {
 	return !request || !strings.EqualFold(k, "host")
 }
 
-func appendHeader(list []*core.HeaderValueOption, k, v string, action core.HeaderValueOption_HeaderAppendAction, request bool) []*core.HeaderValueOption {
+func appendHeader(list []*core.HeaderValueOption, k, v string, action core.HeaderValueOption_HeaderAppendAction,
+	request bool) []*core.HeaderValueOption {
 	if !modifiableHeader(k, request) || strings.ContainsAny(v, "\x00\r\n") {
 		return list
 	}
@@ -452,7 +454,8 @@ func (b *routeBuilder) resolveDestination(vsNS string, d *networking.Destination
 
 // routeAction builds the forwarding action of an HTTP route. It may add the single destination's header
 // operations to out.
-func (b *routeBuilder) routeAction(vs *model.VirtualService, in *networking.HTTPRoute, port uint32, authority string, out *route.Route) *route.RouteAction {
+func (b *routeBuilder) routeAction(vs *model.VirtualService, in *networking.HTTPRoute, port uint32, authority string,
+	out *route.Route) *route.RouteAction {
 	action := &route.RouteAction{}
 	b.setTimeout(action, in.Timeout)
 	if rw := in.Rewrite; rw != nil {
@@ -558,9 +561,10 @@ func (b *routeBuilder) setTimeout(action *route.RouteAction, t *durationpb.Durat
 
 // retryPolicy is istiod's (retry.ConvertPolicy): when the route says nothing, the mesh config's
 // defaultHttpRetryPolicy, else istiod's default (two retries on connection failures, refused streams and
-// gRPC unavailable or cancelled, none on an HTTP status); none when attempts is 0. Retries go to another host (previous-hosts predicate, up to 5 picks) unless the route has a
-// single hashed destination or retryIgnorePreviousHosts says otherwise; retryRemoteLocalities moves them
-// to other priorities (localities) first. Proxyless gRPC clients get the same policy, as istiod's gRPC
+// gRPC unavailable or cancelled, none on an HTTP status); none when attempts is 0. Retries go to another
+// host (previous-hosts predicate, up to 5 picks) unless the route has a single hashed destination or
+// retryIgnorePreviousHosts says otherwise; retryRemoteLocalities moves them to other priorities
+// (localities) first. Proxyless gRPC clients get the same policy, as istiod's gRPC
 // generator builds their routes with the sidecar's: grpc-go reads num_retries, the gRPC codes of retry_on
 // and the back-off, and ignores the rest.
 func (b *routeBuilder) retryPolicy(in *networking.HTTPRetry, hashed bool) *route.RetryPolicy {
@@ -747,7 +751,8 @@ func consistentHashPolicy(ch *networking.LoadBalancerSettings_ConsistentHashLB) 
 }
 
 // mirrorPolicies translates mirror (+ mirrorPercentage, default 100%) and mirrors.
-func (b *routeBuilder) mirrorPolicies(vs *model.VirtualService, in *networking.HTTPRoute, port uint32) []*route.RouteAction_RequestMirrorPolicy {
+func (b *routeBuilder) mirrorPolicies(vs *model.VirtualService, in *networking.HTTPRoute,
+	port uint32) []*route.RouteAction_RequestMirrorPolicy {
 	var out []*route.RouteAction_RequestMirrorPolicy
 	add := func(d *networking.Destination, pct *envoytype.FractionalPercent) {
 		out = append(out, &route.RouteAction_RequestMirrorPolicy{

@@ -117,14 +117,16 @@ func secretNamespace(p *model.Proxy) (string, bool) {
 }
 
 // Generate implements model.Generator: every secret the proxy watches that it may have.
-func (s secretGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (s secretGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	return s.generate(proxy, push, w, nil), nil
 }
 
 // GenerateDeltas implements model.DeltaGenerator: on a push for changed Secrets, only the secrets they
 // concern. Nothing is ever removed: Envoy keeps a secret it has until a new version comes (istiod sends
 // nothing for a deleted Secret either).
-func (s secretGenerator) GenerateDeltas(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, []string, bool, error) {
+func (s secretGenerator) GenerateDeltas(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	req *model.PushRequest) (model.Resources, []string, bool, error) {
 	if req == nil || req.Full && len(req.ConfigsUpdated) == 0 {
 		return s.generate(proxy, push, w, nil), nil, false, nil
 	}
@@ -192,7 +194,8 @@ func secretChanged(req *model.PushRequest, ns string, ref secretRef) bool {
 	return false
 }
 
-func (s secretGenerator) generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, only func(secretRef) bool) model.Resources {
+func (s secretGenerator) generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	only func(secretRef) bool) model.Resources {
 	names := w.ResourceNames.Sorted()
 	ns, authenticated := secretNamespace(proxy)
 	var out model.Resources
