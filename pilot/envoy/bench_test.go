@@ -27,16 +27,22 @@ func benchMeshYAML(services int, ports string) string {
 	var sb strings.Builder
 	for i := range services {
 		ns := fmt.Sprintf("ns-%d", i%10)
-		fmt.Fprintf(&sb, "---\napiVersion: v1\nkind: Service\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  clusterIP: 10.%d.%d.%d\n  selector: {app: svc-%d}\n  ports: %s\n",
+		fmt.Fprintf(&sb, "---\napiVersion: v1\nkind: Service\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  clusterIP: 10.%d.%d.%d\n"+
+			"  selector: {app: svc-%d}\n  ports: %s\n",
 			i, ns, 100+i/65536, i/256%256, i%256, i, ports)
-		fmt.Fprintf(&sb, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-%d-x, namespace: %s, labels: {kubernetes.io/service-name: svc-%d}}\naddressType: IPv4\nports: %s\nendpoints:\n", i, ns, i, ports)
+		fmt.Fprintf(&sb, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n"+
+			"metadata: {name: svc-%d-x, namespace: %s, labels: {kubernetes.io/service-name: svc-%d}}\naddressType: IPv4\n"+
+			"ports: %s\nendpoints:\n", i, ns, i, ports)
 		for e := range 10 {
 			n := i*10 + e
 			fmt.Fprintf(&sb, "- addresses: [10.%d.%d.%d]\n", n/65536%256, n/256%256, n%256)
 		}
 		if i%10 == 0 {
-			fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  host: svc-%d\n  subsets: [{name: a, labels: {v: a}}, {name: b, labels: {v: b}}]\n", i, ns, i)
-			fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n  hosts: [svc-%d]\n  http:\n  - route:\n    - destination: {host: svc-%d, subset: a}\n      weight: 90\n    - destination: {host: svc-%d, subset: b}\n      weight: 10\n", i, ns, i, i, i)
+			fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n"+
+				"  host: svc-%d\n  subsets: [{name: a, labels: {v: a}}, {name: b, labels: {v: b}}]\n", i, ns, i)
+			fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: svc-%d, namespace: %s}\nspec:\n"+
+				"  hosts: [svc-%d]\n  http:\n  - route:\n    - destination: {host: svc-%d, subset: a}\n      weight: 90\n"+
+				"    - destination: {host: svc-%d, subset: b}\n      weight: 10\n", i, ns, i, i, i)
 		}
 	}
 	return sb.String()
@@ -218,7 +224,8 @@ func BenchmarkVirtualServiceChangeUnderSidecars(b *testing.B) {
 	var sb strings.Builder
 	sb.WriteString(benchMeshYAML(1000, benchThreePorts))
 	for ns := range 10 {
-		fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: ns-%d}\nspec:\n  egress: [{hosts: [\"./*\"]}]\n", ns)
+		fmt.Fprintf(&sb, "---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: ns-%d}\nspec:\n"+
+			"  egress: [{hosts: [\"./*\"]}]\n", ns)
 	}
 	st := storeFromYAML(b, []byte(sb.String()))
 	push := model.Build(st, mesh.Default())
@@ -239,8 +246,10 @@ func BenchmarkVirtualServiceChangeUnderSidecars(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		c, err := config.Parse([]byte(fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: svc-0, namespace: ns-0}\n"+
-			"spec:\n  hosts: [svc-0]\n  http:\n  - route:\n    - destination: {host: svc-0, subset: a}\n      weight: %d\n    - destination: {host: svc-0, subset: b}\n      weight: %d\n",
+		c, err := config.Parse([]byte(fmt.Sprintf(
+			"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: svc-0, namespace: ns-0}\n"+
+				"spec:\n  hosts: [svc-0]\n  http:\n  - route:\n    - destination: {host: svc-0, subset: a}\n      weight: %d\n"+
+				"    - destination: {host: svc-0, subset: b}\n      weight: %d\n",
 			i%100, 100-i%100)), "vs.yaml", 0, "default")
 		if err != nil {
 			b.Fatal(err)

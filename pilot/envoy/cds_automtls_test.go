@@ -53,7 +53,8 @@ status: {phase: Running, podIP: 10.1.%[2]d.%[3]d, conditions: [{type: Ready, sta
 		b.WriteString("---\n")
 	}
 	for i := range 6 { // more services, so that a change to a few clusters derives the list
-		fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: extra-%d, namespace: third}\nspec:\n  clusterIP: 10.0.3.%d\n  ports: [{name: http, port: 80}]\n---\n", i, i+1)
+		fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: extra-%d, namespace: third}\nspec:\n  clusterIP: 10.0.3.%d\n"+
+			"  ports: [{name: http, port: 80}]\n---\n", i, i+1)
 	}
 	return b.String()
 }
@@ -61,7 +62,8 @@ status: {phase: Running, podIP: 10.1.%[2]d.%[3]d, conditions: [{type: Ready, sta
 const otherReviewsCluster = "outbound|9080||reviews.other.svc.cluster.local"
 
 // assignmentsOf generates the load assignments of the named clusters for p, each checked with ValidateAll.
-func assignmentsOf(t *testing.T, g *Generators, p *model.Proxy, push *model.PushContext, names ...string) []*endpoint.ClusterLoadAssignment {
+func assignmentsOf(t *testing.T, g *Generators, p *model.Proxy, push *model.PushContext,
+	names ...string) []*endpoint.ClusterLoadAssignment {
 	t.Helper()
 	res, err := g.ByTypeURL()[EndpointType].Generate(p, push, named(EndpointType, names...), nil)
 	if err != nil {

@@ -57,7 +57,8 @@ spec:
 			t.Errorf("%s: type %v, want %v", name, c.GetType(), want.typ)
 		}
 		eps := c.GetLoadAssignment().GetEndpoints()
-		if len(eps) != 1 || len(eps[0].LbEndpoints) != 1 || eps[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != want.address {
+		if len(eps) != 1 || len(eps[0].LbEndpoints) != 1 ||
+			eps[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != want.address {
 			t.Errorf("%s: endpoints %v, want the one address %s", name, eps, want.address)
 		}
 	}
@@ -105,7 +106,8 @@ spec: {address: vm9.legacy.internal, labels: {app: legacy-rr}}
 	cs := generate(t, New(Options{}), ClusterType, sidecarIn("default", "10.1.9.9", nil), push, wildcard(ClusterType), newCluster)
 	c := clusterByName(t, cs, "outbound|8080||legacy-rr.vm.internal")
 	eps := c.GetLoadAssignment().GetEndpoints()
-	if len(eps) != 1 || len(eps[0].LbEndpoints) != 1 || eps[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != "vm9.legacy.internal" {
+	if len(eps) != 1 || len(eps[0].LbEndpoints) != 1 ||
+		eps[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != "vm9.legacy.internal" {
 		t.Errorf("endpoints %v, want only legacy-rr-1's vm9.legacy.internal", eps)
 	}
 	problems := push.DNSRoundRobinProblems()

@@ -242,7 +242,8 @@ spec:
 		}
 		u := opts(c).GetUpstreamHttpProtocolOptions()
 		if u.GetAutoSni() != tc.autoSNI || u.GetAutoSanValidation() != tc.autoSANs {
-			t.Errorf("%s: auto_sni %v auto_san_validation %v, want %v %v", tc.description, u.GetAutoSni(), u.GetAutoSanValidation(), tc.autoSNI, tc.autoSANs)
+			t.Errorf("%s: auto_sni %v auto_san_validation %v, want %v %v", tc.description, u.GetAutoSni(),
+				u.GetAutoSanValidation(), tc.autoSNI, tc.autoSANs)
 		}
 	}
 }

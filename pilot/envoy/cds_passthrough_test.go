@@ -89,7 +89,8 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 	g := New(Options{})
 	gw := eastWestGateway("istio-system")
 	cs := generate(t, g, ClusterType, gw, push, wildcard(ClusterType), newCluster)
-	for _, name := range []string{"outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local", "outbound|443||api.example.com"} {
+	for _, name := range []string{"outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local",
+		"outbound|443||api.example.com"} {
 		c := clusterByName(t, cs, name)
 		if c.GetType() != cluster.Cluster_EDS || c.GetEdsClusterConfig().GetServiceName() != name || c.LbPolicy != cluster.Cluster_LEAST_REQUEST {
 			t.Errorf("gateway %s: type %v, EDS name %q, lb %v; want EDS under its own name, LEAST_REQUEST", name, c.GetType(),
@@ -97,7 +98,8 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 		}
 	}
 	// Auto mTLS to the pods that have sidecars, none through the SNI-DNAT twin or outside the mesh.
-	if c := clusterByName(t, cs, "outbound|5432||db.shop.svc.cluster.local"); len(c.TransportSocketMatches) != 2 || c.TransportSocketMatches[0].Name != "tlsMode-istio" {
+	if c := clusterByName(t, cs, "outbound|5432||db.shop.svc.cluster.local"); len(c.TransportSocketMatches) != 2 ||
+		c.TransportSocketMatches[0].Name != "tlsMode-istio" {
 		t.Errorf("gateway db cluster: transport socket matches %v, want auto mTLS", c.TransportSocketMatches)
 	}
 	for _, name := range []string{"outbound_.5432_._.db.shop.svc.cluster.local", "outbound|443||api.example.com"} {
@@ -105,7 +107,8 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 			t.Errorf("gateway %s: upstream TLS, want none", name)
 		}
 	}
-	w := named(EndpointType, "outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local", "outbound|443||api.example.com")
+	w := named(EndpointType, "outbound|5432||db.shop.svc.cluster.local", "outbound_.5432_._.db.shop.svc.cluster.local",
+		"outbound|443||api.example.com")
 	res, err := g.ByTypeURL()[EndpointType].Generate(gw, push, w, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +128,11 @@ func TestGatewayPassthroughClustersUseEDS(t *testing.T) {
 			}
 		}
 	}
-	for name, want := range map[string]string{"outbound|5432||db.shop.svc.cluster.local": "10.1.5.1", "outbound_.5432_._.db.shop.svc.cluster.local": "10.1.5.1",
-		"outbound|443||api.example.com": "192.0.2.10"} {
+	for name, want := range map[string]string{
+		"outbound|5432||db.shop.svc.cluster.local":    "10.1.5.1",
+		"outbound_.5432_._.db.shop.svc.cluster.local": "10.1.5.1",
+		"outbound|443||api.example.com":               "192.0.2.10",
+	} {
 		if !slices.Equal(got[name], []string{want}) {
 			t.Errorf("gateway EDS %s: %v, want %s", name, got[name], want)
 		}

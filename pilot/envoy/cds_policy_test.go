@@ -54,8 +54,10 @@ func TestClusterDefaultsAsIstiod(t *testing.T) {
 		if len(th) != 1 {
 			t.Fatalf("%s: thresholds %v", name, th)
 		}
-		for field, v := range map[string]uint32{"max_connections": th[0].GetMaxConnections().GetValue(), "max_pending_requests": th[0].GetMaxPendingRequests().GetValue(),
-			"max_requests": th[0].GetMaxRequests().GetValue(), "max_retries": th[0].GetMaxRetries().GetValue()} {
+		for field, v := range map[string]uint32{
+			"max_connections": th[0].GetMaxConnections().GetValue(), "max_pending_requests": th[0].GetMaxPendingRequests().GetValue(),
+			"max_requests": th[0].GetMaxRequests().GetValue(), "max_retries": th[0].GetMaxRetries().GetValue(),
+		} {
 			if v != math.MaxUint32 {
 				t.Errorf("%s: %s = %d, want %d", name, field, v, uint32(math.MaxUint32))
 			}
@@ -85,7 +87,8 @@ spec:
   trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}
 `, nil)
 	th := clusterByName(t, cs, reviewsCluster).GetCircuitBreakers().GetThresholds()[0]
-	if th.GetMaxConnections().GetValue() != 7 || th.GetMaxRequests().GetValue() != math.MaxUint32 || th.GetMaxRetries().GetValue() != math.MaxUint32 {
+	if th.GetMaxConnections().GetValue() != 7 || th.GetMaxRequests().GetValue() != math.MaxUint32 ||
+		th.GetMaxRetries().GetValue() != math.MaxUint32 {
 		t.Errorf("thresholds = %v", th)
 	}
 }
@@ -116,9 +119,10 @@ spec:
 	if od.GetConsecutiveGatewayFailure().GetValue() != 3 || od.GetEnforcingConsecutiveGatewayFailure().GetValue() != 100 {
 		t.Errorf("gateway errors = %v / %v", od.GetConsecutiveGatewayFailure(), od.GetEnforcingConsecutiveGatewayFailure())
 	}
-	if !od.GetSplitExternalLocalOriginErrors() || od.GetConsecutiveLocalOriginFailure().GetValue() != 2 || od.GetEnforcingConsecutiveLocalOriginFailure().GetValue() != 100 {
-		t.Errorf("local origin = split %v, failures %v, enforcing %v", od.GetSplitExternalLocalOriginErrors(), od.GetConsecutiveLocalOriginFailure(),
-			od.GetEnforcingConsecutiveLocalOriginFailure())
+	if !od.GetSplitExternalLocalOriginErrors() || od.GetConsecutiveLocalOriginFailure().GetValue() != 2 ||
+		od.GetEnforcingConsecutiveLocalOriginFailure().GetValue() != 100 {
+		t.Errorf("local origin = split %v, failures %v, enforcing %v", od.GetSplitExternalLocalOriginErrors(),
+			od.GetConsecutiveLocalOriginFailure(), od.GetEnforcingConsecutiveLocalOriginFailure())
 	}
 	if od.GetEnforcingLocalOriginSuccessRate() == nil || od.GetEnforcingLocalOriginSuccessRate().GetValue() != 0 {
 		t.Errorf("enforcing_local_origin_success_rate = %v, want 0", od.GetEnforcingLocalOriginSuccessRate())
@@ -152,8 +156,8 @@ spec:
 `, nil)
 	c := clusterByName(t, cs, reviewsCluster)
 	ss := c.GetLeastRequestLbConfig().GetSlowStartConfig()
-	if c.LbPolicy != cluster.Cluster_LEAST_REQUEST || ss.GetSlowStartWindow().AsDuration().Seconds() != 30 || ss.GetAggression().GetDefaultValue() != 1 ||
-		ss.GetMinWeightPercent().GetValue() != 10 {
+	if c.LbPolicy != cluster.Cluster_LEAST_REQUEST || ss.GetSlowStartWindow().AsDuration().Seconds() != 30 ||
+		ss.GetAggression().GetDefaultValue() != 1 || ss.GetMinWeightPercent().GetValue() != 10 {
 		t.Errorf("warmup: lb %v, slow start %v", c.LbPolicy, ss)
 	}
 	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
@@ -268,8 +272,10 @@ spec:
       connectionPool: {http: {h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 100}}
 `))
 	g := New(Options{})
-	sidecar := generate(t, g, ClusterType, sidecarIn("default", "10.1.0.9", map[string]string{"app": "echo"}), push, wildcard(ClusterType), newCluster)
-	gateway := generate(t, g, ClusterType, &model.Proxy{Type: model.Router, NodeID: "router~10.1.0.8~gw.default~default.svc.cluster.local", Namespace: "default"},
+	sidecar := generate(t, g, ClusterType, sidecarIn("default", "10.1.0.9", map[string]string{"app": "echo"}), push,
+		wildcard(ClusterType), newCluster)
+	gateway := generate(t, g, ClusterType, &model.Proxy{Type: model.Router,
+		NodeID: "router~10.1.0.8~gw.default~default.svc.cluster.local", Namespace: "default"},
 		push, wildcard(ClusterType), newCluster)
 	name := func(port int) string { return fmt.Sprintf("outbound|%d||echo.default.svc.cluster.local", port) }
 	cases := []struct {
@@ -304,7 +310,8 @@ spec:
 	}
 	_, http1 := upstreamProtocol(t, clusterByName(t, sidecar, name(80)))
 	common := http1.GetCommonHttpProtocolOptions()
-	if common.GetIdleTimeout().AsDuration() != 10*time.Minute || common.GetMaxConnectionDuration().AsDuration() != time.Hour || common.GetMaxRequestsPerConnection().GetValue() != 5 {
+	if common.GetIdleTimeout().AsDuration() != 10*time.Minute || common.GetMaxConnectionDuration().AsDuration() != time.Hour ||
+		common.GetMaxRequestsPerConnection().GetValue() != 5 {
 		t.Errorf("common HTTP options = %v", common)
 	}
 }
@@ -356,7 +363,8 @@ spec:
 		if got := c.GetCircuitBreakers().GetThresholds()[0].GetMaxConnections().GetValue(); got != tc.maxConnections {
 			t.Errorf("%s: max_connections %d, want %d", tc.cluster, got, tc.maxConnections)
 		}
-		if got := c.GetOutlierDetection().GetConsecutive_5Xx().GetValue(); got != tc.consecutive5xx || (tc.consecutive5xx == 0) != (c.OutlierDetection == nil) {
+		if got := c.GetOutlierDetection().GetConsecutive_5Xx().GetValue(); got != tc.consecutive5xx ||
+			(tc.consecutive5xx == 0) != (c.OutlierDetection == nil) {
 			t.Errorf("%s: outlier detection %v, want consecutive 5xx %d", tc.cluster, c.OutlierDetection, tc.consecutive5xx)
 		}
 		if c.LbPolicy != tc.lb {

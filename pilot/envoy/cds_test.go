@@ -89,9 +89,11 @@ func clusterByName(t *testing.T, cs []*cluster.Cluster, name string) *cluster.Cl
 func TestCDSGolden(t *testing.T) {
 	push := cdsPush(t)
 	g := New(Options{})
-	sidecar := generate(t, g, ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
+	sidecar := generate(t, g, ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push,
+		wildcard(ClusterType), newCluster)
 	golden(t, "cds", "sidecar-shop", sidecar)
-	grpc := generate(t, g, ClusterType, &model.Proxy{Type: model.GRPC, NodeID: "grpc-client", Namespace: "shop"}, push, wildcard(ClusterType), newCluster)
+	grpc := generate(t, g, ClusterType, &model.Proxy{Type: model.GRPC, NodeID: "grpc-client", Namespace: "shop"}, push,
+		wildcard(ClusterType), newCluster)
 	golden(t, "cds", "grpc-shop", grpc)
 }
 
@@ -100,7 +102,8 @@ func TestCDSGolden(t *testing.T) {
 // connection through; they carry no endpoint list of their own.
 func TestCDSInboundOriginalDestination(t *testing.T) {
 	push := cdsPush(t)
-	cs := generate(t, New(Options{}), ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push,
+		wildcard(ClusterType), newCluster)
 	for _, name := range []string{"inbound|7070||", "inbound|8080||"} {
 		c := clusterByName(t, cs, name)
 		if c.GetType() != cluster.Cluster_ORIGINAL_DST || c.LbPolicy != cluster.Cluster_CLUSTER_PROVIDED {
@@ -128,7 +131,8 @@ func TestCDSInboundLocalhost(t *testing.T) {
 		t.Fatal(err)
 	}
 	push := model.Build(storeFromYAML(t, data), m)
-	cs := generate(t, New(Options{}), ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
+	cs := generate(t, New(Options{}), ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push,
+		wildcard(ClusterType), newCluster)
 	for _, port := range []uint32{7070, 8080} {
 		c := clusterByName(t, cs, InboundClusterName(port))
 		if c.GetType() != cluster.Cluster_STATIC || c.UpstreamBindConfig != nil {
@@ -147,7 +151,8 @@ func TestCDSInboundLocalhost(t *testing.T) {
 func TestCDSClusters(t *testing.T) {
 	push := cdsPush(t)
 	g := New(Options{})
-	cs := generate(t, g, ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push, wildcard(ClusterType), newCluster)
+	cs := generate(t, g, ClusterType, sidecarIn("shop", "10.1.0.1", map[string]string{"app": "reviews", "version": "v1"}), push,
+		wildcard(ClusterType), newCluster)
 	var names []string
 	for _, c := range cs {
 		names = append(names, c.Name)
@@ -182,29 +187,34 @@ func TestCDSClusters(t *testing.T) {
 		t.Errorf("consistent hash not applied: %v %v", top.LbPolicy, top.GetRingHashLbConfig())
 	}
 	th := top.CircuitBreakers.GetThresholds()[0]
-	if th.MaxConnections.GetValue() != 100 || th.MaxPendingRequests.GetValue() != 10 || th.MaxRequests.GetValue() != 200 || th.MaxRetries.GetValue() != 3 {
+	if th.MaxConnections.GetValue() != 100 || th.MaxPendingRequests.GetValue() != 10 || th.MaxRequests.GetValue() != 200 ||
+		th.MaxRetries.GetValue() != 3 {
 		t.Errorf("circuit breakers = %v", th)
 	}
 	if top.ConnectTimeout.AsDuration().Seconds() != 3 {
 		t.Errorf("connect timeout = %v", top.ConnectTimeout)
 	}
-	if od := top.OutlierDetection; od.Consecutive_5Xx.GetValue() != 5 || od.MaxEjectionPercent.GetValue() != 50 || top.CommonLbConfig.GetHealthyPanicThreshold().GetValue() != 20 {
+	if od := top.OutlierDetection; od.Consecutive_5Xx.GetValue() != 5 || od.MaxEjectionPercent.GetValue() != 50 ||
+		top.CommonLbConfig.GetHealthyPanicThreshold().GetValue() != 20 {
 		t.Errorf("outlier detection = %v", od)
 	}
 	if len(top.TransportSocketMatches) != 2 {
 		t.Errorf("auto mTLS missing: %v", top.TransportSocketMatches)
 	}
 	// Subset policy overrides the top level; port-level overrides both.
-	if v1 := clusterByName(t, cs, "outbound|9080|v1|reviews.shop.svc.cluster.local"); v1.LbPolicy != cluster.Cluster_LEAST_REQUEST || v1.TransportSocket == nil {
+	if v1 := clusterByName(t, cs, "outbound|9080|v1|reviews.shop.svc.cluster.local"); v1.LbPolicy != cluster.Cluster_LEAST_REQUEST ||
+		v1.TransportSocket == nil {
 		t.Errorf("subset v1: lb %v, tls %v", v1.LbPolicy, v1.TransportSocket)
 	}
 	if p := clusterByName(t, cs, "outbound|7070||reviews.shop.svc.cluster.local"); p.LbPolicy != cluster.Cluster_RANDOM {
 		t.Errorf("port-level lb = %v", p.LbPolicy)
 	}
-	if ext := clusterByName(t, cs, "outbound|443||api.payments.example"); ext.GetType() != cluster.Cluster_STRICT_DNS || ext.TransportSocket == nil || len(ext.LoadAssignment.GetEndpoints()) != 1 {
+	if ext := clusterByName(t, cs, "outbound|443||api.payments.example"); ext.GetType() != cluster.Cluster_STRICT_DNS ||
+		ext.TransportSocket == nil || len(ext.LoadAssignment.GetEndpoints()) != 1 {
 		t.Errorf("DNS service entry cluster = %v", ext)
 	}
-	if st := clusterByName(t, cs, "outbound|8000||legacy.shop.internal"); st.GetType() != cluster.Cluster_STATIC || len(st.LoadAssignment.GetEndpoints()) != 2 {
+	if st := clusterByName(t, cs, "outbound|8000||legacy.shop.internal"); st.GetType() != cluster.Cluster_STATIC ||
+		len(st.LoadAssignment.GetEndpoints()) != 2 {
 		t.Errorf("static service entry cluster = %v", st)
 	}
 	if hl := clusterByName(t, cs, "outbound|3306||db.shop.svc.cluster.local"); hl.GetType() != cluster.Cluster_ORIGINAL_DST {
@@ -263,7 +273,8 @@ func TestEDSLocalitiesAndSubsets(t *testing.T) {
 		byName[c.ClusterName] = c
 	}
 	all := byName["outbound|9080||reviews.shop.svc.cluster.local"]
-	if len(all.Endpoints) != 2 || all.Endpoints[1].Locality.Zone != "eu-a" || all.Endpoints[1].LbEndpoints[0].HealthStatus.String() != "HEALTHY" {
+	if len(all.Endpoints) != 2 || all.Endpoints[1].Locality.Zone != "eu-a" ||
+		all.Endpoints[1].LbEndpoints[0].HealthStatus.String() != "HEALTHY" {
 		t.Errorf("all endpoints = %v", all.Endpoints)
 	}
 	if all.Endpoints[0].LbEndpoints[0].HealthStatus.String() != "UNHEALTHY" {
@@ -305,7 +316,8 @@ func TestEDSDeltaSendsOnlyChangedServices(t *testing.T) {
 		t.Errorf("delta = %v", names)
 	}
 	gone := &model.PushRequest{ServicesUpdated: map[string]struct{}{"shop/gone.shop.svc.cluster.local": {}}}
-	if _, removed, _, _ := gen.GenerateDeltas(sidecarIn("shop", "10.1.0.9", nil), push, w, gone); !slices.Equal(removed, []string{"outbound|80||gone.shop.svc.cluster.local"}) {
+	if _, removed, _, _ := gen.GenerateDeltas(sidecarIn("shop", "10.1.0.9", nil), push, w, gone); !slices.Equal(removed,
+		[]string{"outbound|80||gone.shop.svc.cluster.local"}) {
 		t.Errorf("the cluster of a deleted service should be reported removed, got %v", removed)
 	}
 }
@@ -337,7 +349,8 @@ func TestEDSFullPushForAServiceSendsOnlyIt(t *testing.T) {
 		{Kind: config.VirtualService, Namespace: "shop", Name: "any"}:      {},
 	}}
 	got, incremental := names(service)
-	if !incremental || !slices.Equal(got, []string{"outbound|9080|v1|reviews.shop.svc.cluster.local", "outbound|9080||reviews.shop.svc.cluster.local"}) {
+	if !incremental || !slices.Equal(got, []string{"outbound|9080|v1|reviews.shop.svc.cluster.local",
+		"outbound|9080||reviews.shop.svc.cluster.local"}) {
 		t.Errorf("service change: incremental=%v %v", incremental, got)
 	}
 	for _, req := range []*model.PushRequest{
@@ -501,7 +514,8 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 	proxies = append(proxies, &model.Proxy{Type: model.GRPC, Namespace: "ns-3", Node: &core.Node{}})
 	// Its endpoints are WorkloadEntries: they change while the ServiceEntry stays.
 	push = applyDocs(t, st, push, "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: selected, namespace: ns-3}\n"+
-		"spec:\n  hosts: [selected.example.com]\n  resolution: DNS\n  ports: [{name: tcp, number: 3306, protocol: TCP}]\n  workloadSelector: {labels: {app: db}}\n")
+		"spec:\n  hosts: [selected.example.com]\n  resolution: DNS\n  ports: [{name: tcp, number: 3306, protocol: TCP}]\n"+
+		"  workloadSelector: {labels: {app: db}}\n")
 	rng := rand.New(rand.NewPCG(7, 8))
 	live := map[config.Key]bool{}
 	derived := 0
@@ -517,8 +531,10 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 				}
 			}
 		case r < 3: // a DNS ServiceEntry: its clusters carry its endpoints
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
-				"spec:\n  hosts: [%s.example.com]\n  resolution: DNS\n  ports: [{name: http, number: 80, protocol: HTTP}]\n  endpoints: [{address: 10.9.0.%d}]\n",
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
+					"spec:\n  hosts: [%s.example.com]\n  resolution: DNS\n  ports: [{name: http, number: 80, protocol: HTTP}]\n"+
+					"  endpoints: [{address: 10.9.0.%d}]\n",
 				name, ns, name, rng.IntN(4)))
 			live[config.Key{Kind: config.ServiceEntry, Namespace: ns, Name: name}] = true
 		case r < 4: // a WorkloadEntry of the DNS ServiceEntry selecting workloads comes or goes
@@ -528,16 +544,20 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 				delete(live, key)
 				break
 			}
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: %s, namespace: ns-3}\n"+
-				"spec:\n  address: 10.8.0.%d\n  labels: {app: db}\n", name, rng.IntN(200)))
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: %s, namespace: ns-3}\n"+
+					"spec:\n  address: 10.8.0.%d\n  labels: {app: db}\n", name, rng.IntN(200)))
 			live[key] = true
 		case r < 5: // a DestinationRule with subsets, or without
 			subsets := []string{"[]", "[{name: v1, labels: {version: v1}}]"}[rng.IntN(2)]
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr-%d, namespace: ns-7}\n"+
-				"spec:\n  host: svc-%d.ns-%d.svc.cluster.local\n  subsets: %s\n", rng.IntN(3), 7+10*rng.IntN(3), 7, subsets))
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr-%d, namespace: ns-7}\n"+
+					"spec:\n  host: svc-%d.ns-%d.svc.cluster.local\n  subsets: %s\n", rng.IntN(3), 7+10*rng.IntN(3), 7, subsets))
 		default:
-			ports := []string{benchThreePorts, "[{name: http, port: 80}]", "[{name: udp, port: 53, protocol: UDP}]", "[{name: http, port: 9080}]"}[rng.IntN(4)]
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: 10.250.0.%d\n  ports: %s\n",
+			ports := []string{benchThreePorts, "[{name: http, port: 80}]", "[{name: udp, port: 53, protocol: UDP}]",
+				"[{name: http, port: 9080}]"}[rng.IntN(4)]
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: 10.250.0.%d\n  ports: %s\n",
 				name, ns, rng.IntN(8), ports))
 			live[config.Key{Kind: config.Service, Namespace: ns, Name: name}] = true
 		}

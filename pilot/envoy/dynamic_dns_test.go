@@ -94,7 +94,8 @@ spec:
 		cfg := dfpClusterConfig(t, c)
 		wantDNSCache(t, c.Name, cfg.GetDnsCacheConfig())
 		if c.LbPolicy != cluster.Cluster_CLUSTER_PROVIDED || c.EdsClusterConfig != nil || c.LoadAssignment != nil || c.CommonLbConfig != nil {
-			t.Errorf("%s: lb %v, eds %v, load assignment %v, common lb %v", c.Name, c.LbPolicy, c.EdsClusterConfig, c.LoadAssignment, c.CommonLbConfig)
+			t.Errorf("%s: lb %v, eds %v, load assignment %v, common lb %v", c.Name, c.LbPolicy, c.EdsClusterConfig,
+				c.LoadAssignment, c.CommonLbConfig)
 		}
 		if th := c.GetCircuitBreakers().GetThresholds(); len(th) != 1 || th[0].GetMaxConnections().GetValue() != 1<<32-1 {
 			t.Errorf("%s: circuit breakers %v, want istiod's maximum", c.Name, th)
@@ -162,7 +163,8 @@ func TestDynamicDNSListeners(t *testing.T) {
 	ls := ldsGenerate(t, New(Options{}), sidecarIn("default", "10.1.9.9", nil), push, wildcard(ListenerType))
 
 	h := ldsHCMOf(t, ldsChain(t, ldsFind(t, ls, "0.0.0.0_8000"), "0.0.0.0_8000"))
-	if got, want := httpFilterNames(h), []string{ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsHTTPDynamicForwardProxyFilter, ldsRouterFilterName}; !slices.Equal(got, want) {
+	if got, want := httpFilterNames(h), []string{ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsHTTPDynamicForwardProxyFilter,
+		ldsRouterFilterName}; !slices.Equal(got, want) {
 		t.Fatalf("8000 HTTP filters %v, want %v", got, want)
 	}
 	fc := &dfphttp.FilterConfig{}
@@ -312,7 +314,8 @@ spec:
 	}
 	var got []string
 	for _, p := range push.DynamicDNSProblems() {
-		if !p.Warning || p.Kind != "DestinationRule" || p.Namespace != "default" || p.Name != "wildcard" || !strings.Contains(p.Message, "*.api.example.com") {
+		if !p.Warning || p.Kind != "DestinationRule" || p.Namespace != "default" || p.Name != "wildcard" ||
+			!strings.Contains(p.Message, "*.api.example.com") {
 			t.Errorf("warning %+v", p)
 		}
 		got = append(got, p.Field)

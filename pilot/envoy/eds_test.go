@@ -17,8 +17,9 @@ import (
 func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 	st, push, g, proxies := derivationFixture(t)
 	// Visible in ns-3 only: proxies elsewhere have no "local" subset of svc-3.
-	push = applyDocs(t, st, push, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-3-local, namespace: ns-3}\n"+
-		"spec:\n  host: svc-3.ns-3.svc.cluster.local\n  exportTo: [.]\n  subsets: [{name: local, labels: {app: svc-3}}]\n")
+	push = applyDocs(t, st, push,
+		"apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-3-local, namespace: ns-3}\n"+
+			"spec:\n  host: svc-3.ns-3.svc.cluster.local\n  exportTo: [.]\n  subsets: [{name: local, labels: {app: svc-3}}]\n")
 	in3, in4 := proxies[0], proxies[1]
 	watchOf := func(p *model.Proxy) *model.WatchedResource {
 		var names []string
@@ -106,7 +107,8 @@ func TestEndpointPushCarriesTheChangedClustersOfEachProxy(t *testing.T) {
 // returns the updated snapshot and what the update changed.
 func addEndpointToSvc3(tb testing.TB, st *store.Store, push *model.PushContext) (*model.PushContext, model.UpdateResult) {
 	tb.Helper()
-	slice := "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: svc-3-x, namespace: ns-3, labels: {kubernetes.io/service-name: svc-3}}\n" +
+	slice := "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n" +
+		"metadata: {name: svc-3-x, namespace: ns-3, labels: {kubernetes.io/service-name: svc-3}}\n" +
 		"addressType: IPv4\nports: " + benchThreePorts + "\nendpoints:\n- addresses: [10.0.0.30]\n- addresses: [10.9.9.9]\n"
 	c, err := config.Parse([]byte(slice), "slice.yaml", 0, "default")
 	if err != nil {

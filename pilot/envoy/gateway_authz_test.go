@@ -59,7 +59,8 @@ func gwWantRules() []*rbacpb.RBAC {
 	return []*rbacpb.RBAC{
 		{Action: rbacpb.RBAC_DENY, Policies: map[string]*rbacpb.Policy{"ns[istio-system]-policy[lb-deny]-rule[0]": {
 			Permissions: anyPerm,
-			Principals:  []*rbacpb.Principal{or(&rbacpb.Principal{Identifier: &rbacpb.Principal_DirectRemoteIp{DirectRemoteIp: gwCIDR("10.9.0.0", 16)}})},
+			Principals: []*rbacpb.Principal{or(&rbacpb.Principal{
+				Identifier: &rbacpb.Principal_DirectRemoteIp{DirectRemoteIp: gwCIDR("10.9.0.0", 16)}})},
 		}}},
 		{Action: rbacpb.RBAC_ALLOW, Policies: map[string]*rbacpb.Policy{"ns[istio-system]-policy[edge-allow]-rule[0]": {
 			Permissions: anyPerm,

@@ -194,7 +194,8 @@ func TestGatewayAutoPassthroughClusters(t *testing.T) {
 			t.Errorf("%s: upstream TLS %v %v, want none", name, c.TransportSocket, c.TransportSocketMatches)
 		}
 	}
-	if c := clusterByName(t, cs, "outbound|3306||mysql.shop.svc.cluster.local"); c.TransportSocket == nil && len(c.TransportSocketMatches) == 0 {
+	if c := clusterByName(t, cs, "outbound|3306||mysql.shop.svc.cluster.local"); c.TransportSocket == nil &&
+		len(c.TransportSocketMatches) == 0 {
 		t.Errorf("the standard mysql cluster lost its ISTIO_MUTUAL")
 	}
 	for _, c := range cs {
@@ -256,7 +257,8 @@ func TestGatewayAutoPassthroughEndpoints(t *testing.T) {
 	for _, r := range res {
 		names = append(names, r.Name)
 	}
-	if !slices.Contains(names, "outbound_.9001_.v1_.echo.shop.svc.cluster.local") || !slices.Contains(names, "outbound_.9001_._.echo.shop.svc.cluster.local") {
+	if !slices.Contains(names, "outbound_.9001_.v1_.echo.shop.svc.cluster.local") ||
+		!slices.Contains(names, "outbound_.9001_._.echo.shop.svc.cluster.local") {
 		t.Errorf("endpoint push for echo sends %v, want its SNI-DNAT clusters too", names)
 	}
 }

@@ -60,11 +60,13 @@ func TestGatewayListensOnServiceTargetPort(t *testing.T) {
 		t.Errorf("http route configuration %q, want http.8080", got)
 	}
 	// HTTPS configurations keep the server's port in their name, as istiod names them.
-	if got := ldsHCMOf(t, ldsChain(t, ls[1], "0.0.0.0_8443/shop.example.com")).GetRds().GetRouteConfigName(); got != "https.443.https-shop.shop-gateway.istio-system" {
+	if got := ldsHCMOf(t, ldsChain(t, ls[1], "0.0.0.0_8443/shop.example.com")).GetRds().GetRouteConfigName(); got !=
+		"https.443.https-shop.shop-gateway.istio-system" {
 		t.Errorf("https route configuration %q", got)
 	}
 	// The passthrough route matches port 443, the server's.
-	if pass := ldsChain(t, ls[1], "0.0.0.0_8443/app.secure.example.com"); ldsTCPProxyOf(t, pass).GetCluster() != "outbound|8443||secure-app.shop.svc.cluster.local" {
+	if pass := ldsChain(t, ls[1], "0.0.0.0_8443/app.secure.example.com"); ldsTCPProxyOf(t, pass).GetCluster() !=
+		"outbound|8443||secure-app.shop.svc.cluster.local" {
 		t.Errorf("passthrough chain %v", pass)
 	}
 

@@ -64,7 +64,8 @@ func TestCaptureNoneSidecar(t *testing.T) {
 			t.Errorf("REDIRECT proxy of the namespace: listeners %v", listenerNames(redirect))
 		}
 		var inbound bool
-		for _, c := range generate(t, g, ClusterType, ldsReviews, push, wildcard(ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
+		for _, c := range generate(t, g, ClusterType, ldsReviews, push, wildcard(ClusterType),
+			func() *cluster.Cluster { return &cluster.Cluster{} }) {
 			inbound = inbound || c.Name == "inbound|9080||"
 		}
 		if !inbound {
@@ -191,10 +192,12 @@ func TestUnprivilegedProxyBindsNoLowPort(t *testing.T) {
 		if ldsFindOrNil(ls, "127.0.0.1_9080") == nil {
 			t.Errorf("unprivileged proxy lost 127.0.0.1_9080: %v", listenerNames(ls))
 		}
-		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, false), push, wildcard(ListenerType)), "127.0.0.1_80") == nil {
+		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptNone, false), push, wildcard(ListenerType)),
+			"127.0.0.1_80") == nil {
 			t.Error("a privileged proxy without capture lost 127.0.0.1_80")
 		}
-		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptRedirect, true), push, wildcard(ListenerType)), "0.0.0.0_80") == nil {
+		if ldsFindOrNil(ldsGenerate(t, g, withMode(ldsReviews, model.InterceptRedirect, true), push, wildcard(ListenerType)),
+			"0.0.0.0_80") == nil {
 			t.Error("an unprivileged REDIRECT proxy lost its virtual listener 0.0.0.0_80")
 		}
 	}

@@ -61,7 +61,8 @@ func jwtValueMatches(t *testing.T, m *matcher.ValueMatcher, v any) bool {
 	return false
 }
 
-const jwtTestJWKS = `{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}`
+const jwtTestJWKS = `{"keys":[{"kty":"EC","crv":"P-256","kid":"k1",` +
+	`"x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}`
 
 // jwtReviewsAuthn has everything a rule can say, for the reviews workload of testdata/lds/mesh.yaml.
 const jwtReviewsAuthn = `
@@ -199,11 +200,13 @@ kind: RequestAuthentication
 metadata: {name: edge-jwt, namespace: istio-system}
 spec:
   selector: {matchLabels: {istio: ingressgateway}}
-  jwtRules: [{issuer: https://b.example.com, jwks: '`+jwtTestJWKS+`'}, {issuer: https://a.example.com, jwks: '`+jwtTestJWKS+`', presence: REQUIRED}]
+  jwtRules: [{issuer: https://b.example.com, jwks: '`+jwtTestJWKS+`'}, `+
+		`{issuer: https://a.example.com, jwks: '`+jwtTestJWKS+`', presence: REQUIRED}]
 `)
 	ls := ldsGenerate(t, New(Options{}), ldsGateway, push, wildcard(ListenerType))
 	h := ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0])
-	if got, want := httpFilterNames(h), []string{jwtAuthnFilter, ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsRouterFilterName}; !slices.Equal(got, want) {
+	if got, want := httpFilterNames(h), []string{jwtAuthnFilter, ldsALPNFilterName, ldsFaultFilter, CORSFilterName,
+		ldsRouterFilterName}; !slices.Equal(got, want) {
 		t.Fatalf("http filters %v, want %v", got, want)
 	}
 	cfg := jwtConfigOf(t, h)
@@ -389,7 +392,8 @@ spec:
 	}
 	alice := map[string]any{"iss": "https://idp.example.com", "sub": "alice", "aud": []any{"reviews", "shop"},
 		"azp": "web-app", "groups": []any{"users", "admins"}, "realm": map[string]any{"role": "owner"}, "scope": []any{"read", "write"}}
-	bob := map[string]any{"iss": "https://other.example.com", "sub": "bob", "aud": "shop", "groups": "admins", "realm": map[string]any{"role": "guest"}}
+	bob := map[string]any{"iss": "https://other.example.com", "sub": "bob", "aud": "shop", "groups": "admins",
+		"realm": map[string]any{"role": "guest"}}
 	mallory := map[string]any{"iss": "https://idp.example.com", "sub": "mallory", "scope": "read write"}
 	for _, tc := range []struct {
 		path string

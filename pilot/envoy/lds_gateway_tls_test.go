@@ -51,7 +51,8 @@ func TestGatewayServerTLSParameters(t *testing.T) {
 // CA signed.
 func TestGatewayServerClientValidation(t *testing.T) {
 	ctx := gatewayServerTLS(t, `{mode: MUTUAL, credentialNames: [rsa-cert, ecdsa-cert], caCertCredentialName: client-ca,
-      verifyCertificateSpki: ["NvqYIYSbgK2vCJpQhObf77vv+bQWtc5ek5RIOwPiC9A="], verifyCertificateHash: ["df6ff72fe9116521268f6f2dd4966f51df479883fe7037b39f75916ac3049d1a"]}`)
+      verifyCertificateSpki: ["NvqYIYSbgK2vCJpQhObf77vv+bQWtc5ek5RIOwPiC9A="], `+
+		`verifyCertificateHash: ["df6ff72fe9116521268f6f2dd4966f51df479883fe7037b39f75916ac3049d1a"]}`)
 	common := ctx.GetCommonTlsContext()
 	var certs []string
 	for _, s := range common.GetTlsCertificateSdsSecretConfigs() {
@@ -72,7 +73,8 @@ func TestGatewayServerClientValidation(t *testing.T) {
 		t.Errorf("trust chain %v without insecureSkipVerify", vc.GetTrustChainVerification())
 	}
 	ctx = gatewayServerTLS(t, `{mode: MUTUAL, credentialName: cert, insecureSkipVerify: true}`)
-	if got := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext().GetTrustChainVerification(); got != tlsv3.CertificateValidationContext_ACCEPT_UNTRUSTED {
+	vc = ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext()
+	if got := vc.GetTrustChainVerification(); got != tlsv3.CertificateValidationContext_ACCEPT_UNTRUSTED {
 		t.Errorf("insecureSkipVerify: trust chain %v, want ACCEPT_UNTRUSTED", got)
 	}
 }
@@ -81,7 +83,8 @@ func TestGatewayServerClientValidation(t *testing.T) {
 // ISTIO_MUTUAL, against the mesh root).
 func TestGatewayServerFilesAndCRL(t *testing.T) {
 	ctx := gatewayServerTLS(t, `{mode: MUTUAL, caCertificates: /etc/ca.pem, caCrl: /etc/ca.crl,
-      tlsCertificates: [{serverCertificate: /etc/rsa.pem, privateKey: /etc/rsa.key}, {serverCertificate: /etc/ec.pem, privateKey: /etc/ec.key}]}`)
+      tlsCertificates: [{serverCertificate: /etc/rsa.pem, privateKey: /etc/rsa.key}, `+
+		`{serverCertificate: /etc/ec.pem, privateKey: /etc/ec.key}]}`)
 	var chains []string
 	for _, c := range ctx.GetCommonTlsContext().GetTlsCertificates() {
 		chains = append(chains, c.GetCertificateChain().GetFilename())
@@ -93,7 +96,8 @@ func TestGatewayServerFilesAndCRL(t *testing.T) {
 		t.Errorf("file MUTUAL: CRL %q", got)
 	}
 	ctx = gatewayServerTLS(t, `{mode: ISTIO_MUTUAL, caCrl: /etc/ca.crl}`)
-	if got := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext().GetCrl().GetFilename(); got != "/etc/ca.crl" {
+	vc := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext()
+	if got := vc.GetCrl().GetFilename(); got != "/etc/ca.crl" {
 		t.Errorf("ISTIO_MUTUAL: CRL %q", got)
 	}
 }
@@ -132,7 +136,8 @@ func TestGatewayServerPinsWithFiles(t *testing.T) {
 		t.Errorf("file MUTUAL: SPKI pins %v", got)
 	}
 	ctx = gatewayServerTLS(t, `{mode: MUTUAL, credentialName: cert, caCrl: /etc/ca.crl}`)
-	if got := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext().GetCrl().GetFilename(); got != "/etc/ca.crl" {
+	vc := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext()
+	if got := vc.GetCrl().GetFilename(); got != "/etc/ca.crl" {
 		t.Errorf("credential MUTUAL: CRL %q", got)
 	}
 }

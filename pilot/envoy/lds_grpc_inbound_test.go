@@ -185,7 +185,8 @@ spec:
 	if p := rules[grpcRBACAllowFilter].Policies; p["ns[shop]-policy[allow-scheme]-rule[0]"] != nil || len(p) != 1 {
 		t.Errorf("ALLOW policies %v, want mysql's alone (the :scheme rule dropped)", p)
 	}
-	for _, want := range []string{"RequestAuthentication shop/jwt rule 0", "CUSTOM policies [shop/ext]", "AUDIT policies [shop/audit] not applied", `grpc-timeout`, `":scheme"`} {
+	for _, want := range []string{"RequestAuthentication shop/jwt rule 0", "CUSTOM policies [shop/ext]",
+		"AUDIT policies [shop/audit] not applied", `grpc-timeout`, `":scheme"`} {
 		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("no note saying %q in %q", want, notes)
 		}

@@ -319,10 +319,13 @@ spec:
 		checkSameAsFreshBuild(t, g, ListenerType, outsider, push, 0)
 	}
 	slice := func(eps string) string {
-		return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: db-1, namespace: shop, labels: {kubernetes.io/service-name: db}}\n" +
-			"addressType: IPv4\nports: [{name: tcp-db, port: 5433}, {name: legacy, port: 5434}, {name: http-admin, port: 8081}]\nendpoints: " + eps + "\n"
+		return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n" +
+			"metadata: {name: db-1, namespace: shop, labels: {kubernetes.io/service-name: db}}\n" +
+			"addressType: IPv4\nports: [{name: tcp-db, port: 5433}, {name: legacy, port: 5434}, {name: http-admin, port: 8081}]\n" +
+			"endpoints: " + eps + "\n"
 	}
-	step("an endpoint added", slice("[{addresses: [10.1.5.1]}, {addresses: [10.1.5.2], conditions: {ready: false}}, {addresses: [10.1.5.3]}]"), true)
+	step("an endpoint added", slice("[{addresses: [10.1.5.1]}, {addresses: [10.1.5.2], conditions: {ready: false}}, {addresses: [10.1.5.3]}]"),
+		true)
 	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(ListenerType))); !slices.Contains(names, "10.1.5.3_5433") {
 		t.Errorf("no listener for the new endpoint: %v", names)
 	}
@@ -330,7 +333,8 @@ spec:
 		t.Error("the listeners were built anew rather than derived from the previous build")
 	}
 	step("an endpoint now ready", slice("[{addresses: [10.1.5.1]}, {addresses: [10.1.5.2]}, {addresses: [10.1.5.3]}]"), false)
-	step("another service's endpoint", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: api-1, namespace: shop, labels: {kubernetes.io/service-name: api}}\n"+
+	step("another service's endpoint", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n"+
+		"metadata: {name: api-1, namespace: shop, labels: {kubernetes.io/service-name: api}}\n"+
 		"addressType: IPv4\nports: [{name: tcp, port: 7100}]\nendpoints: [{addresses: [10.1.6.1]}]\n", false)
 	step("an endpoint removed", slice("[{addresses: [10.1.5.3]}]"), true)
 	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(ListenerType))); slices.Contains(names, "10.1.5.1_5433") {

@@ -179,7 +179,8 @@ func TestInboundAddressesFollowIPFamily(t *testing.T) {
 	in = clusterByName(t, cs, InboundClusterName(8080))
 	ep := in.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
 	if ep.GetAddress() != "::1" || ep.GetPortValue() != 8080 || in.GetUpstreamBindConfig() != nil {
-		t.Errorf("%s under LOCALHOST: to %s:%d binding %v, want ::1:8080 unbound", in.Name, ep.GetAddress(), ep.GetPortValue(), in.GetUpstreamBindConfig())
+		t.Errorf("%s under LOCALHOST: to %s:%d binding %v, want ::1:8080 unbound", in.Name, ep.GetAddress(), ep.GetPortValue(),
+			in.GetUpstreamBindConfig())
 	}
 }
 

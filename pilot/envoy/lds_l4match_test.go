@@ -84,7 +84,8 @@ func l4Dest(t *testing.T, l *listener.Listener, c connection) string {
 	return ldsTCPProxyOf(t, fc).GetCluster()
 }
 
-func l4Listener(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, name string) (*listener.Listener, *model.Resource) {
+func l4Listener(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext,
+	name string) (*listener.Listener, *model.Resource) {
 	t.Helper()
 	l := ldsFind(t, ldsGenerate(t, g, proxy, push, wildcard(ListenerType)), name)
 	res, err := g.ByTypeURL()[ListenerType].Generate(proxy, push, wildcard(ListenerType), nil)
@@ -285,7 +286,8 @@ spec:
 `)
 	ls := ldsGenerate(t, New(Options{}), ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"}), push, wildcard(ListenerType))
 	l := ldsFind(t, ls, "10.0.5.20_443")
-	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments"}); got != "outbound|443||payments.shop.svc.cluster.local" {
+	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments"}); got !=
+		"outbound|443||payments.shop.svc.cluster.local" {
 		t.Errorf("payments:443 to %s, want the service itself (the tls match is for port 8443, the tcp route not for TLS)", got)
 	}
 	for _, fc := range l.FilterChains {
@@ -305,10 +307,12 @@ spec:
 `)
 	ls = ldsGenerate(t, New(Options{}), ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"}), push, wildcard(ListenerType))
 	l = ldsFind(t, ls, "10.0.5.20_443")
-	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments"}); got != "outbound|5432||db-canary.shop.svc.cluster.local" {
+	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments"}); got !=
+		"outbound|5432||db-canary.shop.svc.cluster.local" {
 		t.Errorf("SNI payments to %s, want db-canary", got)
 	}
-	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments.shop.svc.cluster.local"}); got == "outbound|5432||db-canary.shop.svc.cluster.local" {
+	if got := l4Dest(t, l, connection{ip: "10.0.5.20", port: 443, tls: true, sni: "payments.shop.svc.cluster.local"}); got ==
+		"outbound|5432||db-canary.shop.svc.cluster.local" {
 		t.Errorf("SNI payments.shop.svc.cluster.local to %s, want not the route of sniHosts [payments]", got)
 	}
 }

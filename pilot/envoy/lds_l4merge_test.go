@@ -110,7 +110,8 @@ spec:
 func TestOutboundL4RoutesOfEveryVirtualService(t *testing.T) {
 	push := l4Push(t, l4MergeVirtualServices)
 	const primary, replica = "outbound|5432||db.shop.svc.cluster.local", "outbound|5432||db-replica.shop.svc.cluster.local"
-	const canary, cache, api = "outbound|5432||db-canary.shop.svc.cluster.local", "outbound|6379||cache.example.com", "outbound|8443||api.example.com"
+	const canary, cache, api = "outbound|5432||db-canary.shop.svc.cluster.local", "outbound|6379||cache.example.com",
+		"outbound|8443||api.example.com"
 	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
 	batch := ldsSidecar("batch-1", "10.1.0.20", map[string]string{"app": "batch"})
 	for _, tc := range []struct {
@@ -150,7 +151,8 @@ func TestOutboundL4RoutesFollowEveryVirtualService(t *testing.T) {
 	g := New(Options{})
 	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
 	db := connection{ip: "10.0.5.10", port: 5432}
-	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432"), db); got != "outbound|5432||db-replica.shop.svc.cluster.local" {
+	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432"), db); got !=
+		"outbound|5432||db-replica.shop.svc.cluster.local" {
 		t.Fatalf("db to %s, want db-replica", got)
 	}
 	push = applyDocs(t, st, push, `apiVersion: networking.istio.io/v1
@@ -163,7 +165,8 @@ spec:
     route: [{destination: {host: db-canary}}]
 `)
 	// db-b's route now names subnets (holding the VIP); db-c's takes what they do not.
-	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432"), db); got != "outbound|5432||db-canary.shop.svc.cluster.local" {
+	if got := l4Dest(t, ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432"), db); got !=
+		"outbound|5432||db-canary.shop.svc.cluster.local" {
 		t.Errorf("after db-b's edit: db to %s, want db-canary", got)
 	}
 	checkSameAsFreshBuild(t, g, ListenerType, web, push, 1)
@@ -212,7 +215,8 @@ spec:
 		t.Errorf("db to %s, want db-canary (team-b's VirtualService is not imported)", got)
 	}
 	rcs := generateRoutes(t, g, web, push, named(RouteType, "8080"))
-	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got, []string{"outbound|8080||web.shop.svc.cluster.local"}) {
+	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got,
+		[]string{"outbound|8080||web.shop.svc.cluster.local"}) {
 		t.Errorf("web's routes to %v, want its own cluster (team-b's VirtualService is not imported)", got)
 	}
 }
@@ -255,10 +259,12 @@ spec:
 		t.Errorf("db to %s, want db itself (the catch-all does not import team-b's VirtualService)", got)
 	}
 	rcs := generateRoutes(t, g, web, push, named(RouteType, "8080", "80"))
-	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got, []string{"outbound|5432||db-canary.shop.svc.cluster.local"}) {
+	if got := routeClusters(vhostNamed(t, rcs, "8080", "web.shop.svc.cluster.local:8080")); !slices.Equal(got,
+		[]string{"outbound|5432||db-canary.shop.svc.cluster.local"}) {
 		t.Errorf("web:8080 routes to %v, want db-canary (the listener on 8080 imports team-b's VirtualService)", got)
 	}
-	if got := routeClusters(vhostNamed(t, rcs, "80", "web.shop.svc.cluster.local:80")); !slices.Equal(got, []string{"outbound|80||web.shop.svc.cluster.local"}) {
+	if got := routeClusters(vhostNamed(t, rcs, "80", "web.shop.svc.cluster.local:80")); !slices.Equal(got,
+		[]string{"outbound|80||web.shop.svc.cluster.local"}) {
 		t.Errorf("web:80 routes to %v, want its own cluster (the catch-all does not import team-b's VirtualService)", got)
 	}
 }

@@ -158,7 +158,8 @@ spec:
 				t.Errorf("listener filters %v, want the http_inspector alone", got)
 			}
 			if l.ListenerFiltersTimeout == nil || l.ListenerFiltersTimeout.AsDuration() != 0 || !l.ContinueOnListenerFiltersTimeout {
-				t.Errorf("listener filters timeout %v continue %v, want none (0) as istiod", l.ListenerFiltersTimeout, l.ContinueOnListenerFiltersTimeout)
+				t.Errorf("listener filters timeout %v continue %v, want none (0) as istiod", l.ListenerFiltersTimeout,
+					l.ContinueOnListenerFiltersTimeout)
 			}
 			for _, c := range []connection{
 				{ip: "203.0.113.9", port: 9080, http: "http/1.1"},
@@ -203,7 +204,8 @@ spec:
   ports: [{number: 9080, name: tcp-ldap, protocol: TCP}]
 `)
 	l := ldsFind(t, ldsGenerate(t, New(Options{}), ldsFrontend, push, wildcard(ListenerType)), "0.0.0.0_9080")
-	if fc := envoyChain(l, connection{ip: "203.0.113.9", port: 9080, http: "http/1.1"}); fc == nil || ldsHCMOf(t, fc).GetRds().GetRouteConfigName() != "9080" {
+	if fc := envoyChain(l, connection{ip: "203.0.113.9", port: 9080, http: "http/1.1"}); fc == nil ||
+		ldsHCMOf(t, fc).GetRds().GetRouteConfigName() != "9080" {
 		t.Errorf("HTTP: chain %v, want the connection manager of routes 9080", fc)
 	}
 	fc := envoyChain(l, connection{ip: "203.0.113.9", port: 9080})

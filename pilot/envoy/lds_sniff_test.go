@@ -160,7 +160,8 @@ spec:
 			if (inspector != nil) != plaintext {
 				t.Fatalf("http_inspector %v, want one %v", inspector, plaintext)
 			}
-			if inspector != nil && (!listenerFilterRuns(inspector, 8000) || !listenerFilterRuns(inspector, 12345) || listenerFilterRuns(inspector, 9000)) {
+			if inspector != nil && (!listenerFilterRuns(inspector, 8000) || !listenerFilterRuns(inspector, 12345) ||
+				listenerFilterRuns(inspector, 9000)) {
 				t.Errorf("http_inspector disabled %v, want on every port but 9000", inspector.GetFilterDisabled())
 			}
 		})

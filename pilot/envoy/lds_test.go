@@ -70,7 +70,8 @@ var (
 	ldsMySQL    = ldsSidecar("mysql-1", "10.1.0.6", map[string]string{"app": "mysql"})
 	ldsFrontend = ldsSidecar("frontend-1", "10.1.0.7", map[string]string{"app": "frontend"})
 	ldsGateway  = &model.Proxy{Type: model.Router, NodeID: "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
-		ID: "gw-1.istio-system", Namespace: "istio-system", IPAddresses: []string{"10.1.1.1"}, Labels: map[string]string{"istio": "ingressgateway"}}
+		ID: "gw-1.istio-system", Namespace: "istio-system", IPAddresses: []string{"10.1.1.1"},
+		Labels: map[string]string{"istio": "ingressgateway"}}
 	ldsGRPCClient = &model.Proxy{Type: model.GRPC, NodeID: "client-1", ID: "client-1", Namespace: "shop"}
 )
 
@@ -375,7 +376,8 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	vo := ldsFind(t, ls, VirtualOutboundListener)
 	if vo.Address.GetSocketAddress().GetPortValue() != 15001 || !vo.UseOriginalDst.GetValue() || vo.BindToPort != nil ||
 		vo.TrafficDirection != core.TrafficDirection_OUTBOUND {
-		t.Errorf("virtualOutbound address %v use_original_dst %v bind_to_port %v direction %v", vo.Address, vo.UseOriginalDst, vo.BindToPort, vo.TrafficDirection)
+		t.Errorf("virtualOutbound address %v use_original_dst %v bind_to_port %v direction %v", vo.Address, vo.UseOriginalDst,
+			vo.BindToPort, vo.TrafficDirection)
 	}
 	if len(vo.FilterChains) != 1 || vo.FilterChains[0].Name != "PassthroughFilterChain" || vo.FilterChains[0].FilterChainMatch != nil ||
 		ldsTCPProxyOf(t, vo.FilterChains[0]).GetCluster() != PassthroughCluster {
@@ -421,7 +423,8 @@ func TestListenerSidecarOutbound(t *testing.T) {
 		}
 		if len(l.FilterChains) != 1 || l.DefaultFilterChain.GetName() != "PassthroughFilterChain" ||
 			!slices.Equal(listenerFilterNames(l), []string{ldsHTTPInspectorFilter}) {
-			t.Errorf("port %s: %d chains, default chain %q, listener filters %v", port, len(l.FilterChains), l.DefaultFilterChain.GetName(), listenerFilterNames(l))
+			t.Errorf("port %s: %d chains, default chain %q, listener filters %v", port, len(l.FilterChains),
+				l.DefaultFilterChain.GetName(), listenerFilterNames(l))
 		}
 	}
 
@@ -480,7 +483,8 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	// naming neither host goes where the capture listener sends it (istiod's PassthroughFilterChain), not to
 	// a host; the tls_inspector.
 	tls := ldsFind(t, ls, "0.0.0.0_443")
-	if got := ldsChain(t, tls, "0.0.0.0_443/payments.example.com").FilterChainMatch.ServerNames; !slices.Equal(got, []string{"payments.example.com"}) {
+	if got := ldsChain(t, tls, "0.0.0.0_443/payments.example.com").FilterChainMatch.ServerNames; !slices.Equal(got,
+		[]string{"payments.example.com"}) {
 		t.Errorf("payments SNI %v", got)
 	}
 	if got := ldsTCPProxyOf(t, ldsChain(t, tls, "0.0.0.0_443/refunds.example.com")).GetCluster(); got != "outbound|443||refunds.example.com" {
@@ -504,7 +508,8 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	if got := listenerAddresses(cache); !slices.Equal(got, []string{"10.0.0.41:6379"}) {
 		t.Errorf("dual-stack addresses %v", got)
 	}
-	if r := ldsChain(t, cache, "10.0.0.41_6379").FilterChainMatch.PrefixRanges; len(r) != 1 || r[0].AddressPrefix != "10.0.0.41" || r[0].PrefixLen.GetValue() != 32 {
+	if r := ldsChain(t, cache, "10.0.0.41_6379").FilterChainMatch.PrefixRanges; len(r) != 1 || r[0].AddressPrefix != "10.0.0.41" ||
+		r[0].PrefixLen.GetValue() != 32 {
 		t.Errorf("dual-stack match %v", r)
 	}
 
@@ -513,7 +518,8 @@ func TestListenerSidecarOutbound(t *testing.T) {
 	if r := block.FilterChainMatch.PrefixRanges; len(r) != 1 || r[0].AddressPrefix != "192.168.10.0" || r[0].PrefixLen.GetValue() != 24 {
 		t.Errorf("address block match %v", r)
 	}
-	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, ldsFind(t, ls, "0.0.0.0_5432"), "PassthroughFilterChain")).GetCluster(); got != PassthroughCluster {
+	if got := ldsTCPProxyOf(t, ldsDefaultChain(t, ldsFind(t, ls, "0.0.0.0_5432"), "PassthroughFilterChain")).GetCluster(); got !=
+		PassthroughCluster {
 		t.Errorf("5432 outside the block goes to %q", got)
 	}
 }
@@ -544,7 +550,8 @@ metadata: {name: odd-ports, namespace: shop}
 spec:
   hosts: [odd-ports.example.com]
   resolution: NONE
-  ports: [{name: tcp-a, number: 15001, protocol: TCP}, {name: tcp-b, number: 15006, protocol: TCP}, {name: tcp-c, number: 15021, protocol: TCP},
+  ports: [{name: tcp-a, number: 15001, protocol: TCP}, {name: tcp-b, number: 15006, protocol: TCP}, `+
+		`{name: tcp-c, number: 15021, protocol: TCP},
     {name: tcp-d, number: 15090, protocol: TCP}, {name: tcp-e, number: 15002, protocol: TCP}]
 ---
 apiVersion: v1
@@ -738,7 +745,8 @@ func TestListenerInboundMTLS(t *testing.T) {
 					if !ctx.RequireClientCertificate.GetValue() || c.TlsCertificateSdsSecretConfigs[0].Name != "default" ||
 						c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != "ROOTCA" ||
 						len(c.AlpnProtocols) == 0 ||
-						c.TlsCertificateSdsSecretConfigs[0].SdsConfig.GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "sds-grpc" {
+						c.TlsCertificateSdsSecretConfigs[0].SdsConfig.GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() !=
+							"sds-grpc" {
 						t.Errorf("chain %s: TLS context %v", fc.Name, ctx)
 					}
 				}
@@ -819,8 +827,8 @@ func TestListenerGateway(t *testing.T) {
 	}
 	partners := ldsChain(t, https, "0.0.0.0_443/partners.example.com")
 	ctx = tlsOf(partners)
-	if !ctx.RequireClientCertificate.GetValue() ||
-		ctx.CommonTlsContext.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != "kubernetes://partners-cert-cacert" ||
+	if cv := ctx.CommonTlsContext.GetCombinedValidationContext(); !ctx.RequireClientCertificate.GetValue() ||
+		cv.GetValidationContextSdsSecretConfig().GetName() != "kubernetes://partners-cert-cacert" ||
 		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs[0].Name != "kubernetes://partners-cert" {
 		t.Errorf("MUTUAL context %v", ctx)
 	}
@@ -930,7 +938,8 @@ func TestListenerTrustDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "spiffe://example.org/ns/shop/sa/reviews") || strings.Contains(string(b), "cluster.local/ns/shop/sa/reviews") {
+	if !strings.Contains(string(b), "spiffe://example.org/ns/shop/sa/reviews") ||
+		strings.Contains(string(b), "cluster.local/ns/shop/sa/reviews") {
 		t.Errorf("principal not rewritten to the mesh trust domain")
 	}
 }
@@ -956,13 +965,15 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 				}
 			}
 		case r < 4: // a ServiceEntry with two addresses: the second is an additional address
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
-				"spec:\n  hosts: [%s.example.com]\n  addresses: [10.250.0.%d, 10.250.0.%d]\n  resolution: STATIC\n"+
-				"  ports: [{name: tcp, number: 9090, protocol: TCP}]\n  endpoints: [{address: 10.9.0.1}]\n", name, ns, name, rng.IntN(8), rng.IntN(8)))
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
+					"spec:\n  hosts: [%s.example.com]\n  addresses: [10.250.0.%d, 10.250.0.%d]\n  resolution: STATIC\n"+
+					"  ports: [{name: tcp, number: 9090, protocol: TCP}]\n  endpoints: [{address: 10.9.0.1}]\n", name, ns, name, rng.IntN(8), rng.IntN(8)))
 			live[config.Key{Kind: config.ServiceEntry, Namespace: ns, Name: name}] = true
 		case r < 5 && step >= 100 && step < 150: // for a while, TCP routes to another service, which may come and go
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: %s, namespace: %s}\n"+
-				"spec:\n  hosts: [%s]\n  tcp:\n  - route:\n    - destination: {host: extra-%d.ns-%d.svc.cluster.local}\n",
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: %s, namespace: %s}\n"+
+					"spec:\n  hosts: [%s]\n  tcp:\n  - route:\n    - destination: {host: extra-%d.ns-%d.svc.cluster.local}\n",
 				name, ns, name, rng.IntN(12), 3+rng.IntN(2)))
 			live[config.Key{Kind: config.VirtualService, Namespace: ns, Name: name}] = true
 		default:
@@ -975,7 +986,8 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 			}
 			ports := []string{benchThreePorts, "[{name: http, port: 80}]", "[{name: tcp, port: 9090}]", "[{name: http, port: 9080}]",
 				"[{name: other, port: 7000}]", "[{name: tls, port: 443}]", "[{name: tcp, port: 80}]"}[rng.IntN(7)]
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: %s\n  ports: %s\n",
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  clusterIP: %s\n  ports: %s\n",
 				name, ns, vip, ports))
 			live[config.Key{Kind: config.Service, Namespace: ns, Name: name}] = true
 		}
@@ -987,8 +999,10 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 				// Mostly the service's own addresses; now and then one another service has too.
 				eps = append(eps, fmt.Sprintf("{addresses: [10.77.%d.%d]}", ends.IntN(40), i))
 			}
-			push = applyDocs(t, st, push, fmt.Sprintf("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: %s, namespace: %s, labels: {kubernetes.io/service-name: %s}}\n"+
-				"addressType: IPv4\nports: [{name: tcp, port: 9090}, {name: other, port: 7000}, {name: tls, port: 443}, {name: http, port: 80}]\nendpoints: [%s]\n",
+			push = applyDocs(t, st, push, fmt.Sprintf(
+				"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: %s, namespace: %s, labels: {kubernetes.io/service-name: %s}}\n"+
+					"addressType: IPv4\nports: [{name: tcp, port: 9090}, {name: other, port: 7000}, {name: tls, port: 443}, {name: http, port: 80}]\n"+
+					"endpoints: [%s]\n",
 				name, ns, name, strings.Join(eps, ", ")))
 			live[config.Key{Kind: config.EndpointSlice, Namespace: ns, Name: name}] = true
 		}
@@ -1147,6 +1161,7 @@ spec:
 		got = append(got, m.GetExact())
 	}
 	if !slices.Equal(got, []string{"client.example.com", "10.0.0.7"}) || len(vc.GetMatchTypedSubjectAltNames()) != 0 {
-		t.Errorf("SAN matchers %v, typed %v: want any-type exact matchers for client.example.com and 10.0.0.7", got, vc.GetMatchTypedSubjectAltNames())
+		t.Errorf("SAN matchers %v, typed %v: want any-type exact matchers for client.example.com and 10.0.0.7", got,
+			vc.GetMatchTypedSubjectAltNames())
 	}
 }

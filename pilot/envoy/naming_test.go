@@ -24,7 +24,8 @@ func TestParseClusterName(t *testing.T) {
 			t.Errorf("ParseClusterName(%q) = %+v, %v; want %+v, %v", tc.name, got, ok, tc.want, tc.ok)
 		}
 	}
-	if got := string(appendOutboundClusterName(nil, 8080, "v1", "a.ns.svc.cluster.local")); got != OutboundClusterName(8080, "v1", "a.ns.svc.cluster.local") {
+	if got := string(appendOutboundClusterName(nil, 8080, "v1", "a.ns.svc.cluster.local")); got !=
+		OutboundClusterName(8080, "v1", "a.ns.svc.cluster.local") {
 		t.Errorf("appendOutboundClusterName = %q", got)
 	}
 }

@@ -128,7 +128,8 @@ func TestCustomWithoutProviderFailsClosed(t *testing.T) {
 	}{
 		{"undefined", "opa", mesh.Default(), `provider "opa" is not defined in the mesh config's extensionProviders`},
 		{"other kind", "tracing", customMesh(t), `provider "tracing" is of kind zipkin`},
-		{"unknown service", "missing-svc", customMesh(t), `provider "missing-svc": field envoyExtAuthzGrpc.service: service "nowhere.authz.svc.cluster.local" not found`},
+		{"unknown service", "missing-svc", customMesh(t),
+			`provider "missing-svc": field envoyExtAuthzGrpc.service: service "nowhere.authz.svc.cluster.local" not found`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			httpFilters, tcpFilters := frontendAuthz(t, tc.m, tc.provider)
@@ -163,7 +164,8 @@ func TestCustomWithoutProviderFailsClosed(t *testing.T) {
 func wantEnabled(rbacFilter, provider string) *matcher.MetadataMatcher {
 	return &matcher.MetadataMatcher{
 		Filter: rbacFilter,
-		Path:   []*matcher.MetadataMatcher_PathSegment{{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: "istio_ext_authz_shadow_effective_policy_id"}}},
+		Path: []*matcher.MetadataMatcher_PathSegment{
+			{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: "istio_ext_authz_shadow_effective_policy_id"}}},
 		Value: &matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
 			MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "istio-ext-authz-" + provider}}}},
 	}
@@ -203,7 +205,8 @@ func TestCustomGRPCProvider(t *testing.T) {
 		t.Errorf("http ext_authz\n got %v\nwant %v", got, want)
 	}
 	tcpShadow := tcpRBACOf(t, tcpFilters[0])
-	if tcpShadow.Rules != nil || tcpShadow.ShadowRules.Policies[customRuleName("opa")] == nil || tcpShadow.ShadowRulesStatPrefix != "istio_ext_authz_" {
+	if tcpShadow.Rules != nil || tcpShadow.ShadowRules.Policies[customRuleName("opa")] == nil ||
+		tcpShadow.ShadowRulesStatPrefix != "istio_ext_authz_" {
 		t.Errorf("tcp RBAC %v", tcpShadow)
 	}
 	wantTCP := &extauthznet.ExtAuthz{StatPrefix: "tcp.", FailureModeAllow: true, TransportApiVersion: core.ApiVersion_V3, GrpcService: grpc,
@@ -282,7 +285,8 @@ func TestCustomOnGateway(t *testing.T) {
 	for _, f := range ldsHCMOf(t, ldsFind(t, ls, "0.0.0.0_80").FilterChains[0]).HttpFilters {
 		names = append(names, f.Name)
 	}
-	if want := []string{httpRBACFilter, httpExtAuthzFilter, ldsALPNFilterName, ldsFaultFilter, CORSFilterName, ldsRouterFilterName}; !slices.Equal(names, want) {
+	if want := []string{httpRBACFilter, httpExtAuthzFilter, ldsALPNFilterName, ldsFaultFilter, CORSFilterName,
+		ldsRouterFilterName}; !slices.Equal(names, want) {
 		t.Errorf("gateway http filters %v, want %v", names, want)
 	}
 }

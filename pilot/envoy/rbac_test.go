@@ -300,7 +300,8 @@ func TestRBACHTTP(t *testing.T) {
 		{"namespace, path suffix, port", req{principal: monitor, port: 9080, method: "GET", path: "/app/metrics"}, true},
 		{"namespace on another port", req{principal: monitor, port: 9081, method: "GET", path: "/app/metrics"}, false},
 		{"namespace regex is anchored", req{principal: spiffe("monitoring-x", "p"), port: 9080, path: "/metrics"}, false},
-		{"ip block, host suffix, header present", req{ip: "10.2.3.4", port: 9090, host: "API.example.com", headers: map[string]string{"x-api-key": "k"}}, true},
+		{"ip block, host suffix, header present",
+			req{ip: "10.2.3.4", port: 9090, host: "API.example.com", headers: map[string]string{"x-api-key": "k"}}, true},
 		{"single ip is a /32", req{ip: "192.168.1.1", port: 9090, host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, true},
 		{"ip outside", req{ip: "192.168.1.2", port: 9090, host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, false},
 		{"header missing", req{ip: "10.2.3.4", port: 9090, host: "a.example.com"}, false},
@@ -312,7 +313,8 @@ func TestRBACHTTP(t *testing.T) {
 		{"any principal needs mTLS", req{ip: "10.0.0.1", port: 9091, method: "GET", path: "/"}, false},
 		{"DENY outside namespace on /admin", req{principal: outsider, ip: "10.0.0.1", port: 9091, method: "GET", path: "/admin/x"}, false},
 		{"DENY spares the namespace", req{principal: spiffe("shop", "ok"), ip: "10.0.0.1", port: 9091, method: "GET", path: "/admin/x"}, true},
-		{"DENY method and port", req{ip: "10.2.3.4", port: 9090, method: "DELETE", host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, false},
+		{"DENY method and port", req{ip: "10.2.3.4", port: 9090, method: "DELETE", host: "a.example.com",
+			headers: map[string]string{"x-api-key": "k"}}, false},
 	} {
 		if got := allowed(t, rules, tc.r); got != tc.want {
 			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
@@ -467,12 +469,18 @@ func TestRBACPrincipalMatchers(t *testing.T) {
 		value, trustDomain string
 		want               *matcher.StringMatcher
 	}{
-		{"cluster.local/ns/a/sa/b", "cluster.local", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://cluster.local/ns/a/sa/b"}}},
-		{"cluster.local/ns/a/sa/b", "example.org", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://example.org/ns/a/sa/b"}}},
-		{"other.org/ns/a/sa/b", "example.org", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://other.org/ns/a/sa/b"}}},
-		{"cluster.local/ns/a/*", "cluster.local", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://cluster.local/ns/a/"}}},
-		{"*/sa/b", "example.org", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: `spiffe://.*/sa/b`}}}},
-		{"*", "cluster.local", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: ".+"}}}},
+		{"cluster.local/ns/a/sa/b", "cluster.local",
+			&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://cluster.local/ns/a/sa/b"}}},
+		{"cluster.local/ns/a/sa/b", "example.org",
+			&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://example.org/ns/a/sa/b"}}},
+		{"other.org/ns/a/sa/b", "example.org",
+			&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://other.org/ns/a/sa/b"}}},
+		{"cluster.local/ns/a/*", "cluster.local",
+			&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://cluster.local/ns/a/"}}},
+		{"*/sa/b", "example.org", &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: `spiffe://.*/sa/b`}}}},
+		{"*", "cluster.local", &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: ".+"}}}},
 	} {
 		b := &rbacBuilder{trustDomain: tc.trustDomain}
 		p, _ := b.srcPrincipal(tc.value)
@@ -563,7 +571,8 @@ func TestRBACInvalidValues(t *testing.T) {
 				To:   []*security.Rule_To{{Operation: &security.Operation{Ports: []string{"http"}, NotPorts: []string{"81"}}}},
 			}}}}
 	}
-	rules, notes := httpRules(t, model.AuthorizationPolicies{Deny: []*config.Config{policy(security.AuthorizationPolicy_DENY)}}, "cluster.local")
+	rules, notes := httpRules(t, model.AuthorizationPolicies{Deny: []*config.Config{policy(security.AuthorizationPolicy_DENY)}},
+		"cluster.local")
 	want := []string{
 		`http: shop/bad rule 0: ipBlocks "not-an-ip" dropped (the rule denies more): not an IP address or CIDR block`,
 		`http: shop/bad rule 0: ports "http" dropped (the rule denies more): not a port number`,
@@ -575,7 +584,8 @@ func TestRBACInvalidValues(t *testing.T) {
 		!allowed(t, rules, req{ip: "10.0.0.1", port: 81}) {
 		t.Error("the valid values are not kept")
 	}
-	rules, notes = httpRules(t, model.AuthorizationPolicies{Allow: []*config.Config{policy(security.AuthorizationPolicy_ALLOW)}}, "cluster.local")
+	rules, notes = httpRules(t, model.AuthorizationPolicies{Allow: []*config.Config{policy(security.AuthorizationPolicy_ALLOW)}},
+		"cluster.local")
 	if len(rules) != 1 || len(rules[0].Policies) != 0 || len(notes) != 1 {
 		t.Errorf("ALLOW with a bad value: %v %v", rules, notes)
 	}

@@ -102,7 +102,8 @@ func TestRouteCORSPolicy(t *testing.T) {
 	if len(sidecar) != 1 || len(gateway) != 1 {
 		t.Fatalf("got %d sidecar and %d gateway route configurations, want 1 each", len(sidecar), len(gateway))
 	}
-	for _, vh := range []*route.VirtualHost{virtualHost(t, sidecar[0], "web.ns.svc.cluster.local:80"), virtualHost(t, gateway[0], "web.example.com:80")} {
+	for _, vh := range []*route.VirtualHost{virtualHost(t, sidecar[0], "web.ns.svc.cluster.local:80"),
+		virtualHost(t, gateway[0], "web.example.com:80")} {
 		if len(vh.Routes) != 2 {
 			t.Fatalf("virtual host %s: %d routes, want 2", vh.Name, len(vh.Routes))
 		}

@@ -25,16 +25,20 @@ func TestDelegateChangeRebuildsOnlyItsRootsVirtualHost(t *testing.T) {
 		st.Upsert(store.LayerFile, c)
 		return model.Change{Key: c.Key, Old: old, New: c}
 	}
-	add("apiVersion: v1\nkind: Service\nmetadata: {name: front, namespace: ns}\nspec:\n  clusterIP: 10.1.0.1\n  ports: [{name: http, port: 80}]\n")
-	add("apiVersion: v1\nkind: Service\nmetadata: {name: other, namespace: ns}\nspec:\n  clusterIP: 10.1.0.2\n  ports: [{name: http, port: 80}]\n")
-	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: ns}\nspec:\n  hosts: [front]\n  http:\n" +
-		"  - match: [{uri: {prefix: /api}}]\n    delegate: {name: api}\n  - route: [{destination: {host: front}}]\n")
-	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: other, namespace: ns}\nspec:\n  hosts: [other]\n  http:\n  - route: [{destination: {host: other}}]\n")
+	add("apiVersion: v1\nkind: Service\nmetadata: {name: front, namespace: ns}\nspec:\n  clusterIP: 10.1.0.1\n" +
+		"  ports: [{name: http, port: 80}]\n")
+	add("apiVersion: v1\nkind: Service\nmetadata: {name: other, namespace: ns}\nspec:\n  clusterIP: 10.1.0.2\n" +
+		"  ports: [{name: http, port: 80}]\n")
+	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: ns}\nspec:\n" +
+		"  hosts: [front]\n  http:\n  - match: [{uri: {prefix: /api}}]\n    delegate: {name: api}\n  - route: [{destination: {host: front}}]\n")
+	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: other, namespace: ns}\nspec:\n  hosts: [other]\n" +
+		"  http:\n  - route: [{destination: {host: other}}]\n")
 	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: api, namespace: ns}\nspec:\n  http:\n" +
 		"  - match: [{uri: {prefix: /api/v2}}]\n    timeout: 2s\n    route: [{destination: {host: other}}]\n")
 	before := model.Build(st, mesh.Default())
-	after, _ := model.Update(before, st, []model.Change{add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: api, namespace: ns}\nspec:\n  http:\n" +
-		"  - match: [{uri: {prefix: /api/v2}}]\n    timeout: 5s\n    route: [{destination: {host: other}}]\n")})
+	after, _ := model.Update(before, st, []model.Change{
+		add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: api, namespace: ns}\nspec:\n  http:\n" +
+			"  - match: [{uri: {prefix: /api/v2}}]\n    timeout: 5s\n    route: [{destination: {host: other}}]\n")})
 
 	g := New(Options{})
 	proxy := envoyProxy("ns", nil, true, 1, 38)

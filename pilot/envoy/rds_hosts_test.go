@@ -93,10 +93,12 @@ func TestVirtualServiceHostsOutsideRegistry(t *testing.T) {
 	if !slices.Equal(api.Domains, []string{"api.ns.svc.cluster.local", "api.ns.svc.cluster.local:80"}) {
 		t.Errorf("domains %v", api.Domains)
 	}
-	if got := routeClusters(api); !slices.Equal(got, []string{"outbound|80|v1|api.ns.svc.cluster.local", "outbound|8080|v2|api.ns.svc.cluster.local"}) {
+	if got := routeClusters(api); !slices.Equal(got,
+		[]string{"outbound|80|v1|api.ns.svc.cluster.local", "outbound|8080|v2|api.ns.svc.cluster.local"}) {
 		t.Errorf("api on 80 routes to %v, want port 80 where the destination names none", got)
 	}
-	if got := routeClusters(virtualHost(t, byName["80"], "partner.example.com:80")); !slices.Equal(got, []string{"outbound|80||partner.example.com"}) {
+	if got := routeClusters(virtualHost(t, byName["80"], "partner.example.com:80")); !slices.Equal(got,
+		[]string{"outbound|80||partner.example.com"}) {
 		t.Errorf("partner.example.com on 80 routes to %v", got)
 	}
 

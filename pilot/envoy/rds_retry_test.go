@@ -74,7 +74,8 @@ spec:
 
 func retryRoutes(t *testing.T) map[string]*route.Route {
 	t.Helper()
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, pushFromYAML(t, []byte(retryMesh)), named(RouteType, "80"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"},
+		pushFromYAML(t, []byte(retryMesh)), named(RouteType, "80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations", len(rcs))
 	}
@@ -138,7 +139,8 @@ func TestRouteRetryHostSelectionUnderConsistentHashing(t *testing.T) {
 		}
 	}
 	own := routes["routed/single-hashed-own-retries"].GetRoute().GetRetryPolicy()
-	if own.GetNumRetries().GetValue() != 3 || own.GetRetryOn() != "5xx,retriable-status-codes" || !slices.Equal(own.GetRetriableStatusCodes(), []uint32{409}) {
+	if own.GetNumRetries().GetValue() != 3 || own.GetRetryOn() != "5xx,retriable-status-codes" ||
+		!slices.Equal(own.GetRetriableStatusCodes(), []uint32{409}) {
 		t.Errorf("own retries: %v", own)
 	}
 }
@@ -199,7 +201,8 @@ func TestRouteMeshDefaultRetryPolicy(t *testing.T) {
 	routes := routesFor(withPolicy("defaultHttpRetryPolicy: {attempts: 4, retryOn: \"5xx,409\", perTryTimeout: 3s}\n"))
 	for _, name := range []string{"plain/default", "hashed/default", "routed/single-hashed", "routed/split-hashed"} {
 		p := routes[name].GetRoute().GetRetryPolicy()
-		if p.GetNumRetries().GetValue() != 4 || p.GetRetryOn() != "5xx,retriable-status-codes" || !slices.Equal(p.GetRetriableStatusCodes(), []uint32{409}) ||
+		if p.GetNumRetries().GetValue() != 4 || p.GetRetryOn() != "5xx,retriable-status-codes" ||
+			!slices.Equal(p.GetRetriableStatusCodes(), []uint32{409}) ||
 			p.GetPerTryTimeout().AsDuration() != 3*time.Second || p.GetHostSelectionRetryMaxAttempts() != 5 {
 			t.Errorf("%s: retry policy %v, want the mesh's", name, p)
 		}
@@ -234,7 +237,8 @@ func TestRouteGRPCRetryPolicyIsTheSidecars(t *testing.T) {
 		return m
 	}
 	g := New(Options{})
-	for _, m := range []*mesh.Config{mesh.Default(), withPolicy("defaultHttpRetryPolicy: {attempts: 4, retryOn: \"unavailable,409\", backoff: 0.05s}\n"),
+	for _, m := range []*mesh.Config{mesh.Default(),
+		withPolicy("defaultHttpRetryPolicy: {attempts: 4, retryOn: \"unavailable,409\", backoff: 0.05s}\n"),
 		withPolicy("defaultHttpRetryPolicy: {attempts: 0}\n")} {
 		push := model.Build(st, m)
 		sidecar := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))[0]
@@ -250,7 +254,8 @@ func TestRouteGRPCRetryPolicyIsTheSidecars(t *testing.T) {
 				if !proto.Equal(got, w) {
 					t.Errorf("mesh retries %v, %s route %s: gRPC retry policy %v, want the sidecar's %v", m.DefaultRetries(), name, r.Name, got, w)
 				}
-				if m.DefaultRetries() == nil && r.Name != "remote-localities" && r.Name != "single-hashed-own-retries" && got.GetNumRetries().GetValue() != 2 {
+				if m.DefaultRetries() == nil && r.Name != "remote-localities" && r.Name != "single-hashed-own-retries" &&
+					got.GetNumRetries().GetValue() != 2 {
 					t.Errorf("%s route %s: %v, want istiod's default two retries", name, r.Name, got)
 				}
 			}

@@ -24,7 +24,8 @@ spec:
   - match: [{uri: {prefix: /a}, statPrefix: details-a}, {uri: {prefix: /b}}]
     route: [{destination: {host: productpage}}]
 `)...)
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, pushFromYAML(t, data), named(RouteType, "9080"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, pushFromYAML(t, data),
+		named(RouteType, "9080"))
 	vh := virtualHost(t, rcs[0], "productpage.bookinfo.svc.cluster.local:9080")
 	if len(vh.Routes) < 2 {
 		t.Fatalf("routes %v", vh.Routes)

@@ -89,7 +89,8 @@ spec:
 
 // generateRoutes runs RDS and decodes the result, checking what every RouteConfiguration must satisfy:
 // ValidateAll, the name it was asked under, domains unique within it.
-func generateRoutes(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) []*route.RouteConfiguration {
+func generateRoutes(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext,
+	w *model.WatchedResource) []*route.RouteConfiguration {
 	t.Helper()
 	res, err := g.ByTypeURL()[RouteType].Generate(proxy, push, w, nil)
 	if err != nil {
@@ -131,10 +132,13 @@ func TestRDSGolden(t *testing.T) {
 		proxy *model.Proxy
 		w     *model.WatchedResource
 	}{
-		{"sidecar-bookinfo", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}}, wildcard(RouteType)},
-		{"sidecar-productpage-9080", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}}, named(RouteType, "9080")},
+		{"sidecar-bookinfo", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}},
+			wildcard(RouteType)},
+		{"sidecar-productpage-9080", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}},
+			named(RouteType, "9080")},
 		{"sidecar-other", &model.Proxy{Type: model.Sidecar, Namespace: "other"}, named(RouteType, "80", "8000", "9080", "12345", "http.80")},
-		{"gateway", &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}, wildcard(RouteType)},
+		{"gateway", &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}},
+			wildcard(RouteType)},
 		{"grpc", &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, named(RouteType,
 			"echo.bookinfo.svc.cluster.local:7070",
 			"outbound|9080||reviews.bookinfo.svc.cluster.local",
@@ -184,11 +188,13 @@ func TestRouteNames(t *testing.T) {
 			t.Errorf("route configuration 8000 has a virtual host for web's port of unknown protocol")
 		}
 	}
-	if got, want := routeNames(generateRoutes(t, g, sidecar, push, named(RouteType, "9080", "3306", "443", "080", "x", "http.80"))), []string{"9080"}; !slices.Equal(got, want) {
+	if got, want := routeNames(generateRoutes(t, g, sidecar, push, named(RouteType, "9080", "3306", "443", "080", "x", "http.80"))),
+		[]string{"9080"}; !slices.Equal(got, want) {
 		t.Errorf("named: got %v, want %v", got, want)
 	}
 	gw := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}
-	if got, want := routeNames(generateRoutes(t, g, gw, push, wildcard(RouteType))), []string{"http.80", "https.443.https.bookinfo-gateway.istio-system"}; !slices.Equal(got, want) {
+	if got, want := routeNames(generateRoutes(t, g, gw, push, wildcard(RouteType))),
+		[]string{"http.80", "https.443.https.bookinfo-gateway.istio-system"}; !slices.Equal(got, want) {
 		t.Errorf("gateway: got %v, want %v", got, want)
 	}
 	other := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "egress"}}
@@ -239,7 +245,8 @@ func TestRouteSidecarReviews(t *testing.T) {
 		t.Errorf("timeout %v, want 0 (disabled)", to)
 	}
 	last := rcs[0].VirtualHosts[len(rcs[0].VirtualHosts)-1]
-	if last.Name != AllowAnyVirtualHost || !slices.Equal(last.Domains, []string{"*"}) || last.Routes[0].GetRoute().GetCluster() != PassthroughCluster {
+	if last.Name != AllowAnyVirtualHost || !slices.Equal(last.Domains, []string{"*"}) ||
+		last.Routes[0].GetRoute().GetCluster() != PassthroughCluster {
 		t.Errorf("last virtual host: %v", last)
 	}
 
@@ -264,7 +271,8 @@ func TestRouteRatingsFeatures(t *testing.T) {
 		t.Fatalf("routes %v, want %v", names, want)
 	}
 	redirect := vh.Routes[0].GetRedirect()
-	if redirect.GetPathRedirect() != "/new" || redirect.GetHostRedirect() != "ratings.example.com" || redirect.GetResponseCode() != route.RedirectAction_FOUND {
+	if redirect.GetPathRedirect() != "/new" || redirect.GetHostRedirect() != "ratings.example.com" ||
+		redirect.GetResponseCode() != route.RedirectAction_FOUND {
 		t.Errorf("redirect %v", redirect)
 	}
 	if dr := vh.Routes[1].GetDirectResponse(); dr.GetStatus() != 200 || dr.GetBody().GetInlineString() != "ok" {
@@ -276,7 +284,8 @@ func TestRouteRatingsFeatures(t *testing.T) {
 		t.Errorf("api action %v", a)
 	}
 	if p := a.GetRetryPolicy(); p.GetNumRetries().GetValue() != 3 || p.GetRetryOn() != "5xx,gateway-error,retriable-status-codes" ||
-		!slices.Equal(p.GetRetriableStatusCodes(), []uint32{503}) || p.GetPerTryTimeout().AsDuration().Seconds() != 2 || len(p.GetRetryHostPredicate()) != 0 {
+		!slices.Equal(p.GetRetriableStatusCodes(), []uint32{503}) || p.GetPerTryTimeout().AsDuration().Seconds() != 2 ||
+		len(p.GetRetryHostPredicate()) != 0 {
 		t.Errorf("api retries %v (consistent hash: no previous-hosts predicate)", p)
 	}
 	if h := a.GetHashPolicy(); len(h) != 1 || h[0].GetHeader().GetHeaderName() != "x-user" {
@@ -344,7 +353,8 @@ func TestRouteGateway(t *testing.T) {
 func TestRouteGRPC(t *testing.T) {
 	push := rdsPush(t)
 	name := "echo.bookinfo.svc.cluster.local:7070"
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, push, named(RouteType, name, "unknown.example.com:80"))
+	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, push,
+		named(RouteType, name, "unknown.example.com:80"))
 	if len(rcs) != 1 || rcs[0].Name != name {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
@@ -362,7 +372,8 @@ func TestRouteGRPC(t *testing.T) {
 	}
 	// A short target, as the client wrote it, resolved from the client's namespace.
 	short := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, push, named(RouteType, "echo:7070"))
-	if len(short) != 1 || !slices.Equal(short[0].VirtualHosts[0].Domains, []string{"echo:7070", "echo", name, "echo.bookinfo.svc.cluster.local"}) {
+	if len(short) != 1 || !slices.Equal(short[0].VirtualHosts[0].Domains,
+		[]string{"echo:7070", "echo", name, "echo.bookinfo.svc.cluster.local"}) {
 		t.Errorf("short target: %v", short)
 	}
 	wc := vh.Routes[1].GetRoute().GetWeightedClusters().GetClusters()

@@ -67,7 +67,8 @@ spec:
 `))
 	checkVHDSMatchesInline(t, shared, "ns", nil)
 	checkVHDSMatchesInline(t, shared, "other", nil)
-	golden(t, "rds", "vhds-productpage", generateVirtualHosts(t, New(Options{}), envoyProxy("bookinfo", map[string]string{"app": "productpage"}, true, 1, 38), push))
+	golden(t, "rds", "vhds-productpage", generateVirtualHosts(t, New(Options{}),
+		envoyProxy("bookinfo", map[string]string{"app": "productpage"}, true, 1, 38), push))
 }
 
 func checkVHDSMatchesInline(t *testing.T, push *model.PushContext, ns string, labels map[string]string) {
@@ -168,7 +169,8 @@ func TestVHDSOnlyWhereSupported(t *testing.T) {
 		{"sotw envoy 1.38", Options{}, envoyProxy("bookinfo", nil, false, 1, 38), false},
 		{"disabled", Options{VHDSMinEnvoy: "off"}, envoyProxy("bookinfo", nil, true, 1, 38), false},
 		{"lowered minimum", Options{VHDSMinEnvoy: "1.30"}, envoyProxy("bookinfo", nil, true, 1, 37), true},
-		{"no user agent", Options{}, &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Delta: true, BuildVersion: [3]uint32{1, 38, 0}}, false},
+		{"no user agent", Options{}, &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Delta: true, BuildVersion: [3]uint32{1, 38, 0}},
+			false},
 		{"proxyless gRPC", Options{}, &model.Proxy{Type: model.GRPC, Namespace: "bookinfo", Delta: true}, false},
 	}
 	for _, tc := range cases {
@@ -210,11 +212,15 @@ func TestVHDSRoutedVirtualHostFollowsDestinations(t *testing.T) {
 		st.Upsert(store.LayerFile, c)
 		return c.Key
 	}
-	add("apiVersion: v1\nkind: Service\nmetadata: {name: front, namespace: ns}\nspec:\n  clusterIP: 10.1.0.1\n  ports: [{name: http, port: 80}]\n")
-	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: ns}\nspec:\n  hosts: [front]\n  http:\n  - route: [{destination: {host: back}}]\n")
-	add("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: back, namespace: ns}\nspec:\n  host: back\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}\n")
+	add("apiVersion: v1\nkind: Service\nmetadata: {name: front, namespace: ns}\nspec:\n  clusterIP: 10.1.0.1\n" +
+		"  ports: [{name: http, port: 80}]\n")
+	add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: ns}\nspec:\n  hosts: [front]\n" +
+		"  http:\n  - route: [{destination: {host: back}}]\n")
+	add("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: back, namespace: ns}\nspec:\n  host: back\n" +
+		"  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}\n")
 	before := model.Build(st, mesh.Default())
-	key := add("apiVersion: v1\nkind: Service\nmetadata: {name: back, namespace: ns}\nspec:\n  clusterIP: 10.1.0.2\n  ports: [{name: http, port: 7000}]\n")
+	key := add("apiVersion: v1\nkind: Service\nmetadata: {name: back, namespace: ns}\nspec:\n  clusterIP: 10.1.0.2\n" +
+		"  ports: [{name: http, port: 7000}]\n")
 	after, _ := model.Update(before, st, []model.Change{{Key: key, New: st.Get(key)}})
 
 	g := New(Options{})
@@ -307,7 +313,8 @@ func testVHDSDerivedListsEqualFullBuilds(t *testing.T) {
 			if rng.IntN(5) == 0 { // one routed by a VirtualService to another service
 				docs = append(docs, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: %s, namespace: %s}\n"+
 					"spec:\n  hosts: [%s]\n  http:\n  - route:\n    - destination: {host: %s}\n",
-					name, ns, name, []string{"svc-7.ns-7.svc.cluster.local", fmt.Sprintf("extra-%d.ns-%d.svc.cluster.local", rng.IntN(12), 3+rng.IntN(2))}[rng.IntN(2)]))
+					name, ns, name, []string{"svc-7.ns-7.svc.cluster.local",
+						fmt.Sprintf("extra-%d.ns-%d.svc.cluster.local", rng.IntN(12), 3+rng.IntN(2))}[rng.IntN(2)]))
 			}
 			push = applyDocs(t, st, push, docs...)
 			live[ns+"/"+name] = true

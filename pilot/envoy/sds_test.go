@@ -79,7 +79,8 @@ func authenticated(p *model.Proxy, ns, sa string) *model.Proxy {
 }
 
 // sdsGenerate runs SDS for the proxy and decodes the secrets by name, each checked with ValidateAll.
-func sdsGenerate(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource) map[string]*tlsv3.Secret {
+func sdsGenerate(t *testing.T, g *Generators, proxy *model.Proxy, push *model.PushContext,
+	w *model.WatchedResource) map[string]*tlsv3.Secret {
 	t.Helper()
 	res, err := g.ByTypeURL()[SecretType].Generate(proxy, push, w, nil)
 	if err != nil {
@@ -257,7 +258,8 @@ func TestSDSMissingAndMalformedSecrets(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"Secret istio-system/shop-cert: certificate and key unusable: private key does not match public key",
-		`Secret istio-system/partners-cert: no certificate: want entries "tls.crt" and "tls.key" (kubernetes.io/tls) or "cert" and "key"; has "password"`,
+		`Secret istio-system/partners-cert: no certificate: want entries "tls.crt" and "tls.key" (kubernetes.io/tls) ` +
+			`or "cert" and "key"; has "password"`,
 		`Secret istio-system/partners-cert-cacert: no CA certificate`} {
 		if !slices.ContainsFunc(text, func(s string) bool { return bytes.Contains([]byte(s), []byte(want)) }) {
 			t.Errorf("no problem saying %q in:\n%s", want, text)
@@ -279,7 +281,8 @@ func TestSDSMalformedUpdateKeepsLastGood(t *testing.T) {
 	if c := got["kubernetes://shop-cert"].GetTlsCertificate(); !bytes.Equal(c.GetPrivateKey().GetInlineBytes(), key) {
 		t.Errorf("after an edit that dropped tls.key, served %v; want the previous version", got)
 	}
-	if ps := next.CredentialProblems(time.Now()); len(ps) == 0 || !bytes.Contains([]byte(ps[0].Message), []byte("serving its previous version")) {
+	if ps := next.CredentialProblems(time.Now()); len(ps) == 0 ||
+		!bytes.Contains([]byte(ps[0].Message), []byte("serving its previous version")) {
 		t.Errorf("problems %v", ps)
 	}
 }
@@ -312,7 +315,8 @@ func TestSDSPushesOnlyWatchersOfAChangedSecret(t *testing.T) {
 		{"secret whose CA is watched", changed(secret("istio-system", "partners-cert")), true},
 		{"same name, another namespace", changed(secret("shop", "shop-cert")), false},
 		{"unwatched secret", changed(secret("istio-system", "other")), false},
-		{"a VirtualService", &model.PushRequest{Full: true, ConfigsUpdated: map[config.Key]struct{}{{Kind: config.VirtualService, Namespace: "shop", Name: "x"}: {}}}, false},
+		{"a VirtualService", &model.PushRequest{Full: true,
+			ConfigsUpdated: map[config.Key]struct{}{{Kind: config.VirtualService, Namespace: "shop", Name: "x"}: {}}}, false},
 		{"the first snapshot", &model.PushRequest{Full: true}, true},
 	} {
 		if got := gen.NeedsPush(gw, w, tc.req); got != tc.want {
@@ -324,7 +328,8 @@ func TestSDSPushesOnlyWatchersOfAChangedSecret(t *testing.T) {
 	}
 
 	// The push for one changed Secret carries only the secrets it concerns.
-	next := sdsUpdate(t, st, push, secretDoc("istio-system", "shop-cert", "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "x": nil}))
+	next := sdsUpdate(t, st, push, secretDoc("istio-system", "shop-cert", "kubernetes.io/tls",
+		map[string][]byte{"tls.crt": cert, "tls.key": key, "x": nil}))
 	req := changed(secret("istio-system", "shop-cert"))
 	req.Push = next
 	res, removed, incremental, err := gen.GenerateDeltas(gw, next, w, req)

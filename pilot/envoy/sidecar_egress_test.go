@@ -59,11 +59,14 @@ func TestSidecarEgressPortSelectsAndSetsProtocol(t *testing.T) {
 		t.Errorf("the catch-all's mysql has no listener: %v", listenerNames(ls))
 	}
 	var clusters []string
-	for _, c := range generate(t, g, ClusterType, ldsFrontend, push, wildcard(ClusterType), func() *cluster.Cluster { return &cluster.Cluster{} }) {
+	for _, c := range generate(t, g, ClusterType, ldsFrontend, push, wildcard(ClusterType),
+		func() *cluster.Cluster { return &cluster.Cluster{} }) {
 		clusters = append(clusters, c.Name)
 	}
-	for name, want := range map[string]bool{"outbound|9080||reviews.shop.svc.cluster.local": true, "outbound|7070||reviews.shop.svc.cluster.local": false,
-		"outbound|3306||mysql.shop.svc.cluster.local": true, "outbound|80||frontend.shop.svc.cluster.local": false} {
+	for name, want := range map[string]bool{
+		"outbound|9080||reviews.shop.svc.cluster.local": true, "outbound|7070||reviews.shop.svc.cluster.local": false,
+		"outbound|3306||mysql.shop.svc.cluster.local": true, "outbound|80||frontend.shop.svc.cluster.local": false,
+	} {
 		if slices.Contains(clusters, name) != want {
 			t.Errorf("cluster %s present %v, want %v", name, !want, want)
 		}
