@@ -83,7 +83,8 @@ func TestCompareSeesSNIDNATChanges(t *testing.T) {
 	changed := cloneAll(out)
 	for _, cl := range changed.Clusters {
 		if cl.Name == sniV1 {
-			cl.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: tlsAny}}
+			cl.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls",
+				ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: tlsAny}}
 		}
 	}
 	for _, l := range changed.Listeners {
@@ -105,7 +106,8 @@ func TestCompareSeesSNIDNATChanges(t *testing.T) {
 		}
 	}
 	a, b := listenerSnapshots(t, c, out, changed)
-	chainKey := Key{Kind: KindListener, Host: "0.0.0.0", Port: 15443, Subset: "plaintext → tcp sni-dnat reviews.default.svc.cluster.local:9080/v1"}
+	chainKey := Key{Kind: KindListener, Host: "0.0.0.0", Port: 15443,
+		Subset: "plaintext → tcp sni-dnat reviews.default.svc.cluster.local:9080/v1"}
 	var sawTLS, sawALPN, sawHash bool
 	for _, d := range Compare(c.Name, "p", a, b) {
 		switch {

@@ -121,7 +121,8 @@ func TestEnvoyDefaultsNormaliseLikeUnset(t *testing.T) {
 // An inbound cluster's source address is compared: without 127.0.0.6 the sidecar's connection to its own pod
 // address is captured again.
 func TestClusterUpstreamBindIsCompared(t *testing.T) {
-	bound := &cluster.Cluster{Name: "inbound|9080||", UpstreamBindConfig: &core.BindConfig{SourceAddress: &core.SocketAddress{Address: "127.0.0.6"}}}
+	bound := &cluster.Cluster{Name: "inbound|9080||",
+		UpstreamBindConfig: &core.BindConfig{SourceAddress: &core.SocketAddress{Address: "127.0.0.6"}}}
 	bare := &cluster.Cluster{Name: "inbound|9080||"}
 	a, b := Snapshot{}, Snapshot{}
 	if err := normaliseClusters(a, []*cluster.Cluster{bound}); err != nil {
@@ -138,9 +139,12 @@ func TestClusterUpstreamBindIsCompared(t *testing.T) {
 // An original-destination cluster's upstream port override is compared: without it connections go to the
 // port dialled, not the ServiceEntry's targetPort.
 func TestClusterOriginalDstPortOverrideIsCompared(t *testing.T) {
-	override := &cluster.Cluster{Name: "outbound|5000||db.mesh.internal", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
-		LbConfig: &cluster.Cluster_OriginalDstLbConfig_{OriginalDstLbConfig: &cluster.Cluster_OriginalDstLbConfig{UpstreamPortOverride: wrapperspb.UInt32(6000)}}}
-	dialled := &cluster.Cluster{Name: "outbound|5000||db.mesh.internal", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}}
+	override := &cluster.Cluster{Name: "outbound|5000||db.mesh.internal",
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
+		LbConfig: &cluster.Cluster_OriginalDstLbConfig_{
+			OriginalDstLbConfig: &cluster.Cluster_OriginalDstLbConfig{UpstreamPortOverride: wrapperspb.UInt32(6000)}}}
+	dialled := &cluster.Cluster{Name: "outbound|5000||db.mesh.internal",
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}}
 	a, b := Snapshot{}, Snapshot{}
 	if err := normaliseClusters(a, []*cluster.Cluster{override}); err != nil {
 		t.Fatal(err)

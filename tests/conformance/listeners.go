@@ -531,14 +531,18 @@ func selectChain(l *listener.Listener, c trafficClass, ip string, port uint32) *
 	}
 	candidates := longestPrefix(byPort, s.ip, func(m *listener.FilterChainMatch) []*core.CidrRange { return m.GetPrefixRanges() })
 	candidates = serverNameMatch(candidates, s.sni)
-	if exact := filterChains(candidates, func(m *listener.FilterChainMatch) bool { return m.GetTransportProtocol() == s.transport }); len(exact) > 0 {
+	if exact := filterChains(candidates, func(m *listener.FilterChainMatch) bool {
+		return m.GetTransportProtocol() == s.transport
+	}); len(exact) > 0 {
 		candidates = exact
 	} else {
 		candidates = filterChains(candidates, func(m *listener.FilterChainMatch) bool { return m.GetTransportProtocol() == "" })
 	}
 	alpnMatched := false
 	for _, a := range s.alpn {
-		if m := filterChains(candidates, func(m *listener.FilterChainMatch) bool { return slices.Contains(m.GetApplicationProtocols(), a) }); len(m) > 0 {
+		if m := filterChains(candidates, func(m *listener.FilterChainMatch) bool {
+			return slices.Contains(m.GetApplicationProtocols(), a)
+		}); len(m) > 0 {
 			candidates, alpnMatched = m, true
 			break
 		}
@@ -550,7 +554,8 @@ func selectChain(l *listener.Listener, c trafficClass, ip string, port uint32) *
 	if s.ip.Is6() && !s.ip.Is4In6() {
 		peer = netip.MustParseAddr(peerIPv6)
 	}
-	candidates = longestPrefix(candidates, peer, func(m *listener.FilterChainMatch) []*core.CidrRange { return m.GetDirectSourcePrefixRanges() })
+	candidates = longestPrefix(candidates, peer,
+		func(m *listener.FilterChainMatch) []*core.CidrRange { return m.GetDirectSourcePrefixRanges() })
 	candidates = filterChains(candidates, func(m *listener.FilterChainMatch) bool {
 		return m.GetSourceType() != listener.FilterChainMatch_SAME_IP_OR_LOOPBACK
 	})
@@ -578,7 +583,8 @@ func filterChains(chains []*listener.FilterChain, keep func(*listener.FilterChai
 
 // longestPrefix keeps the chains whose ranges hold the longest prefix containing ip (a chain without ranges
 // matches every address, as 0.0.0.0/0).
-func longestPrefix(chains []*listener.FilterChain, ip netip.Addr, ranges func(*listener.FilterChainMatch) []*core.CidrRange) []*listener.FilterChain {
+func longestPrefix(chains []*listener.FilterChain, ip netip.Addr,
+	ranges func(*listener.FilterChainMatch) []*core.CidrRange) []*listener.FilterChain {
 	best := -1
 	lengths := make([]int, len(chains))
 	for i, fc := range chains {
@@ -618,7 +624,9 @@ func serverNameMatch(chains []*listener.FilterChain, sni string) []*listener.Fil
 				continue
 			}
 			wildcard := "*" + sni[i:]
-			if m := filterChains(chains, func(m *listener.FilterChainMatch) bool { return slices.Contains(m.GetServerNames(), wildcard) }); len(m) > 0 {
+			if m := filterChains(chains, func(m *listener.FilterChainMatch) bool {
+				return slices.Contains(m.GetServerNames(), wildcard)
+			}); len(m) > 0 {
 				return m
 			}
 		}
@@ -646,7 +654,8 @@ func detect(l *listener.Listener, c trafficClass, ip string, port uint32) socket
 		switch {
 		case lf.GetName() == tlsInspector || typeNameOf(lf.GetTypedConfig()) == "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector":
 			hasTLS = true
-		case lf.GetName() == httpInspector || typeNameOf(lf.GetTypedConfig()) == "envoy.extensions.filters.listener.http_inspector.v3.HttpInspector":
+		case lf.GetName() == httpInspector ||
+			typeNameOf(lf.GetTypedConfig()) == "envoy.extensions.filters.listener.http_inspector.v3.HttpInspector":
 			hasHTTP = true
 		}
 	}
@@ -971,7 +980,8 @@ func hcmFields(f Fields, p string, m *hcm.HttpConnectionManager, port uint32) {
 	f[h+"xff_num_trusted_hops"] = strconv.FormatUint(uint64(m.GetXffNumTrustedHops()), 10)
 	f[h+"forward_client_cert"] = m.GetForwardClientCertDetails().String()
 	if cc := m.GetSetCurrentClientCertDetails(); cc != nil {
-		f[h+"set_current_client_cert"] = "subject=" + strconv.FormatBool(cc.GetSubject().GetValue()) + " cert=" + strconv.FormatBool(cc.GetCert()) +
+		f[h+"set_current_client_cert"] = "subject=" + strconv.FormatBool(cc.GetSubject().GetValue()) +
+			" cert=" + strconv.FormatBool(cc.GetCert()) +
 			" chain=" + strconv.FormatBool(cc.GetChain()) + " dns=" + strconv.FormatBool(cc.GetDns()) + " uri=" + strconv.FormatBool(cc.GetUri())
 	}
 	f[h+"normalize_path"] = strconv.FormatBool(m.GetNormalizePath().GetValue())
@@ -1003,7 +1013,8 @@ func extAuthzFields(f Fields, p string, x *extauthzhttp.ExtAuthz) {
 	case *extauthzhttp.ExtAuthz_GrpcService:
 		f[p] = "grpc " + grpcTarget(s.GrpcService) + " timeout=" + durationOr(s.GrpcService.GetTimeout(), "none")
 	case *extauthzhttp.ExtAuthz_HttpService:
-		f[p] = "http " + clusterText(s.HttpService.GetServerUri().GetCluster()) + " timeout=" + durationOr(s.HttpService.GetServerUri().GetTimeout(), "none") +
+		f[p] = "http " + clusterText(s.HttpService.GetServerUri().GetCluster()) +
+			" timeout=" + durationOr(s.HttpService.GetServerUri().GetTimeout(), "none") +
 			" path_prefix=" + s.HttpService.GetPathPrefix()
 	default:
 		f[p] = "no service"
@@ -1016,7 +1027,8 @@ func extAuthzFields(f Fields, p string, x *extauthzhttp.ExtAuthz) {
 		f[p+".status_on_error"] = x.GetStatusOnError().GetCode().String()
 	}
 	if b := x.GetWithRequestBody(); b != nil {
-		f[p+".request_body"] = "max=" + strconv.FormatUint(uint64(b.GetMaxRequestBytes()), 10) + " partial=" + strconv.FormatBool(b.GetAllowPartialMessage())
+		f[p+".request_body"] = "max=" + strconv.FormatUint(uint64(b.GetMaxRequestBytes()), 10) + " partial=" +
+			strconv.FormatBool(b.GetAllowPartialMessage())
 	}
 	if x.GetIncludePeerCertificate() {
 		f[p+".peer_certificate"] = "true"

@@ -113,7 +113,8 @@ func TestListenerInboundModeChangeIsNamed(t *testing.T) {
 func TestProbesAskPrefixRangesAtBothEnds(t *testing.T) {
 	side := func(bits uint32) []*listener.Listener {
 		return []*listener.Listener{{
-			Address:    &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{Address: "0.0.0.0", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 6379}}}},
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{Address: "0.0.0.0",
+				PortSpecifier: &core.SocketAddress_PortValue{PortValue: 6379}}}},
 			BindToPort: wrapperspb.Bool(false),
 			FilterChains: []*listener.FilterChain{{Name: "subnets", FilterChainMatch: &listener.FilterChainMatch{
 				PrefixRanges: []*core.CidrRange{{AddressPrefix: "172.16.0.0", PrefixLen: wrapperspb.UInt32(bits)}}}}},
@@ -127,7 +128,8 @@ func TestProbesAskPrefixRangesAtBothEnds(t *testing.T) {
 			t.Errorf("probes on 6379 %v, want %s among them", probes.Outbound[6379], want)
 		}
 	}
-	if a, b := selectChain(istiod[0], trafficClass{name: "tcp"}, "172.31.255.255", 6379), selectChain(sextant[0], trafficClass{name: "tcp"}, "172.31.255.255", 6379); a.GetName() == b.GetName() {
+	if a, b := selectChain(istiod[0], trafficClass{name: "tcp"}, "172.31.255.255", 6379),
+		selectChain(sextant[0], trafficClass{name: "tcp"}, "172.31.255.255", 6379); a.GetName() == b.GetName() {
 		t.Errorf("the /12's last address reaches %s on both sides", a.GetName())
 	}
 }
@@ -150,7 +152,8 @@ func TestSelectChainFollowsEnvoysPortRule(t *testing.T) {
 	if fc := selectChain(l, trafficClass{name: "tcp"}, "10.0.0.1", 8080); fc != nil {
 		t.Errorf("plaintext to port 8080 got chain %v, want none (no fallback to the port-less chains)", fc)
 	}
-	if fc := selectChain(l, trafficClass{name: "tcp"}, "10.0.0.1", 9090); fc == nil || tcpDestinationOf(t, fc) != "passthrough (original destination)" {
+	if fc := selectChain(l, trafficClass{name: "tcp"}, "10.0.0.1", 9090); fc == nil ||
+		tcpDestinationOf(t, fc) != "passthrough (original destination)" {
 		t.Errorf("plaintext to port 9090 got %v, want the port-less plaintext chain", fc)
 	}
 	if fc := selectChain(l, tlsClass("a"), "10.0.0.1", 8080); fc == nil || tcpDestinationOf(t, fc) != "a.ns.svc.cluster.local:8080" {
@@ -222,7 +225,8 @@ func TestRBACComparesPoliciesNotSpelling(t *testing.T) {
 	istiodStyle := &rbacpb.RBAC{Action: rbacpb.RBAC_ALLOW, Policies: map[string]*rbacpb.Policy{
 		"ns[default]-policy[reviews]-rule[0]": {
 			Principals: []*rbacpb.Principal{{Identifier: &rbacpb.Principal_AndIds{AndIds: &rbacpb.Principal_Set{Ids: []*rbacpb.Principal{
-				{Identifier: &rbacpb.Principal_OrIds{OrIds: &rbacpb.Principal_Set{Ids: []*rbacpb.Principal{principalName(sleep), principalName(other)}}}},
+				{Identifier: &rbacpb.Principal_OrIds{
+					OrIds: &rbacpb.Principal_Set{Ids: []*rbacpb.Principal{principalName(sleep), principalName(other)}}}},
 			}}}}},
 			Permissions: []*rbacpb.Permission{{Rule: &rbacpb.Permission_AndRules{AndRules: &rbacpb.Permission_Set{Rules: []*rbacpb.Permission{
 				{Rule: &rbacpb.Permission_OrRules{OrRules: &rbacpb.Permission_Set{Rules: []*rbacpb.Permission{methodIs("GET")}}}},
@@ -246,7 +250,8 @@ func TestRBACComparesPoliciesNotSpelling(t *testing.T) {
 	if d := Compare(c.Name, "p", a, b); len(d) != 0 {
 		t.Fatalf("the same policy spelled differently gave differences: %v", d)
 	}
-	a, b = listenerSnapshots(t, c, withHTTPRBAC(t, out, istiodStyle), withHTTPRBAC(t, out, sextantStyle("spiffe://cluster.local/ns/default/sa/admin")))
+	a, b = listenerSnapshots(t, c, withHTTPRBAC(t, out, istiodStyle),
+		withHTTPRBAC(t, out, sextantStyle("spiffe://cluster.local/ns/default/sa/admin")))
 	diffs := Compare(c.Name, "p", a, b)
 	var lost, gained bool
 	for _, d := range diffs {
@@ -401,7 +406,8 @@ func TestBoundInboundListenerTakesInboundClasses(t *testing.T) {
 	o.Listeners = append(o.Listeners, &listener.Listener{Name: "10.1.0.1_9999", TrafficDirection: core.TrafficDirection_INBOUND,
 		Address: &core.Address{Address: &core.Address_SocketAddress{
 			SocketAddress: &core.SocketAddress{Address: "10.1.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 9999}}}},
-		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{Name: "tcp", ConfigType: &listener.Filter_TypedConfig{TypedConfig: tp}}}}}})
+		FilterChains: []*listener.FilterChain{
+			{Filters: []*listener.Filter{{Name: "tcp", ConfigType: &listener.Filter_TypedConfig{TypedConfig: tp}}}}}})
 	a, _ := listenerSnapshots(t, c, o, o)
 	f := a[Key{Kind: KindListener, Host: "bound 10.1.0.1", Port: 9999}]
 	for _, class := range inboundClasses {

@@ -26,7 +26,8 @@ func TestRouteConfigTarget(t *testing.T) {
 		{name: "echo.default.svc.cluster.local:8081", host: "echo.default.svc.cluster.local", port: 8081, ok: true},
 		{name: "http.8080", port: 8080, gateway: true, ok: true},
 		{name: "https.443.https.public.istio-system", port: 443, gateway: true, ok: true},
-		{name: "outbound|7070||echo.default.svc.cluster.local", host: "echo.default.svc.cluster.local", port: 7070, ok: true}, // istiod's gRPC clients'
+		// istiod's gRPC clients'
+		{name: "outbound|7070||echo.default.svc.cluster.local", host: "echo.default.svc.cluster.local", port: 7070, ok: true},
 		{name: "outbound|7070|v1|echo.default.svc.cluster.local"},
 		{name: "InboundPassthroughCluster"},
 	} {
@@ -101,7 +102,8 @@ metadata: {name: b}
 	if !strings.Contains(kube, "kind: Service") || strings.Contains(kube, "istio.io") {
 		t.Errorf("kubernetes part: %q", kube)
 	}
-	if !strings.Contains(istio, "VirtualService") || !strings.Contains(istio, "PeerAuthentication") || strings.Contains(istio, "kind: Service\n") {
+	if !strings.Contains(istio, "VirtualService") || !strings.Contains(istio, "PeerAuthentication") ||
+		strings.Contains(istio, "kind: Service\n") {
 		t.Errorf("istio part: %q", istio)
 	}
 }
@@ -141,10 +143,12 @@ func TestRouteCORSComparesContent(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := &route.Route{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-			Action:               &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "outbound|80||r.ns.svc.cluster.local"}}},
+			Action: &route.Route_Route{
+				Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "outbound|80||r.ns.svc.cluster.local"}}},
 			TypedPerFilterConfig: map[string]*anypb.Any{corsFilter: a}}
 		s := Snapshot{}
-		normaliseRoutes(s, []*route.RouteConfiguration{{Name: "80", VirtualHosts: []*route.VirtualHost{{Domains: []string{"r"}, Routes: []*route.Route{r}}}}}, hosts)
+		normaliseRoutes(s, []*route.RouteConfiguration{
+			{Name: "80", VirtualHosts: []*route.VirtualHost{{Domains: []string{"r"}, Routes: []*route.Route{r}}}}}, hosts)
 		return s
 	}
 	base := snapshot(policy(nil))
@@ -187,7 +191,8 @@ func TestRouteGRPCTimeoutHeaderCapsCompareEqual(t *testing.T) {
 		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: "outbound|80||r.ns.svc.cluster.local"}
 		s := Snapshot{}
 		normaliseRoutes(s, []*route.RouteConfiguration{{Name: "80", VirtualHosts: []*route.VirtualHost{{Domains: []string{"r"},
-			Routes: []*route.Route{{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}, Action: &route.Route_Route{Route: a}}}}}}}, hosts)
+			Routes: []*route.Route{{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &route.Route_Route{Route: a}}}}}}}, hosts)
 		for _, f := range s {
 			return f
 		}
@@ -197,8 +202,10 @@ func TestRouteGRPCTimeoutHeaderCapsCompareEqual(t *testing.T) {
 	for _, d := range []*durationpb.Duration{durationpb.New(0), durationpb.New(3 * time.Second)} {
 		old := fields(&route.RouteAction{MaxGrpcTimeout: d}) //nolint:staticcheck // the field istiod sets
 		cur := fields(&route.RouteAction{MaxStreamDuration: &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: d}})
-		if old["route#0.grpc_timeout_header_max"] != d.AsDuration().String() || cur["route#0.grpc_timeout_header_max"] != old["route#0.grpc_timeout_header_max"] {
-			t.Errorf("cap %v: max_grpc_timeout gives %q, grpc_timeout_header_max %q", d.AsDuration(), old["route#0.grpc_timeout_header_max"], cur["route#0.grpc_timeout_header_max"])
+		if old["route#0.grpc_timeout_header_max"] != d.AsDuration().String() ||
+			cur["route#0.grpc_timeout_header_max"] != old["route#0.grpc_timeout_header_max"] {
+			t.Errorf("cap %v: max_grpc_timeout gives %q, grpc_timeout_header_max %q", d.AsDuration(), old["route#0.grpc_timeout_header_max"],
+				cur["route#0.grpc_timeout_header_max"])
 		}
 	}
 	if got := fields(&route.RouteAction{})["route#0.grpc_timeout_header_max"]; got != "header ignored" {

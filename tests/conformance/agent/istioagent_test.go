@@ -143,7 +143,8 @@ func TestIstioAgentGetsItsCertificateAndXDSFromSextant(t *testing.T) {
 		t.Fatalf("%d listeners, want productpage's", len(resp.GetResources()))
 	}
 	var l listener.Listener
-	if err := resp.GetResources()[0].UnmarshalTo(&l); err != nil || l.GetName() != "productpage.bookinfo.svc.cluster.local:9080" || l.GetApiListener() == nil {
+	if err := resp.GetResources()[0].UnmarshalTo(&l); err != nil || l.GetName() != "productpage.bookinfo.svc.cluster.local:9080" ||
+		l.GetApiListener() == nil {
 		t.Errorf("listener %q (api listener %v): %v", l.GetName(), l.GetApiListener() != nil, err)
 	}
 }

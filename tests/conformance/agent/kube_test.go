@@ -68,7 +68,8 @@ func TestIstioAgentWithTheRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	backend := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo,
+		h grpc.UnaryHandler) (any, error) {
 		_ = grpc.SetHeader(ctx, metadata.Pairs("backend", "echo-1"))
 		return h(ctx, req)
 	}))
@@ -103,7 +104,8 @@ func TestIstioAgentWithTheRealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var hdr metadata.MD
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.WaitForReady(true)); err != nil {
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr),
+		grpc.WaitForReady(true)); err != nil {
 		t.Fatalf("call through xDS from the agent: %v", err)
 	}
 	if got := hdr.Get("backend"); len(got) != 1 || got[0] != "echo-1" {

@@ -51,7 +51,8 @@ func ensureServiceAccount(t *testing.T, api *kubeenv.Server, ns, sa string) {
 	if err := api.EnsureNamespace(ns); err != nil {
 		t.Fatal(err)
 	}
-	_, err := api.Kube.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}},
+	_, err := api.Kube.CoreV1().ServiceAccounts(ns).Create(context.Background(),
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}},
 		metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -166,7 +167,8 @@ func TestIstioAgentRefusedWithTheReasonWithTheRealAPIServer(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, token, want string }{
 		{"expired", aged(t, api, good), "service account token has expired"},
-		{"another audience", podToken(t, api, pod, "https://kubernetes.default.svc.cluster.local"), `is invalid for the target audiences ["istio-ca"]`},
+		{"another audience", podToken(t, api, pod, "https://kubernetes.default.svc.cluster.local"),
+			`is invalid for the target audiences ["istio-ca"]`},
 		{"bound to a deleted pod", revoked, "service account token has been invalidated"},
 		{"empty token file", "", "no credentials"},
 	} {

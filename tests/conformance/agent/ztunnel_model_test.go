@@ -114,7 +114,8 @@ func (z *ztunnelModel) dial() (*grpc.ClientConn, error) {
 }
 
 // FetchCertificate is CaClient::fetch_certificate for identity (a SPIFFE URI).
-func (z *ztunnelModel) FetchCertificate(ctx context.Context, identity string) (leaf *x509.Certificate, chain []*x509.Certificate, err error) {
+func (z *ztunnelModel) FetchCertificate(ctx context.Context, identity string) (
+	leaf *x509.Certificate, chain []*x509.Certificate, err error) {
 	csrPEM, err := ztunnelCSR(identity)
 	if err != nil {
 		return nil, nil, err

@@ -116,9 +116,12 @@ func TestZtunnelWithTheRealAPIServer(t *testing.T) {
 			t.Errorf("%s: the server did not log the reason %q", what, reason)
 		}
 	}
-	refused("ztunnel on node-a for a workload on node-b", z, "spiffe://cluster.local/ns/bank/sa/vault", `no pod of bank/vault on node \"node-a\"`)
-	refused("ztunnel on node-a for a failed pod's account", z, "spiffe://cluster.local/ns/shop/sa/report", `no pod of shop/report on node \"node-a\"`)
-	refused("ztunnel on node-a for an account no pod runs as", z, "spiffe://cluster.local/ns/shop/sa/nobody", `no pod of shop/nobody on node \"node-a\"`)
+	refused("ztunnel on node-a for a workload on node-b", z, "spiffe://cluster.local/ns/bank/sa/vault",
+		`no pod of bank/vault on node \"node-a\"`)
+	refused("ztunnel on node-a for a failed pod's account", z, "spiffe://cluster.local/ns/shop/sa/report",
+		`no pod of shop/report on node \"node-a\"`)
+	refused("ztunnel on node-a for an account no pod runs as", z, "spiffe://cluster.local/ns/shop/sa/nobody",
+		`no pod of shop/nobody on node \"node-a\"`)
 	forged := map[string]*ztunnelModel{"shop/ztunnel": ztunnelOn(t, api, s, forgedInShop),
 		"istio-system/istio-ingressgateway": ztunnelOn(t, api, s, forgedInIstio)}
 	for account, f := range forged {
