@@ -163,7 +163,8 @@ func TestProxylessGRPCClient(t *testing.T) {
 	write(t, dir, "v2.yaml", podAndSlice("v2", "v2", "127.0.0.2", p2))
 	write(t, dir, "routing.yaml", routingYAML)
 
-	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebounceAfter: 20 * time.Millisecond})
+	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		DebounceAfter: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,8 @@ const (
 	envoySleepID    = "spiffe://cluster.local/ns/shop/sa/sleep"
 )
 
-var envoyFrontend = envoymodel.Workload{Name: "frontend-0", Namespace: "shop", IP: envoyFrontendIP, Labels: map[string]string{"app": "frontend"}}
+var envoyFrontend = envoymodel.Workload{Name: "frontend-0", Namespace: "shop", IP: envoyFrontendIP,
+	Labels: map[string]string{"app": "frontend"}}
 
 func envoyPolicy(name, action, extra, rules string) string {
 	return `
@@ -274,7 +275,8 @@ spec:
   clusterIP: 10.96.0.30
   ports: [{name: http, port: 8080}]
 `
-	p := envoyProxy(t, catalog+envoyPolicy("sleep-only", "ALLOW", "", `[{from: [{source: {principals: ["cluster.local/ns/shop/sa/sleep"]}}]}]`), "", envoyDeadPort(t))
+	p := envoyProxy(t, catalog+envoyPolicy("sleep-only", "ALLOW", "",
+		`[{from: [{source: {principals: ["cluster.local/ns/shop/sa/sleep"]}}]}]`), "", envoyDeadPort(t))
 	envoyWant(t, envoyEvaluate(t, p, envoyRequest("GET", "/")), true)
 	other := envoyRequest("GET", "/")
 	other.TLS.Client.URISANs = []string{"spiffe://cluster.local/ns/other/sa/intruder"}
@@ -362,7 +364,8 @@ spec:
   selector: {app: frontend}
   ports: [{name: tcp-db, port: 5432, targetPort: 5433}]
 `
-	p := envoyProxy(t, db+envoyPolicy("sleep-only", "ALLOW", "", `[{from: [{source: {principals: ["cluster.local/ns/shop/sa/sleep"]}}]}]`), "", envoyDeadPort(t))
+	p := envoyProxy(t, db+envoyPolicy("sleep-only", "ALLOW", "",
+		`[{from: [{source: {principals: ["cluster.local/ns/shop/sa/sleep"]}}]}]`), "", envoyDeadPort(t))
 	conn := func(principal string, tls bool) envoymodel.Request {
 		r := envoyRequest("", "/")
 		r.DestinationPort = 5433

@@ -150,7 +150,8 @@ func (p *grpcPKI) issue(t *testing.T, identity, dnsName string) (certPEM, keyPEM
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
 const (
@@ -243,7 +244,8 @@ func startGRPCMesh(t *testing.T, policyYAML, extraLabels string) *grpcMesh {
 	if policyYAML != "" {
 		grpcWrite(t, dir, "policy.yaml", policyYAML)
 	}
-	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebounceAfter: 10 * time.Millisecond})
+	srv, err := discovery.NewServer(discovery.Args{ConfigDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		DebounceAfter: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +254,8 @@ func startGRPCMesh(t *testing.T, policyYAML, extraLabels string) *grpcMesh {
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := &grpcMesh{t: t, ctx: ctx, xdsAddr: srv.GRPCAddr(), serverAddr: lis.Addr().String(), port: port, pki: newGRPCPKI(t), plain: map[string]*grpc.ClientConn{}}
+	m := &grpcMesh{t: t, ctx: ctx, xdsAddr: srv.GRPCAddr(), serverAddr: lis.Addr().String(), port: port, pki: newGRPCPKI(t),
+		plain: map[string]*grpc.ClientConn{}}
 
 	// The server's certificate provider reads the files Istio's agent would write.
 	certs := t.TempDir()
@@ -267,7 +270,8 @@ func startGRPCMesh(t *testing.T, policyYAML, extraLabels string) *grpcMesh {
   "certificate_providers": {"default": {"plugin_name": "file_watcher", "config": {
     "certificate_file": %q, "private_key_file": %q, "ca_certificate_file": %q, "refresh_interval": "900s"}}},
   "server_listener_resource_name_template": "xds.istio.io/grpc/lds/inbound/%%s"
-}`, m.xdsAddr, grpcServerIP, grpcServerIP, filepath.Join(certs, "cert-chain.pem"), filepath.Join(certs, "key.pem"), filepath.Join(certs, "root-cert.pem"))
+}`, m.xdsAddr, grpcServerIP, grpcServerIP,
+		filepath.Join(certs, "cert-chain.pem"), filepath.Join(certs, "key.pem"), filepath.Join(certs, "root-cert.pem"))
 
 	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
@@ -348,7 +352,8 @@ func (m *grpcMesh) conn(c grpcCall) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: m.pki.pool, ServerName: grpcServerHost, MinVersion: tls.VersionTLS12}
-	cc, err := grpc.NewClient(m.serverAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)), grpc.WithContextDialer(grpcDialerFrom(from)))
+	cc, err := grpc.NewClient(m.serverAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithContextDialer(grpcDialerFrom(from)))
 	if err != nil {
 		t.Fatal(err)
 	}

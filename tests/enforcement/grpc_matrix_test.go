@@ -41,7 +41,8 @@ var grpcJWKS = func() string {
 	}
 	enc := base64.RawURLEncoding
 	e := big.NewInt(int64(key.E)).Bytes()
-	return fmt.Sprintf(`{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"k1","n":%q,"e":%q}]}`, enc.EncodeToString(key.N.Bytes()), enc.EncodeToString(e))
+	return fmt.Sprintf(`{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"k1","n":%q,"e":%q}]}`,
+		enc.EncodeToString(key.N.Bytes()), enc.EncodeToString(e))
 }()
 
 // grpcStrict is the namespace-wide PeerAuthentication STRICT.

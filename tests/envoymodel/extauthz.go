@@ -38,7 +38,8 @@ func (s *stream) httpExtAuthz(name string, c *extauthzhttp.ExtAuthz) (bool, erro
 	if c.GetFilterEnabled() != nil || c.GetDenyAtDisable() != nil || c.GetWithRequestBody() != nil ||
 		c.GetClearRouteCache() || len(c.GetMetadataContextNamespaces()) > 0 || c.GetAllowedHeaders() != nil ||
 		c.GetDisallowedHeaders() != nil {
-		return false, notModelled("ext_authz %s: filter_enabled, deny_at_disable, with_request_body, clear_route_cache, metadata_context_namespaces or header lists", name)
+		return false, notModelled("ext_authz %s: filter_enabled, deny_at_disable, with_request_body, clear_route_cache, "+
+			"metadata_context_namespaces or header lists", name)
 	}
 	if c.GetTransportApiVersion() != core.ApiVersion_V3 {
 		return false, notModelled("ext_authz %s: transport_api_version %v", name, c.GetTransportApiVersion())

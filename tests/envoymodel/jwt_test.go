@@ -57,20 +57,24 @@ func jsonString(s string) string {
 // jwtFilterConfig is a jwt_authn filter with provider "p" (issuer https://issuer.example, audience
 // "shop") and the given extra provider fields and rules.
 func jwtFilterConfig(jwks, providerExtra, rules string) string {
-	return `{"name": "envoy.filters.http.jwt_authn", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
-	  "providers": {"p": {"issuer": "https://issuer.example", "audiences": ["shop"], "payload_in_metadata": "payload", ` + providerExtra + `
+	return `{"name": "envoy.filters.http.jwt_authn",
+	  "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+	  "providers": {"p": {"issuer": "https://issuer.example", "audiences": ["shop"], "payload_in_metadata": "payload",
+	    ` + providerExtra + `
 	    "local_jwks": {"inline_string": ` + jsonString(jwks) + `}}},
 	  "rules": ` + rules + `}}`
 }
 
 // Istio's requirement for one rule: the provider, or no token at all.
-const providerOrMissing = `[{"match": {"prefix": "/"}, "requires": {"requires_any": {"requirements": [{"provider_name": "p"}, {"allow_missing": {}}]}}}]`
+const providerOrMissing = `[{"match": {"prefix": "/"}, "requires": {"requires_any": {"requirements": [{"provider_name": "p"}, ` +
+	`{"allow_missing": {}}]}}}]`
 
 func TestJWTAuthn(t *testing.T) {
 	sg, other := newSigner(t), newSigner(t)
 	now := time.Unix(1_800_000_000, 0)
 	claims := func(over map[string]any) map[string]any {
-		c := map[string]any{"iss": "https://issuer.example", "sub": "alice", "aud": "shop", "exp": now.Add(time.Hour).Unix(), "scope": "read write"}
+		c := map[string]any{"iss": "https://issuer.example", "sub": "alice", "aud": "shop",
+			"exp": now.Add(time.Hour).Unix(), "scope": "read write"}
 		for k, v := range over {
 			if v == nil {
 				delete(c, k)
@@ -92,24 +96,32 @@ func TestJWTAuthn(t *testing.T) {
 		{"no token, allow_missing", "", providerOrMissing, nil, "/", 0},
 		{"no token, provider required", "", required, nil, "/", 401},
 		{"expired", "", providerOrMissing, bearer(sg.token(t, claims(map[string]any{"exp": now.Add(-2 * time.Minute).Unix()}))), "/", 401},
-		{"expired within the clock skew", "", providerOrMissing, bearer(sg.token(t, claims(map[string]any{"exp": now.Add(-30 * time.Second).Unix()}))), "/", 0},
+		{"expired within the clock skew", "", providerOrMissing,
+			bearer(sg.token(t, claims(map[string]any{"exp": now.Add(-30 * time.Second).Unix()}))), "/", 0},
 		{"not yet valid", "", providerOrMissing, bearer(sg.token(t, claims(map[string]any{"nbf": now.Add(5 * time.Minute).Unix()}))), "/", 401},
-		{"wrong issuer is not a missing token", "", providerOrMissing, bearer(sg.token(t, claims(map[string]any{"iss": "https://evil.example"}))), "/", 401},
+		{"wrong issuer is not a missing token", "", providerOrMissing,
+			bearer(sg.token(t, claims(map[string]any{"iss": "https://evil.example"}))), "/", 401},
 		{"signed by another key", "", providerOrMissing, bearer(other.token(t, claims(nil))), "/", 401},
 		{"audience not allowed", "", providerOrMissing, bearer(sg.token(t, claims(map[string]any{"aud": "bank"}))), "/", 403},
 		{"garbage token", "", providerOrMissing, bearer("not-a-jwt"), "/", 401},
 		{"default location: access_token param", "", required, nil, "/?access_token=" + sg.token(t, claims(nil)), 0},
 		{"custom header with prefix", `"from_headers": [{"name": "x-jwt", "value_prefix": "Token "}],`, required,
 			map[string][]string{"x-jwt": {"Token " + sg.token(t, claims(nil))}}, "/", 0},
-		{"custom location only: the Authorization header is not read", `"from_headers": [{"name": "x-jwt"}],`, required, bearer(sg.token(t, claims(nil))), "/", 401},
+		{"custom location only: the Authorization header is not read", `"from_headers": [{"name": "x-jwt"}],`, required,
+			bearer(sg.token(t, claims(nil))), "/", 401},
 		{"cookie", `"from_cookies": ["session"],`, required, map[string][]string{"cookie": {"a=b; session=" + sg.token(t, claims(nil))}}, "/", 0},
-		{"CORS preflight without bypass", "", required, map[string][]string{"origin": {"https://a"}, "access-control-request-method": {"GET"}}, "/", 401},
+		{"CORS preflight without bypass", "", required,
+			map[string][]string{"origin": {"https://a"}, "access-control-request-method": {"GET"}}, "/", 401},
 		{"rule does not match: no check", "", `[{"match": {"prefix": "/api"}, "requires": {"provider_name": "p"}}]`, nil, "/", 0},
-		{"allow_missing_or_failed lets a bad token by", "", `[{"match": {"prefix": "/"}, "requires": {"allow_missing_or_failed": {}}}]`, bearer("x.y.z"), "/", 0},
-		{"requires_all needs each", `"forward": true,`, `[{"match": {"prefix": "/"}, "requires": {"requires_all": {"requirements": [{"provider_name": "p"}, {"provider_and_audiences": {"provider_name": "p", "audiences": ["bank"]}}]}}}]`,
+		{"allow_missing_or_failed lets a bad token by", "", `[{"match": {"prefix": "/"}, "requires": {"allow_missing_or_failed": {}}}]`,
+			bearer("x.y.z"), "/", 0},
+		{"requires_all needs each", `"forward": true,`,
+			`[{"match": {"prefix": "/"}, "requires": {"requires_all": {"requirements": [{"provider_name": "p"}, ` +
+				`{"provider_and_audiences": {"provider_name": "p", "audiences": ["bank"]}}]}}}]`,
 			bearer(sg.token(t, claims(nil))), "/", 403},
 		// Without forward the first verifier removes the token, so the second finds none.
-		{"requires_all after the token was removed", "", `[{"match": {"prefix": "/"}, "requires": {"requires_all": {"requirements": [{"provider_name": "p"}, {"provider_name": "p"}]}}}]`,
+		{"requires_all after the token was removed", "",
+			`[{"match": {"prefix": "/"}, "requires": {"requires_all": {"requirements": [{"provider_name": "p"}, {"provider_name": "p"}]}}}]`,
 			bearer(sg.token(t, claims(nil))), "/", 401},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,13 +140,18 @@ func TestJWTAuthn(t *testing.T) {
 func TestJWTPayloadMetadataAndRBAC(t *testing.T) {
 	sg := newSigner(t)
 	now := time.Unix(1_800_000_000, 0)
-	jwt := jwtFilterConfig(sg.jwks(), `"normalize_payload_in_metadata": {"space_delimited_claims": ["scope"]}, "forward_payload_header": "x-payload",`, providerOrMissing)
-	rbac := rbacFilter(`"rules": {"action": "ALLOW", "policies": {"alice": {"permissions": [{"any": true}], "principals": [{"and_ids": {"ids": [
-	  {"metadata": {"filter": "envoy.filters.http.jwt_authn", "path": [{"key": "payload"}, {"key": "iss"}], "value": {"string_match": {"exact": "https://issuer.example"}}}},
-	  {"metadata": {"filter": "envoy.filters.http.jwt_authn", "path": [{"key": "payload"}, {"key": "scope"}], "value": {"list_match": {"one_of": {"string_match": {"exact": "write"}}}}}}]}}]}}}`)
+	jwt := jwtFilterConfig(sg.jwks(),
+		`"normalize_payload_in_metadata": {"space_delimited_claims": ["scope"]}, "forward_payload_header": "x-payload",`, providerOrMissing)
+	rbac := rbacFilter(`"rules": {"action": "ALLOW", "policies": {"alice": {"permissions": [{"any": true}],
+	  "principals": [{"and_ids": {"ids": [
+	  {"metadata": {"filter": "envoy.filters.http.jwt_authn", "path": [{"key": "payload"}, {"key": "iss"}],
+	    "value": {"string_match": {"exact": "https://issuer.example"}}}},
+	  {"metadata": {"filter": "envoy.filters.http.jwt_authn", "path": [{"key": "payload"}, {"key": "scope"}],
+	    "value": {"list_match": {"one_of": {"string_match": {"exact": "write"}}}}}}]}}]}}}`)
 	p := inbound(t, "", jwt, rbac)
 	p.Now = func() time.Time { return now }
-	tok := sg.token(t, map[string]any{"iss": "https://issuer.example", "sub": "alice", "aud": "shop", "exp": now.Add(time.Hour).Unix(), "scope": "read write"})
+	tok := sg.token(t, map[string]any{"iss": "https://issuer.example", "sub": "alice", "aud": "shop",
+		"exp": now.Add(time.Hour).Unix(), "scope": "read write"})
 	res := eval(t, p, Request{Headers: map[string][]string{"authorization": {"Bearer " + tok}, "x-payload": {"forged"}}})
 	wantAllowed(t, res, true)
 	payload := res.MetadataValue(JWTNamespace, "payload").GetStructValue()

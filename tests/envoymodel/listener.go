@@ -271,7 +271,8 @@ func pruneExact(cs []*listener.FilterChain, f func(*listener.FilterChainMatch) (
 
 // pruneCIDR keeps the chains with the longest range containing ip; when none contains it, those without
 // ranges.
-func pruneCIDR(cs []*listener.FilterChain, ip netip.Addr, ranges func(*listener.FilterChainMatch) []*core.CidrRange) []*listener.FilterChain {
+func pruneCIDR(cs []*listener.FilterChain, ip netip.Addr,
+	ranges func(*listener.FilterChainMatch) []*core.CidrRange) []*listener.FilterChain {
 	best := -1
 	var hit, unset []*listener.FilterChain
 	for _, c := range cs {

@@ -41,7 +41,8 @@ func parseCluster(t *testing.T, js string) *cluster.Cluster {
 	return &c
 }
 
-const routerFilter = `{"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}`
+const routerFilter = `{"name": "envoy.filters.http.router", ` +
+	`"typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}`
 
 // hcmFilter is an HTTP connection manager with an inline route to cluster backend and the given filters
 // before the router.
@@ -50,12 +51,14 @@ func hcmFilter(extra string, filters ...string) string {
 	return `{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
 	  "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
 	  "stat_prefix": "in", ` + extra + `
-	  "route_config": {"name": "r", "virtual_hosts": [{"name": "vh", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "backend"}}]}]},
+	  "route_config": {"name": "r", "virtual_hosts": [{"name": "vh", "domains": ["*"],
+	    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "backend"}}]}]},
 	  "http_filters": [` + strings.Join(all, ",") + `]}}`
 }
 
 func rbacFilter(rules string) string {
-	return `{"name": "envoy.filters.http.rbac", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC", ` + rules + `}}`
+	return `{"name": "envoy.filters.http.rbac", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC", ` +
+		rules + `}}`
 }
 
 const backendCluster = `{"name": "backend", "type": "STATIC", "load_assignment": {"cluster_name": "backend"}}`
@@ -64,12 +67,16 @@ const backendCluster = `{"name": "backend", "type": "STATIC", "load_assignment":
 func inbound(t *testing.T, hcmExtra string, filters ...string) *Proxy {
 	t.Helper()
 	l := parseListener(t, `{"name": "virtualInbound", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 15006}},
-	  "listener_filters": [{"name": "o", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}},
+	  "listener_filters": [
+	    {"name": "o", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}},
 	    {"name": "t", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}}],
 	  "filter_chains": [
-	    {"name": "c8080", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "raw_buffer"}, "filters": [`+hcmFilter(hcmExtra, filters...)+`]},
-	    {"name": "c8080-tls", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "tls"}, "filters": [`+hcmFilter(hcmExtra, filters...)+`],
-	     "transport_socket": {"name": "tls", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+	    {"name": "c8080", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "raw_buffer"},
+	     "filters": [`+hcmFilter(hcmExtra, filters...)+`]},
+	    {"name": "c8080-tls", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "tls"},
+	     "filters": [`+hcmFilter(hcmExtra, filters...)+`],
+	     "transport_socket": {"name": "tls",
+	       "typed_config": {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
 	       "common_tls_context": {"validation_context": {}}}}}]}`)
 	p, err := New(Resources{Listeners: []*listener.Listener{l}, Clusters: []*cluster.Cluster{parseCluster(t, backendCluster)}})
 	if err != nil {
@@ -113,17 +120,23 @@ func TestFilterChainSelection(t *testing.T) {
 	    {"name": "t", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}}],
 	  "filter_chains": [
 	    {"name": "p8080-tls", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "tls"},
-	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "tls8080"}}],
-	     "transport_socket": {"name": "tls", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+	       "stat_prefix": "a", "cluster": "tls8080"}}],
+	     "transport_socket": {"name": "tls",
+	       "typed_config": {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
 	       "require_client_certificate": true, "common_tls_context": {"combined_validation_context": {
 	         "default_validation_context": {"match_subject_alt_names": [{"prefix": "spiffe://td/"}]},
 	         "validation_context_sds_secret_config": {"name": "ROOTCA"}}}}}},
 	    {"name": "p8080-plain", "filter_chain_match": {"destination_port": 8080, "transport_protocol": "raw_buffer"},
-	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "plain8080"}}]},
+	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+	       "stat_prefix": "a", "cluster": "plain8080"}}]},
 	    {"name": "any-plain", "filter_chain_match": {"transport_protocol": "raw_buffer"},
-	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "passthrough"}}]},
-	    {"name": "src", "filter_chain_match": {"destination_port": 9000, "source_prefix_ranges": [{"address_prefix": "10.1.0.0", "prefix_len": 16}]},
-	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "src"}}]}]}`)
+	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+	       "stat_prefix": "a", "cluster": "passthrough"}}]},
+	    {"name": "src", "filter_chain_match": {"destination_port": 9000,
+	      "source_prefix_ranges": [{"address_prefix": "10.1.0.0", "prefix_len": 16}]},
+	     "filters": [{"name": "tcp", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+	       "stat_prefix": "a", "cluster": "src"}}]}]}`)
 	var clusters []*cluster.Cluster
 	for _, n := range []string{"tls8080", "plain8080", "passthrough", "src"} {
 		clusters = append(clusters, parseCluster(t, `{"name": "`+n+`", "type": "STATIC"}`))
@@ -169,10 +182,12 @@ func TestUseOriginalDstHandOff(t *testing.T) {
 			u = `"use_original_dst": true,`
 		}
 		in := parseListener(t, `{"name": "virtualInbound", `+u+` "address": {"socket_address": {"address": "0.0.0.0", "port_value": 15006}},
-		  "listener_filters": [{"name": "o", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}}],
+		  "listener_filters": [
+		    {"name": "o", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}}],
 		  "filter_chains": [{"name": "inbound", "filter_chain_match": {"destination_port": 8080}, "filters": [`+
 			hcmFilter("", rbacFilter(`"rules": {"action": "ALLOW"}`))+`]}]}`)
-		out := parseListener(t, `{"name": "0.0.0.0_8080", "bind_to_port": false, "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8080}},
+		out := parseListener(t, `{"name": "0.0.0.0_8080", "bind_to_port": false,
+		  "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8080}},
 		  "filter_chains": [{"name": "outbound", "filters": [`+hcmFilter("")+`]}]}`)
 		p, err := New(Resources{Listeners: []*listener.Listener{in, out}, Clusters: []*cluster.Cluster{parseCluster(t, backendCluster)}})
 		if err != nil {
@@ -207,20 +222,26 @@ func TestRBACMatchers(t *testing.T) {
 		{"no policies deny", `"rules": {"action": "ALLOW"}`, Request{}, false},
 		{"DENY without policies allows", `"rules": {"action": "DENY"}`, Request{}, true},
 		{"header exact", permission(`{"header": {"name": ":method", "string_match": {"exact": "GET"}}}`), Request{Method: "GET"}, true},
-		{"header exact, other method", permission(`{"header": {"name": ":method", "string_match": {"exact": "GET"}}}`), Request{Method: "POST"}, false},
+		{"header exact, other method", permission(`{"header": {"name": ":method", "string_match": {"exact": "GET"}}}`),
+			Request{Method: "POST"}, false},
 		{"repeated header joined with commas", permission(`{"header": {"name": "x-a", "string_match": {"exact": "1,2"}}}`),
 			Request{Headers: map[string][]string{"x-a": {"1", "2"}}}, true},
-		{"absent header with inverted exact match does not match", permission(`{"header": {"name": "x-a", "string_match": {"exact": "v"}, "invert_match": true}}`), Request{}, false},
+		{"absent header with inverted exact match does not match",
+			permission(`{"header": {"name": "x-a", "string_match": {"exact": "v"}, "invert_match": true}}`), Request{}, false},
 		{"absent header, present_match false", permission(`{"header": {"name": "x-a", "present_match": false}}`), Request{}, true},
-		{"absent header, inverted present_match", permission(`{"header": {"name": "x-a", "present_match": true, "invert_match": true}}`), Request{}, true},
+		{"absent header, inverted present_match", permission(`{"header": {"name": "x-a", "present_match": true, "invert_match": true}}`),
+			Request{}, true},
 		{"url_path ignores the query", permission(`{"url_path": {"path": {"exact": "/a"}}}`), Request{Path: "/a?x=1"}, true},
 		{"url_path prefix", permission(`{"url_path": {"path": {"prefix": "/api/"}}}`), Request{Path: "/apix"}, false},
 		{"not_rule", permission(`{"not_rule": {"url_path": {"path": {"exact": "/a"}}}}`), Request{Path: "/b"}, true},
-		{"and_rules", permission(`{"and_rules": {"rules": [{"destination_port": 8080}, {"header": {"name": ":method", "string_match": {"exact": "GET"}}}]}}`), Request{}, true},
+		{"and_rules",
+			permission(`{"and_rules": {"rules": [{"destination_port": 8080}, {"header": {"name": ":method", "string_match": {"exact": "GET"}}}]}}`),
+			Request{}, true},
 		{"and_rules, one fails", permission(`{"and_rules": {"rules": [{"destination_port": 9090}, {"any": true}]}}`), Request{}, false},
 		{"or_rules", permission(`{"or_rules": {"rules": [{"destination_port": 9090}, {"destination_port": 8080}]}}`), Request{}, true},
 		{"destination_ip", permission(`{"destination_ip": {"address_prefix": "10.0.0.0", "prefix_len": 24}}`), Request{}, true},
-		{"authenticated over mTLS", principal(`{"authenticated": {"principal_name": {"exact": "spiffe://cluster.local/ns/shop/sa/web"}}}`), Request{TLS: mtls}, true},
+		{"authenticated over mTLS", principal(`{"authenticated": {"principal_name": {"exact": "spiffe://cluster.local/ns/shop/sa/web"}}}`),
+			Request{TLS: mtls}, true},
 		{"authenticated subject", principal(`{"authenticated": {"principal_name": {"exact": "CN=web"}}}`), Request{TLS: mtls}, true},
 		{"authenticated on plaintext", principal(`{"authenticated": {"principal_name": {"prefix": ""}}}`), Request{}, false},
 		{"direct_remote_ip", principal(`{"direct_remote_ip": {"address_prefix": "10.0.0.9", "prefix_len": 32}}`), Request{}, true},
@@ -229,9 +250,12 @@ func TestRBACMatchers(t *testing.T) {
 		{"direct_remote_ip ignores x-forwarded-for", principal(`{"direct_remote_ip": {"address_prefix": "192.168.1.0", "prefix_len": 24}}`),
 			Request{Headers: map[string][]string{"x-forwarded-for": {"192.168.1.7"}}}, false},
 		{"not_id", principal(`{"not_id": {"direct_remote_ip": {"address_prefix": "10.0.0.0", "prefix_len": 8}}}`), Request{}, false},
-		{"metadata absent", principal(`{"metadata": {"filter": "f", "path": [{"key": "k"}], "value": {"string_match": {"exact": "v"}}}}`), Request{}, false},
-		{"inverted metadata absent", principal(`{"metadata": {"filter": "f", "path": [{"key": "k"}], "value": {"string_match": {"exact": "v"}}, "invert": true}}`), Request{}, true},
-		{"filter_state absent", principal(`{"filter_state": {"key": "io.istio.peer_principal", "string_match": {"exact": "x"}}}`), Request{}, false},
+		{"metadata absent", principal(`{"metadata": {"filter": "f", "path": [{"key": "k"}], "value": {"string_match": {"exact": "v"}}}}`),
+			Request{}, false},
+		{"inverted metadata absent", principal(
+			`{"metadata": {"filter": "f", "path": [{"key": "k"}], "value": {"string_match": {"exact": "v"}}, "invert": true}}`), Request{}, true},
+		{"filter_state absent", principal(`{"filter_state": {"key": "io.istio.peer_principal", "string_match": {"exact": "x"}}}`),
+			Request{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := inbound(t, "", rbacFilter(tc.rules))
@@ -245,7 +269,8 @@ func TestRBACShadowAndLog(t *testing.T) {
 	shadow := rbacFilter(`"shadow_rules_stat_prefix": "pfx_", "shadow_rules": {"action": "DENY", "policies": {
 	  "b-admin": {"permissions": [{"url_path": {"path": {"prefix": "/admin"}}}], "principals": [{"any": true}]},
 	  "a-admin-x": {"permissions": [{"url_path": {"path": {"exact": "/admin/x"}}}], "principals": [{"any": true}]}}}`)
-	logRules := rbacFilter(`"rules": {"action": "LOG", "policies": {"get": {"permissions": [{"header": {"name": ":method", "string_match": {"exact": "GET"}}}], "principals": [{"any": true}]}}}`)
+	logRules := rbacFilter(`"rules": {"action": "LOG", "policies": {"get": {"permissions": [{"header": {"name": ":method", ` +
+		`"string_match": {"exact": "GET"}}}], "principals": [{"any": true}]}}}`)
 	p := inbound(t, "", shadow, logRules)
 
 	res := eval(t, p, Request{Path: "/admin/x", Method: "GET"})
@@ -274,7 +299,8 @@ func TestRBACShadowAndLog(t *testing.T) {
 }
 
 func TestPathNormalisation(t *testing.T) {
-	deny := rbacFilter(`"rules": {"action": "DENY", "policies": {"admin": {"permissions": [{"url_path": {"path": {"prefix": "/admin"}}}], "principals": [{"any": true}]}}}`)
+	deny := rbacFilter(`"rules": {"action": "DENY", "policies": {"admin": {"permissions": [{"url_path": {"path": {"prefix": "/admin"}}}], ` +
+		`"principals": [{"any": true}]}}}`)
 	for _, tc := range []struct {
 		name, hcm, path string
 		want            bool
@@ -294,9 +320,12 @@ func TestPathNormalisation(t *testing.T) {
 
 func TestUnsupportedConfigFails(t *testing.T) {
 	for name, filter := range map[string]string{
-		"CEL condition":  rbacFilter(`"rules": {"action": "ALLOW", "policies": {"p": {"permissions": [{"any": true}], "principals": [{"any": true}], "condition": {"const_expr": {"bool_value": true}}}}}`),
-		"unknown filter": `{"name": "x", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": 10}}`,
-		"fault abort":    `{"name": "f", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault", "abort": {"http_status": 503, "percentage": {"numerator": 100}}}}`,
+		"CEL condition": rbacFilter(`"rules": {"action": "ALLOW", "policies": {"p": {"permissions": [{"any": true}], ` +
+			`"principals": [{"any": true}], "condition": {"const_expr": {"bool_value": true}}}}}`),
+		"unknown filter": `{"name": "x", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer", ` +
+			`"max_request_bytes": 10}}`,
+		"fault abort": `{"name": "f", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault", ` +
+			`"abort": {"http_status": 503, "percentage": {"numerator": 100}}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := inbound(t, "", filter)
@@ -332,7 +361,8 @@ func (a *authzServer) Check(ctx context.Context, r *authv3.CheckRequest) (*authv
 		return &authv3.CheckResponse{Status: &status.Status{Code: int32(codes.OK)}}, nil
 	}
 	return &authv3.CheckResponse{Status: &status.Status{Code: int32(codes.PermissionDenied)},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_Unauthorized}}}}, nil
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{
+			DeniedResponse: &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_Unauthorized}}}}, nil
 }
 
 func startAuthz(t *testing.T, a *authzServer) string {
@@ -365,15 +395,21 @@ func extAuthzProxy(t *testing.T, addr, authz string) *Proxy {
 	host, port, _ := net.SplitHostPort(addr)
 	shadow := rbacFilter(`"shadow_rules_stat_prefix": "ext_", "shadow_rules": {"action": "DENY", "policies": {
 	  "ext-admin": {"permissions": [{"url_path": {"path": {"prefix": "/admin"}}}], "principals": [{"any": true}]}}}`)
-	ext := `{"name": "envoy.filters.http.ext_authz", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+	ext := `{"name": "envoy.filters.http.ext_authz",
+	  "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
 	  "transport_api_version": "V3", "grpc_service": {"envoy_grpc": {"cluster_name": "authz"}, "timeout": "0.3s"}, ` + authz + `
-	  "filter_enabled_metadata": {"filter": "envoy.filters.http.rbac", "path": [{"key": "ext_shadow_effective_policy_id"}], "value": {"string_match": {"prefix": "ext-"}}}}}`
+	  "filter_enabled_metadata": {"filter": "envoy.filters.http.rbac", "path": [{"key": "ext_shadow_effective_policy_id"}],
+	    "value": {"string_match": {"prefix": "ext-"}}}}}`
 	l := parseListener(t, `{"name": "virtualInbound", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 15006}},
-	  "listener_filters": [{"name": "o", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}}],
+	  "listener_filters": [
+	    {"name": "o", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}}],
 	  "filter_chains": [{"filter_chain_match": {"destination_port": 8080}, "filters": [`+hcmFilter("", shadow, ext)+`]}]}`)
-	authzCluster := parseCluster(t, `{"name": "authz", "type": "STATIC", "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-	  "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions", "explicit_http_config": {"http2_protocol_options": {}}}},
-	  "load_assignment": {"cluster_name": "authz", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "`+host+`", "port_value": `+port+`}}}}]}]}}`)
+	authzCluster := parseCluster(t, `{"name": "authz", "type": "STATIC",
+	  "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+	  "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+	    "explicit_http_config": {"http2_protocol_options": {}}}},
+	  "load_assignment": {"cluster_name": "authz",
+	    "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "`+host+`", "port_value": `+port+`}}}}]}]}}`)
 	p, err := New(Resources{Listeners: []*listener.Listener{l}, Clusters: []*cluster.Cluster{parseCluster(t, backendCluster), authzCluster}})
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +444,8 @@ func TestExtAuthz(t *testing.T) {
 			}
 		})
 	}
-	if r := allow.last.Load(); r.GetAttributes().GetRequest().GetHttp().GetPath() != "/admin" || r.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress() != "10.0.0.9" {
+	if r := allow.last.Load(); r.GetAttributes().GetRequest().GetHttp().GetPath() != "/admin" ||
+		r.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress() != "10.0.0.9" {
 		t.Errorf("check request %v", r)
 	}
 }
@@ -422,7 +459,8 @@ func TestHTTPInspectorAndFilterDisabled(t *testing.T) {
 			m += `, "application_protocols": ` + protos
 		}
 		return `{"name": "` + name + `", "filter_chain_match": {` + m + `}, "filters": [{"name": "tcp", "typed_config": {
-		  "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": "a", "cluster": "` + name + `"}}]}`
+		  "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+		    "stat_prefix": "a", "cluster": "` + name + `"}}]}`
 	}
 	l := parseListener(t, `{"name": "in", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 15006}},
 	  "listener_filters": [
@@ -466,7 +504,8 @@ func TestExtAuthzClusterNotModelled(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := extAuthzProxy(t, addr, "")
 			mutate(p.clusters["authz"])
-			_, err := p.Evaluate(context.Background(), Request{DestinationIP: "10.0.0.2", DestinationPort: 8080, SourceIP: "10.0.0.9", Path: "/admin"})
+			_, err := p.Evaluate(context.Background(),
+				Request{DestinationIP: "10.0.0.2", DestinationPort: 8080, SourceIP: "10.0.0.9", Path: "/admin"})
 			var u *unsupported
 			if !errors.As(err, &u) {
 				t.Errorf("err = %v, want a not-modelled error", err)

@@ -179,7 +179,8 @@ func TestKubernetesSourceEveryKind(t *testing.T) {
 	if l := sx.log.lines("permission denied"); len(l) > 0 {
 		t.Errorf("least-privilege role lacks a permission: %v", l)
 	}
-	t.Logf("pushes: %d (%d full); CDS responses %d", sx.Pushes.Load(), sx.Full.Load(), ads.responseCount("type.googleapis.com/envoy.config.cluster.v3.Cluster"))
+	t.Logf("pushes: %d (%d full); CDS responses %d", sx.Pushes.Load(), sx.Full.Load(),
+		ads.responseCount("type.googleapis.com/envoy.config.cluster.v3.Cluster"))
 }
 
 // TestCRDInstalledAfterStart: Sextant starts on a cluster without the Istio CRDs, warns, and picks them up
@@ -320,7 +321,8 @@ func TestWatchExpiredRelists(t *testing.T) {
 		return svc != nil && svc.ResourceVersion != "" && strings.Contains(fmt.Sprint(svc.Spec), "81")
 	})
 	lists := s.requestCount("LIST", "services") - listsBefore
-	t.Logf("relisted and converged %s after the network came back; LIST services requests since: %v", time.Since(start).Round(time.Millisecond), lists)
+	t.Logf("relisted and converged %s after the network came back; LIST services requests since: %v",
+		time.Since(start).Round(time.Millisecond), lists)
 	if lists < 1 {
 		t.Errorf("no LIST of services after the 410: the informer did not relist")
 	}
@@ -476,8 +478,10 @@ func TestScale(t *testing.T) {
 		t.Fatalf("store holds %d pods and %d services, want %d and %d", gotPods, gotServices, pods, services)
 	}
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("RESULT scale: %d pods + %d services synced and first snapshot published in %s; Sextant heap +%.1f MiB (live after GC); kube-apiserver RSS %.0f MiB; test process RSS %.0f MiB",
-		pods, services, syncTook.Round(time.Millisecond), float64(heap)/(1<<20), float64(s.RSS())/(1<<20), float64(kubeenv.RSS(os.Getpid()))/(1<<20))
+	t.Logf("RESULT scale: %d pods + %d services synced and first snapshot published in %s; Sextant heap +%.1f MiB (live after GC); "+
+		"kube-apiserver RSS %.0f MiB; test process RSS %.0f MiB",
+		pods, services, syncTook.Round(time.Millisecond), float64(heap)/(1<<20), float64(s.RSS())/(1<<20),
+		float64(kubeenv.RSS(os.Getpid()))/(1<<20))
 	const limit = 60 * time.Second
 	if syncTook > limit {
 		t.Errorf("sync took %s, over the %s budget", syncTook, limit)

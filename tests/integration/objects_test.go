@@ -218,7 +218,8 @@ func everyKind(t testing.TB, kc kubernetes.Interface, ic istioclient.Interface, 
 			delete: func(ctx context.Context) error { // no kubelet to finish a graceful delete
 				return core.Pods(ns).Delete(ctx, "web-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 			},
-			probe:       workloadProbe(cluster+"//Pod/"+ns+"/web-1", func(w *model.Workload) string { return fmt.Sprintf("ip=%v v=%s", w.Addresses, w.Labels["v"]) }),
+			probe: workloadProbe(cluster+"//Pod/"+ns+"/web-1",
+				func(w *model.Workload) string { return fmt.Sprintf("ip=%v v=%s", w.Addresses, w.Labels["v"]) }),
 			wantCreated: "ip=[10.1.2.3] v=1", wantUpdated: "v=2",
 		},
 		{
@@ -434,7 +435,8 @@ func everyKind(t testing.TB, kc kubernetes.Interface, ic istioclient.Interface, 
 			kind: "PeerAuthentication",
 			create: func(ctx context.Context) error {
 				_, err := sec.PeerAuthentications(ns).Create(ctx, &securityv1.PeerAuthentication{ObjectMeta: om(ns, "default", nil),
-					Spec: security.PeerAuthentication{Mtls: &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT}}}, cm)
+					Spec: security.PeerAuthentication{
+						Mtls: &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT}}}, cm)
 				return err
 			},
 			update: func(ctx context.Context) error {

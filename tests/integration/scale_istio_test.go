@@ -58,8 +58,10 @@ func TestScaleIstioObjects(t *testing.T) {
 		work <- func() error {
 			_, err := nw.DestinationRules(ns).Create(ctx, &networkingv1.DestinationRule{ObjectMeta: om(ns, fmt.Sprintf("dr-%d", i), nil),
 				Spec: networking.DestinationRule{Host: h, TrafficPolicy: &networking.TrafficPolicy{
-					LoadBalancer: &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: networking.LoadBalancerSettings_LEAST_REQUEST}}},
-					Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}, {Name: "v2", Labels: map[string]string{"version": "v2"}}}}},
+					LoadBalancer: &networking.LoadBalancerSettings{
+						LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: networking.LoadBalancerSettings_LEAST_REQUEST}}},
+					Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}},
+						{Name: "v2", Labels: map[string]string{"version": "v2"}}}}},
 				metav1.CreateOptions{})
 			return err
 		}

@@ -65,7 +65,8 @@ func openSDS(t *testing.T, cc *grpc.ClientConn, token, nodeID string, names ...s
 				}
 			}
 			s.mu.Unlock()
-			_ = st.Send(&discoverypb.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: names})
+			_ = st.Send(&discoverypb.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo,
+				ResponseNonce: resp.Nonce, ResourceNames: names})
 		}
 	}()
 	return s
@@ -106,7 +107,8 @@ func TestSDSAccessReviewedByTheRealAPIServer(t *testing.T) {
 		must(t, err)
 	}
 	_, err := s.Kube.RbacV1().Roles("ingress").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gateway-sds"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "watch", "list"}}}}, metav1.CreateOptions{})
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "watch", "list"}}}},
+		metav1.CreateOptions{})
 	must(t, err)
 	_, err = s.Kube.RbacV1().RoleBindings("ingress").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gateway-sds"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "gateway-sds"},
@@ -137,7 +139,8 @@ func TestSDSAccessReviewedByTheRealAPIServer(t *testing.T) {
 	gw.mu.Unlock()
 
 	intruder := openSDS(t, cc, intruderToken, "router~10.1.1.2~gw-2.ingress~ingress.svc.cluster.local", names...)
-	eventually(t, 10*time.Second, "the CA for the account without the Role", func() bool { return intruder.has("kubernetes://shop-cert-cacert") })
+	eventually(t, 10*time.Second, "the CA for the account without the Role",
+		func() bool { return intruder.has("kubernetes://shop-cert-cacert") })
 	var denial string
 	eventually(t, 10*time.Second, "the refusal in config_errors", func() bool {
 		for _, w := range srv.Warnings() {
@@ -155,8 +158,9 @@ func TestSDSAccessReviewedByTheRealAPIServer(t *testing.T) {
 
 	// Rotation pushes the new key pair to the gateway, never to the intruder; the answers are cached.
 	newCert, newKey := selfSignedPEM(t, "shop.example.com")
-	_, err = s.Kube.CoreV1().Secrets("ingress").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: "ingress"},
-		Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": newCert, "tls.key": newKey, "ca.crt": newCert}}, metav1.UpdateOptions{})
+	_, err = s.Kube.CoreV1().Secrets("ingress").Update(ctx,
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: "ingress"},
+			Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": newCert, "tls.key": newKey, "ca.crt": newCert}}, metav1.UpdateOptions{})
 	must(t, err)
 	eventually(t, 5*time.Second, "the rotated key pair", func() bool {
 		gw.mu.Lock()

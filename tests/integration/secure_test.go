@@ -51,7 +51,8 @@ func runSecureSextant(t *testing.T, kubeconfig string) (*discovery.Server, func(
 	t.Helper()
 	logger, _ := newLogger(t)
 	srv, err := discovery.NewServer(discovery.Args{Kubeconfig: kubeconfig, SecureGRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		TrustedNodeAccounts: discovery.DefaultTrustedNodeAccounts, DebounceAfter: 50 * time.Millisecond, DebounceMax: time.Second, Logger: logger})
+		TrustedNodeAccounts: discovery.DefaultTrustedNodeAccounts, DebounceAfter: 50 * time.Millisecond,
+		DebounceMax: time.Second, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,8 @@ func runSecureSextant(t *testing.T, kubeconfig string) (*discovery.Server, func(
 
 func serviceAccountToken(t *testing.T, s *apiServer, ns, sa string, audiences ...string) string {
 	t.Helper()
-	_, err := s.Kube.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+	_, err := s.Kube.CoreV1().ServiceAccounts(ns).Create(context.Background(),
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
@@ -111,11 +113,13 @@ func allowSecretsRead(t *testing.T, s *apiServer) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := s.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-secrets-read"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{})
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}},
+		metav1.CreateOptions{})
 	must(t, err)
-	_, err = s.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-secrets-read"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "test-secrets-read"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "istio-system", Name: "sextant"}}}, metav1.CreateOptions{})
+	_, err = s.Kube.RbacV1().ClusterRoleBindings().Create(ctx,
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-secrets-read"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "test-secrets-read"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "istio-system", Name: "sextant"}}}, metav1.CreateOptions{})
 	must(t, err)
 }
 
@@ -192,7 +196,8 @@ func TestSecurePortWithTheRealAPIServer(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := st.Send(&discoverypb.DiscoveryRequest{Node: &core.Node{Id: nodeID}, TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil {
+		if err := st.Send(&discoverypb.DiscoveryRequest{Node: &core.Node{Id: nodeID},
+			TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil {
 			return err
 		}
 		_, err = st.Recv()

@@ -84,7 +84,8 @@ func TestUndecodableObjectIsRejectedAlone(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 20*time.Second, "the undecodable update to be rejected", func() bool { return rejected("flip", flip.GetResourceVersion()) != nil })
+	eventually(t, 20*time.Second, "the undecodable update to be rejected",
+		func() bool { return rejected("flip", flip.GetResourceVersion()) != nil })
 	r := rejected("flip", "")
 	t.Logf("rejected: %+v", *r)
 	if r.Field != "spec.trafficPolicy.loadBalancer.simple" || !strings.Contains(r.Message, "FUTURE_LB") {

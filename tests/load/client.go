@@ -335,7 +335,8 @@ func (p *proxy) nack() *rpcstatus.Status {
 }
 
 // shortType names a type URL in reports.
-var shortType = map[string]string{cdsType: "CDS", edsType: "EDS", ldsType: "LDS", rdsType: "RDS", vhdsType: "VHDS", addrType: "Address", authzType: "Authorization"}
+var shortType = map[string]string{cdsType: "CDS", edsType: "EDS", ldsType: "LDS", rdsType: "RDS", vhdsType: "VHDS", addrType: "Address",
+	authzType: "Authorization"}
 
 func (p *proxy) count(typ string, size int) {
 	if c := p.h.byType[typ]; c != nil {

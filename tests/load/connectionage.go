@@ -94,7 +94,8 @@ func (h *harness) connectionAge() (*Result, error) {
 		}
 	}
 	r.Note = fmt.Sprintf("%d delta proxies watched for %s (--max-connection-age %s, no config change): p50/p99/max are when each first "+
-		"moved, from the window's start; missed: never moved. %d reconnects; streams ended at age p50 %s; %d streams got a GOAWAY and are still open; "+
+		"moved, from the window's start; missed: never moved. %d reconnects; streams ended at age p50 %s; "+
+		"%d streams got a GOAWAY and are still open; "+
 		"a resumed stream received %s on average, a full initial fetch is %s",
 		len(ps), window, h.cfg.MaxConnectionAge, reconnects, msText(pct(ages, 50)), told,
 		mb(r.Figures["bytesPerResumedStream"]), mb(full))

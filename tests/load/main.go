@@ -148,21 +148,24 @@ func main() {
 	flag.IntVar(&cfg.Shape.RoutingEvery, "routing-every", 10, "a VirtualService for every K-th service (0: none)")
 	flag.IntVar(&cfg.Sidecars, "sidecars", 300, "simulated Envoy sidecars")
 	flag.IntVar(&cfg.Ztunnels, "ztunnels", 0, "simulated ztunnels (delta, wildcard Address + Authorization)")
-	flag.BoolVar(&cfg.Secure, "secure", false, "the fleet (cold start and its reconnects) connects to the secure port over TLS, trusting the root "+
-		"the server writes to --ca-dir, each proxy authenticated as its namespace and service account (see -secure-auth); the extra "+
-		"clients of slow-clients and ztunnel-on-demand stay on the plaintext port")
+	flag.BoolVar(&cfg.Secure, "secure", false,
+		"the fleet (cold start and its reconnects) connects to the secure port over TLS, trusting the root "+
+			"the server writes to --ca-dir, each proxy authenticated as its namespace and service account (see -secure-auth); the extra "+
+			"clients of slow-clients and ztunnel-on-demand stay on the plaintext port")
 	flag.StringVar(&cfg.SecureAuth, "secure-auth", "", "with -secure, how proxies authenticate: token (a service-account token from the "+
 		"API server's TokenRequest, audience istio-ca, in the authorization metadata; needs -source kube) or cert (a client certificate "+
 		"signed from the server's key material); default token with -source kube, else cert")
 	flag.StringVar(&mode, "mode", "delta", "sidecar protocol: delta or sotw")
-	flag.StringVar(&envoyVersion, "envoy-version", "1.38", "Envoy version the sidecars report (MAJOR.MINOR); from 1.38 the server sends their virtual hosts over VHDS")
+	flag.StringVar(&envoyVersion, "envoy-version", "1.38",
+		"Envoy version the sidecars report (MAJOR.MINOR); from 1.38 the server sends their virtual hosts over VHDS")
 	flag.Float64Var(&cfg.NackFraction, "nack", 0, "fraction of responses the sidecars NACK (0..1)")
 	flag.IntVar(&cfg.Reps, "reps", 20, "repetitions of each single change")
 	flag.IntVar(&cfg.ChurnRate, "churn-rate", 20, "steady churn: endpoint changes per second")
 	flag.DurationVar(&cfg.ChurnDuration, "churn", 60*time.Second, "steady churn: how long (0 skips it)")
-	flag.StringVar(&cfg.ChurnTrace, "churn-trace", "", "write each churn change as CSV here: when its first write began (Unix ms), its service, "+
-		"its first and last proxy's latency, how long its writes took and, on the Kubernetes source, when the harness's own "+
-		"watch saw the EndpointSlice change (ms from the first write)")
+	flag.StringVar(&cfg.ChurnTrace, "churn-trace", "",
+		"write each churn change as CSV here: when its first write began (Unix ms), its service, "+
+			"its first and last proxy's latency, how long its writes took and, on the Kubernetes source, when the harness's own "+
+			"watch saw the EndpointSlice change (ms from the first write)")
 	flag.DurationVar(&cfg.Debounce, "debounce-after", 0, "pass --debounce-after to the server (0: its default, 100ms)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "how long a change may take to reach every proxy")
 	flag.StringVar(&scenarios, "scenario", "all", "comma-separated: "+strings.Join(allScenarios, ", ")+"; or all (which leaves out "+
@@ -274,9 +277,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if cfg.OnDemandTimeout <= 0 {
 		cfg.OnDemandTimeout = 2 * time.Second
 	}
-	if slices.Contains(cfg.Scenarios, "connection-age") && cfg.MaxConnectionAge > 0 && !slices.ContainsFunc(cfg.ServerArgs, func(a string) bool {
-		return a == "--max-connection-age" || strings.HasPrefix(a, "--max-connection-age=")
-	}) {
+	if slices.Contains(cfg.Scenarios, "connection-age") && cfg.MaxConnectionAge > 0 &&
+		!slices.ContainsFunc(cfg.ServerArgs, func(a string) bool {
+			return a == "--max-connection-age" || strings.HasPrefix(a, "--max-connection-age=")
+		}) {
 		// For the whole run: the server's streams of every scenario age alike.
 		cfg.ServerArgs = append(slices.Clone(cfg.ServerArgs), "--max-connection-age", cfg.MaxConnectionAge.String())
 	}
@@ -358,7 +362,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	h.srv = srv
 	defer srv.stop()
 	rep.StartupMs = float64(time.Since(t0).Microseconds()) / 1000
-	fmt.Fprintf(out, "mesh: %d services × %d ports, %d pods, %d namespaces; %d sidecars (%s), %d ztunnels; source %s; server ready in %.0f ms\n",
+	fmt.Fprintf(out,
+		"mesh: %d services × %d ports, %d pods, %d namespaces; %d sidecars (%s), %d ztunnels; source %s; server ready in %.0f ms\n",
 		cfg.Shape.Services, len(servicePorts), cfg.Shape.Services*cfg.Shape.PodsPerService, cfg.Shape.Namespaces,
 		cfg.Sidecars, map[bool]string{true: "delta", false: "sotw"}[cfg.Delta], cfg.Ztunnels, cfg.Source, rep.StartupMs)
 

@@ -44,7 +44,8 @@ func printReport(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "per sidecar: %d clusters (%d EDS), %d listeners, %d route configs; per ztunnel: %d addresses\n\n",
 		m.Clusters, m.Endpoints, m.Listeners, m.Routes, m.Addresses)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tchanges\tproxies\tp50 ms\tp99 ms\tmax ms\tall p99 ms\tmissed\tbytes/change\tresp/change\tCPU-s/change\tharness CPU-s\tRSS\tpeak RSS\t")
+	fmt.Fprintln(tw, "scenario\tchanges\tproxies\tp50 ms\tp99 ms\tmax ms\tall p99 ms\tmissed\t"+
+		"bytes/change\tresp/change\tCPU-s/change\tharness CPU-s\tRSS\tpeak RSS\t")
 	for _, r := range rep.Results {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%s\t%.0f\t%.3f\t%.3f\t%s\t%s\t\n", r.Scenario, r.Changes, r.Proxies,
 			r.P50Ms, r.P99Ms, r.MaxMs, r.AllP99Ms, r.Missed, mb(r.BytesPerChange), r.ResponsesPerChange, r.CPUPerChange,

@@ -66,7 +66,8 @@ func freePort() (string, error) {
 
 // startServer runs `sextant discovery` with sourceArgs (--config-dir DIR or --kubeconfig FILE) and waits
 // until /ready answers.
-func startServer(bin string, sourceArgs []string, logPath string, debounce, sendTimeout time.Duration, extra ...string) (*serverProc, error) {
+func startServer(bin string, sourceArgs []string, logPath string, debounce, sendTimeout time.Duration,
+	extra ...string) (*serverProc, error) {
 	grpcAddr, err := freePort()
 	if err != nil {
 		return nil, err

@@ -35,7 +35,8 @@ func connectEnvoy(t *testing.T, s *server, delta bool) *Envoy {
 
 func connectZtunnel(t *testing.T, s *server, onDemand bool) *Ztunnel {
 	t.Helper()
-	z := NewZtunnel(ZtunnelOptions{Addr: s.addr(), IP: "10.2.0.2", Pod: "ztunnel-b", Namespace: "istio-system", NodeName: "node-a", OnDemand: onDemand})
+	z := NewZtunnel(ZtunnelOptions{Addr: s.addr(), IP: "10.2.0.2", Pod: "ztunnel-b", Namespace: "istio-system",
+		NodeName: "node-a", OnDemand: onDemand})
 	if err := z.Connect(); err != nil {
 		t.Fatal(err)
 	}

@@ -180,7 +180,8 @@ func NewEnvoy(opts EnvoyOptions) *Envoy {
 			Version: &typev3.SemanticVersion{MajorNumber: v[0], MinorNumber: v[1], Patch: v[2]}}}
 	}
 	return &Envoy{opts: opts, node: node, dstate: map[string]*deltaState{}, sstate: map[string]*sotwState{},
-		explicit: map[string]map[string]bool{}, interest: map[string]map[string]bool{ClusterType: {}, EndpointType: {}, RouteType: {}, VirtualHostType: {}},
+		explicit: map[string]map[string]bool{},
+		interest: map[string]map[string]bool{ClusterType: {}, EndpointType: {}, RouteType: {}, VirtualHostType: {}},
 		clusters: map[string]*cluster{}, warmingClusters: map[string]*cluster{}, endpoints: map[string]Resource{},
 		listeners: map[string]*listener{}, warmingListeners: map[string]*listener{}, routes: map[string]*routeProvider{},
 		vhosts: map[string]map[string]Resource{}, rejected: rejections{}, lastNACK: map[string]nackedResponse{}}

@@ -42,7 +42,8 @@ func startEcho(t *testing.T) *echo {
 			t.Skipf("cannot listen on %s: %v", ip, err)
 		}
 		id := fmt.Sprintf("v%d", i+1)
-		srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo,
+			h grpc.UnaryHandler) (any, error) {
 			_ = grpc.SetHeader(ctx, metadata.Pairs("backend", id))
 			return h(ctx, req)
 		}))

@@ -37,7 +37,8 @@ func (l *loopServer) StreamAggregatedResources(s grpc.BidiStreamingServer[discov
 	}
 }
 
-func (l *loopServer) DeltaAggregatedResources(s grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) error {
+func (l *loopServer) DeltaAggregatedResources(s grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest,
+	discovery.DeltaDiscoveryResponse]) error {
 	for i := 0; ; {
 		req, err := s.Recv()
 		if err != nil {

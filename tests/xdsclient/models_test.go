@@ -37,7 +37,8 @@ func newClients(addr string, reject func(i int) func(typeURL, name string, a any
 			InitialFetchTimeout: testFetchTimeout, Reject: reject(i)}))
 	}
 	c.ztunnels = []*Ztunnel{
-		NewZtunnel(ZtunnelOptions{Addr: addr, IP: "10.2.0.1", Pod: "ztunnel-a", Namespace: "istio-system", NodeName: "node-a", Reject: reject(-1)}),
+		NewZtunnel(ZtunnelOptions{Addr: addr, IP: "10.2.0.1", Pod: "ztunnel-a", Namespace: "istio-system",
+			NodeName: "node-a", Reject: reject(-1)}),
 		NewZtunnel(ZtunnelOptions{Addr: addr, IP: "10.2.0.2", Pod: "ztunnel-b", Namespace: "istio-system", NodeName: "node-a", OnDemand: true}),
 	}
 	return c

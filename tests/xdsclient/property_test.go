@@ -32,7 +32,8 @@ func TestClientsEndWhereTheServerSays(t *testing.T) {
 		t.Run(fmt.Sprint(s), func(t *testing.T) {
 			log := runSequence(t, s, *steps)
 			if t.Failed() {
-				t.Logf("reproduce with: go test -race ./tests/xdsclient/ -run 'TestClientsEndWhereTheServerSays' -xdsclient.seed=%d -xdsclient.sequences=1 -xdsclient.steps=%d\nsteps:\n  %s",
+				t.Logf("reproduce with: go test -race ./tests/xdsclient/ -run 'TestClientsEndWhereTheServerSays' -xdsclient.seed=%d "+
+					"-xdsclient.sequences=1 -xdsclient.steps=%d\nsteps:\n  %s",
 					s, *steps, strings.Join(log, "\n  "))
 			}
 		})
