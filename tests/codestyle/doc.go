@@ -1,0 +1,3 @@
+// Package codestyle checks rules about the repository's source that gofmt and go vet do not: the length
+// of lines, files and functions.
+package codestyle
