@@ -134,7 +134,8 @@ func serve[Req request](s *Server, ss grpc.ServerStream, delta bool,
 	defer fl.close()
 	// Requests are read on their own goroutine: a stream.Recv cannot be interrupted, and shutdown must not
 	// wait for a client that never sends.
-	run := &streamRun[Req]{s: s, ctx: ctx, recv: recv, handle: handle, fl: fl, reqs: make(chan Req), recvErr: make(chan error, 1),
+	run := &streamRun[Req]{s: s, ctx: ctx, recv: recv, handle: handle, fl: fl, firstReq: make(chan Req, 1),
+		queue: newRequestQueue[Req](s.maxQueuedRequestBytes()), recvErr: make(chan error, 1),
 		connected: make(chan struct{})}
 	go run.read()
 	first, err := run.first()
@@ -171,11 +172,12 @@ type streamRun[Req request] struct {
 	recv   func() (Req, error)
 	handle func(c *Connection, req Req, noSend bool) (needsSend bool, err error)
 	fl     *flight
-	// reqs carries requests that may need a response to the goroutine that handles them; handing counts
-	// those not yet handled.
-	reqs    chan Req
-	handing atomic.Int32
-	recvErr chan error
+	// firstReq carries the stream's first request; queue the later ones that the reader does not handle
+	// itself, to the goroutine that handles them. handing counts those not yet handled.
+	firstReq chan Req
+	queue    *requestQueue[Req]
+	handing  atomic.Int32
+	recvErr  chan error
 	// c is set, and connected closed, once the first request made the connection.
 	c         *Connection
 	connected chan struct{}
@@ -190,11 +192,7 @@ func (r *streamRun[Req]) read() {
 		r.recvErr <- r.s.recvError(r.ctx, nil, err)
 		return
 	}
-	select {
-	case r.reqs <- first:
-	case <-r.ctx.Done():
-		return
-	}
+	r.firstReq <- first
 	select {
 	case <-r.connected:
 	case <-r.ctx.Done():
@@ -210,10 +208,11 @@ func (r *streamRun[Req]) read() {
 		// An ACK or NACK frees its response's budget at once, even while a push holds the turn.
 		r.fl.answered(req.GetTypeUrl(), req.GetResponseNonce())
 		// Handled here unless a request before it is still with the handler's goroutine (order
-		// matters) or it needs a response. Saves two goroutine wake-ups per ACK.
+		// matters), a push holds the turn, or it needs a response. Saves two goroutine wake-ups per ACK.
+		// The reader never waits for the turn or the handler: either may wait for budget that only an ACK
+		// it has still to read frees.
 		needsSend := true
-		if r.handing.Load() == 0 {
-			c.turn.Lock()
+		if r.handing.Load() == 0 && c.turn.TryLock() {
 			if !c.ended.Load() {
 				needsSend, err = r.handle(c, req, true)
 			}
@@ -227,9 +226,10 @@ func (r *streamRun[Req]) read() {
 			continue
 		}
 		r.handing.Add(1)
-		select {
-		case r.reqs <- req:
-		case <-r.ctx.Done():
+		if err := r.queue.push(req); err != nil {
+			r.s.refused.Add(1)
+			r.s.connLog.Warn("stream ended", "conn", c.id, "proxy", loglimit.Text(c.proxy.NodeID), "error", err)
+			c.fail(status.Error(codes.ResourceExhausted, err.Error()))
 			return
 		}
 	}
@@ -239,7 +239,7 @@ func (r *streamRun[Req]) read() {
 func (r *streamRun[Req]) first() (Req, error) {
 	var first Req
 	select {
-	case first = <-r.reqs:
+	case first = <-r.firstReq:
 		return first, nil
 	case err := <-r.recvErr:
 		if errors.Is(err, io.EOF) {
@@ -290,18 +290,27 @@ func (r *streamRun[Req]) handleRequests(first Req) {
 	c.turn.Unlock()
 	for err == nil {
 		select {
-		case req := <-r.reqs:
-			c.turn.Lock()
-			if !c.ended.Load() {
-				_, err = r.handle(c, req, false)
+		case <-r.queue.wake:
+			for req, ok := r.queue.pop(); ok && err == nil; req, ok = r.queue.pop() {
+				err = r.handleQueued(req)
+				r.handing.Add(-1)
 			}
-			c.turn.Unlock()
-			r.handing.Add(-1)
 		case <-r.ctx.Done():
 			return
 		}
 	}
 	c.fail(err)
+}
+
+// handleQueued handles one request the reader queued, under the turn.
+func (r *streamRun[Req]) handleQueued(req Req) (err error) {
+	c := r.c
+	c.turn.Lock()
+	defer c.turn.Unlock()
+	if !c.ended.Load() {
+		_, err = r.handle(c, req, false)
+	}
+	return err
 }
 
 // wait returns how the stream ends: the client's, the connection's failure or kill, or the server's.

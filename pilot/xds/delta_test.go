@@ -3,11 +3,15 @@ package xds
 import (
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sextantmesh/sextant/pilot/model"
 )
@@ -260,5 +264,64 @@ func TestAckBehindAWaitingSubscriptionIsRead(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("endpoints came %v after the subscription: the ACK behind it was not read", d)
+	}
+}
+
+// The same with a second subscription between the waiting one and the ACK, as Envoy sends its listeners'
+// after its clusters': the reader must not stop reading while the handler is busy, or the ACK that frees
+// the budget is never read and every stream waiting for budget waits for the flight timeout.
+func TestAckBehindTwoWaitingSubscriptionsIsRead(t *testing.T) {
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	cds := c.recv()
+	start := time.Now()
+	deltaAsk(c, nil, EndpointType, []string{"a", "b"}, nil, nil)
+	deltaAsk(c, nil, ListenerType, nil, nil, nil)
+	deltaAsk(c, nil, ClusterType, nil, nil, cds)
+	if eds := c.recv(); eds.TypeUrl != EndpointType {
+		t.Fatalf("got %s, want the endpoints first", eds.TypeUrl)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("endpoints came %v after the subscription: the ACK behind two requests was not read", d)
+	}
+}
+
+// The reader queues what it cannot hand over, but not without bound: a client that keeps sending requests
+// that need an answer while its handler waits has its stream ended, saying why.
+func TestFloodingClientIsEndedWhileItsHandlerWaits(t *testing.T) {
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	c.recv() // not ACKed: the budget stays taken
+	for i := range maxQueuedRequests + 2 {
+		deltaAsk(c, nil, EndpointType, []string{"e" + strconv.Itoa(i)}, nil, nil)
+	}
+	if err := c.end(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "requests waiting") {
+		t.Fatalf("flooding client ended with %v, want ResourceExhausted naming the queued requests", err)
+	}
+}
+
+// A push that waits for budget holds the connection's turn: an ACK that arrives meanwhile must still be
+// read and free its response's budget, even when the proxy has other ACKs queued before it.
+func TestAcksAreReadWhileAPushWaitsForBudget(t *testing.T) {
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	cds := c.recv()
+	deltaAsk(c, nil, ClusterType, nil, nil, cds)
+	deltaAsk(c, nil, EndpointType, []string{"a", "b"}, nil, nil)
+	eds := c.recv()
+	// The EDS response holds the budget; the push of a new cluster waits for it under the turn.
+	e.set(ClusterType, "a", "a2")
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	deltaAsk(c, nil, ListenerType, nil, nil, nil)
+	deltaAsk(c, nil, EndpointType, nil, nil, eds)
+	if r := c.recv(); r.TypeUrl != ClusterType {
+		t.Fatalf("got %s, want the pushed clusters", r.TypeUrl)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the push came %v after the ACK that freed its budget", d)
 	}
 }
