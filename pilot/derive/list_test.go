@@ -81,7 +81,9 @@ func newWorld(n int) world {
 	w := world{rules: new(int), endpoints: new(int), policy: &policy{modes: map[string]int{}}, builds: new(int)}
 	w.services = []*service{nil}
 	for i := range n {
-		w.services = append(w.services, &service{name: fmt.Sprintf("svc-%03d", i), ns: fmt.Sprintf("ns-%d", i%6), ports: 1 + i%3, inline: i%5 == 0})
+		w.services = append(w.services, &service{
+			name: fmt.Sprintf("svc-%03d", i), ns: fmt.Sprintf("ns-%d", i%6), ports: 1 + i%3, inline: i%5 == 0,
+		})
 	}
 	return w
 }

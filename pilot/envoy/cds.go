@@ -30,7 +30,8 @@ type clusterGenerator struct{ g *Generators }
 
 // Generate returns the proxy's clusters: outbound for every service port in scope (and every DestinationRule
 // subset), inbound for the proxy's own ports, and the BlackHole/Passthrough clusters.
-func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, w *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	g := c.g
 	scope := g.scopeFor(proxy, push)
 	flavor := flavorOf(proxy)
@@ -120,7 +121,9 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 	}
 	sortByName(extra)
 	if w.Wildcard {
-		return g.sharedMerge(listID{kind: "cds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: variant}, out, extra), nil
+		return g.sharedMerge(listID{
+			kind: "cds+own", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: variant,
+		}, out, extra), nil
 	}
 	return mergeByName(out, extra), nil
 }
@@ -186,7 +189,8 @@ type proxyView struct {
 
 // outbound builds the outbound clusters for every service port in scope (and DestinationRule subset) that
 // w wants, for a proxy with labels (nil: one no workloadSelector selects).
-func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView, w *model.WatchedResource) (model.Resources, error) {
+func (c clusterGenerator) outbound(scope *Scope, push *model.PushContext, flavor flavor, who proxyView,
+	w *model.WatchedResource) (model.Resources, error) {
 	var out model.Resources
 	for _, svc := range scope.clusterServices {
 		var err error
@@ -479,7 +483,8 @@ func dnsLookupFamily(ips []string) cluster.Cluster_DnsLookupFamily {
 // (auto_sni, auto_san_validation) or the cluster says it allows less; as istiod, TLS settles it: no fixed SNI
 // and the certificate checked against the host, unless the rule fixes an SNI or turns checking off. A
 // plaintext cluster with HTTP options of its own allows less outright (no TLS, nothing to check).
-func setDynamicForwardProxy(c *cluster.Cluster, hostname string, family cluster.Cluster_DnsLookupFamily, tls *networking.ClientTLSSettings) {
+func setDynamicForwardProxy(c *cluster.Cluster, hostname string, family cluster.Cluster_DnsLookupFamily,
+	tls *networking.ClientTLSSettings) {
 	insecure := false
 	switch {
 	case c.TransportSocket != nil:
@@ -511,11 +516,13 @@ func setDynamicForwardProxy(c *cluster.Cluster, hostname string, family cluster.
 
 func clusterMetadata(svc *model.Service, subset string) *core.Metadata {
 	fields := map[string]*structpb.Value{
-		"services": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			"host":      structpb.NewStringValue(svc.Hostname),
-			"name":      structpb.NewStringValue(svc.Name),
-			"namespace": structpb.NewStringValue(svc.Namespace),
-		}})}}),
+		"services": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+			structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"host":      structpb.NewStringValue(svc.Hostname),
+				"name":      structpb.NewStringValue(svc.Name),
+				"namespace": structpb.NewStringValue(svc.Namespace),
+			}}),
+		}}),
 	}
 	if subset != "" {
 		fields["subset"] = structpb.NewStringValue(subset)

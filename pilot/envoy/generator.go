@@ -259,7 +259,8 @@ func New(opts Options) *Generators {
 		opts.CacheSize = 20_000
 	}
 	resources, _ := lru.New[any, *model.Resource](opts.CacheSize)
-	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), routedScopes: newGenerations[scopeID, *Scope](), clusters: newSlots[outboundClusterKey](), assignments: newSlots[edsKey](),
+	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), routedScopes: newGenerations[scopeID, *Scope](),
+		clusters: newSlots[outboundClusterKey](), assignments: newSlots[edsKey](),
 		lists: newGenerations[listID, model.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
 		outboundListenerRes: newGenerations[listID, *model.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
 		inboundPorts: newGenerations[*model.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),

@@ -143,7 +143,8 @@ func l4LabelKey(push *model.PushContext, labels map[string]string) string {
 // listener for itself (its application reaching its own address is not captured as outbound traffic, and
 // the listener would stand beside the inbound one). Shared by the replicas of a scope at that address.
 func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list model.Resources, own []string) model.Resources {
-	id := listID{kind: "lds-own-address", name: ip, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labels}
+	id := listID{kind: "lds-own-address", name: ip, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
+		labels: labels}
 	out, _ := g.lists.getOrBuild(id, refOf(list), func() (model.Resources, error) {
 		kept := make(model.Resources, 0, len(list))
 		for _, r := range list {
@@ -159,7 +160,8 @@ func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list m
 // withoutPrivileged returns list without the listeners named privileged, bound to ports below 1024: an
 // unprivileged proxy (UNPRIVILEGED_POD) cannot bind them, and istiod leaves them out, with a warning.
 // Shared by the unprivileged proxies of a scope.
-func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *model.Proxy, list model.Resources, privileged []string) model.Resources {
+func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *model.Proxy, list model.Resources,
+	privileged []string) model.Resources {
 	id := listID{kind: "lds-unprivileged", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labels}
 	out, _ := g.lists.getOrBuild(id, refOf(list), func() (model.Resources, error) {
 		slog.Warn("outbound listeners left out: unprivileged proxies (UNPRIVILEGED_POD) cannot bind ports below 1024",
@@ -178,7 +180,8 @@ func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *model
 // outboundListeners returns the outbound listeners of key's scope for proxies of labels (whose
 // l4LabelKey is labelKey), sorted by name, each marshaled on its own: a change to one destination changes
 // that listener's bytes (and version) only.
-func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string, push *model.PushContext) (*listenerList, error) {
+func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string,
+	push *model.PushContext) (*listenerList, error) {
 	g := l.g
 	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, captureNone: key.scope.captureNone,
 		variant: string(key.typ) + key.mode.variant(), labels: labelKey}
@@ -319,8 +322,8 @@ type egressBinding struct {
 }
 
 // finishOutboundListeners completes the planned listeners and marshals them, sorted by name.
-func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, built *listenerList, byName map[string]*outboundListener,
-	family cluster.Cluster_DnsLookupFamily) (*listenerList, error) {
+func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, built *listenerList,
+	byName map[string]*outboundListener, family cluster.Cluster_DnsLookupFamily) (*listenerList, error) {
 	// A listener whose chains all match on more than the port (SNI, application protocol, address block)
 	// sends what none takes where the capture listener would, in its default chain as istiod's: Envoy
 	// picks a chain level by level without going back, so a connection a chain on destinationSubnets takes
@@ -454,7 +457,8 @@ func (c chainPlan) build(paths string) *listener.FilterChain {
 		if c.dnsCache != "" { // before the router, which needs the host resolved
 			n := len(hc.HttpFilters)
 			hc.HttpFilters = append(hc.HttpFilters[:n-1:n-1], ldsHTTPFilter(ldsHTTPDynamicForwardProxyFilter, &dfphttp.FilterConfig{
-				ImplementationSpecifier: &dfphttp.FilterConfig_DnsCacheConfig{DnsCacheConfig: dfpDNSCache(c.dnsCache, c.dnsFamily)}}), hc.HttpFilters[n-1])
+				ImplementationSpecifier: &dfphttp.FilterConfig_DnsCacheConfig{DnsCacheConfig: dfpDNSCache(c.dnsCache, c.dnsFamily)},
+			}), hc.HttpFilters[n-1])
 		}
 		ldsMeshHTTPManager(hc, paths)
 		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}

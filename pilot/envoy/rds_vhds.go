@@ -29,7 +29,8 @@ type virtualHostGenerator struct{ g *Generators }
 
 // Generate returns the virtual hosts of every route configuration of the proxy's scope; the transport holds
 // back those whose route configuration the proxy does not have yet. Proxies not using VHDS get none.
-func (v virtualHostGenerator) Generate(proxy *model.Proxy, push *model.PushContext, _ *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+func (v virtualHostGenerator) Generate(proxy *model.Proxy, push *model.PushContext, _ *model.WatchedResource,
+	_ *model.PushRequest) (model.Resources, error) {
 	g := v.g
 	if !g.usesVHDS(proxy) {
 		return nil, nil
@@ -131,7 +132,8 @@ type vhostListEntry struct {
 }
 
 // buildVirtualHosts builds the virtual hosts of route configuration name for proxy.
-func (g *Generators) buildVirtualHosts(proxy *model.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (*vhostList, error) {
+func (g *Generators) buildVirtualHosts(proxy *model.Proxy, push *model.PushContext, scope *Scope, name string,
+	port uint32) (*vhostList, error) {
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope, mode: ipModeOf(proxy.IPAddresses)}
 	rules := push.DestinationRulesID()
 	domains := newDomainSet(16 * len(scope.Services))
@@ -216,8 +218,8 @@ func (l *vhostList) addHosts() {
 // last one built is reused while the VirtualService, the DestinationRules, the domains and the destination
 // services its routes resolved are the same, so a full build of the list (a proxy label set, a service
 // added) hands out the same resources; routes chosen by the proxy's labels are marshaled each time.
-func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, rules any, retries *networking.HTTPRetry, routeConfig string,
-	domains []string) (*model.Resource, error) {
+func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, rules any, retries *networking.HTTPRetry,
+	routeConfig string, domains []string) (*model.Resource, error) {
 	name := routeConfig + "/" + virtualServiceHostDomains(h.host, port)[1]
 	build := func() (*model.Resource, error) {
 		return marshal(name, &route.VirtualHost{Name: name, Domains: domains, Routes: h.routes, IncludeRequestAttemptCount: true})

@@ -434,7 +434,9 @@ func (s *Scope) addRoutedDestinations(push *model.PushContext, listeners []*egre
 		return false
 	}
 	s.byClusterHost = byHost
-	s.clusterServices = slices.SortedFunc(maps.Values(byHost), func(a, b *model.Service) int { return strings.Compare(a.Hostname, b.Hostname) })
+	s.clusterServices = slices.SortedFunc(maps.Values(byHost), func(a, b *model.Service) int {
+		return strings.Compare(a.Hostname, b.Hostname)
+	})
 	return true
 }
 
@@ -588,7 +590,8 @@ func (s *Scope) virtualServiceFor(push *model.PushContext, host string, port uin
 			if !model.HostMatches(h, host) {
 				continue
 			}
-			if hw, bw := strings.HasPrefix(h, "*"), strings.HasPrefix(bestHost, "*"); best == nil || hw != bw && !hw || hw == bw && len(h) > len(bestHost) {
+			if hw, bw := strings.HasPrefix(h, "*"), strings.HasPrefix(bestHost, "*"); best == nil || hw != bw && !hw ||
+				hw == bw && len(h) > len(bestHost) {
 				best, bestHost = c, h
 			}
 		}
