@@ -5,7 +5,6 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,22 +67,10 @@ func TestProductCodeSize(t *testing.T) {
 // tests, not under tests/.
 func productSources(t *testing.T) (string, []string) {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
-	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		t.Skipf("not in a git checkout: %v", err)
-	}
-	root := strings.TrimSpace(string(out))
-	ls := exec.Command("git", "ls-files", "-z", "--", "*.go")
-	ls.Dir = root
-	if out, err = ls.Output(); err != nil {
-		t.Fatalf("git ls-files: %v", err)
-	}
+	root, tracked := trackedGoFiles(t)
 	var files []string
-	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
-		if name == "" || strings.HasSuffix(name, "_test.go") || strings.HasPrefix(name, "tests/") {
+	for _, name := range tracked {
+		if strings.HasSuffix(name, "_test.go") || strings.HasPrefix(name, "tests/") {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(root, name)); err != nil {
