@@ -15,25 +15,81 @@ type List[O comparable, I any] struct {
 	// Full names why the list was built from every owner ("first build", or the input that asked for it);
 	// empty when it was derived from the previous list.
 	Full string
+	// Taint, when set, says why the next list cannot be derived from this one (Building.Taint, or a
+	// contested claim).
+	Taint string
 
-	owners  []O // the owner of each item
-	members []O // every owner the list was built for, items or not
+	owners  []O        // the owner of each item
+	claims  [][]string // what the owner of each item claimed, on its first item
+	members []O        // every owner the list was built for, items or not
 	reads   map[O]Reads
+	held    claimSet
 }
 
 // Plan is how one output is built and derived: its declared inputs, its owners in a context, and the
 // builder of one owner's items, which is also the full build's.
 type Plan[C any, O comparable, I any] struct {
 	Inputs *Inputs[C, O]
-	// Members returns the owners in c, sorted by Compare; the slice is kept, never modified.
+	// Members returns the owners in c, sorted by Compare; the slice is kept, never modified. A full build
+	// builds them in this order, which decides who gets a contested claim.
 	Members func(c C) []O
 	// Compare orders owners as Members returns them: an owner that sorts equal but is another value is an
 	// updated one (removed, then added).
 	Compare func(a, b O) int
-	// Build appends owner's items to out and says which Readers inputs they read.
-	Build func(c C, out []I, owner O) ([]I, Reads, error)
+	// Build appends owner's items to out; b takes what else the build tells the list.
+	Build func(c C, out []I, owner O, b *Building) ([]I, error)
 	// Name is an item's name: lists are sorted by it, and kept and rebuilt items merged by it.
 	Name func(item I) string
+	// Derivable, when set, says whether an owner may come or go by derivation; one that may not (its
+	// coming changes what other owners build) makes the change a full build.
+	Derivable func(c C, owner O) bool
+}
+
+// Building is what one owner's build tells the list besides its items.
+type Building struct {
+	reads     Reads
+	held      *claimSet
+	claimed   []string
+	contested string // a name asked for that another owner holds
+	taint     string
+}
+
+// Read records that the items read the Readers inputs r.
+func (b *Building) Read(r Reads) { b.reads |= r }
+
+// Claim asks for names that one owner of the list at most may hold (the domains of a virtual host) and
+// returns those it gets: in a full build, those no earlier owner holds; the list is then tainted if some
+// were held, since only a full build settles who holds them. A derivation stops at a held name and builds
+// the list in full instead.
+func (b *Building) Claim(names []string) []string {
+	got := names
+	for i, n := range names {
+		if !b.held.has(n) {
+			if len(got) < len(names) {
+				got = append(got, n)
+			}
+			continue
+		}
+		if b.contested == "" {
+			b.contested = n
+		}
+		if len(got) == len(names) {
+			got = slices.Clone(names[:i])
+		}
+	}
+	for _, n := range got {
+		b.held.claim(n)
+	}
+	b.claimed = append(b.claimed, got...)
+	return got
+}
+
+// Taint says the items depend on something the declaration does not cover: the list is not derived from,
+// and a derivation that meets it builds the list in full.
+func (b *Building) Taint(why string) {
+	if b.taint == "" {
+		b.taint = why
+	}
 }
 
 // Next returns the list for c: derived from prev when the inputs that changed allow it, otherwise built
@@ -43,38 +99,63 @@ func (p *Plan[C, O, I]) Next(prev *List[O, I], c C) (*List[O, I], error) {
 	if prev == nil {
 		return p.build(c, key, "first build")
 	}
+	if prev.Taint != "" {
+		return p.build(c, key, "the previous list cannot be derived from: "+prev.Taint)
+	}
 	rebuild, why := p.changes(prev, c, key)
 	if why != "" {
 		return p.build(c, key, why)
 	}
-	return p.derive(prev, c, key, rebuild)
+	next, why, err := p.derive(prev, c, key, rebuild)
+	if why != "" {
+		return p.build(c, key, why)
+	}
+	return next, err
 }
 
 // build builds the list from every owner in c.
 func (p *Plan[C, O, I]) build(c C, key Key, why string) (*List[O, I], error) {
 	l := &List[O, I]{Key: key, Full: why, members: p.Members(c), reads: map[O]Reads{}}
 	for _, o := range l.members {
-		if err := p.add(l, c, o); err != nil {
+		b := &Building{held: &l.held}
+		if err := p.add(l, c, o, b); err != nil {
 			return nil, err
 		}
+		if l.Taint == "" {
+			l.Taint = b.taint
+		}
+		if l.Taint == "" && b.contested != "" {
+			l.Taint = "\"" + b.contested + "\" is claimed by two owners"
+		}
 	}
+	l.held = l.held.shared()
 	sort.Sort(byName[O, I]{l, p.Name})
 	return l, nil
 }
 
 // add builds owner's items onto l.
-func (p *Plan[C, O, I]) add(l *List[O, I], c C, o O) error {
+func (p *Plan[C, O, I]) add(l *List[O, I], c C, o O, b *Building) error {
 	n := len(l.Items)
-	items, reads, err := p.Build(c, l.Items, o)
+	items, err := p.Build(c, l.Items, o, b)
 	if err != nil {
 		return err
 	}
 	l.Items = items
-	for range len(l.Items) - n {
+	for i := range len(l.Items) - n {
 		l.owners = append(l.owners, o)
+		var claimed []string
+		if i == 0 {
+			claimed = b.claimed
+		}
+		l.claims = append(l.claims, claimed)
 	}
-	if reads != 0 {
-		l.reads[o] = reads
+	if n == len(l.Items) && len(b.claimed) > 0 {
+		// Nowhere to keep them: held until the next full build, which only makes later claims of those
+		// names build in full.
+		l.Taint = "an owner without items holds claims"
+	}
+	if b.reads != 0 {
+		l.reads[o] = b.reads
 	}
 	return nil
 }
@@ -98,6 +179,7 @@ func (r *rebuild[O]) again(o O) {
 // changes compares the inputs of prev with key and says what to build again, or why everything must be.
 func (p *Plan[C, O, I]) changes(prev *List[O, I], c C, key Key) (rebuild[O], string) {
 	r := rebuild[O]{removed: map[O]bool{}, members: prev.members}
+	membersChanged := false
 	for i, in := range p.Inputs.list {
 		if prev.Key.ids[i] == key.ids[i] {
 			continue
@@ -106,13 +188,17 @@ func (p *Plan[C, O, I]) changes(prev *List[O, I], c C, key Key) (rebuild[O], str
 		case in.Members:
 			r.members = p.Members(c)
 			r.removed, r.added = p.diff(prev.members, r.members)
+			membersChanged = len(r.removed)+len(r.added) > 0
+			if why := p.underivable(c, r); why != "" {
+				return r, why
+			}
 		case in.Readers || in.Affected != nil:
 		default:
 			return r, in.Name + " changed"
 		}
 	}
 	for i, in := range p.Inputs.list {
-		if prev.Key.ids[i] == key.ids[i] || in.Members {
+		if prev.Key.ids[i] == key.ids[i] || in.Members && !(in.Readers && membersChanged) {
 			continue
 		}
 		if in.Affected != nil {
@@ -139,6 +225,24 @@ func (p *Plan[C, O, I]) changes(prev *List[O, I], c C, key Key) (rebuild[O], str
 	return r, ""
 }
 
+// underivable names an owner that came or went although Derivable says it may not.
+func (p *Plan[C, O, I]) underivable(c C, r rebuild[O]) string {
+	if p.Derivable == nil {
+		return ""
+	}
+	for o := range r.removed {
+		if !p.Derivable(c, o) {
+			return "an owner that went needs a full build"
+		}
+	}
+	for _, o := range r.added {
+		if !p.Derivable(c, o) {
+			return "an owner that came needs a full build"
+		}
+	}
+	return ""
+}
+
 // diff returns the owners of old not in cur (or replaced there) and those of cur not in old, both sorted
 // by Compare.
 func (p *Plan[C, O, I]) diff(old, cur []O) (removed map[O]bool, added []O) {
@@ -159,34 +263,38 @@ func (p *Plan[C, O, I]) diff(old, cur []O) (removed map[O]bool, added []O) {
 }
 
 // derive builds the next list from prev: the items of owners that stayed are kept, those of removed
-// owners dropped and those of added ones built, merged by name as a full build sorts them.
-func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (*List[O, I], error) {
-	next := &List[O, I]{Key: key, members: r.members}
+// owners dropped and those of added ones built, merged by name as a full build sorts them. why is set when
+// an added owner's build asked for a full one (a contested claim, a taint).
+func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (_ *List[O, I], why string, _ error) {
+	next := &List[O, I]{Key: key, members: r.members, held: prev.held}
 	if len(r.removed) == 0 && len(r.added) == 0 {
-		next.Items, next.owners, next.reads = prev.Items, prev.owners, prev.reads
-		return next, nil
+		next.Items, next.owners, next.claims, next.reads = prev.Items, prev.owners, prev.claims, prev.reads
+		return next, "", nil
+	}
+	next.held = prev.held.edit()
+	for i, o := range prev.owners {
+		if r.removed[o] {
+			next.held.release(prev.claims[i])
+		}
 	}
 	fresh := &List[O, I]{reads: map[O]Reads{}}
 	for _, o := range r.added {
-		if err := p.add(fresh, c, o); err != nil {
-			return nil, err
+		b := &Building{held: &next.held}
+		if err := p.add(fresh, c, o, b); err != nil {
+			return nil, "", err
+		}
+		switch {
+		case b.taint != "":
+			return nil, b.taint, nil
+		case b.contested != "":
+			return nil, "\"" + b.contested + "\" claimed by an owner that came", nil
+		case fresh.Taint != "":
+			return nil, fresh.Taint, nil
 		}
 	}
 	sort.Sort(byName[O, I]{fresh, p.Name})
-	next.Items = make([]I, 0, len(prev.Items)+len(fresh.Items))
-	next.owners = make([]O, 0, cap(next.Items))
-	for i, j := 0, 0; i < len(prev.Items) || j < len(fresh.Items); {
-		if i < len(prev.Items) && r.removed[prev.owners[i]] {
-			i++
-			continue
-		}
-		if j == len(fresh.Items) || i < len(prev.Items) && p.Name(prev.Items[i]) < p.Name(fresh.Items[j]) {
-			next.Items, next.owners = append(next.Items, prev.Items[i]), append(next.owners, prev.owners[i])
-			i++
-		} else {
-			next.Items, next.owners = append(next.Items, fresh.Items[j]), append(next.owners, fresh.owners[j])
-			j++
-		}
+	if name := p.merge(next, prev, fresh, r.removed); name != "" {
+		return nil, "\"" + name + "\" built by an owner that came and one that stayed", nil
 	}
 	next.reads = make(map[O]Reads, len(prev.reads)+len(fresh.reads))
 	for o, rd := range prev.reads {
@@ -197,13 +305,41 @@ func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (*L
 	for o, rd := range fresh.reads {
 		next.reads[o] = rd
 	}
-	return next, nil
+	next.held.settle(next.claims)
+	return next, "", nil
+}
+
+// merge fills next with the items of prev whose owners stay and those of fresh, by name, and returns the
+// name of an item both hold, which only a full build settles.
+func (p *Plan[C, O, I]) merge(next, prev, fresh *List[O, I], removed map[O]bool) string {
+	n := len(prev.Items) + len(fresh.Items)
+	next.Items, next.owners, next.claims = make([]I, 0, n), make([]O, 0, n), make([][]string, 0, n)
+	for i, j := 0, 0; i < len(prev.Items) || j < len(fresh.Items); {
+		if i < len(prev.Items) && removed[prev.owners[i]] {
+			i++
+			continue
+		}
+		if i < len(prev.Items) && j < len(fresh.Items) && p.Name(prev.Items[i]) == p.Name(fresh.Items[j]) {
+			return p.Name(prev.Items[i])
+		}
+		from, at := fresh, j
+		if j == len(fresh.Items) || i < len(prev.Items) && p.Name(prev.Items[i]) < p.Name(fresh.Items[j]) {
+			from, at = prev, i
+			i++
+		} else {
+			j++
+		}
+		next.Items = append(next.Items, from.Items[at])
+		next.owners = append(next.owners, from.owners[at])
+		next.claims = append(next.claims, from.claims[at])
+	}
+	return ""
 }
 
 // Owners returns the owner of each item, in the order of Items; for tests and debug views.
 func (l *List[O, I]) Owners() []O { return slices.Clone(l.owners) }
 
-// byName sorts a list's items by name together with their owners.
+// byName sorts a list's items by name together with their owners and claims.
 type byName[O comparable, I any] struct {
 	l    *List[O, I]
 	name func(I) string
@@ -214,4 +350,5 @@ func (b byName[O, I]) Less(i, j int) bool { return b.name(b.l.Items[i]) < b.name
 func (b byName[O, I]) Swap(i, j int) {
 	b.l.Items[i], b.l.Items[j] = b.l.Items[j], b.l.Items[i]
 	b.l.owners[i], b.l.owners[j] = b.l.owners[j], b.l.owners[i]
+	b.l.claims[i], b.l.claims[j] = b.l.claims[j], b.l.claims[i]
 }

@@ -2,6 +2,7 @@ package derive
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -15,6 +16,10 @@ type service struct {
 	ns      string
 	ports   int
 	inline  bool // its items read the endpoints
+	routed  bool // its items read the scope: how many services it has
+	alias   string
+	// solo: its coming or going changes what others build (Plan.Derivable says no).
+	solo bool
 }
 
 // world is a toy snapshot: the services of a scope and three more inputs.
@@ -29,7 +34,7 @@ type world struct {
 type policy struct{ modes map[string]int }
 
 var toyInputs = Declare(
-	Input[world, *service]{Name: "scope", Of: func(w world) any { return &w.services[0] }, Members: true},
+	Input[world, *service]{Name: "scope", Of: func(w world) any { return &w.services[0] }, Members: true, Readers: true},
 	Input[world, *service]{Name: "rules", Of: func(w world) any { return w.rules }},
 	Input[world, *service]{Name: "endpoints", Of: func(w world) any { return w.endpoints }, Readers: true},
 	Input[world, *service]{Name: "policy", Of: func(w world) any { return w.policy }, Affected: policyChanges},
@@ -56,22 +61,32 @@ func toyPlan(in *Inputs[world, *service]) *Plan[world, *service, string] {
 		Inputs:  in,
 		Members: func(w world) []*service { return w.services[1:] },
 		Compare: func(a, b *service) int { return strings.Compare(a.name, b.name) },
-		Build: func(w world, out []string, s *service) ([]string, Reads, error) {
+		Build: func(w world, out []string, s *service, b *Building) ([]string, error) {
 			*w.builds++
-			var reads Reads
+			alias := ""
+			if s.alias != "" && len(b.Claim([]string{s.alias})) == 1 {
+				alias = " alias=" + s.alias
+			}
 			for p := range s.ports {
 				item := fmt.Sprintf("%s:%d v%d rules=%d mode=%d", s.name, p, s.version, *w.rules, w.policy.modes[s.ns]+w.policy.modes[""])
 				if s.inline {
 					item += fmt.Sprintf(" eps=%d", *w.endpoints)
 				}
-				out = append(out, item)
+				if s.routed {
+					item += fmt.Sprintf(" of=%d", len(w.services)-1)
+				}
+				out = append(out, item+alias)
 			}
 			if s.inline {
-				reads = in.Read("endpoints")
+				b.Read(in.Read("endpoints"))
 			}
-			return out, reads, nil
+			if s.routed {
+				b.Read(in.Read("scope"))
+			}
+			return out, nil
 		},
-		Name: func(item string) string { return item[:strings.IndexByte(item, ' ')] },
+		Derivable: func(_ world, s *service) bool { return !s.solo },
+		Name:      func(item string) string { return item[:strings.IndexByte(item, ' ')] },
 	}
 }
 
@@ -83,6 +98,7 @@ func newWorld(n int) world {
 	for i := range n {
 		w.services = append(w.services, &service{
 			name: fmt.Sprintf("svc-%03d", i), ns: fmt.Sprintf("ns-%d", i%6), ports: 1 + i%3, inline: i%5 == 0,
+			routed: i%7 == 3,
 		})
 	}
 	return w
@@ -169,11 +185,21 @@ func TestMostOwnersChangedIsAFullBuild(t *testing.T) {
 // TestDerivedEqualsFull walks random changes of every input and compares each derived list with a full
 // build of the same world, item by item and owner by owner.
 func TestDerivedEqualsFull(t *testing.T) {
+	for _, at := range []int{settleClaimsAt, 2} {
+		t.Run(fmt.Sprintf("claims settled at %d", at), func(t *testing.T) {
+			defer func(n int) { settleClaimsAt = n }(settleClaimsAt)
+			settleClaimsAt = at
+			testDerivedEqualsFull(t)
+		})
+	}
+}
+
+func testDerivedEqualsFull(t *testing.T) {
 	p := toyPlan(toyInputs)
 	r := rand.New(rand.NewPCG(1, 2))
 	w := newWorld(40)
 	l, _ := p.Next(nil, w)
-	derived := 0
+	derived, reasons := 0, map[string]int{}
 	for step := range 500 {
 		w = mutate(r, w, step)
 		next, err := p.Next(l, w)
@@ -183,6 +209,7 @@ func TestDerivedEqualsFull(t *testing.T) {
 		if next.Full == "" {
 			derived++
 		}
+		reasons[next.Full]++
 		assertSameAsFull(t, p, next, w)
 		if t.Failed() {
 			t.Fatalf("step %d", step)
@@ -190,7 +217,12 @@ func TestDerivedEqualsFull(t *testing.T) {
 		l = next
 	}
 	if derived < 250 {
-		t.Errorf("only %d of 500 steps derived: the walk does not exercise derivation", derived)
+		t.Errorf("only %d of 500 steps derived: the walk does not exercise derivation; full builds: %v", derived, reasons)
+	}
+	for _, why := range []string{"claimed by an owner that came", "an owner that came needs", "cannot be derived from"} {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(reasons)), func(r string) bool { return strings.Contains(r, why) }) {
+			t.Errorf("no full build because %q: the walk does not exercise it; %v", why, reasons)
+		}
 	}
 }
 
@@ -198,6 +230,7 @@ func mutate(r *rand.Rand, w world, step int) world {
 	switch r.IntN(6) {
 	case 0: // add a service
 		s := &service{name: fmt.Sprintf("new-%04d", step), ns: fmt.Sprintf("ns-%d", r.IntN(6)), ports: 1 + r.IntN(3), inline: r.IntN(2) == 0}
+		randomTraits(r, s)
 		cur := slices.Clone(w.services[1:])
 		i, _ := slices.BinarySearchFunc(cur, s.name, func(a *service, n string) int { return strings.Compare(a.name, n) })
 		return w.withServices(slices.Insert(cur, i, s))
@@ -214,6 +247,7 @@ func mutate(r *rand.Rand, w world, step int) world {
 		s := *cur[i]
 		s.version++
 		s.ports = 1 + r.IntN(3)
+		randomTraits(r, &s)
 		cur[i] = &s
 		return w.withServices(cur)
 	case 3:
@@ -238,6 +272,30 @@ func mutate(r *rand.Rand, w world, step int) world {
 	return w
 }
 
+// randomTraits gives a service, now and then, a name other services may claim too, a dependency on the
+// scope, or a coming and going that only a full build may handle.
+func randomTraits(r *rand.Rand, s *service) {
+	s.alias, s.routed, s.solo = "", r.IntN(8) == 0, r.IntN(40) == 0
+	if r.IntN(5) == 0 {
+		s.alias = fmt.Sprintf("alias-%d", r.IntN(60))
+	}
+}
+
+// held lists the names a list holds, sorted.
+func held(l *List[*service, string]) []string {
+	var out []string
+	for n := range l.held.base {
+		if !l.held.released[n] {
+			out = append(out, n)
+		}
+	}
+	for n := range l.held.added {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
 func assertSameAsFull(t *testing.T, p *Plan[world, *service, string], got *List[*service, string], w world) {
 	t.Helper()
 	want, err := p.build(w, p.Inputs.Key(w), "check")
@@ -252,6 +310,9 @@ func assertSameAsFull(t *testing.T, p *Plan[world, *service, string], got *List[
 	}
 	if len(got.reads) != len(want.reads) {
 		t.Errorf("derived reads %d owners, a full build %d", len(got.reads), len(want.reads))
+	}
+	if !slices.Equal(held(got), held(want)) || (got.Taint == "") != (want.Taint == "") {
+		t.Errorf("derived claims %v (taint %q), a full build's %v (taint %q)", held(got), got.Taint, held(want), want.Taint)
 	}
 }
 
@@ -274,5 +335,47 @@ func TestOneMoreInputChangesKeyAndGate(t *testing.T) {
 	}
 	if toyInputs.Key(w) != toyInputs.Key(w) {
 		t.Error("the original declaration's key is not stable")
+	}
+}
+
+// An owner that Derivable refuses makes its coming and its going a full build, naming why.
+func TestAnUnderivableOwnerComingOrGoingIsAFullBuild(t *testing.T) {
+	p := toyPlan(toyInputs)
+	w := newWorld(20)
+	first, _ := p.Next(nil, w)
+	solo := &service{name: "svc-0105", ns: "ns-1", ports: 1, solo: true}
+	with := w.withServices(append(slices.Clone(w.services[1:]), solo))
+	next, _ := p.Next(first, with)
+	if next.Full != "an owner that came needs a full build" {
+		t.Errorf("came: full = %q", next.Full)
+	}
+	if back, _ := p.Next(next, w); back.Full != "an owner that went needs a full build" {
+		t.Errorf("went: full = %q", back.Full)
+	}
+}
+
+// A name two owners claim goes to the first in a full build, and taints the list: only another full build
+// settles who holds it once the first goes. A derivation whose new owner claims a held name builds in full.
+func TestContestedClaimsAreSettledByFullBuilds(t *testing.T) {
+	p := toyPlan(toyInputs)
+	w := newWorld(20)
+	w.services[2] = &service{name: "svc-001", ns: "ns-1", ports: 1, alias: "shared"}
+	first, _ := p.Next(nil, w)
+	came := &service{name: "svc-0105", ns: "ns-1", ports: 1, alias: "shared"}
+	w2 := w.withServices(append(slices.Clone(w.services[1:]), came))
+	next, _ := p.Next(first, w2)
+	if next.Full != `"shared" claimed by an owner that came` {
+		t.Fatalf("full = %q", next.Full)
+	}
+	if next.Taint == "" || !slices.Contains(next.Items, "svc-001:0 v0 rules=0 mode=0 alias=shared") {
+		t.Fatalf("the first owner holds the name and the list is tainted: taint %q, items %q", next.Taint, next.Items)
+	}
+	w3 := w2.withServices(slices.DeleteFunc(slices.Clone(w2.services[1:]), func(s *service) bool { return s.name == "svc-001" }))
+	last, _ := p.Next(next, w3)
+	if !strings.HasPrefix(last.Full, "the previous list cannot be derived from") {
+		t.Fatalf("after a tainted list: full = %q", last.Full)
+	}
+	if !slices.Contains(last.Items, "svc-0105:0 v0 rules=0 mode=0 alias=shared") {
+		t.Errorf("the name did not pass to the remaining owner: %q", last.Items)
 	}
 }

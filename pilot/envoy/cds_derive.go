@@ -60,12 +60,12 @@ var outboundClusterPlan = &derive.Plan[clusterInputs, *model.Service, *model.Res
 	Inputs:  outboundClusterInputs,
 	Members: func(in clusterInputs) []*model.Service { return in.scope.clusterServices },
 	Compare: func(a, b *model.Service) int { return strings.Compare(a.Hostname, b.Hostname) },
-	Build: func(in clusterInputs, out []*model.Resource, svc *model.Service) ([]*model.Resource, derive.Reads, error) {
+	Build: func(in clusterInputs, out []*model.Resource, svc *model.Service, b *derive.Building) ([]*model.Resource, error) {
 		out, follows, err := in.gen.serviceClusters(out, svc, in.scope, in.push, in.flavor, in.who, nil)
-		if err != nil || !follows {
-			return out, 0, err
+		if follows {
+			b.Read(outboundClusterInputs.Read("endpoints") | outboundClusterInputs.Read("peer authentication"))
 		}
-		return out, outboundClusterInputs.Read("endpoints") | outboundClusterInputs.Read("peer authentication"), nil
+		return out, err
 	},
 	Name: func(r *model.Resource) string { return r.Name },
 }
