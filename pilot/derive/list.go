@@ -65,6 +65,7 @@ func (b *Building) Claim(names []string) []string {
 	got := names
 	for i, n := range names {
 		if !b.held.has(n) {
+			b.held.claim(n)
 			if len(got) < len(names) {
 				got = append(got, n)
 			}
@@ -76,9 +77,6 @@ func (b *Building) Claim(names []string) []string {
 		if len(got) == len(names) {
 			got = slices.Clone(names[:i])
 		}
-	}
-	for _, n := range got {
-		b.held.claim(n)
 	}
 	b.claimed = append(b.claimed, got...)
 	return got

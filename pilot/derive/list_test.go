@@ -379,3 +379,11 @@ func TestContestedClaimsAreSettledByFullBuilds(t *testing.T) {
 		t.Errorf("the name did not pass to the remaining owner: %q", last.Items)
 	}
 }
+
+// A name an owner asks for twice is held once; the second ask is contested like another owner's.
+func TestAClaimRepeatedByOneOwnerIsContested(t *testing.T) {
+	b := &Building{held: &claimSet{}}
+	if got := b.Claim([]string{"a", "b", "a"}); !slices.Equal(got, []string{"a", "b"}) || b.contested != "a" {
+		t.Errorf("got %v, contested %q", got, b.contested)
+	}
+}
