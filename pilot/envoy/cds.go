@@ -59,8 +59,8 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 		// Every proxy of a namespace under one Sidecar gets the same outbound clusters: share the list.
 		id := listID{kind: "cds", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, variant: variant}
 		in := clusterInputs{scope: scope, push: push, flavor: flavor, who: who, gen: c}
-		built, err := g.clusterLists.getOrBuild(id, outboundClusterInputs.Key(in), func() (*outboundClusters, error) {
-			prev, _ := g.clusterLists.latest(id)
+		built, err := g.clusterLists.GetOrBuild(id, outboundClusterInputs.Key(in), func() (*outboundClusters, error) {
+			prev, _ := g.clusterLists.Latest(id)
 			return outboundClusterPlan.Next(prev, in)
 		})
 		if err != nil {
@@ -256,7 +256,7 @@ func (c clusterGenerator) serviceClusters(out model.Resources, svc *model.Servic
 				}
 			}
 			slot = family + slot
-			r, err := c.g.clusters.get(slot, key, func() proto.Message { return buildOutboundCluster(push, key) })
+			r, err := slotResource(c.g.clusters, slot, key, func() proto.Message { return buildOutboundCluster(push, key) })
 			if err != nil {
 				return nil, false, err
 			}
@@ -271,7 +271,7 @@ func (c clusterGenerator) serviceClusters(out model.Resources, svc *model.Servic
 				continue
 			}
 			key.sniDNAT = true
-			r, err = c.g.clusters.get(family+slotName(flavor, sni), key, func() proto.Message { return buildOutboundCluster(push, key) })
+			r, err = slotResource(c.g.clusters, family+slotName(flavor, sni), key, func() proto.Message { return buildOutboundCluster(push, key) })
 			if err != nil {
 				return nil, false, err
 			}

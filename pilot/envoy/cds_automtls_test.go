@@ -273,7 +273,7 @@ spec:
 	if proto.Equal(after[reviewsCluster].Any, before[reviewsCluster].Any) {
 		t.Error("the cluster of the policy's namespace did not change")
 	}
-	if l, ok := g.clusterLists.latest(listID{kind: "cds", namespace: "default", variant: "0"}); !ok || l.Full != "" {
+	if l, ok := g.clusterLists.Latest(listID{kind: "cds", namespace: "default", variant: "0"}); !ok || l.Full != "" {
 		t.Error("the cluster list was built anew, not derived from the previous one")
 	}
 	services, ok := endpointServicesOfConfigs(&model.PushRequest{Full: true, ConfigsUpdated: map[config.Key]struct{}{c.Key: {}}}, next)

@@ -564,7 +564,7 @@ func TestDerivedClusterListsEqualFullBuilds(t *testing.T) {
 		for _, p := range proxies {
 			checkSameAsFreshBuild(t, g, ClusterType, p, push, step)
 		}
-		if l, ok := g.clusterLists.latest(listID{kind: "cds", namespace: "ns-3", variant: "0"}); ok && l.Full == "" {
+		if l, ok := g.clusterLists.Latest(listID{kind: "cds", namespace: "ns-3", variant: "0"}); ok && l.Full == "" {
 			derived++
 		}
 	}

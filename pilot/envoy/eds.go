@@ -95,7 +95,7 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 				slot = "locality " + key.locality + "\x00" + slot // Envoy's slot names carry no prefix of their own
 			}
 		}
-		r, err := g.assignments.get(slot, key, func() proto.Message {
+		r, err := slotResource(g.assignments, slot, key, func() proto.Message {
 			var eps []*model.Endpoint
 			if se != nil {
 				eps = se.ByPort[cn.Port]

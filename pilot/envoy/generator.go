@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/protobuf/proto"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/pkg/buildcache"
 )
 
 // Options configure the generators.
@@ -36,34 +35,34 @@ type Options struct {
 type Generators struct {
 	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
 	resources *lru.Cache[any, *model.Resource]
-	scopes    *generations[scopeID, *Scope]
+	scopes    *buildcache.Latest[scopeID, *Scope]
 	// routedScopes are the scopes of proxies under a Sidecar with the destinations its VirtualServices add.
-	routedScopes *generations[scopeID, *Scope]
+	routedScopes *buildcache.Latest[scopeID, *Scope]
 	// lists keeps whole lists of resources that many proxies share (a scope's outbound listeners, merged
 	// lists, VHDS concatenations), the latest generation of each only.
-	lists *generations[listID, model.Resources]
+	lists *buildcache.Latest[listID, model.Resources]
 	// clusterLists keeps the outbound clusters of each scope, and how they were built, to derive the next
 	// snapshot's from.
-	clusterLists *generations[listID, *outboundClusters]
+	clusterLists *buildcache.Latest[listID, *outboundClusters]
 	// listenerLists keeps the outbound listeners of each scope, and how they were built, to derive the next
 	// snapshot's from.
-	listenerLists *generations[listID, *listenerList]
+	listenerLists *buildcache.Latest[listID, *listenerList]
 	// clusters and assignments keep the current build of each cluster and load assignment by name.
-	clusters    *slots[outboundClusterKey]
-	assignments *slots[edsKey]
+	clusters    *buildcache.Slots[outboundClusterKey, *model.Resource]
+	assignments *buildcache.Slots[edsKey, *model.Resource]
 	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
 	// proxy namespace.
-	vhosts *generations[vhostID, vhostEntry]
+	vhosts *buildcache.Latest[vhostID, vhostEntry]
 	// routedVhosts keeps the VHDS virtual hosts of services with a VirtualService (see routedVirtualHost).
-	routedVhosts *generations[vhostID, routedVhost]
+	routedVhosts *buildcache.Latest[vhostID, routedVhost]
 	// outboundListenerRes keeps each sidecar outbound listener by name, namespace and Sidecar, keyed by a
 	// description of its chains.
-	outboundListenerRes *generations[listID, *model.Resource]
+	outboundListenerRes *buildcache.Latest[listID, *model.Resource]
 	// vhostLists keeps the VHDS virtual hosts of each route configuration of a scope, and how they were
 	// built, to derive the next snapshot's from.
-	vhostLists *generations[listID, *vhostList]
+	vhostLists *buildcache.Latest[listID, *vhostList]
 	// inboundPorts keeps each sidecar's inbound ports (CDS and LDS need them on every push).
-	inboundPorts *generations[*model.Proxy, []inboundPort]
+	inboundPorts *buildcache.Latest[*model.Proxy, []inboundPort]
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
@@ -73,163 +72,11 @@ type Generators struct {
 	denials *secretDenials
 }
 
-// slots keeps one marshaled resource per name together with the key it was built from. A changed key
-// replaces the entry, so a superseded build is dropped at once rather than aging out of an LRU: under
-// endpoint churn the cache stays the size of the config instead of filling with old assignments.
-// Keyed by a concrete type: a key boxed in an interface cost an allocation per lookup, per proxy.
-type slots[K comparable] struct {
-	mu sync.RWMutex
-	m  map[string]slot[K]
-}
-
-type slot[K comparable] struct {
-	key K
-	res *model.Resource
-}
-
-func newSlots[K comparable]() *slots[K] { return &slots[K]{m: map[string]slot[K]{}} }
-
-// get returns the resource for name built from key, building it when the slot holds another key.
-func (s *slots[K]) get(name string, key K, build func() proto.Message) (*model.Resource, error) {
-	s.mu.RLock()
-	sl, ok := s.m[name]
-	s.mu.RUnlock()
-	if ok && sl.key == key {
-		return sl.res, nil
-	}
-	r, err := marshal(resourceName(name), build())
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.m[name] = slot[K]{key: key, res: r}
-	s.mu.Unlock()
-	return r, nil
-}
-
-// generations keeps, per stable identity, only the value built from the newest inputs (snapshot identities:
-// scope, routing config, ...). An LRU keyed by the inputs held every superseded generation until evicted:
-// after twenty service adds at 300 services, 400 MB of old listener and virtual host lists.
-type generations[K comparable, V any] struct {
-	mu      sync.RWMutex
-	m       map[K]generation[V]
-	flights map[K]*flight[V]
-	// sweepAt is the size at which entries unused since the last sweep are dropped: identities that went
-	// away (a deleted service, listener or namespace) do not stay forever.
-	sweepAt int
-}
-
-type generation[V any] struct {
-	inputs any
-	v      V
-	used   *atomic.Bool // read since the last sweep
-}
-
-// flight is a build in progress: a push starts up to PushConcurrency proxies of a namespace at once, and
-// without it each would build the same list.
-type flight[V any] struct {
-	inputs any
-	done   chan struct{}
-	v      V
-	err    error
-}
-
-const minSweep = 1024
-
-func newGenerations[K comparable, V any]() *generations[K, V] {
-	return &generations[K, V]{m: map[K]generation[V]{}, flights: map[K]*flight[V]{}, sweepAt: minSweep}
-}
-
-// get returns the value stored for id if it was built from inputs.
-func (c *generations[K, V]) get(id K, inputs any) (V, bool) {
-	c.mu.RLock()
-	e, ok := c.m[id]
-	c.mu.RUnlock()
-	if !ok || e.inputs != inputs {
-		var zero V
-		return zero, false
-	}
-	if !e.used.Load() {
-		e.used.Store(true)
-	}
-	return e.v, true
-}
-
-// latest returns the value stored for id, whatever inputs it was built from.
-func (c *generations[K, V]) latest(id K) (V, bool) {
-	c.mu.RLock()
-	e, ok := c.m[id]
-	c.mu.RUnlock()
-	return e.v, ok
-}
-
-// store sets id's value; called with mu held.
-func (c *generations[K, V]) store(id K, inputs any, v V) {
-	used := &atomic.Bool{}
-	used.Store(true)
-	c.m[id] = generation[V]{inputs: inputs, v: v, used: used}
-	if len(c.m) < c.sweepAt {
-		return
-	}
-	for k, e := range c.m {
-		if !e.used.Load() {
-			delete(c.m, k)
-		} else {
-			e.used.Store(false)
-		}
-	}
-	c.sweepAt = max(minSweep, 2*len(c.m))
-}
-
-// replace stores v, built from inputs, whatever id held.
-func (c *generations[K, V]) replace(id K, inputs any, v V) {
-	c.mu.Lock()
-	c.store(id, inputs, v)
-	c.mu.Unlock()
-}
-
-// put stores v, built from inputs, replacing what id held, and returns the value to use: when another
-// goroutine stored a build from the same inputs meanwhile, that one, so every proxy shares one value.
-func (c *generations[K, V]) put(id K, inputs any, v V) V {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.m[id]; ok && e.inputs == inputs {
-		return e.v
-	}
-	c.store(id, inputs, v)
-	return v
-}
-
-// getOrBuild returns the value for id built from inputs, building it once however many goroutines ask
-// at the same time.
-func (c *generations[K, V]) getOrBuild(id K, inputs any, build func() (V, error)) (V, error) {
-	if v, ok := c.get(id, inputs); ok {
-		return v, nil
-	}
-	c.mu.Lock()
-	if e, ok := c.m[id]; ok && e.inputs == inputs {
-		c.mu.Unlock()
-		return e.v, nil
-	}
-	if f, ok := c.flights[id]; ok && f.inputs == inputs {
-		c.mu.Unlock()
-		<-f.done
-		return f.v, f.err
-	}
-	f := &flight[V]{inputs: inputs, done: make(chan struct{})}
-	c.flights[id] = f
-	c.mu.Unlock()
-	defer close(f.done)
-	f.v, f.err = build()
-	c.mu.Lock()
-	if f.err == nil {
-		c.store(id, inputs, f.v)
-	}
-	if c.flights[id] == f {
-		delete(c.flights, id)
-	}
-	c.mu.Unlock()
-	return f.v, f.err
+// slotResource returns the marshaled resource for name built from key, building it when the slot holds
+// another key.
+func slotResource[K comparable](s *buildcache.Slots[K, *model.Resource], name string, key K,
+	build func() proto.Message) (*model.Resource, error) {
+	return s.Get(name, key, func() (*model.Resource, error) { return marshal(resourceName(name), build()) })
 }
 
 // listID is the stable identity of a shared list: what it is (kind, e.g. "cds"; name, e.g. a route
@@ -259,13 +106,23 @@ func New(opts Options) *Generators {
 		opts.CacheSize = 20_000
 	}
 	resources, _ := lru.New[any, *model.Resource](opts.CacheSize)
-	g := &Generators{resources: resources, scopes: newGenerations[scopeID, *Scope](), routedScopes: newGenerations[scopeID, *Scope](),
-		clusters: newSlots[outboundClusterKey](), assignments: newSlots[edsKey](),
-		lists: newGenerations[listID, model.Resources](), vhosts: newGenerations[vhostID, vhostEntry](),
-		outboundListenerRes: newGenerations[listID, *model.Resource](), routedVhosts: newGenerations[vhostID, routedVhost](),
-		inboundPorts: newGenerations[*model.Proxy, []inboundPort](), vhostLists: newGenerations[listID, *vhostList](),
-		clusterLists: newGenerations[listID, *outboundClusters](), listenerLists: newGenerations[listID, *listenerList](),
-		secretAuthorizer: opts.SecretAuthorizer, denials: newSecretDenials()}
+	g := &Generators{
+		resources:           resources,
+		scopes:              buildcache.NewLatest[scopeID, *Scope](),
+		routedScopes:        buildcache.NewLatest[scopeID, *Scope](),
+		lists:               buildcache.NewLatest[listID, model.Resources](),
+		clusterLists:        buildcache.NewLatest[listID, *outboundClusters](),
+		listenerLists:       buildcache.NewLatest[listID, *listenerList](),
+		clusters:            buildcache.NewSlots[outboundClusterKey, *model.Resource](),
+		assignments:         buildcache.NewSlots[edsKey, *model.Resource](),
+		vhosts:              buildcache.NewLatest[vhostID, vhostEntry](),
+		routedVhosts:        buildcache.NewLatest[vhostID, routedVhost](),
+		outboundListenerRes: buildcache.NewLatest[listID, *model.Resource](),
+		vhostLists:          buildcache.NewLatest[listID, *vhostList](),
+		inboundPorts:        buildcache.NewLatest[*model.Proxy, []inboundPort](),
+		secretAuthorizer:    opts.SecretAuthorizer,
+		denials:             newSecretDenials(),
+	}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
 		panic(err)
@@ -400,7 +257,7 @@ func (g *Generators) sharedMerge(id listID, list, own model.Resources) model.Res
 		names.WriteByte(',')
 	}
 	id.name = names.String()
-	merged, _ := g.lists.getOrBuild(id, k, func() (model.Resources, error) { return mergeByName(list, own), nil })
+	merged, _ := g.lists.GetOrBuild(id, k, func() (model.Resources, error) { return mergeByName(list, own), nil })
 	return merged
 }
 

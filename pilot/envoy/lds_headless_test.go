@@ -329,7 +329,7 @@ spec:
 	if names := listenerNames(ldsGenerate(t, g, frontend, push, wildcard(ListenerType))); !slices.Contains(names, "10.1.5.3_5433") {
 		t.Errorf("no listener for the new endpoint: %v", names)
 	}
-	if l, _ := g.listenerLists.latest(listID{kind: "lds", namespace: "shop", variant: string(model.Sidecar)}); l == nil || !l.derived {
+	if l, _ := g.listenerLists.Latest(listID{kind: "lds", namespace: "shop", variant: string(model.Sidecar)}); l == nil || !l.derived {
 		t.Error("the listeners were built anew rather than derived from the previous build")
 	}
 	step("an endpoint now ready", slice("[{addresses: [10.1.5.1]}, {addresses: [10.1.5.2]}, {addresses: [10.1.5.3]}]"), false)

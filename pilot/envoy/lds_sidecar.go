@@ -145,7 +145,7 @@ func l4LabelKey(push *model.PushContext, labels map[string]string) string {
 func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list model.Resources, own []string) model.Resources {
 	id := listID{kind: "lds-own-address", name: ip, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
 		labels: labels}
-	out, _ := g.lists.getOrBuild(id, refOf(list), func() (model.Resources, error) {
+	out, _ := g.lists.GetOrBuild(id, refOf(list), func() (model.Resources, error) {
 		kept := make(model.Resources, 0, len(list))
 		for _, r := range list {
 			if !slices.Contains(own, r.Name) {
@@ -163,7 +163,7 @@ func (g *Generators) withoutOwnListeners(scope *Scope, labels, ip string, list m
 func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *model.Proxy, list model.Resources,
 	privileged []string) model.Resources {
 	id := listID{kind: "lds-unprivileged", namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone, labels: labels}
-	out, _ := g.lists.getOrBuild(id, refOf(list), func() (model.Resources, error) {
+	out, _ := g.lists.GetOrBuild(id, refOf(list), func() (model.Resources, error) {
 		slog.Warn("outbound listeners left out: unprivileged proxies (UNPRIVILEGED_POD) cannot bind ports below 1024",
 			"proxy", proxy.ID, "namespace", scope.Namespace, "listeners", privileged)
 		kept := make(model.Resources, 0, len(list))
@@ -185,8 +185,8 @@ func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey s
 	g := l.g
 	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, captureNone: key.scope.captureNone,
 		variant: string(key.typ) + key.mode.variant(), labels: labelKey}
-	built, err := g.listenerLists.getOrBuild(id, key, func() (*listenerList, error) {
-		prev, _ := g.listenerLists.latest(id)
+	built, err := g.listenerLists.GetOrBuild(id, key, func() (*listenerList, error) {
+		prev, _ := g.listenerLists.Latest(id)
 		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope, key.dnsFamily); ok || err != nil {
 			return next, err
 		}
@@ -386,7 +386,7 @@ func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol 
 	mode ipMode) (*model.Resource, error) {
 	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
 		labels: labelKey, variant: mode.variant()}
-	return g.outboundListenerRes.getOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*model.Resource, error) {
+	return g.outboundListenerRes.GetOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*model.Resource, error) {
 		return marshal(ol.name, ol.build(additional, paths))
 	})
 }

@@ -98,7 +98,7 @@ func (g *Generators) sidecarInboundPortsOf(proxy *model.Proxy, push *model.PushC
 		// The scope's Sidecar: the one chosen by the node's labels, as for the outbound side.
 		in.sidecar = push.Sidecar(proxy.Namespace, proxy.Labels)
 	}
-	ports, _ := g.inboundPorts.getOrBuild(proxy, in, func() ([]inboundPort, error) {
+	ports, _ := g.inboundPorts.GetOrBuild(proxy, in, func() ([]inboundPort, error) {
 		ports := sidecarInboundPorts(push, proxy.Namespace, w, labels)
 		none := capturesNothing(proxy)
 		if in.sidecar != nil && len(in.sidecar.Spec.(*networking.Sidecar).Ingress) > 0 {

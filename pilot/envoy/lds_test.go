@@ -1017,7 +1017,7 @@ func TestDerivedListenerListsEqualFullBuilds(t *testing.T) {
 		for _, p := range proxies {
 			checkSameAsFreshBuild(t, g, ListenerType, p, push, step)
 		}
-		if l, ok := g.listenerLists.latest(listID{kind: "lds", namespace: "ns-3", variant: string(model.Sidecar)}); ok && l.derived {
+		if l, ok := g.listenerLists.Latest(listID{kind: "lds", namespace: "ns-3", variant: string(model.Sidecar)}); ok && l.derived {
 			derived++
 		}
 	}

@@ -59,7 +59,7 @@ func (v virtualHostGenerator) Generate(proxy *model.Proxy, push *model.PushConte
 	for i, l := range lists {
 		key[i] = refOf(l)
 	}
-	return g.lists.getOrBuild(id, key, concat)
+	return g.lists.GetOrBuild(id, key, concat)
 }
 
 // virtualHosts returns the marshaled VHDS virtual hosts of route configuration name, shared by the proxies
@@ -70,8 +70,8 @@ func (g *Generators) virtualHosts(proxy *model.Proxy, push *model.PushContext, s
 		variant: ipModeOf(proxy.IPAddresses).variant()}
 	inputs := [2]any{routingID(push), scope}
 	var mine model.Resources // built for this proxy's labels along the way
-	built, err := g.vhostLists.getOrBuild(id, inputs, func() (*vhostList, error) {
-		prev, _ := g.vhostLists.latest(id)
+	built, err := g.vhostLists.GetOrBuild(id, inputs, func() (*vhostList, error) {
+		prev, _ := g.vhostLists.Latest(id)
 		if next, ok, err := g.deriveVirtualHosts(prev, proxy, push, scope, name, port); ok || err != nil {
 			return next, err
 		}
@@ -90,9 +90,9 @@ func (g *Generators) virtualHosts(proxy *model.Proxy, push *model.PushContext, s
 	}
 	id.labels, id.labelled = model.LabelsKey(proxy.Labels), true
 	if mine != nil {
-		return g.lists.put(id, inputs, mine), true, nil
+		return g.lists.Put(id, inputs, mine), true, nil
 	}
-	list, err = g.lists.getOrBuild(id, inputs, func() (model.Resources, error) {
+	list, err = g.lists.GetOrBuild(id, inputs, func() (model.Resources, error) {
 		next, err := g.buildVirtualHosts(proxy, push, scope, name, port)
 		if err != nil {
 			return nil, err
@@ -229,14 +229,14 @@ func (g *Generators) hostVirtualHost(proxyNS string, h hostRoutes, port uint32, 
 	}
 	id := vhostID{service: "VirtualService host " + h.host, port: port, namespace: proxyNS}
 	inputs := routedVhostInputs{vs: h.vs, rules: rules, retries: retries, domains: strings.Join(domains, ",")}
-	if e, ok := g.routedVhosts.get(id, inputs); ok && slices.Equal(e.deps, h.deps) {
+	if e, ok := g.routedVhosts.Get(id, inputs); ok && slices.Equal(e.deps, h.deps) {
 		return e.res, nil
 	}
 	r, err := build()
 	if err != nil {
 		return nil, err
 	}
-	g.routedVhosts.replace(id, inputs, routedVhost{res: r, deps: h.deps})
+	g.routedVhosts.Replace(id, inputs, routedVhost{res: r, deps: h.deps})
 	return r, nil
 }
 
@@ -449,7 +449,7 @@ func (g *Generators) plainVirtualHost(b *routeBuilder, svc *model.Service, port 
 		return build()
 	}
 	id, inputs := vhostID{svc.Key(), port, b.proxy.Namespace, b.mode}, vhostInputs{svc, rules, b.push.Mesh.DefaultRetries()}
-	return g.vhosts.getOrBuild(id, inputs, build)
+	return g.vhosts.GetOrBuild(id, inputs, build)
 }
 
 // virtualHost is the VHDS virtual host ROUTE_CONFIG/HOSTNAME:PORT of svc, naming domains.
@@ -470,7 +470,7 @@ func (g *Generators) routedVirtualHost(b *routeBuilder, svc *model.Service, port
 	routeConfig string, domains []string) (*model.Resource, error) {
 	id := vhostID{svc.Key(), port, b.proxy.Namespace, b.mode}
 	inputs := routedVhostInputs{vs: vs, svc: svc, rules: rules, retries: b.push.Mesh.DefaultRetries(), domains: strings.Join(domains, ",")}
-	if e, ok := g.routedVhosts.get(id, inputs); ok && depsHold(b.push, b.proxy.Namespace, e.deps) {
+	if e, ok := g.routedVhosts.Get(id, inputs); ok && depsHold(b.push, b.proxy.Namespace, e.deps) {
 		return e.res, nil
 	}
 	var deps []serviceDep
@@ -483,7 +483,7 @@ func (g *Generators) routedVirtualHost(b *routeBuilder, svc *model.Service, port
 		b.usedLabels = true
 		return r, nil
 	}
-	g.routedVhosts.replace(id, inputs, routedVhost{res: r, deps: deps})
+	g.routedVhosts.Replace(id, inputs, routedVhost{res: r, deps: deps})
 	return r, nil
 }
 

@@ -100,8 +100,8 @@ func (g *Generators) scopeFor(proxy *model.Proxy, push *model.PushContext) *Scop
 	sidecar := push.Sidecar(proxy.Namespace, proxy.Labels)
 	none := capturesNothing(proxy)
 	id, inputs := scopeID{proxy.Namespace, sidecar, none}, [3]any{push.ServicesID(), push.SidecarsID(), push.Mesh}
-	s, _ := g.scopes.getOrBuild(id, inputs, func() (*Scope, error) {
-		prev, _ := g.scopes.latest(id)
+	s, _ := g.scopes.GetOrBuild(id, inputs, func() (*Scope, error) {
+		prev, _ := g.scopes.Latest(id)
 		if none {
 			return buildEgressScope(push, proxy.Namespace, sidecar, prev, true), nil
 		}
@@ -115,15 +115,15 @@ func (g *Generators) scopeFor(proxy *model.Proxy, push *model.PushContext) *Scop
 	// Cached under the VirtualService index (no allocation per lookup) and checked to be built on s.
 	vss := push.VirtualServicesID()
 	build := func() (*Scope, error) {
-		prev, _ := g.routedScopes.latest(id)
+		prev, _ := g.routedScopes.Latest(id)
 		return s.withRoutedDestinations(push, prev), nil
 	}
-	if r, _ := g.routedScopes.getOrBuild(id, vss, build); r == s || r.base == s {
+	if r, _ := g.routedScopes.GetOrBuild(id, vss, build); r == s || r.base == s {
 		return r
 	}
 	// Built on an earlier scope of these proxies (their services or Sidecar changed since).
 	r, _ := build()
-	g.routedScopes.replace(id, vss, r)
+	g.routedScopes.Replace(id, vss, r)
 	return r
 }
 
