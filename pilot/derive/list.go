@@ -20,7 +20,7 @@ type List[O comparable, I any] struct {
 	Taint string
 
 	owners  []O        // the owner of each item
-	claims  [][]string // what the owner of each item claimed, on its first item
+	claims  [][]string // what the owner of each item claimed, on its first item; nil while nothing is
 	members []O        // every owner the list was built for, items or not
 	reads   map[O]Reads
 	held    claimSet
@@ -114,8 +114,9 @@ func (p *Plan[C, O, I]) Next(prev *List[O, I], c C) (*List[O, I], error) {
 // build builds the list from every owner in c.
 func (p *Plan[C, O, I]) build(c C, key Key, why string) (*List[O, I], error) {
 	l := &List[O, I]{Key: key, Full: why, members: p.Members(c), reads: map[O]Reads{}}
+	b := &Building{} // one for every owner: a Building per owner was an allocation per owner per build
 	for _, o := range l.members {
-		b := &Building{held: &l.held}
+		*b = Building{held: &l.held}
 		if err := p.add(l, c, o, b); err != nil {
 			return nil, err
 		}
@@ -141,11 +142,16 @@ func (p *Plan[C, O, I]) add(l *List[O, I], c C, o O, b *Building) error {
 	l.Items = items
 	for i := range len(l.Items) - n {
 		l.owners = append(l.owners, o)
-		var claimed []string
-		if i == 0 {
-			claimed = b.claimed
+		if i == 0 && len(b.claimed) > 0 && l.claims == nil {
+			l.claims = make([][]string, n, cap(l.owners))
 		}
-		l.claims = append(l.claims, claimed)
+		if l.claims != nil {
+			var claimed []string
+			if i == 0 {
+				claimed = b.claimed
+			}
+			l.claims = append(l.claims, claimed)
+		}
 	}
 	if n == len(l.Items) && len(b.claimed) > 0 {
 		// Nowhere to keep them: held until the next full build, which only makes later claims of those
@@ -271,13 +277,14 @@ func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (_ 
 	}
 	next.held = prev.held.edit()
 	for i, o := range prev.owners {
-		if r.removed[o] {
+		if prev.claims != nil && r.removed[o] {
 			next.held.release(prev.claims[i])
 		}
 	}
 	fresh := &List[O, I]{reads: map[O]Reads{}}
+	b := &Building{}
 	for _, o := range r.added {
-		b := &Building{held: &next.held}
+		*b = Building{held: &next.held}
 		if err := p.add(fresh, c, o, b); err != nil {
 			return nil, "", err
 		}
@@ -311,7 +318,10 @@ func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (_ 
 // name of an item both hold, which only a full build settles.
 func (p *Plan[C, O, I]) merge(next, prev, fresh *List[O, I], removed map[O]bool) string {
 	n := len(prev.Items) + len(fresh.Items)
-	next.Items, next.owners, next.claims = make([]I, 0, n), make([]O, 0, n), make([][]string, 0, n)
+	next.Items, next.owners = make([]I, 0, n), make([]O, 0, n)
+	if prev.claims != nil || fresh.claims != nil {
+		next.claims = make([][]string, 0, n)
+	}
 	for i, j := 0, 0; i < len(prev.Items) || j < len(fresh.Items); {
 		if i < len(prev.Items) && removed[prev.owners[i]] {
 			i++
@@ -329,7 +339,9 @@ func (p *Plan[C, O, I]) merge(next, prev, fresh *List[O, I], removed map[O]bool)
 		}
 		next.Items = append(next.Items, from.Items[at])
 		next.owners = append(next.owners, from.owners[at])
-		next.claims = append(next.claims, from.claims[at])
+		if next.claims != nil {
+			next.claims = append(next.claims, from.claimsAt(at))
+		}
 	}
 	return ""
 }
@@ -348,5 +360,15 @@ func (b byName[O, I]) Less(i, j int) bool { return b.name(b.l.Items[i]) < b.name
 func (b byName[O, I]) Swap(i, j int) {
 	b.l.Items[i], b.l.Items[j] = b.l.Items[j], b.l.Items[i]
 	b.l.owners[i], b.l.owners[j] = b.l.owners[j], b.l.owners[i]
-	b.l.claims[i], b.l.claims[j] = b.l.claims[j], b.l.claims[i]
+	if b.l.claims != nil {
+		b.l.claims[i], b.l.claims[j] = b.l.claims[j], b.l.claims[i]
+	}
+}
+
+// claimsAt returns what the owner of item i claimed on it.
+func (l *List[O, I]) claimsAt(i int) []string {
+	if l.claims == nil {
+		return nil
+	}
+	return l.claims[i]
 }
