@@ -3,6 +3,7 @@ package derive
 import (
 	"slices"
 	"sort"
+	"strings"
 )
 
 // List is an output built owner by owner (the clusters of each service of a scope), sorted by item name, with
@@ -50,7 +51,8 @@ type Building struct {
 	reads     Reads
 	held      *claimSet
 	claimed   []string
-	contested string // a name asked for that another owner holds
+	prior     []string // what the owner held before this rebuild: its own, not contested
+	contested string   // a name asked for that another owner holds
 	taint     string
 }
 
@@ -60,12 +62,17 @@ func (b *Building) Read(r Reads) { b.reads |= r }
 // Claim asks for names that one owner of the list at most may hold (the domains of a virtual host) and
 // returns those it gets: in a full build, those no earlier owner holds; the list is then tainted if some
 // were held, since only a full build settles who holds them. A derivation stops at a held name and builds
-// the list in full instead.
+// the list in full instead; an owner built again keeps what it held without giving it up first.
 func (b *Building) Claim(names []string) []string {
 	got := names
 	for i, n := range names {
-		if !b.held.has(n) {
-			b.held.claim(n)
+		// Names are few per owner (a virtual host's domains): linear scans beat a set.
+		dup := slices.Contains(names[:i], n) || slices.Contains(b.claimed, n)
+		mine := slices.Contains(b.prior, n)
+		if !dup && (mine || !b.held.has(n)) {
+			if !mine {
+				b.held.claim(n)
+			}
 			if len(got) < len(names) {
 				got = append(got, n)
 			}
@@ -78,8 +85,21 @@ func (b *Building) Claim(names []string) []string {
 			got = slices.Clone(names[:i])
 		}
 	}
-	b.claimed = append(b.claimed, got...)
+	if b.claimed == nil {
+		b.claimed = got
+	} else {
+		b.claimed = append(slices.Clip(b.claimed), got...)
+	}
 	return got
+}
+
+// releaseUnclaimed releases what the owner held before its rebuild and no longer claims.
+func (b *Building) releaseUnclaimed() {
+	for _, n := range b.prior {
+		if !slices.Contains(b.claimed, n) {
+			b.held.release([]string{n})
+		}
+	}
 }
 
 // Taint says the items depend on something the declaration does not cover: the list is not derived from,
@@ -164,8 +184,8 @@ func (p *Plan[C, O, I]) add(l *List[O, I], c C, o O, b *Building) error {
 	return nil
 }
 
-// rebuild is what a derivation does: owners gone or to be built again (removed), owners to build (added),
-// and every owner in the new context.
+// rebuild is what a derivation does: owners gone or to be built again (removed: true for an owner that
+// stays and is built again), owners to build (added), and every owner in the new context.
 type rebuild[O comparable] struct {
 	removed map[O]bool
 	added   []O
@@ -174,7 +194,7 @@ type rebuild[O comparable] struct {
 
 // again marks an owner still present to be built again.
 func (r *rebuild[O]) again(o O) {
-	if !r.removed[o] {
+	if _, ok := r.removed[o]; !ok {
 		r.removed[o] = true
 		r.added = append(r.added, o)
 	}
@@ -256,7 +276,7 @@ func (p *Plan[C, O, I]) diff(old, cur []O) (removed map[O]bool, added []O) {
 		case i < len(old) && j < len(cur) && old[i] == cur[j]:
 			i, j = i+1, j+1
 		case j == len(cur) || i < len(old) && p.Compare(old[i], cur[j]) <= 0:
-			removed[old[i]] = true
+			removed[old[i]] = false
 			i++
 		default:
 			added = append(added, cur[j])
@@ -276,18 +296,37 @@ func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (_ 
 		return next, "", nil
 	}
 	next.held = prev.held.edit()
+	var prior map[O][]string // what owners built again held: theirs while they claim it again
+	var againAt []int        // the items of owners built again, by index in prev
 	for i, o := range prev.owners {
-		if prev.claims != nil && r.removed[o] {
+		again, gone := r.removed[o]
+		if again {
+			againAt = append(againAt, i)
+		}
+		switch {
+		case prev.claims == nil || !gone || prev.claims[i] == nil:
+		case again:
+			if prior == nil {
+				prior = map[O][]string{}
+			}
+			prior[o] = prev.claims[i]
+		default:
 			next.held.release(prev.claims[i])
 		}
 	}
 	fresh := &List[O, I]{reads: map[O]Reads{}}
+	var inPlace []replacement[I]
 	b := &Building{}
 	for _, o := range r.added {
-		*b = Building{held: &next.held}
+		*b = Building{held: &next.held, prior: prior[o]}
+		n := len(fresh.Items)
 		if err := p.add(fresh, c, o, b); err != nil {
 			return nil, "", err
 		}
+		if r.removed[o] {
+			inPlace = p.replaceInPlace(inPlace, prev, fresh, n, againAt, o)
+		}
+		b.releaseUnclaimed()
 		switch {
 		case b.taint != "":
 			return nil, b.taint, nil
@@ -298,12 +337,18 @@ func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (_ 
 		}
 	}
 	sort.Sort(byName[O, I]{fresh, p.Name})
-	if name := p.merge(next, prev, fresh, r.removed); name != "" {
+	slices.SortFunc(inPlace, func(a, b replacement[I]) int { return a.at - b.at })
+	if name := p.merge(next, prev, fresh, r.removed, inPlace); name != "" {
 		return nil, "\"" + name + "\" built by an owner that came and one that stayed", nil
+	}
+	if sameReads(prev.reads, fresh.reads, r.removed) {
+		next.reads = prev.reads // the usual case: readers built again read the same
+		next.held.settle(next.claims)
+		return next, "", nil
 	}
 	next.reads = make(map[O]Reads, len(prev.reads)+len(fresh.reads))
 	for o, rd := range prev.reads {
-		if !r.removed[o] {
+		if _, gone := r.removed[o]; !gone {
 			next.reads[o] = rd
 		}
 	}
@@ -314,33 +359,107 @@ func (p *Plan[C, O, I]) derive(prev *List[O, I], c C, key Key, r rebuild[O]) (_ 
 	return next, "", nil
 }
 
+// replacement is an item of an owner built again that takes the place of its previous one, of the same name.
+type replacement[I any] struct {
+	at     int // in prev
+	item   I
+	claims []string
+}
+
+// replaceInPlace moves the items just built for o, an owner built again, from fresh to replacements of its
+// previous items when they have the same names: the usual case, which then costs the merge no comparisons.
+func (p *Plan[C, O, I]) replaceInPlace(out []replacement[I], prev, fresh *List[O, I], n int, againAt []int, o O) []replacement[I] {
+	built := fresh.Items[n:]
+	var at []int
+	for _, i := range againAt {
+		if prev.owners[i] == o {
+			at = append(at, i)
+		}
+	}
+	if len(at) != len(built) {
+		return out
+	}
+	start := len(out)
+	for k, item := range built {
+		i := slices.IndexFunc(at, func(i int) bool { return p.Name(prev.Items[i]) == p.Name(item) })
+		if i < 0 {
+			return out[:start] // renamed: merged by name like a new owner's
+		}
+		out = append(out, replacement[I]{at: at[i], item: item, claims: fresh.claimsAt(n + k)})
+	}
+	fresh.Items, fresh.owners = fresh.Items[:n], fresh.owners[:n]
+	if fresh.claims != nil {
+		fresh.claims = fresh.claims[:n]
+	}
+	return out
+}
+
+// sameReads reports whether the reads after a derivation are prev's: every owner that read something and
+// was removed was built again reading the same, and no new owner reads anything.
+func sameReads[O comparable](prev, fresh map[O]Reads, removed map[O]bool) bool {
+	for o, rd := range fresh {
+		if prev[o] != rd {
+			return false
+		}
+	}
+	for o, again := range removed {
+		if prev[o] != 0 && (!again || fresh[o] != prev[o]) {
+			return false
+		}
+	}
+	return true
+}
+
 // merge fills next with the items of prev whose owners stay and those of fresh, by name, and returns the
 // name of an item both hold, which only a full build settles.
-func (p *Plan[C, O, I]) merge(next, prev, fresh *List[O, I], removed map[O]bool) string {
+func (p *Plan[C, O, I]) merge(next, prev, fresh *List[O, I], removed map[O]bool, inPlace []replacement[I]) string {
 	n := len(prev.Items) + len(fresh.Items)
 	next.Items, next.owners = make([]I, 0, n), make([]O, 0, n)
 	if prev.claims != nil || fresh.claims != nil {
 		next.claims = make([][]string, 0, n)
 	}
 	for i, j := 0, 0; i < len(prev.Items) || j < len(fresh.Items); {
-		if i < len(prev.Items) && removed[prev.owners[i]] {
-			i++
-			continue
+		// The prev side's candidate: its item, the item that replaces it, or none (its owner went).
+		var kept I
+		var keptClaims []string
+		replaced := len(inPlace) > 0 && inPlace[0].at == i
+		if i < len(prev.Items) && !replaced {
+			if _, gone := removed[prev.owners[i]]; gone {
+				i++
+				continue
+			}
 		}
-		if i < len(prev.Items) && j < len(fresh.Items) && p.Name(prev.Items[i]) == p.Name(fresh.Items[j]) {
-			return p.Name(prev.Items[i])
+		if i < len(prev.Items) {
+			kept, keptClaims = prev.Items[i], prev.claimsAt(i)
+			if replaced {
+				kept, keptClaims = inPlace[0].item, inPlace[0].claims
+			}
 		}
-		from, at := fresh, j
-		if j == len(fresh.Items) || i < len(prev.Items) && p.Name(prev.Items[i]) < p.Name(fresh.Items[j]) {
-			from, at = prev, i
+		c := 1 // prev is done: fresh's turn
+		if i < len(prev.Items) {
+			c = -1
+			if j < len(fresh.Items) {
+				c = strings.Compare(p.Name(kept), p.Name(fresh.Items[j]))
+			}
+		}
+		switch {
+		case c == 0:
+			return p.Name(kept)
+		case c < 0:
+			next.Items, next.owners = append(next.Items, kept), append(next.owners, prev.owners[i])
+			if next.claims != nil {
+				next.claims = append(next.claims, keptClaims)
+			}
+			if replaced {
+				inPlace = inPlace[1:]
+			}
 			i++
-		} else {
+		default:
+			next.Items, next.owners = append(next.Items, fresh.Items[j]), append(next.owners, fresh.owners[j])
+			if next.claims != nil {
+				next.claims = append(next.claims, fresh.claimsAt(j))
+			}
 			j++
-		}
-		next.Items = append(next.Items, from.Items[at])
-		next.owners = append(next.owners, from.owners[at])
-		if next.claims != nil {
-			next.claims = append(next.claims, from.claimsAt(at))
 		}
 	}
 	return ""

@@ -53,6 +53,9 @@ type Generators struct {
 	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
 	// proxy namespace.
 	vhosts *buildcache.Latest[vhostID, vhostEntry]
+	// routedDomains keeps the domains of services with a VirtualService: their virtual hosts are built
+	// again whenever services come or go, their domains rarely change.
+	routedDomains *buildcache.Latest[routedDomainsID, vhostEntry]
 	// routedVhosts keeps the VHDS virtual hosts of services with a VirtualService (see routedVirtualHost).
 	routedVhosts *buildcache.Latest[vhostID, routedVhost]
 	// outboundListenerRes keeps each sidecar outbound listener by name, namespace and Sidecar, keyed by a
@@ -116,6 +119,7 @@ func New(opts Options) *Generators {
 		clusters:            buildcache.NewSlots[outboundClusterKey, *model.Resource](),
 		assignments:         buildcache.NewSlots[edsKey, *model.Resource](),
 		vhosts:              buildcache.NewLatest[vhostID, vhostEntry](),
+		routedDomains:       buildcache.NewLatest[routedDomainsID, vhostEntry](),
 		routedVhosts:        buildcache.NewLatest[vhostID, routedVhost](),
 		outboundListenerRes: buildcache.NewLatest[listID, *model.Resource](),
 		vhostLists:          buildcache.NewLatest[listID, *vhostList](),

@@ -8,13 +8,14 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
-// vhostOwner is what one VHDS virtual host of a route configuration is built for: a service, or a host of
-// a VirtualService that no service in scope serves on the port (at: its place in hostVirtualServices'
-// order, which decides who gets a domain both name).
+// vhostOwner is what one VHDS virtual host of a route configuration is built for: a service, or (svc nil)
+// a host of a VirtualService that no service in scope serves on the port, by its place in
+// hostVirtualServices' order, which decides who gets a domain both name. That order changes only with
+// the routing or with a service a VirtualService host names, both full builds: the place is the host's
+// identity between derivations, and the owner stays a pointer and an int, cheap to hash.
 type vhostOwner struct {
-	svc  *model.Service
-	host string
-	at   int
+	svc *model.Service
+	at  int
 }
 
 // vhostListInputs is what a route configuration's virtual hosts are built in. The pointers are shared by
@@ -68,8 +69,8 @@ var virtualHostPlan = &derive.Plan[vhostListInputs, vhostOwner, *model.Resource]
 func vhostOwners(in vhostListInputs) []vhostOwner {
 	hosts := in.virtualServiceHosts()
 	out := make([]vhostOwner, 0, len(hosts)+len(in.scope.Services))
-	for i, h := range hosts {
-		out = append(out, vhostOwner{host: h.host, at: i})
+	for i := range hosts {
+		out = append(out, vhostOwner{at: i})
 	}
 	for _, svc := range in.scope.Services {
 		out = append(out, vhostOwner{svc: svc})
@@ -160,8 +161,8 @@ func buildVirtualHost(in vhostListInputs, out []*model.Resource, o vhostOwner, b
 		return append(out, r), err
 	}
 	b.Read(virtualHostInputs.Read("scope"))
-	all := serviceDomains(svc, in.port, in.proxy.Namespace, in.push.Mesh.DomainSuffix, in.mode)
-	ds := claimDomains(b, all, lowerAll(all))
+	all := in.routedDomains(svc)
+	ds := claimDomains(b, all.domains, all.lower)
 	if len(ds) == 0 {
 		return out, nil
 	}
@@ -175,10 +176,27 @@ func buildVirtualHost(in vhostListInputs, out []*model.Resource, o vhostOwner, b
 	return append(out, r), nil
 }
 
+// routedDomains returns the domains of svc's virtual host on the port, as seen from the proxy's namespace.
+func (in vhostListInputs) routedDomains(svc *model.Service) vhostEntry {
+	id := routedDomainsID{vhostID{svc.Key(), in.port, in.proxy.Namespace, in.mode}, in.push.Mesh.DomainSuffix}
+	e, _ := in.g.routedDomains.GetOrBuild(id, svc, func() (vhostEntry, error) {
+		ds := serviceDomains(svc, in.port, in.proxy.Namespace, in.push.Mesh.DomainSuffix, in.mode)
+		return vhostEntry{domains: ds, lower: lowerAll(ds)}, nil
+	})
+	return e
+}
+
+// routedDomainsID keys the domains by everything but the service itself, the cache's inputs: a pointer
+// in an interface costs no allocation per lookup.
+type routedDomainsID struct {
+	vhostID
+	suffix string
+}
+
 // hostVirtualHostOf appends the virtual host of a VirtualService host outside the registry.
 func (in vhostListInputs) hostVirtualHostOf(out []*model.Resource, o vhostOwner, b *derive.Building) ([]*model.Resource, error) {
 	hosts := in.virtualServiceHosts()
-	if o.at >= len(hosts) || hosts[o.at].host != o.host {
+	if o.at >= len(hosts) {
 		b.Taint("VirtualService hosts moved") // owners are listed from these very hosts: not expected
 		return out, nil
 	}
