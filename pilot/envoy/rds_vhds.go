@@ -76,14 +76,15 @@ func (g *Generators) virtualHosts(proxy *model.Proxy, push *model.PushContext, s
 		if prev, ok := g.vhostLists.Latest(id); ok && !prev.labelled {
 			from = prev.list
 		}
-		next, err := virtualHostPlan.Next(from, in)
+		b := in.building()
+		next, err := virtualHostPlan.Next(from, b)
 		if err != nil {
 			return nil, err
 		}
-		if *in.labelled {
+		if *b.labelled {
 			mine = next.Items
 		}
-		return &vhostList{list: next, labelled: *in.labelled}, nil
+		return &vhostList{list: next, labelled: *b.labelled}, nil
 	})
 	if err != nil {
 		return nil, false, err
@@ -96,7 +97,7 @@ func (g *Generators) virtualHosts(proxy *model.Proxy, push *model.PushContext, s
 		return g.lists.Put(id, key, mine), true, nil
 	}
 	list, err = g.lists.GetOrBuild(id, key, func() (model.Resources, error) {
-		next, err := virtualHostPlan.Next(nil, newVhostListInputs(g, proxy, push, scope, name, port))
+		next, err := virtualHostPlan.Next(nil, in.building())
 		if err != nil {
 			return nil, err
 		}

@@ -35,8 +35,14 @@ type vhostListInputs struct {
 
 func newVhostListInputs(g *Generators, proxy *model.Proxy, push *model.PushContext, scope *Scope, name string,
 	port uint32) vhostListInputs {
-	return vhostListInputs{g: g, proxy: proxy, push: push, scope: scope, name: name, port: port,
-		mode: ipModeOf(proxy.IPAddresses), hosts: new([]hostRoutes), labelled: new(bool)}
+	return vhostListInputs{g: g, proxy: proxy, push: push, scope: scope, name: name, port: port, mode: ipModeOf(proxy.IPAddresses)}
+}
+
+// building returns in with the state one build shares: made only when a list is built, not for every
+// proxy that finds its list cached.
+func (in vhostListInputs) building() vhostListInputs {
+	in.hosts, in.labelled = new([]hostRoutes), new(bool)
+	return in
 }
 
 type vhostInput = derive.Input[vhostListInputs, vhostOwner]
