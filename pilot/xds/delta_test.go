@@ -247,14 +247,20 @@ func testDeltaFullStateMixedChanges(t *testing.T, rebuild bool, order func(uint6
 	c.none(200 * time.Millisecond)
 }
 
+// budgetForOne starts a server with room in flight for one response and a delta sidecar holding it: the
+// clusters it got, not yet ACKed.
+func budgetForOne(t *testing.T) (*testEnv, *deltaClient, *discovery.DeltaDiscoveryResponse) {
+	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
+	c := e.delta(t)
+	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
+	return e, c, c.recv()
+}
+
 // Envoy subscribes to the endpoints of new clusters before it ACKs the clusters. With room in flight for one
 // response, the endpoints wait for the clusters' budget, which only that ACK frees: the ACK must be read
 // while the subscription waits, not after it (the flight timeout would free it only seconds later).
 func TestAckBehindAWaitingSubscriptionIsRead(t *testing.T) {
-	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
-	c := e.delta(t)
-	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
-	cds := c.recv()
+	_, c, cds := budgetForOne(t)
 	start := time.Now()
 	deltaAsk(c, nil, EndpointType, []string{"a", "b"}, nil, nil)
 	deltaAsk(c, nil, ClusterType, nil, nil, cds)
@@ -271,10 +277,7 @@ func TestAckBehindAWaitingSubscriptionIsRead(t *testing.T) {
 // after its clusters': the reader must not stop reading while the handler is busy, or the ACK that frees
 // the budget is never read and every stream waiting for budget waits for the flight timeout.
 func TestAckBehindTwoWaitingSubscriptionsIsRead(t *testing.T) {
-	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
-	c := e.delta(t)
-	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
-	cds := c.recv()
+	_, c, cds := budgetForOne(t)
 	start := time.Now()
 	deltaAsk(c, nil, EndpointType, []string{"a", "b"}, nil, nil)
 	deltaAsk(c, nil, ListenerType, nil, nil, nil)
@@ -290,10 +293,7 @@ func TestAckBehindTwoWaitingSubscriptionsIsRead(t *testing.T) {
 // The reader queues what it cannot hand over, but not without bound: a client that keeps sending requests
 // that need an answer while its handler waits has its stream ended, saying why.
 func TestFloodingClientIsEndedWhileItsHandlerWaits(t *testing.T) {
-	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
-	c := e.delta(t)
-	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
-	c.recv() // not ACKed: the budget stays taken
+	_, c, _ := budgetForOne(t) // the clusters are not ACKed: the budget stays taken
 	for i := range maxQueuedRequests + 2 {
 		deltaAsk(c, nil, EndpointType, []string{"e" + strconv.Itoa(i)}, nil, nil)
 	}
@@ -305,10 +305,7 @@ func TestFloodingClientIsEndedWhileItsHandlerWaits(t *testing.T) {
 // A push that waits for budget holds the connection's turn: an ACK that arrives meanwhile must still be
 // read and free its response's budget, even when the proxy has other ACKs queued before it.
 func TestAcksAreReadWhileAPushWaitsForBudget(t *testing.T) {
-	e := newEnv(t, twoClusters(), func(_ *testEnv, o *Options) { o.MaxBytesInFlight = 1 })
-	c := e.delta(t)
-	deltaAsk(c, sidecar("pod", "ns1"), ClusterType, nil, nil, nil)
-	cds := c.recv()
+	e, c, cds := budgetForOne(t)
 	deltaAsk(c, nil, ClusterType, nil, nil, cds)
 	deltaAsk(c, nil, EndpointType, []string{"a", "b"}, nil, nil)
 	eds := c.recv()

@@ -82,10 +82,9 @@ func TestLatestPutSharesStoredValue(t *testing.T) {
 	}
 }
 
-// Many goroutines asking at once for the same inputs share one build.
-func TestLatestGetOrBuildOnce(t *testing.T) {
-	c := NewLatest[string, int]()
-	const callers = 50
+// sharedBuild has callers ask c at once for ("ns", 1) with a build that waits until they all could have
+// joined it and returns v, err; each caller checks what it got. It returns how many builds ran.
+func sharedBuild(c *Latest[string, int], callers int, v int, err error, check func(int, error)) int32 {
 	var builds atomic.Int32
 	release := make(chan struct{})
 	var started, wg sync.WaitGroup
@@ -93,14 +92,11 @@ func TestLatestGetOrBuildOnce(t *testing.T) {
 	for range callers {
 		wg.Go(func() {
 			started.Done()
-			v, err := c.GetOrBuild("ns", 1, func() (int, error) {
+			check(c.GetOrBuild("ns", 1, func() (int, error) {
 				builds.Add(1)
 				<-release
-				return 10, nil
-			})
-			if err != nil || v != 10 {
-				t.Errorf("got %d, %v", v, err)
-			}
+				return v, err
+			}))
 		})
 	}
 	started.Wait()
@@ -111,7 +107,18 @@ func TestLatestGetOrBuildOnce(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	close(release)
 	wg.Wait()
-	if n := builds.Load(); n != 1 {
+	return builds.Load()
+}
+
+// Many goroutines asking at once for the same inputs share one build.
+func TestLatestGetOrBuildOnce(t *testing.T) {
+	const callers = 50
+	n := sharedBuild(NewLatest[string, int](), callers, 10, nil, func(v int, err error) {
+		if err != nil || v != 10 {
+			t.Errorf("got %d, %v", v, err)
+		}
+	})
+	if n != 1 {
 		t.Errorf("%d builds for %d callers with the same inputs, want 1", n, callers)
 	}
 }
@@ -144,31 +151,12 @@ func TestLatestErrorNotStored(t *testing.T) {
 	c := NewLatest[string, int]()
 	boom := errors.New("boom")
 	const callers = 10
-	var builds atomic.Int32
-	release := make(chan struct{})
-	var started, wg sync.WaitGroup
-	started.Add(callers)
-	for range callers {
-		wg.Go(func() {
-			started.Done()
-			_, err := c.GetOrBuild("ns", 1, func() (int, error) {
-				builds.Add(1)
-				<-release
-				return 0, boom
-			})
-			if !errors.Is(err, boom) {
-				t.Errorf("err = %v, want the build's error", err)
-			}
-		})
-	}
-	started.Wait()
-	for builds.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-	close(release)
-	wg.Wait()
-	if n := builds.Load(); n != 1 {
+	n := sharedBuild(c, callers, 0, boom, func(_ int, err error) {
+		if !errors.Is(err, boom) {
+			t.Errorf("err = %v, want the build's error", err)
+		}
+	})
+	if n != 1 {
 		t.Errorf("%d builds for %d callers, want 1", n, callers)
 	}
 	if _, ok := c.Get("ns", 1); ok {
@@ -177,9 +165,10 @@ func TestLatestErrorNotStored(t *testing.T) {
 	if _, ok := c.Latest("ns"); ok {
 		t.Error("Latest returns a failed build")
 	}
-	v, err := c.GetOrBuild("ns", 1, func() (int, error) { builds.Add(1); return 10, nil })
-	if err != nil || v != 10 || builds.Load() != 2 {
-		t.Errorf("after a failure: %d, %v after %d builds; want 10 from a second build", v, err, builds.Load())
+	rebuilt := false
+	v, err := c.GetOrBuild("ns", 1, func() (int, error) { rebuilt = true; return 10, nil })
+	if err != nil || v != 10 || !rebuilt {
+		t.Errorf("after a failure: %d, %v, built again %v; want 10 from a second build", v, err, rebuilt)
 	}
 }
 
