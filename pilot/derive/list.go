@@ -192,6 +192,17 @@ type rebuild[O comparable] struct {
 	members []O
 }
 
+// changed counts the owners that went, came or are built again, each once.
+func (r *rebuild[O]) changed() int {
+	n := len(r.removed)
+	for _, o := range r.added {
+		if _, again := r.removed[o]; !again {
+			n++
+		}
+	}
+	return n
+}
+
 // again marks an owner still present to be built again.
 func (r *rebuild[O]) again(o O) {
 	if _, ok := r.removed[o]; !ok {
@@ -243,7 +254,7 @@ func (p *Plan[C, O, I]) changes(prev *List[O, I], c C, key Key) (rebuild[O], str
 			}
 		}
 	}
-	if len(r.removed)+len(r.added) > len(r.members)/2 {
+	if r.changed() > len(r.members)/2 {
 		return r, "most owners changed"
 	}
 	return r, ""

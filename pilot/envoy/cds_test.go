@@ -587,7 +587,13 @@ func derivationFixture(t *testing.T) (*store.Store, *model.PushContext, *Generat
 // that never saw one do.
 func checkSameAsFreshBuild(t *testing.T, g *Generators, typeURL string, p *model.Proxy, push *model.PushContext, step int) {
 	t.Helper()
-	want, err := New(Options{}).ByTypeURL()[typeURL].Generate(p, push, wildcard(typeURL), nil)
+	checkSameAsBuildOf(t, New(Options{}), g, typeURL, p, push, step)
+}
+
+// checkSameAsBuildOf fails unless g generates for p in push what fresh does.
+func checkSameAsBuildOf(t *testing.T, fresh, g *Generators, typeURL string, p *model.Proxy, push *model.PushContext, step int) {
+	t.Helper()
+	want, err := fresh.ByTypeURL()[typeURL].Generate(p, push, wildcard(typeURL), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +606,8 @@ func checkSameAsFreshBuild(t *testing.T, g *Generators, typeURL string, p *model
 	}
 	for i := range want {
 		if got[i].Name != want[i].Name || !proto.Equal(got[i].Any, want[i].Any) {
-			t.Fatalf("step %d, %s %s: resource %d is %s, a fresh build's %s", step, p.Type, p.Namespace, i, got[i].Name, want[i].Name)
+			t.Fatalf("step %d, %s %s: resource %d is %s, a fresh build's %s (same name: %v)", step, p.Type, p.Namespace, i, got[i].Name,
+				want[i].Name, got[i].Name == want[i].Name)
 		}
 	}
 }

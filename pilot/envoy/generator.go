@@ -73,6 +73,9 @@ type Generators struct {
 	secretAuthorizer SecretAuthorizer
 	// denials are the secrets refused to connected proxies (see SecretDenials).
 	denials *secretDenials
+	// planTogether plans every outbound listener in the shared owner, as one plan over all services: tests
+	// compare it with the lists built owner by owner.
+	planTogether bool
 }
 
 // slotResource returns the marshaled resource for name built from key, building it when the slot holds

@@ -4,63 +4,322 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sextantmesh/sextant/pilot/config"
-	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/derive"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
-// listenerList is a scope's outbound listeners and how they were built, so that the next snapshot's can be
-// derived from it (deriveOutboundListeners).
+// outboundInputs is what a scope's outbound listeners are built in: the snapshot, the scope, and the facts
+// of the proxies sharing the list (labels only through l4LabelKey, which names the list).
+type outboundInputs struct {
+	g        *Generators
+	push     *model.PushContext
+	scope    *Scope
+	labels   map[string]string
+	labelKey string
+	typ      model.ProxyType
+	mode     ipMode
+	family   cluster.Cluster_DnsLookupFamily
+	// prevShared is the shared owner of the list derived from: kept while what it plans is the same.
+	prevShared *sharedListeners
+	// owners are the list's owners, found once per context (outboundOwners).
+	owners []listenerOwner
+	shared *sharedListeners
+}
+
+// listenerOwner owns outbound listeners: a service whose listeners hold its chains alone, or (shared set)
+// every listener the others plan together.
+type listenerOwner struct {
+	svc    *model.Service
+	shared *sharedListeners
+}
+
+// sharedListeners is what the shared owner plans: the ports' HTTP chains, and the services whose listeners
+// are not theirs alone (a VIP or endpoint address another service has too, no address of their own, an
+// address block), all of them under a Sidecar with egress listeners.
+type sharedListeners struct {
+	services []*model.Service
+	// http spells the HTTP ports of the scope, each with the host of its oldest HTTP service when that one
+	// is DYNAMIC_DNS (its connection manager resolves that host): what the ports' HTTP chains are built from.
+	http string
+}
+
+func (s *sharedListeners) same(o *sharedListeners) bool {
+	return o != nil && s.http == o.http && slices.Equal(s.services, o.services)
+}
+
+// outboundItem is one outbound listener and what the proxies sharing its list need to know of it.
+type outboundItem struct {
+	res *model.Resource
+	// onEndpoint: planned on an endpoint's address, which a sidecar at that address leaves out.
+	onEndpoint bool
+	// privileged: bound to a port below 1024, which an unprivileged proxy cannot.
+	privileged bool
+}
+
+type outboundInput = derive.Input[*outboundInputs, listenerOwner]
+
+// outboundListenerInputs is everything a scope's outbound listeners read: the cache key and what a change
+// of each rebuilds follow from it (docs/architecture.md has the table).
+var outboundListenerInputs = derive.Declare(
+	// Which services own their listeners alone depends on their endpoints' addresses as well.
+	outboundInput{Name: "scope", Of: func(c *outboundInputs) any { return [2]any{c.scope, c.push.EndpointAddressesID()} }, Members: true},
+	// Listeners per endpoint address (Service.ListensOnEndpoints) follow the addresses.
+	outboundInput{Name: "endpoint addresses", Of: func(c *outboundInputs) any { return c.push.EndpointAddressesID() }, Readers: true},
+	// TCP and TLS routes come from VirtualServices.
+	outboundInput{Name: "routing", Of: func(c *outboundInputs) any { return routingID(c.push) }},
+	outboundInput{Name: "mesh config", Of: func(c *outboundInputs) any { return c.push.Mesh }},
+	outboundInput{Name: "proxy type", Of: func(c *outboundInputs) any { return c.typ }},
+	// The proxy's family is that of the unspecified and loopback addresses its listeners take, and the one
+	// its dynamic forward proxy filters resolve in; its IP mode picks a dual-stack Service's VIPs.
+	outboundInput{Name: "ip mode", Of: func(c *outboundInputs) any { return [2]any{c.mode, c.family} }},
+)
+
+// outboundListenerPlan builds a scope's outbound listeners owner by owner, and derives the next snapshot's
+// from the last: a service add costs its own listeners, not a walk over the mesh per namespace.
+var outboundListenerPlan = &derive.Plan[*outboundInputs, listenerOwner, outboundItem]{
+	Inputs:  outboundListenerInputs,
+	Members: outboundOwners,
+	Compare: compareListenerOwners,
+	Build:   buildOutboundOwner,
+	Name:    func(it outboundItem) string { return it.res.Name },
+}
+
+// compareListenerOwners orders the shared owner first (one of another value is an updated one), then
+// services by hostname.
+func compareListenerOwners(a, b listenerOwner) int {
+	switch {
+	case a.svc == nil && b.svc == nil:
+		return 0
+	case a.svc == nil:
+		return -1
+	case b.svc == nil:
+		return 1
+	}
+	return strings.Compare(a.svc.Hostname, b.svc.Hostname)
+}
+
+// buildOutboundOwner appends owner's listeners to out.
+func buildOutboundOwner(c *outboundInputs, out []outboundItem, owner listenerOwner, b *derive.Building) ([]outboundItem, error) {
+	planned := &outboundPlanned{mode: c.mode}
+	var byName map[string]*outboundListener
+	if owner.shared != nil {
+		byName = c.planShared(owner.shared, planned)
+	} else {
+		// Its chains claim matches no other service has: planned alone, they are what a plan of all gives.
+		byName = planOutbound(c.push, c.scope, nil, []*model.Service{owner.svc}, egressBinding{imports: c.scope.egress}, c.labels,
+			planned, c.family)
+	}
+	if planned.l4Routed {
+		// sidecarTCPRoutes looks at the services routed to, which the declaration does not follow.
+		b.Taint("a VirtualService routes TCP or TLS: its chains depend on other services")
+	}
+	if planned.readsEndpoints {
+		b.Read(outboundListenerInputs.Read("endpoint addresses"))
+	}
+	return c.g.finishOutboundListeners(c.push, c.scope, c.labelKey, c.mode, planned, byName, c.family, out)
+}
+
+// planShared plans the shared owner's listeners: every port's HTTP chain, then its services' other ports;
+// under a Sidecar with egress listeners each listener's services in turn.
+func (c *outboundInputs) planShared(s *sharedListeners, planned *outboundPlanned) map[string]*outboundListener {
+	scope := c.scope
+	if scope.listeners == nil {
+		return planOutbound(c.push, scope, scope.Services, s.services, egressBinding{imports: scope.egress}, c.labels, planned, c.family)
+	}
+	// As istiod: each egress listener's services in turn; a listener address:port one has taken is not
+	// added to by a later one (the catch-all's services do not join a port a listener with a port set up
+	// for its own hosts).
+	byName := map[string]*outboundListener{}
+	for _, el := range scope.listeners {
+		services := el.services
+		b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0, imports: el.hosts}
+		if b.real && b.ip == "" {
+			b.ip, b.loopback = loopbackIP(c.family), true
+		}
+		if b.ip != "" {
+			// Every service shares the one address: istiod's first service (the oldest) keeps a match.
+			services = slices.SortedStableFunc(slices.Values(services), model.CompareServices)
+		}
+		for name, ol := range planOutbound(c.push, scope, services, services, b, c.labels, planned, c.family) {
+			if _, taken := byName[name]; !taken {
+				byName[name] = ol
+			}
+		}
+	}
+	return byName
+}
+
+// outboundOwners returns the owners of a scope's outbound listeners: the shared owner, then each service
+// whose listeners hold its chains alone, by hostname.
+func outboundOwners(c *outboundInputs) []listenerOwner {
+	if c.owners != nil {
+		return c.owners
+	}
+	shared := &sharedListeners{http: httpPortsText(c.scope.Services)}
+	if c.scope.listeners != nil || c.g.planTogether {
+		shared.services = c.scope.Services
+		c.setOwners(shared, nil)
+		return c.owners
+	}
+	names := make([][]string, len(c.scope.Services))
+	count := map[string]int{}
+	for i, svc := range c.scope.Services {
+		names[i] = listenerNamesOf(c.push, svc, c.mode)
+		for _, n := range names[i] {
+			count[n]++
+		}
+	}
+	var alone []listenerOwner
+	for i, svc := range c.scope.Services {
+		own := len(names[i]) > 0 && c.listensAlone(svc)
+		for _, n := range names[i] {
+			own = own && count[n] == 1
+		}
+		switch {
+		case own:
+			alone = append(alone, listenerOwner{svc: svc})
+		case hasOtherPorts(svc):
+			shared.services = append(shared.services, svc)
+		}
+	}
+	c.setOwners(shared, alone)
+	return c.owners
+}
+
+// setOwners keeps the previous shared owner when it plans the same.
+func (c *outboundInputs) setOwners(shared *sharedListeners, alone []listenerOwner) {
+	if shared.same(c.prevShared) {
+		shared = c.prevShared
+	}
+	c.shared = shared
+	c.owners = append([]listenerOwner{{shared: shared}}, alone...)
+}
+
+// hasOtherPorts reports whether svc has a port other than HTTP and UDP: one the shared owner plans a
+// listener or chain for.
+func hasOtherPorts(svc *model.Service) bool {
+	return slices.ContainsFunc(svc.Ports, func(p *model.Port) bool { return !p.Protocol.IsHTTP() && p.Protocol != model.ProtocolUDP })
+}
+
+// listensAlone reports whether svc's non-HTTP ports go on listeners of its own addresses, whatever else is in
+// scope, provided no other service takes those names (outboundOwners counts them): on each port a listener
+// per VIP (not a block) or per endpoint address. Its TCP and TLS routes then match within its own
+// listeners; that they read other services taints the list (buildOutboundOwner).
+func (c *outboundInputs) listensAlone(svc *model.Service) bool {
+	vips := listenVIPs(svc, c.mode)
+	for _, p := range svc.Ports {
+		if p.Protocol.IsHTTP() || p.Protocol == model.ProtocolUDP {
+			continue
+		}
+		if svc.ListensOnEndpoints() && svc.ListensOnEndpointPort(p) {
+			if _, ok := endpointsListenedOn(c.push, svc, p); !ok {
+				return false // the port's wildcard listener
+			}
+			continue
+		}
+		if len(vips) == 0 {
+			return false
+		}
+		for _, v := range vips {
+			if r := vipCIDR(v); r == nil || r.PrefixLen.GetValue() < ldsHostBits(r.AddressPrefix) || isUnspecifiedIP(r.AddressPrefix) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// listenerNamesOf returns the names of the listeners svc's non-HTTP ports take on addresses of their own
+// (each VIP, or each endpoint address), once each: a listener another service takes too is not either's alone.
+func listenerNamesOf(push *model.PushContext, svc *model.Service, mode ipMode) []string {
+	var out []string
+	vips := listenVIPs(svc, mode)
+	for _, p := range svc.Ports {
+		if p.Protocol.IsHTTP() || p.Protocol == model.ProtocolUDP {
+			continue
+		}
+		port := ldsPortName(p.Port)
+		if svc.ListensOnEndpoints() && svc.ListensOnEndpointPort(p) {
+			eps, _ := endpointsListenedOn(push, svc, p)
+			for _, ip := range endpointIPs(eps) {
+				out = append(out, ip.AddressPrefix+"_"+port)
+			}
+			continue
+		}
+		for _, v := range vips {
+			if r := vipCIDR(v); r != nil {
+				out = append(out, r.AddressPrefix+"_"+port)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// httpPortsText spells the HTTP ports of services, each with the host of its oldest HTTP service when that
+// one is DYNAMIC_DNS (outboundPlanner.httpPorts).
+func httpPortsText(services []*model.Service) string {
+	oldest := map[uint32]*model.Service{}
+	for _, svc := range services {
+		for _, p := range svc.Ports {
+			if o := oldest[p.Port]; p.Protocol.IsHTTP() && (o == nil || model.CompareServices(svc, o) < 0) {
+				oldest[p.Port] = svc
+			}
+		}
+	}
+	var b []byte
+	for _, port := range slices.Sorted(maps.Keys(oldest)) {
+		b = strconv.AppendUint(b, uint64(port), 10)
+		if svc := oldest[port]; svc.Resolution == model.DynamicDNS {
+			b = append(b, '=')
+			b = append(b, svc.Hostname...)
+		}
+		b = append(b, ',')
+	}
+	return string(b)
+}
+
+// listenerList is a scope's outbound listeners, derived owner by owner, with what the proxies sharing it need.
 type listenerList struct {
-	list      model.Resources
-	scope     *Scope
-	routing   any
-	mesh      *mesh.Config
-	httpPorts map[uint32]int // services with an HTTP port, by port: 0.0.0.0_PORT exists while one has it
-	// dynamicDNSPorts are the HTTP ports of DYNAMIC_DNS services: which service is the oldest on one decides
-	// its connection manager's filters.
-	dynamicDNSPorts map[uint32]bool
-	contested       map[string]bool // VIP listeners with chains of several services, or a match a service was refused
-	extras          map[string]bool // IP_PORT of every additional address a listener asked for
-	l4Routed        bool            // a VirtualService sends TCP or TLS somewhere: its chains depend on other services
-	labelKey        string          // l4LabelKey of the proxies it was built for
-	mode            ipMode          // of the proxies it was built for
-	derived         bool            // from the previous list, not from a walk over every service
-	// endpoints records, per service of the scope reached per endpoint address (Service.ListensOnEndpoints),
-	// by key, the endpoints its listeners were built from; shared with derived lists until one changes.
-	endpoints map[string]*endpointRecord
-	// endpointIPs names, per endpoint address, the listeners built for it: a sidecar at that address leaves
+	derived *derive.List[listenerOwner, outboundItem]
+	shared  *sharedListeners
+	list    model.Resources
+	// endpointIPs names, per endpoint address, the listeners planned on it: a sidecar at that address leaves
 	// them out (withoutOwnListeners).
 	endpointIPs map[string][]string
 	// privileged names the listeners that bind a port below 1024, which an unprivileged proxy cannot.
 	privileged []string
 }
 
-// endpointRecord is how a service's listeners per endpoint address were built.
-type endpointRecord struct {
-	eps   *model.ServiceEndpoints // as of the build
-	names []string                // its listeners, one per address and port
-	// plain: each of them holds the service's chains alone, rebuilt from its endpoints alone.
-	plain bool
-}
-
-// indexEndpointIPs fills l.endpointIPs from l.endpoints.
-func (l *listenerList) indexEndpointIPs() {
-	l.endpointIPs = map[string][]string{}
-	for _, rec := range l.endpoints {
-		for _, n := range rec.names {
-			ip := n[:strings.LastIndexByte(n, '_')]
-			if !slices.Contains(l.endpointIPs[ip], n) {
-				l.endpointIPs[ip] = append(l.endpointIPs[ip], n)
+// newListenerList returns the proxies' view of l, reusing prev's when l has prev's listeners.
+func newListenerList(l *derive.List[listenerOwner, outboundItem], shared *sharedListeners, prev *listenerList) *listenerList {
+	out := &listenerList{derived: l, shared: shared}
+	if prev != nil && len(l.Items) == len(prev.derived.Items) && (len(l.Items) == 0 || &l.Items[0] == &prev.derived.Items[0]) {
+		out.list, out.endpointIPs, out.privileged = prev.list, prev.endpointIPs, prev.privileged
+		return out
+	}
+	out.list = make(model.Resources, len(l.Items))
+	for i, it := range l.Items {
+		out.list[i] = it.res
+		if it.onEndpoint {
+			if out.endpointIPs == nil {
+				out.endpointIPs = map[string][]string{}
 			}
+			ip := it.res.Name[:strings.LastIndexByte(it.res.Name, '_')]
+			out.endpointIPs[ip] = append(out.endpointIPs[ip], it.res.Name)
+		}
+		if it.privileged {
+			out.privileged = append(out.privileged, it.res.Name)
 		}
 	}
+	return out
 }
 
 // endpointIPs returns the distinct addresses of eps (sorted by address) that are IP addresses, as
@@ -77,216 +336,4 @@ func endpointIPs(eps []*model.Endpoint) []*core.CidrRange {
 		}
 	}
 	return out
-}
-
-// plainVIPService reports whether svc's outbound listeners are its own, whatever else is in scope: one VIP
-// (not a block), no TCP or TLS routes, and no port that is sniffed or matched by SNI. Its HTTP ports add
-// nothing but to 0.0.0.0_PORT, and every other port is listener VIP_PORT with one tcp_proxy chain to its
-// cluster.
-func plainVIPService(push *model.PushContext, ns string, svc *model.Service) (*core.CidrRange, bool) {
-	if len(svc.Addresses) != 1 {
-		return nil, false
-	}
-	vip := vipCIDR(svc.Addresses[0])
-	if vip == nil || vip.PrefixLen.GetValue() < ldsHostBits(vip.AddressPrefix) {
-		return nil, false
-	}
-	if hasL4Routes(push.VirtualServicesForHost(ns, model.MeshGateway, svc.Hostname)) {
-		return nil, false
-	}
-	for _, p := range svc.Ports {
-		switch {
-		case p.Protocol.IsHTTP():
-		case p.Protocol == model.ProtocolUnset, p.Protocol == model.ProtocolTLS, p.Protocol == model.ProtocolHTTPS:
-			return nil, false
-		}
-	}
-	return vip, true
-}
-
-// deriveOutboundListeners builds the outbound listeners of scope from prev, the list of an earlier scope of
-// the same namespace, when the routing config is the same and every service added or removed is a
-// plainVIPService: the listeners of the others stay as they are, the removed ones' VIP listeners are
-// dropped and the added ones' built. A service add thus costs its own listeners rather than a walk over
-// every service of the mesh for each namespace. ok is false when a full build is needed: when one of them
-// shares a VIP listener or an additional address with another service, when an HTTP port appears or goes
-// away (0.0.0.0_PORT does), or when a VirtualService's TCP or TLS routes depend on other services.
-func (g *Generators) deriveOutboundListeners(prev *listenerList, push *model.PushContext, scope *Scope,
-	family cluster.Cluster_DnsLookupFamily) (next *listenerList, ok bool, err error) {
-	if prev == nil || prev.routing != routingID(push) || prev.mesh != push.Mesh || prev.l4Routed {
-		return nil, false, nil
-	}
-	if scope.listeners != nil || prev.scope.listeners != nil {
-		return nil, false, nil // services reach listeners through the egress listeners selecting them
-	}
-	removed, added := scopeChanges(prev.scope.Services, scope.Services)
-	if len(removed)+len(added) > len(scope.Services)/2 {
-		return nil, false, nil // a walk over all is as cheap
-	}
-	next = &listenerList{scope: scope, routing: prev.routing, mesh: prev.mesh, httpPorts: prev.httpPorts, contested: prev.contested,
-		extras: prev.extras, dynamicDNSPorts: prev.dynamicDNSPorts, labelKey: prev.labelKey, mode: prev.mode, derived: true}
-	if len(removed) == 0 && len(added) == 0 {
-		next.list = prev.list
-		return g.deriveEndpointListeners(prev, next, push, scope, family)
-	}
-	next.httpPorts = maps.Clone(prev.httpPorts)
-	drop := map[string]bool{}
-	for svc := range removed {
-		vip, plain := plainVIPService(push, scope.Namespace, svc)
-		if !plain {
-			return nil, false, nil
-		}
-		for _, p := range svc.Ports {
-			if p.Protocol.IsHTTP() && prev.dynamicDNSPorts[p.Port] {
-				return nil, false, nil // it may have been the port's oldest HTTP service
-			}
-			if p.Protocol.IsHTTP() {
-				next.httpPorts[p.Port]--
-				continue
-			}
-			name := vip.AddressPrefix + "_" + ldsPortName(p.Port)
-			if prev.contested[name] || prev.extras[name] {
-				return nil, false, nil
-			}
-			drop[name] = true
-		}
-	}
-	var fresh model.Resources
-	freshNames := map[string]bool{}
-	for _, svc := range added {
-		vip, plain := plainVIPService(push, scope.Namespace, svc)
-		if !plain {
-			return nil, false, nil
-		}
-		for _, p := range svc.Ports {
-			if p.Protocol.IsHTTP() && prev.dynamicDNSPorts[p.Port] {
-				return nil, false, nil // it may be the port's oldest HTTP service
-			}
-			if p.Protocol.IsHTTP() {
-				next.httpPorts[p.Port]++
-				continue
-			}
-			name := vip.AddressPrefix + "_" + ldsPortName(p.Port)
-			if prev.extras[name] || prev.contested[name] || freshNames[name] {
-				return nil, false, nil
-			}
-			freshNames[name] = true
-			ol := &outboundListener{name: name, ip: vip.AddressPrefix, port: p.Port,
-				chains: []chainPlan{{name: svc.Addresses[0] + "_" + ldsPortName(p.Port), port: p.Port,
-					vips: []*core.CidrRange{vip}, dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}}}}
-			r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, prev.mode)
-			if err != nil {
-				return nil, false, err
-			}
-			fresh = append(fresh, r)
-		}
-	}
-	for port, n := range next.httpPorts {
-		if (n > 0) != (prev.httpPorts[port] > 0) {
-			return nil, false, nil // 0.0.0.0_PORT comes or goes, and with it matches other services may take
-		}
-		if n == 0 {
-			delete(next.httpPorts, port)
-		}
-	}
-	sortByName(fresh)
-	next.list = make(model.Resources, 0, len(prev.list)+len(fresh))
-	for _, r := range prev.list {
-		if drop[r.Name] && !freshNames[r.Name] {
-			continue
-		}
-		if freshNames[r.Name] && !drop[r.Name] {
-			return nil, false, nil // the name of a listener that stays
-		}
-		if !drop[r.Name] {
-			next.list = append(next.list, r)
-		}
-	}
-	next.list = mergeByName(next.list, fresh)
-	return g.deriveEndpointListeners(prev, next, push, scope, family)
-}
-
-// deriveEndpointListeners brings next, derived from prev, up to date with the endpoints of the scope's
-// services reached per endpoint address: one whose endpoints changed has its listeners replaced by those of
-// its addresses now, the others' stay. ok is false when a full build is needed: a listener of the service
-// is not its own alone, or the name of a new one is taken.
-func (g *Generators) deriveEndpointListeners(prev, next *listenerList, push *model.PushContext, scope *Scope,
-	family cluster.Cluster_DnsLookupFamily) (*listenerList, bool, error) {
-	next.endpoints, next.endpointIPs = prev.endpoints, prev.endpointIPs
-	var drop map[string]bool
-	var fresh model.Resources
-	freshNames := map[string]bool{}
-	for _, svc := range scope.endpointListened {
-		rec := prev.endpoints[svc.Key()]
-		cur := push.Endpoints(svc.Key())
-		if rec != nil && rec.eps == cur {
-			continue
-		}
-		if rec == nil || !rec.plain {
-			return nil, false, nil
-		}
-		if drop == nil {
-			drop, next.endpoints = map[string]bool{}, maps.Clone(prev.endpoints)
-		}
-		for _, n := range rec.names {
-			drop[n] = true
-		}
-		fresher := &endpointRecord{eps: cur, plain: true}
-		for _, p := range svc.Ports {
-			if !svc.ListensOnEndpointPort(p) {
-				continue
-			}
-			eps := push.EndpointsForPort(svc, p.Port, nil)
-			if svc.Source.Kind != config.Service && len(eps) == 0 && svc.Selector == nil {
-				return nil, false, nil // the port's wildcard listener (buildOutboundListeners)
-			}
-			for _, ip := range endpointIPs(eps) {
-				ol := endpointListenerPlan(svc, p, ip)
-				if freshNames[ol.name] || prev.extras[ol.name] || prev.contested[ol.name] {
-					return nil, false, nil
-				}
-				freshNames[ol.name] = true
-				fresher.names = append(fresher.names, ol.name)
-				r, err := g.outboundListenerResource(scope, prev.labelKey, ol, nil, push.Mesh.PathNormalization.Normalization, prev.mode)
-				if err != nil {
-					return nil, false, err
-				}
-				fresh = append(fresh, r)
-			}
-		}
-		next.endpoints[svc.Key()] = fresher
-	}
-	if drop == nil {
-		return next, true, nil
-	}
-	sortByName(fresh)
-	kept := make(model.Resources, 0, len(next.list)+len(fresh))
-	for _, r := range next.list {
-		if drop[r.Name] {
-			continue
-		}
-		if freshNames[r.Name] {
-			return nil, false, nil // another service's listener
-		}
-		kept = append(kept, r)
-	}
-	next.list = mergeByName(kept, fresh)
-	next.indexEndpointIPs()
-	return next, true, nil
-}
-
-// endpointListenerPlan is the listener of svc's port p on endpoint address ip when it holds svc's chains
-// alone and no VirtualService routes svc's TCP or TLS (as buildOutboundListeners plans it then): a sniffed
-// port's HTTP chain, and the chain taking the rest to the service's cluster, which sends it on to ip.
-func endpointListenerPlan(svc *model.Service, p *model.Port, ip *core.CidrRange) *outboundListener {
-	name := ip.AddressPrefix + "_" + ldsPortName(p.Port)
-	vips := []*core.CidrRange{ip}
-	ol := &outboundListener{name: name, ip: ip.AddressPrefix, port: p.Port}
-	if p.Protocol == model.ProtocolUnset {
-		ol.chains = append(ol.chains, chainPlan{name: name + "_http", port: p.Port, vips: vips, alpn: sniffedHTTP, http: true,
-			route: hostPort(svc.Hostname, p.Port)})
-	}
-	ol.chains = append(ol.chains, chainPlan{name: name, port: p.Port, vips: vips,
-		dests: []tcpDest{{OutboundClusterName(p.Port, "", svc.Hostname), 100}}})
-	return ol
 }

@@ -15,35 +15,45 @@ import (
 
 // outboundPlanner plans the outbound listeners of services for a proxy of labels, in the order their chains
 // claim Envoy's matches: each port's HTTP chain first, then each service's chains for its other ports
-// (sniffed HTTP, TLS by SNI, TCP by destination subnet, then the port's own chain). It records in built
-// what deriveOutboundListeners needs.
+// (sniffed HTTP, TLS by SNI, TCP by destination subnet, then the port's own chain). It records in out
+// what the list's derivation needs to know.
 type outboundPlanner struct {
 	push   *model.PushContext
 	scope  *Scope
 	b      egressBinding
 	labels map[string]string
-	built  *listenerList
+	out    *outboundPlanned
 	family cluster.Cluster_DnsLookupFamily
 	// wildcard is the proxy's unspecified address; httpIP the address of a port's HTTP listener, which on
 	// the unspecified address (0.0.0.0, or [::] for an IPv6-only proxy) takes sniffed plaintext HTTP only.
 	wildcard, httpIP string
 	byName           map[string]*outboundListener
-	// from is the service of each VIP listener's chains: a listener with chains of two services, or one whose
-	// match a service was refused, is contested.
-	from map[string]*model.Service
 	// taken holds the matches claimed (claim).
 	taken map[string]bool
 	key   strings.Builder
 }
 
-// planOutbound plans the outbound listeners of services, keyed by name, for a proxy of labels, recording
-// in built what deriveOutboundListeners needs.
-func planOutbound(push *model.PushContext, scope *Scope, services []*model.Service, b egressBinding, labels map[string]string,
-	built *listenerList, family cluster.Cluster_DnsLookupFamily) map[string]*outboundListener {
+// outboundPlanned is what planning tells besides the listeners.
+type outboundPlanned struct {
+	mode ipMode // of the proxies planned for
+	// l4Routed: a VirtualService sends TCP or TLS somewhere, so chains depend on other services.
+	l4Routed bool
+	// readsEndpoints: a service's listeners depend on its endpoints' addresses (Service.ListensOnEndpoints).
+	readsEndpoints bool
+	// endpointListeners names the listeners planned on an endpoint's address: a sidecar at that address
+	// leaves them out (withoutOwnListeners).
+	endpointListeners map[string]bool
+}
+
+// planOutbound plans the outbound listeners of services, keyed by name, for a proxy of labels: the HTTP
+// chains of the ports of httpServices, then the other ports of services. out records what else planning
+// tells.
+func planOutbound(push *model.PushContext, scope *Scope, httpServices, services []*model.Service, b egressBinding,
+	labels map[string]string, out *outboundPlanned, family cluster.Cluster_DnsLookupFamily) map[string]*outboundListener {
 	wildcard := wildcardIP(family)
-	p := &outboundPlanner{push: push, scope: scope, b: b, labels: labels, built: built, family: family, wildcard: wildcard,
-		httpIP: cmp.Or(b.ip, wildcard), byName: map[string]*outboundListener{}, from: map[string]*model.Service{}, taken: map[string]bool{}}
-	p.httpPorts(services)
+	p := &outboundPlanner{push: push, scope: scope, b: b, labels: labels, out: out, family: family, wildcard: wildcard,
+		httpIP: cmp.Or(b.ip, wildcard), byName: map[string]*outboundListener{}, taken: map[string]bool{}}
+	p.httpPorts(httpServices)
 	// Then TCP, TLS and unknown protocols, service by service.
 	for _, svc := range services {
 		p.service(svc)
@@ -51,11 +61,7 @@ func planOutbound(push *model.PushContext, scope *Scope, services []*model.Servi
 	return p.byName
 }
 
-func (p *outboundPlanner) addChain(ol *outboundListener, svc *model.Service, c chainPlan) {
-	if f, ok := p.from[ol.name]; ok && f != svc {
-		p.built.contested[ol.name] = true
-	}
-	p.from[ol.name] = svc
+func (p *outboundPlanner) addChain(ol *outboundListener, c chainPlan) {
 	ol.chains = append(ol.chains, c)
 }
 
@@ -69,9 +75,9 @@ func (p *outboundPlanner) listenerFor(ip string, port uint32) *outboundListener 
 		// A dual-stack proxy's unspecified and loopback addresses are IPv4's and IPv6's (istiod's wildcards
 		// and localhosts): where an egress listener binds none, its listeners take IPv6's as an additional
 		// address.
-		if p.built.mode == dualStack && p.b.ip == "" && ip == p.wildcard {
+		if p.out.mode == dualStack && p.b.ip == "" && ip == p.wildcard {
 			ol.extra = []string{"::"}
-		} else if p.built.mode == dualStack && p.b.loopback {
+		} else if p.out.mode == dualStack && p.b.loopback {
 			ol.extra = []string{"::1"}
 		}
 	}
@@ -110,12 +116,8 @@ func (p *outboundPlanner) httpPorts(services []*model.Service) {
 			if !port.Protocol.IsHTTP() {
 				continue
 			}
-			p.built.httpPorts[port.Port]++
 			if o := oldestHTTP[port.Port]; o == nil || model.CompareServices(svc, o) < 0 {
 				oldestHTTP[port.Port] = svc
-			}
-			if svc.Resolution == model.DynamicDNS {
-				p.built.dynamicDNSPorts[port.Port] = true
 			}
 			p.httpChain(port.Port)
 		}
@@ -163,7 +165,7 @@ type serviceAddresses struct {
 // addressesOf returns where svc's chains match: on the VIP when there is one, else on the port.
 func (p *outboundPlanner) addressesOf(svc *model.Service) serviceAddresses {
 	var a serviceAddresses
-	addrs := listenVIPs(svc, p.built.mode)
+	addrs := listenVIPs(svc, p.out.mode)
 	for _, addr := range addrs {
 		if c := vipCIDR(addr); c != nil {
 			a.vips = append(a.vips, c)
@@ -195,20 +197,15 @@ func (p *outboundPlanner) service(svc *model.Service) {
 	// after the other.
 	vss := p.scope.importedVirtualServices(p.push.VirtualServicesForHost(p.scope.Namespace, model.MeshGateway, svc.Hostname), p.b.imports)
 	if hasL4Routes(vss) {
-		p.built.l4Routed = true
+		p.out.l4Routed = true
 	}
-	var rec *endpointRecord
-	if svc.ListensOnEndpoints() && p.b.ip == "" && !p.b.port {
-		if rec = p.built.endpoints[svc.Key()]; rec == nil {
-			rec = &endpointRecord{eps: p.push.Endpoints(svc.Key()), plain: p.scope.listeners == nil}
-			p.built.endpoints[svc.Key()] = rec
-		}
-	}
+	perEndpoint := svc.ListensOnEndpoints() && p.b.ip == "" && !p.b.port
+	p.out.readsEndpoints = p.out.readsEndpoints || perEndpoint
 	for _, port := range svc.Ports {
 		if port.Protocol.IsHTTP() || port.Protocol == model.ProtocolUDP {
 			continue // HTTP is planned already; as istiod, no listener for UDP
 		}
-		if rec != nil && svc.ListensOnEndpointPort(port) && p.endpointListeners(svc, vss, rec, port) {
+		if perEndpoint && svc.ListensOnEndpointPort(port) && p.endpointListeners(svc, vss, port) {
 			continue
 		}
 		p.portChains(p.serviceListener(a, port.Port), svc, vss, a, port)
@@ -216,21 +213,32 @@ func (p *outboundPlanner) service(svc *model.Service) {
 }
 
 // endpointListeners plans svc's port on each of its endpoints' addresses, and reports whether it did.
-func (p *outboundPlanner) endpointListeners(svc *model.Service, vss []*model.VirtualService, rec *endpointRecord, port *model.Port) bool {
-	eps := p.push.EndpointsForPort(svc, port.Port, nil)
-	// istiod keeps the port's wildcard listener for a ServiceEntry with neither endpoints nor a workload
-	// selector, whose addresses are not known; a Kubernetes Service without endpoints has no listener on
-	// the port, nor one whose selector selects nothing yet.
-	if svc.Source.Kind != config.Service && len(eps) == 0 && svc.Selector == nil {
-		rec.plain = false // the wildcard listener: not rebuilt per endpoint change
+func (p *outboundPlanner) endpointListeners(svc *model.Service, vss []*model.VirtualService, port *model.Port) bool {
+	eps, ok := endpointsListenedOn(p.push, svc, port)
+	if !ok {
 		return false
 	}
 	for _, ip := range endpointIPs(eps) {
 		ol := p.listenerFor(ip.AddressPrefix, port.Port)
-		rec.names = append(rec.names, ol.name)
+		if p.out.endpointListeners == nil {
+			p.out.endpointListeners = map[string]bool{}
+		}
+		p.out.endpointListeners[ol.name] = true
 		p.portChains(ol, svc, vss, serviceAddresses{vips: []*core.CidrRange{ip}, namePrefix: ip.AddressPrefix}, port)
 	}
 	return true
+}
+
+// endpointsListenedOn returns the endpoints of svc's port whose addresses its listeners stand on; ok is false
+// when the port keeps its wildcard listener instead: istiod keeps it for a ServiceEntry with neither
+// endpoints nor a workload selector, whose addresses are not known. A Kubernetes Service without endpoints
+// has no listener on the port, nor one whose selector selects nothing yet.
+func endpointsListenedOn(push *model.PushContext, svc *model.Service, port *model.Port) (eps []*model.Endpoint, ok bool) {
+	eps = push.EndpointsForPort(svc, port.Port, nil)
+	if svc.Source.Kind != config.Service && len(eps) == 0 && svc.Selector == nil {
+		return nil, false
+	}
+	return eps, true
 }
 
 // serviceListener returns the listener of a service's port: on the bound address, the VIP (the others as
@@ -245,7 +253,6 @@ func (p *outboundPlanner) serviceListener(a serviceAddresses, port uint32) *outb
 	ol := p.listenerFor(a.vips[0].AddressPrefix, port)
 	for _, v := range a.vips[1:] {
 		ol.extra = append(ol.extra, v.AddressPrefix)
-		p.built.extras[v.AddressPrefix+"_"+ldsPortName(port)] = true
 	}
 	return ol
 }
@@ -319,25 +326,21 @@ func (p *outboundPlanner) portChains(ol *outboundListener, svc *model.Service, v
 	}
 	for _, route := range r.tcp.subnetRoutes {
 		if !p.claim(route.subnets, port.Port, r.at) {
-			p.built.contested[ol.name] = true
 			continue
 		}
-		p.addChain(ol, svc, chainPlan{name: r.name + "@" + rangesText(route.subnets), port: port.Port, vips: route.subnets, dests: route.dests})
+		p.addChain(ol, chainPlan{name: r.name + "@" + rangesText(route.subnets), port: port.Port, vips: route.subnets, dests: route.dests})
 	}
 	if !r.portOnly {
 		return
 	}
 	if p.claim(a.vips, port.Port, "") {
-		p.addChain(ol, svc, chainPlan{name: r.name, port: port.Port, vips: r.chainVIPs, dests: r.dests})
-	} else {
-		p.built.contested[ol.name] = true
+		p.addChain(ol, chainPlan{name: r.name, port: port.Port, vips: r.chainVIPs, dests: r.dests})
 	}
 }
 
 // sniffedHTTPChain plans the HTTP chain of a sniffed port.
 func (p *outboundPlanner) sniffedHTTPChain(ol *outboundListener, svc *model.Service, a serviceAddresses, port uint32, r portRoutes) {
 	if !p.claim(a.vips, port, "http") {
-		p.built.contested[ol.name] = true
 		return
 	}
 	// istiod's route is the service's own, HOST:PORT, except on a bind to the proxy's unspecified address:
@@ -346,7 +349,7 @@ func (p *outboundPlanner) sniffedHTTPChain(ol *outboundListener, svc *model.Serv
 	if p.b.ip == p.wildcard {
 		route = ""
 	}
-	p.addChain(ol, svc, chainPlan{name: r.name + "_http", port: port, vips: r.chainVIPs, alpn: sniffedHTTP, http: true, route: route})
+	p.addChain(ol, chainPlan{name: r.name + "_http", port: port, vips: r.chainVIPs, alpn: sniffedHTTP, http: true, route: route})
 }
 
 // tlsChains plans a TLS port's chains. As istiod: the VirtualService's tls routes by SNI, else the service's
@@ -376,9 +379,6 @@ func (p *outboundPlanner) tlsChains(ol *outboundListener, svc *model.Service, a 
 				sni = append(sni, n)
 			}
 		}
-		if len(sni) < len(route.sni) {
-			p.built.contested[ol.name] = true
-		}
 		if len(sni) == 0 {
 			continue
 		}
@@ -386,7 +386,7 @@ func (p *outboundPlanner) tlsChains(ol *outboundListener, svc *model.Service, a 
 		if route.subnets != nil {
 			chainName += "@" + rangesText(route.subnets)
 		}
-		p.addChain(ol, svc, chainPlan{name: chainName, port: port, vips: ranges, sni: sni, dests: route.dests, dnsCache: route.dnsCache,
+		p.addChain(ol, chainPlan{name: chainName, port: port, vips: ranges, sni: sni, dests: route.dests, dnsCache: route.dnsCache,
 			dnsFamily: route.dnsFamily})
 	}
 }

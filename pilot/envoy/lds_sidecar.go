@@ -18,28 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sextantmesh/sextant/pilot/derive"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
-
-// outboundListenerKey: the outbound listeners (all but virtualOutbound and virtualInbound) depend on the
-// proxy's scope (its namespace, Sidecar and snapshot), and on its labels only through the VirtualService
-// tcp and tls matches on sourceLabels they satisfy (l4LabelKey, empty for nearly every proxy), which is
-// part of the list's id. The whole set is built, marshaled and cached per id and key in
-// Generators.listenerLists.
-type outboundListenerKey struct {
-	scope   *Scope
-	routing any // routingID: TCP and TLS routes come from VirtualServices
-	typ     model.ProxyType
-	// dnsFamily: the proxy's family (dnsLookupFamily): the one its dynamic forward proxy filters resolve
-	// in, and of the unspecified and loopback addresses its listeners take.
-	dnsFamily cluster.Cluster_DnsLookupFamily
-	// mode: the proxy's IP mode (dnsFamily is its family): it picks a dual-stack Service's VIPs, and a
-	// dual-stack proxy's listeners on the unspecified address take [::] too.
-	mode ipMode
-	// addresses is EndpointAddressesID: services without an address of their own have a listener per
-	// endpoint address.
-	addresses any
-}
 
 // virtualOutboundKey: virtualOutbound depends on the outbound traffic policy, the capture (TPROXY) and the
 // proxy's IP family alone; sidecars alike in these share one.
@@ -63,8 +44,8 @@ func (l listenerGenerator) sidecarListeners(proxy *model.Proxy, push *model.Push
 	labels := l4LabelKey(push, proxy.Labels)
 	mode := ipModeOf(proxy.IPAddresses)
 	family := mode.family()
-	built, err := l.outboundListeners(outboundListenerKey{scope, routingID(push), proxy.Type, family, mode, push.EndpointAddressesID()},
-		labels, proxy.Labels, push)
+	built, err := l.g.outboundListeners(&outboundInputs{g: l.g, push: push, scope: scope, labels: proxy.Labels, labelKey: labels,
+		typ: proxy.Type, mode: mode, family: family})
 	if err != nil {
 		return nil, err
 	}
@@ -177,25 +158,28 @@ func (g *Generators) withoutPrivileged(scope *Scope, labels string, proxy *model
 	return out
 }
 
-// outboundListeners returns the outbound listeners of key's scope for proxies of labels (whose
-// l4LabelKey is labelKey), sorted by name, each marshaled on its own: a change to one destination changes
-// that listener's bytes (and version) only.
-func (l listenerGenerator) outboundListeners(key outboundListenerKey, labelKey string, labels map[string]string,
-	push *model.PushContext) (*listenerList, error) {
-	g := l.g
-	id := listID{kind: "lds", namespace: key.scope.Namespace, sidecar: key.scope.Sidecar, captureNone: key.scope.captureNone,
-		variant: string(key.typ) + key.mode.variant(), labels: labelKey}
-	built, err := g.listenerLists.GetOrBuild(id, key, func() (*listenerList, error) {
+// outboundListeners returns the outbound listeners of c's scope for proxies of c's labels, sorted by name,
+// each marshaled on its own (a change to one destination changes that listener's bytes and version only),
+// derived from the last list of the same proxies where the declared inputs allow (outboundListenerPlan).
+func (g *Generators) outboundListeners(c *outboundInputs) (*listenerList, error) {
+	id := listID{kind: "lds", namespace: c.scope.Namespace, sidecar: c.scope.Sidecar, captureNone: c.scope.captureNone,
+		variant: string(c.typ) + c.mode.variant(), labels: c.labelKey}
+	return g.listenerLists.GetOrBuild(id, outboundListenerInputs.Key(c), func() (*listenerList, error) {
 		prev, _ := g.listenerLists.Latest(id)
-		if next, ok, err := g.deriveOutboundListeners(prev, push, key.scope, key.dnsFamily); ok || err != nil {
-			return next, err
+		var prevList *derive.List[listenerOwner, outboundItem]
+		if prev != nil {
+			prevList, c.prevShared = prev.derived, prev.shared
 		}
-		return g.buildOutboundListeners(push, key.scope, labels, labelKey, key.dnsFamily, key.mode)
+		next, err := outboundListenerPlan.Next(prevList, c)
+		if err != nil {
+			return nil, err
+		}
+		shared := c.shared
+		if shared == nil { // the owners did not change
+			shared = prev.shared
+		}
+		return newListenerList(next, shared, prev), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return built, nil
 }
 
 // sniffedHTTP are the application protocols the http_inspector reports for HTTP traffic.
@@ -253,58 +237,15 @@ type outboundListener struct {
 	real bool
 }
 
-// buildOutboundListeners returns a listener (bind_to_port false) per outbound destination of scope, sorted
-// by name, marshaled, for virtualOutbound to hand connections to:
+// The outbound listeners (bind_to_port false), one per outbound destination of a scope, sorted by name,
+// marshaled, for virtualOutbound to hand connections to:
 //   - "VIP_PORT" (VIP:PORT) for the chains of a service with VIPs (its first one; the others are
 //     additional addresses);
 //   - "0.0.0.0_PORT" for chains without a VIP: the HTTP chain of the port, services without VIPs, and
 //     services with an address block (CIDR), which their chains match as prefix ranges.
 //
-// Envoy looks for the exact IP:port first, then 0.0.0.0:port. The chains are planned as data first; a
-// listener whose plan is the one built before is not built again, so adding a service builds its own
-// listeners only.
-//
-// labels are the proxy's, for tcp and tls matches on sourceLabels; labelKey (l4LabelKey) names what of
-// them the listeners may depend on, so the list and its listeners are cached under it.
-func (g *Generators) buildOutboundListeners(push *model.PushContext, scope *Scope, labels map[string]string, labelKey string,
-	family cluster.Cluster_DnsLookupFamily, mode ipMode) (*listenerList, error) {
-	built := &listenerList{scope: scope, routing: routingID(push), mesh: push.Mesh, httpPorts: map[uint32]int{}, contested: map[string]bool{},
-		extras: map[string]bool{}, dynamicDNSPorts: map[uint32]bool{}, labelKey: labelKey, endpoints: map[string]*endpointRecord{}, mode: mode}
-	var byName map[string]*outboundListener
-	if scope.listeners == nil {
-		byName = planOutbound(push, scope, scope.Services, egressBinding{imports: scope.egress}, labels, built, family)
-	} else {
-		// As istiod: each egress listener's services in turn; a listener address:port one has taken is
-		// not added to by a later one (the catch-all's services do not join a port a listener with a port
-		// set up for its own hosts).
-		byName = map[string]*outboundListener{}
-		for _, el := range scope.listeners {
-			services := el.services
-			b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0, imports: el.hosts}
-			if b.real && b.ip == "" {
-				b.ip, b.loopback = loopbackIP(family), true
-			}
-			if b.ip != "" {
-				// Every service shares the one address: istiod's first service (the oldest) keeps a match.
-				services = slices.SortedStableFunc(slices.Values(services), model.CompareServices)
-			}
-			for name, ol := range planOutbound(push, scope, services, b, labels, built, family) {
-				if _, taken := byName[name]; !taken {
-					byName[name] = ol
-				}
-			}
-		}
-	}
-	// An endpoint's listener another service has chains on (or an additional address of) is not its own
-	// alone: an endpoint change then needs a full build (deriveEndpointListeners).
-	for _, rec := range built.endpoints {
-		for _, n := range rec.names {
-			rec.plain = rec.plain && !built.contested[n] && !built.extras[n]
-		}
-	}
-	built.indexEndpointIPs()
-	return g.finishOutboundListeners(push, scope, built, byName, family)
-}
+// Envoy looks for the exact IP:port first, then 0.0.0.0:port. The chains are planned as data first
+// (outboundPlanner); a listener whose plan is the one built before is not built again.
 
 // egressBinding is where an egress listener's outbound listeners are: ip "" for each service's VIP (and
 // 0.0.0.0 for HTTP and services without one), else that address for all; real for listeners bound to a
@@ -321,9 +262,10 @@ type egressBinding struct {
 	imports []egressHost
 }
 
-// finishOutboundListeners completes the planned listeners and marshals them, sorted by name.
-func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, built *listenerList,
-	byName map[string]*outboundListener, family cluster.Cluster_DnsLookupFamily) (*listenerList, error) {
+// finishOutboundListeners completes the planned listeners, marshals them and appends them to out.
+func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Scope, labelKey string, mode ipMode,
+	planned *outboundPlanned, byName map[string]*outboundListener, family cluster.Cluster_DnsLookupFamily,
+	out []outboundItem) ([]outboundItem, error) {
 	// A listener whose chains all match on more than the port (SNI, application protocol, address block)
 	// sends what none takes where the capture listener would, in its default chain as istiod's: Envoy
 	// picks a chain level by level without going back, so a connection a chain on destinationSubnets takes
@@ -351,7 +293,6 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 	for _, n := range names {
 		owned[n] = true
 	}
-	out := make(model.Resources, 0, len(names))
 	for _, n := range names {
 		ol := byName[n]
 		if len(ol.chains) == 0 { // every chain went to an earlier service: Envoy refuses a listener without
@@ -368,17 +309,14 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 				additional = append(additional, ip)
 			}
 		}
-		r, err := g.outboundListenerResource(scope, built.labelKey, ol, additional, push.Mesh.PathNormalization.Normalization, built.mode)
+		r, err := g.outboundListenerResource(scope, labelKey, ol, additional, push.Mesh.PathNormalization.Normalization, mode)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
-		if ol.real && ol.port > 0 && ol.port < 1024 {
-			built.privileged = append(built.privileged, ol.name)
-		}
+		out = append(out, outboundItem{res: r, onEndpoint: planned.endpointListeners[ol.name],
+			privileged: ol.real && ol.port > 0 && ol.port < 1024})
 	}
-	built.list = out
-	return built, nil
+	return out, nil
 }
 
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
