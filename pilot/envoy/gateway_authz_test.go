@@ -13,6 +13,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/tests/rbactest"
 )
 
 // Policies on the ingress gateway of testdata/lds/mesh.yaml (istio-system, istio: ingressgateway): an edge
@@ -204,7 +205,7 @@ spec:
 	if len(rules) != 1 || rules[0].Action != rbacpb.RBAC_DENY || rules[0].Policies["ns[shop]-policy[gw-deny-admin]-rule[0]"] == nil {
 		t.Fatalf("rules %v", rules)
 	}
-	if !allowed(t, rules, req{path: "/"}) || allowed(t, rules, req{path: "/admin"}) {
+	if !rbactest.Allowed(t, rules, rbactest.Request{Path: "/"}) || rbactest.Allowed(t, rules, rbactest.Request{Path: "/admin"}) {
 		t.Error("the DENY rule does not deny exactly /admin")
 	}
 }

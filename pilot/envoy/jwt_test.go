@@ -11,7 +11,6 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	jwtauthn "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -19,47 +18,8 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
+	"github.com/sextantmesh/sextant/tests/rbactest"
 )
-
-// jwtMetadataMatches evaluates a metadata matcher against the jwt_authn filter's metadata as Envoy does:
-// the path walks the payload's objects, a string matcher matches a string value only, a list matcher a
-// list with one matching element.
-func jwtMetadataMatches(t *testing.T, m *matcher.MetadataMatcher, payload map[string]any) bool {
-	t.Helper()
-	if m.Filter != jwtAuthnFilter {
-		t.Fatalf("evaluator: metadata of filter %q, which nothing sets", m.Filter)
-	}
-	if payload == nil {
-		return false
-	}
-	var v any = map[string]any{jwtPayloadKey: payload}
-	for _, seg := range m.Path {
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return false
-		}
-		if v, ok = obj[seg.GetKey()]; !ok {
-			return false
-		}
-	}
-	return jwtValueMatches(t, m.Value, v)
-}
-
-func jwtValueMatches(t *testing.T, m *matcher.ValueMatcher, v any) bool {
-	t.Helper()
-	switch x := m.MatchPattern.(type) {
-	case *matcher.ValueMatcher_StringMatch:
-		s, ok := v.(string)
-		return ok && strMatches(t, x.StringMatch, s)
-	case *matcher.ValueMatcher_ListMatch:
-		list, ok := v.([]any)
-		return ok && slices.ContainsFunc(list, func(e any) bool { return jwtValueMatches(t, x.ListMatch.GetOneOf(), e) })
-	case *matcher.ValueMatcher_OrMatch:
-		return slices.ContainsFunc(x.OrMatch.ValueMatchers, func(vm *matcher.ValueMatcher) bool { return jwtValueMatches(t, vm, v) })
-	}
-	t.Fatalf("evaluator: unsupported value matcher %v", m)
-	return false
-}
 
 const jwtTestJWKS = `{"keys":[{"kty":"EC","crv":"P-256","kid":"k1",` +
 	`"x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}`
@@ -414,7 +374,7 @@ spec:
 		// the string as such never matches one of its words.
 		{"/scope", alice, true}, {"/scope", mallory, false},
 	} {
-		if got := allowed(t, rules, req{path: tc.path, jwt: tc.jwt}); got != tc.want {
+		if got := rbactest.Allowed(t, rules, req{Path: tc.path, JWT: tc.jwt}); got != tc.want {
 			t.Errorf("%s with token %v: allowed %v, want %v", tc.path, tc.jwt, got, tc.want)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/tests/rbactest"
 )
 
 // A CUSTOM policy on the frontend (no other policy applies to it) sending /admin to provider PROVIDER, and
@@ -141,12 +142,13 @@ func TestCustomWithoutProviderFailsClosed(t *testing.T) {
 			if h.Action != rbacpb.RBAC_DENY || len(h.Policies) != 1 || h.Policies[name] == nil {
 				t.Fatalf("http rules %v, want DENY %s", h, name)
 			}
-			if allowed(t, []*rbacpb.RBAC{h}, req{path: "/admin"}) || !allowed(t, []*rbacpb.RBAC{h}, req{path: "/public"}) {
+			if rbactest.Allowed(t, []*rbacpb.RBAC{h}, rbactest.Request{Path: "/admin"}) ||
+				!rbactest.Allowed(t, []*rbacpb.RBAC{h}, rbactest.Request{Path: "/public"}) {
 				t.Error("HTTP: want /admin denied and /public allowed")
 			}
 			// TCP cannot see the path: the rule denies every connection rather than none.
 			r := tcpRBACOf(t, tcpFilters[0]).Rules
-			if r.Action != rbacpb.RBAC_DENY || r.Policies[name] == nil || allowed(t, []*rbacpb.RBAC{r}, req{}) {
+			if r.Action != rbacpb.RBAC_DENY || r.Policies[name] == nil || rbactest.Allowed(t, []*rbacpb.RBAC{r}, rbactest.Request{}) {
 				t.Errorf("tcp rules %v, want a DENY matching every connection", r)
 			}
 
@@ -183,7 +185,8 @@ func TestCustomGRPCProvider(t *testing.T) {
 	}
 	// The shadow rule marks /admin, and only /admin, for the provider.
 	p := shadow.ShadowRules.Policies[customRuleName("opa")]
-	if !permits(t, p.Permissions[0], req{path: "/admin"}) || permits(t, p.Permissions[0], req{path: "/public"}) {
+	if !rbactest.Permits(t, p.Permissions[0], rbactest.Request{Path: "/admin"}) ||
+		rbactest.Permits(t, p.Permissions[0], rbactest.Request{Path: "/public"}) {
 		t.Error("the shadow rule does not match exactly /admin")
 	}
 	grpc := &core.GrpcService{

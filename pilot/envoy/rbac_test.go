@@ -2,14 +2,11 @@ package envoy
 
 import (
 	"maps"
-	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	rbacnet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/model"
+	"github.com/sextantmesh/sextant/tests/rbactest"
 )
 
 // rbacPolicies parses AuthorizationPolicies (YAML documents) and groups them by action, as the model does.
@@ -92,156 +90,7 @@ func tcpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacpb
 }
 
 // req is a connection or request as the RBAC filters see it.
-type req struct {
-	principal string // peer URI SAN; empty for plaintext
-	ip        string
-	port      uint32
-	method    string
-	path      string
-	host      string
-	headers   map[string]string
-	// jwt is the payload of the token the jwt_authn filter verified, as it leaves it in its dynamic
-	// metadata (nil: no valid token, no metadata).
-	jwt map[string]any
-}
-
-// allowed evaluates the filters in order as Envoy does: a DENY filter denies what matches one of its
-// policies, an ALLOW filter denies what matches none, a LOG filter denies nothing.
-func allowed(t *testing.T, filters []*rbacpb.RBAC, r req) bool {
-	t.Helper()
-	for _, f := range filters {
-		if f.Action == rbacpb.RBAC_LOG {
-			continue
-		}
-		matched := false
-		for _, p := range f.Policies {
-			if slices.ContainsFunc(p.Permissions, func(x *rbacpb.Permission) bool { return permits(t, x, r) }) &&
-				slices.ContainsFunc(p.Principals, func(x *rbacpb.Principal) bool { return identifies(t, x, r) }) {
-				matched = true
-			}
-		}
-		if matched == (f.Action == rbacpb.RBAC_DENY) {
-			return false
-		}
-	}
-	return true
-}
-
-func permits(t *testing.T, p *rbacpb.Permission, r req) bool {
-	switch x := p.Rule.(type) {
-	case *rbacpb.Permission_Any:
-		return true
-	case *rbacpb.Permission_AndRules:
-		for _, s := range x.AndRules.Rules {
-			if !permits(t, s, r) {
-				return false
-			}
-		}
-		return true
-	case *rbacpb.Permission_OrRules:
-		return slices.ContainsFunc(x.OrRules.Rules, func(s *rbacpb.Permission) bool { return permits(t, s, r) })
-	case *rbacpb.Permission_NotRule:
-		return !permits(t, x.NotRule, r)
-	case *rbacpb.Permission_Header:
-		return headerMatches(t, x.Header, r)
-	case *rbacpb.Permission_UrlPath:
-		return r.path != "" && strMatches(t, x.UrlPath.GetPath(), r.path)
-	case *rbacpb.Permission_DestinationPort:
-		return x.DestinationPort == r.port
-	}
-	t.Fatalf("evaluator: unsupported permission %v", p)
-	return false
-}
-
-func identifies(t *testing.T, p *rbacpb.Principal, r req) bool {
-	switch x := p.Identifier.(type) {
-	case *rbacpb.Principal_Any:
-		return true
-	case *rbacpb.Principal_AndIds:
-		for _, s := range x.AndIds.Ids {
-			if !identifies(t, s, r) {
-				return false
-			}
-		}
-		return true
-	case *rbacpb.Principal_OrIds:
-		return slices.ContainsFunc(x.OrIds.Ids, func(s *rbacpb.Principal) bool { return identifies(t, s, r) })
-	case *rbacpb.Principal_NotId:
-		return !identifies(t, x.NotId, r)
-	case *rbacpb.Principal_Authenticated_:
-		return r.principal != "" && strMatches(t, x.Authenticated.PrincipalName, r.principal)
-	case *rbacpb.Principal_DirectRemoteIp:
-		return cidrContains(t, x.DirectRemoteIp.AddressPrefix, x.DirectRemoteIp.PrefixLen.GetValue(), r.ip)
-	case *rbacpb.Principal_RemoteIp:
-		return cidrContains(t, x.RemoteIp.AddressPrefix, x.RemoteIp.PrefixLen.GetValue(), r.ip)
-	case *rbacpb.Principal_Header:
-		return headerMatches(t, x.Header, r)
-	case *rbacpb.Principal_Metadata:
-		return jwtMetadataMatches(t, x.Metadata, r.jwt)
-	}
-	t.Fatalf("evaluator: unsupported principal %v", p)
-	return false
-}
-
-func cidrContains(t *testing.T, addr string, bits uint32, ip string) bool {
-	p, err := netip.ParseAddr(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return false
-	}
-	return netip.PrefixFrom(p, int(bits)).Masked().Contains(a)
-}
-
-func headerMatches(t *testing.T, h *route.HeaderMatcher, r req) bool {
-	var v string
-	var ok bool
-	switch h.Name {
-	case ":method":
-		v, ok = r.method, r.method != ""
-	case ":authority":
-		v, ok = r.host, r.host != ""
-	default:
-		v, ok = r.headers[h.Name]
-	}
-	if !ok {
-		return false
-	}
-	switch m := h.HeaderMatchSpecifier.(type) {
-	case *route.HeaderMatcher_PresentMatch:
-		return m.PresentMatch
-	case *route.HeaderMatcher_StringMatch:
-		return strMatches(t, m.StringMatch, v)
-	}
-	t.Fatalf("evaluator: unsupported header matcher %v", h)
-	return false
-}
-
-func strMatches(t *testing.T, m *matcher.StringMatcher, v string) bool {
-	if m.IgnoreCase {
-		v = strings.ToLower(v)
-	}
-	lower := func(s string) string {
-		if m.IgnoreCase {
-			return strings.ToLower(s)
-		}
-		return s
-	}
-	switch x := m.MatchPattern.(type) {
-	case *matcher.StringMatcher_Exact:
-		return v == lower(x.Exact)
-	case *matcher.StringMatcher_Prefix:
-		return strings.HasPrefix(v, lower(x.Prefix))
-	case *matcher.StringMatcher_Suffix:
-		return strings.HasSuffix(v, lower(x.Suffix))
-	case *matcher.StringMatcher_SafeRegex:
-		return regexp.MustCompile("^(?:" + x.SafeRegex.Regex + ")$").MatchString(v) // Envoy: full match
-	}
-	t.Fatalf("evaluator: unsupported string matcher %v", m)
-	return false
-}
+type req = rbactest.Request
 
 func spiffe(ns, sa string) string { return "spiffe://cluster.local/ns/" + ns + "/sa/" + sa }
 
@@ -291,32 +140,32 @@ func TestRBACHTTP(t *testing.T) {
 		r    req
 		want bool
 	}{
-		{"principal, method and path prefix", req{principal: frontend, port: 9080, method: "GET", path: "/reviews/1"}, true},
-		{"second method", req{principal: frontend, port: 9080, method: "HEAD", path: "/health"}, true},
-		{"wrong method", req{principal: frontend, port: 9080, method: "POST", path: "/reviews/1"}, false},
-		{"wrong path", req{principal: frontend, port: 9080, method: "GET", path: "/other"}, false},
-		{"wrong principal", req{principal: spiffe("shop", "other"), port: 9080, method: "GET", path: "/reviews/1"}, false},
-		{"plaintext", req{port: 9080, method: "GET", path: "/reviews/1"}, false},
-		{"namespace, path suffix, port", req{principal: monitor, port: 9080, method: "GET", path: "/app/metrics"}, true},
-		{"namespace on another port", req{principal: monitor, port: 9081, method: "GET", path: "/app/metrics"}, false},
-		{"namespace regex is anchored", req{principal: spiffe("monitoring-x", "p"), port: 9080, path: "/metrics"}, false},
+		{"principal, method and path prefix", req{Principal: frontend, Port: 9080, Method: "GET", Path: "/reviews/1"}, true},
+		{"second method", req{Principal: frontend, Port: 9080, Method: "HEAD", Path: "/health"}, true},
+		{"wrong method", req{Principal: frontend, Port: 9080, Method: "POST", Path: "/reviews/1"}, false},
+		{"wrong path", req{Principal: frontend, Port: 9080, Method: "GET", Path: "/other"}, false},
+		{"wrong principal", req{Principal: spiffe("shop", "other"), Port: 9080, Method: "GET", Path: "/reviews/1"}, false},
+		{"plaintext", req{Port: 9080, Method: "GET", Path: "/reviews/1"}, false},
+		{"namespace, path suffix, port", req{Principal: monitor, Port: 9080, Method: "GET", Path: "/app/metrics"}, true},
+		{"namespace on another port", req{Principal: monitor, Port: 9081, Method: "GET", Path: "/app/metrics"}, false},
+		{"namespace regex is anchored", req{Principal: spiffe("monitoring-x", "p"), Port: 9080, Path: "/metrics"}, false},
 		{"ip block, host suffix, header present",
-			req{ip: "10.2.3.4", port: 9090, host: "API.example.com", headers: map[string]string{"x-api-key": "k"}}, true},
-		{"single ip is a /32", req{ip: "192.168.1.1", port: 9090, host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, true},
-		{"ip outside", req{ip: "192.168.1.2", port: 9090, host: "a.example.com", headers: map[string]string{"x-api-key": "k"}}, false},
-		{"header missing", req{ip: "10.2.3.4", port: 9090, host: "a.example.com"}, false},
-		{"host mismatch", req{ip: "10.2.3.4", port: 9090, host: "example.org", headers: map[string]string{"x-api-key": "k"}}, false},
-		{"any principal, not banned, not DELETE, when", req{principal: outsider, ip: "10.0.0.1", port: 9091, method: "GET", path: "/"}, true},
-		{"notPrincipals", req{principal: banned, ip: "10.0.0.1", port: 9091, method: "GET", path: "/"}, false},
-		{"notMethods", req{principal: outsider, ip: "10.0.0.1", port: 9091, method: "DELETE", path: "/"}, false},
-		{"when notValues source.ip", req{principal: outsider, ip: "10.9.9.9", port: 9091, method: "GET", path: "/"}, false},
-		{"any principal needs mTLS", req{ip: "10.0.0.1", port: 9091, method: "GET", path: "/"}, false},
-		{"DENY outside namespace on /admin", req{principal: outsider, ip: "10.0.0.1", port: 9091, method: "GET", path: "/admin/x"}, false},
-		{"DENY spares the namespace", req{principal: spiffe("shop", "ok"), ip: "10.0.0.1", port: 9091, method: "GET", path: "/admin/x"}, true},
-		{"DENY method and port", req{ip: "10.2.3.4", port: 9090, method: "DELETE", host: "a.example.com",
-			headers: map[string]string{"x-api-key": "k"}}, false},
+			req{IP: "10.2.3.4", Port: 9090, Host: "API.example.com", Headers: map[string]string{"x-api-key": "k"}}, true},
+		{"single ip is a /32", req{IP: "192.168.1.1", Port: 9090, Host: "a.example.com", Headers: map[string]string{"x-api-key": "k"}}, true},
+		{"ip outside", req{IP: "192.168.1.2", Port: 9090, Host: "a.example.com", Headers: map[string]string{"x-api-key": "k"}}, false},
+		{"header missing", req{IP: "10.2.3.4", Port: 9090, Host: "a.example.com"}, false},
+		{"host mismatch", req{IP: "10.2.3.4", Port: 9090, Host: "example.org", Headers: map[string]string{"x-api-key": "k"}}, false},
+		{"any principal, not banned, not DELETE, when", req{Principal: outsider, IP: "10.0.0.1", Port: 9091, Method: "GET", Path: "/"}, true},
+		{"notPrincipals", req{Principal: banned, IP: "10.0.0.1", Port: 9091, Method: "GET", Path: "/"}, false},
+		{"notMethods", req{Principal: outsider, IP: "10.0.0.1", Port: 9091, Method: "DELETE", Path: "/"}, false},
+		{"when notValues source.ip", req{Principal: outsider, IP: "10.9.9.9", Port: 9091, Method: "GET", Path: "/"}, false},
+		{"any principal needs mTLS", req{IP: "10.0.0.1", Port: 9091, Method: "GET", Path: "/"}, false},
+		{"DENY outside namespace on /admin", req{Principal: outsider, IP: "10.0.0.1", Port: 9091, Method: "GET", Path: "/admin/x"}, false},
+		{"DENY spares the namespace", req{Principal: spiffe("shop", "ok"), IP: "10.0.0.1", Port: 9091, Method: "GET", Path: "/admin/x"}, true},
+		{"DENY method and port", req{IP: "10.2.3.4", Port: 9090, Method: "DELETE", Host: "a.example.com",
+			Headers: map[string]string{"x-api-key": "k"}}, false},
 	} {
-		if got := allowed(t, rules, tc.r); got != tc.want {
+		if got := rbactest.Allowed(t, rules, tc.r); got != tc.want {
 			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -344,17 +193,18 @@ func TestRBACTCP(t *testing.T) {
 		name string
 		r    req
 	}{
-		{"the frontend on its HTTP rule", req{principal: spiffe("shop", "frontend"), port: 9080}},
-		{"any principal on 9091", req{principal: spiffe("other", "x"), ip: "10.0.0.1", port: 9091}},
+		{"the frontend on its HTTP rule", req{Principal: spiffe("shop", "frontend"), Port: 9080}},
+		{"any principal on 9091", req{Principal: spiffe("other", "x"), IP: "10.0.0.1", Port: 9091}},
 	} {
-		if allowed(t, rules, tc.r) {
+		if rbactest.Allowed(t, rules, tc.r) {
 			t.Errorf("%s: allowed on TCP", tc.name)
 		}
 	}
 	// The DENY rules without their HTTP parts: everything outside shop, and everything on 9090.
 	deny := rules[:1]
-	if allowed(t, deny, req{principal: spiffe("other", "x"), port: 1}) || !allowed(t, deny, req{principal: spiffe("shop", "x"), port: 1}) ||
-		allowed(t, deny, req{principal: spiffe("shop", "x"), port: 9090}) {
+	if rbactest.Allowed(t, deny, req{Principal: spiffe("other", "x"), Port: 1}) ||
+		!rbactest.Allowed(t, deny, req{Principal: spiffe("shop", "x"), Port: 1}) ||
+		rbactest.Allowed(t, deny, req{Principal: spiffe("shop", "x"), Port: 9090}) {
 		t.Error("DENY on TCP does not deny outside shop and on 9090 only")
 	}
 
@@ -374,10 +224,10 @@ spec:
 		t.Fatalf("rules %v notes %v", rules, notes)
 	}
 	reviews := spiffe("shop", "reviews")
-	if !allowed(t, rules, req{principal: reviews, ip: "192.168.0.1", port: 3306}) ||
-		allowed(t, rules, req{principal: reviews, ip: "10.1.0.1", port: 3306}) ||
-		allowed(t, rules, req{principal: reviews, ip: "192.168.0.1", port: 3307}) ||
-		allowed(t, rules, req{principal: spiffe("shop", "other"), ip: "192.168.0.1", port: 3306}) {
+	if !rbactest.Allowed(t, rules, req{Principal: reviews, IP: "192.168.0.1", Port: 3306}) ||
+		rbactest.Allowed(t, rules, req{Principal: reviews, IP: "10.1.0.1", Port: 3306}) ||
+		rbactest.Allowed(t, rules, req{Principal: reviews, IP: "192.168.0.1", Port: 3307}) ||
+		rbactest.Allowed(t, rules, req{Principal: spiffe("shop", "other"), IP: "192.168.0.1", Port: 3306}) {
 		t.Error("L4 rule not enforced as written")
 	}
 	rbacGolden(t, "rbac_tcp", rules)
@@ -394,7 +244,7 @@ spec: {}
 	if len(rules) != 1 || rules[0].Action != rbacpb.RBAC_ALLOW || len(rules[0].Policies) != 0 {
 		t.Fatalf("empty ALLOW: %v", rules)
 	}
-	if allowed(t, rules, req{principal: spiffe("shop", "a"), port: 80, method: "GET", path: "/"}) {
+	if rbactest.Allowed(t, rules, req{Principal: spiffe("shop", "a"), Port: 80, Method: "GET", Path: "/"}) {
 		t.Error("empty ALLOW allows")
 	}
 	// A rule without from and to allows everything, TCP included.
@@ -406,7 +256,7 @@ spec:
   rules: [{}]
 `)
 	for _, rules := range [][]*rbacpb.RBAC{first(httpRules(t, all, "cluster.local")), first(tcpRules(t, all, "cluster.local"))} {
-		if !allowed(t, rules, req{port: 80, ip: "1.2.3.4"}) {
+		if !rbactest.Allowed(t, rules, req{Port: 80, IP: "1.2.3.4"}) {
 			t.Error("rule {} does not allow everything")
 		}
 	}
@@ -454,12 +304,12 @@ spec:
 	if len(rules) != 2 {
 		t.Fatalf("%d HTTP rule sets", len(rules))
 	}
-	if !allowed(t, rules, req{path: "/x"}) || allowed(t, rules, req{path: "/admin"}) {
+	if !rbactest.Allowed(t, rules, req{Path: "/x"}) || rbactest.Allowed(t, rules, req{Path: "/admin"}) {
 		t.Error("the LOG filter changed what is allowed")
 	}
 	// The audited path is what the LOG rule matches; on TCP the path is dropped, so it logs every connection.
-	if !permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{path: "/x"}) ||
-		permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{path: "/y"}) {
+	if !rbactest.Permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{Path: "/x"}) ||
+		rbactest.Permits(t, rules[0].Policies["ns[shop]-policy[audit]-rule[0]"].Permissions[0], req{Path: "/y"}) {
 		t.Error("the LOG rule does not match exactly /x")
 	}
 }
@@ -498,8 +348,9 @@ spec:
   rules:
   - from: [{source: {serviceAccounts: [shop/reviews], trustDomains: [cluster.local]}}]
 `), "cluster.local")
-	if !allowed(t, rules, req{principal: spiffe("shop", "reviews")}) || allowed(t, rules, req{principal: spiffe("shop", "ratings")}) ||
-		allowed(t, rules, req{principal: "spiffe://other.org/ns/shop/sa/reviews"}) {
+	if !rbactest.Allowed(t, rules, req{Principal: spiffe("shop", "reviews")}) ||
+		rbactest.Allowed(t, rules, req{Principal: spiffe("shop", "ratings")}) ||
+		rbactest.Allowed(t, rules, req{Principal: "spiffe://other.org/ns/shop/sa/reviews"}) {
 		t.Error("serviceAccounts/trustDomains not enforced")
 	}
 }
@@ -543,20 +394,20 @@ spec:
 		r    req
 		want bool
 	}{
-		{"all conditions", req{principal: a, port: 80, headers: prod}, true},
-		{"destination.port notValues", req{principal: a, port: 81, headers: prod}, false},
-		{"header prefix", req{principal: a, port: 80, headers: map[string]string{"x-env": "dev"}}, false},
-		{"principal", req{principal: spiffe("shop", "b"), port: 80, headers: prod}, false},
-		{"request.auth.principal never set", req{port: 80}, false},
-		{"DENY without the unknown condition", req{principal: a, port: 82, headers: prod}, false},
+		{"all conditions", req{Principal: a, Port: 80, Headers: prod}, true},
+		{"destination.port notValues", req{Principal: a, Port: 81, Headers: prod}, false},
+		{"header prefix", req{Principal: a, Port: 80, Headers: map[string]string{"x-env": "dev"}}, false},
+		{"principal", req{Principal: spiffe("shop", "b"), Port: 80, Headers: prod}, false},
+		{"request.auth.principal never set", req{Port: 80}, false},
+		{"DENY without the unknown condition", req{Principal: a, Port: 82, Headers: prod}, false},
 	} {
-		if got := allowed(t, rules, tc.r); got != tc.want {
+		if got := rbactest.Allowed(t, rules, tc.r); got != tc.want {
 			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
 		}
 	}
 	// On TCP the header and request.auth conditions are HTTP-only: those ALLOW rules allow nothing.
 	rules, notes = tcpRules(t, p, "cluster.local")
-	if allowed(t, rules, req{principal: a, port: 80}) || len(notes) != 4 {
+	if rbactest.Allowed(t, rules, req{Principal: a, Port: 80}) || len(notes) != 4 {
 		t.Errorf("TCP: notes %v", notes)
 	}
 }
@@ -580,8 +431,8 @@ func TestRBACInvalidValues(t *testing.T) {
 	if !slices.Equal(notes, want) {
 		t.Errorf("notes %v", notes)
 	}
-	if allowed(t, rules, req{ip: "10.0.0.1", port: 80}) || !allowed(t, rules, req{ip: "10.0.0.2", port: 80}) ||
-		!allowed(t, rules, req{ip: "10.0.0.1", port: 81}) {
+	if rbactest.Allowed(t, rules, req{IP: "10.0.0.1", Port: 80}) || !rbactest.Allowed(t, rules, req{IP: "10.0.0.2", Port: 80}) ||
+		!rbactest.Allowed(t, rules, req{IP: "10.0.0.1", Port: 81}) {
 		t.Error("the valid values are not kept")
 	}
 	rules, notes = httpRules(t, model.AuthorizationPolicies{Allow: []*config.Config{policy(security.AuthorizationPolicy_ALLOW)}},
