@@ -54,9 +54,11 @@ func gwCIDR(addr string, bits uint32) *core.CidrRange {
 // manager derives), ipBlocks as direct_remote_ip (the connection's peer).
 func gwWantRules() []*rbacpb.RBAC {
 	or := func(ids ...*rbacpb.Principal) *rbacpb.Principal {
-		return rbacPrincipalAnd([]*rbacpb.Principal{rbacPrincipalOr(ids)})
+		anyOf := &rbacpb.Principal{Identifier: &rbacpb.Principal_OrIds{OrIds: &rbacpb.Principal_Set{Ids: ids}}}
+		return &rbacpb.Principal{Identifier: &rbacpb.Principal_AndIds{AndIds: &rbacpb.Principal_Set{Ids: []*rbacpb.Principal{anyOf}}}}
 	}
-	anyPerm := []*rbacpb.Permission{rbacPermissionAnd([]*rbacpb.Permission{rbacPermissionAny()})}
+	anyPerm := []*rbacpb.Permission{{Rule: &rbacpb.Permission_AndRules{AndRules: &rbacpb.Permission_Set{
+		Rules: []*rbacpb.Permission{{Rule: &rbacpb.Permission_Any{Any: true}}}}}}}
 	return []*rbacpb.RBAC{
 		{Action: rbacpb.RBAC_DENY, Policies: map[string]*rbacpb.Policy{"ns[istio-system]-policy[lb-deny]-rule[0]": {
 			Permissions: anyPerm,

@@ -78,12 +78,12 @@ package envoy
 //     tls_inspector and http_inspector run only on the ports whose chains need them. TLS chains terminate
 //     mesh mTLS with the SDS secrets "default" and "ROOTCA" from the agent ("sds-grpc") and require a
 //     client certificate. Replicas of one workload (same ports, modes and policies) share the listener.
-//   - AuthorizationPolicy becomes RBAC filters on every inbound chain (rbac.go): HTTP chains get
-//     envoy.filters.http.rbac, TCP and passthrough chains envoy.filters.network.rbac with the part L4 can
-//     check; AUDIT policies a LOG filter ahead of them; CUSTOM policies ext_authz ahead of all
-//     (rbac_extauthz.go). RequestAuthentication becomes a jwt_authn filter between ext_authz and RBAC on
-//     the HTTP chains (jwt.go). What could not be translated is logged at debug level; a policy made to
-//     deny because it cannot be honoured, as a warning.
+//   - AuthorizationPolicy becomes RBAC filters on every inbound chain (package authpolicy): HTTP chains
+//     get envoy.filters.http.rbac, TCP and passthrough chains envoy.filters.network.rbac with the part L4
+//     can check; AUDIT policies a LOG filter ahead of them; CUSTOM policies ext_authz ahead of all.
+//     RequestAuthentication becomes a jwt_authn filter between ext_authz and RBAC on the HTTP chains. What
+//     could not be translated is logged at debug level; a policy made to deny because it cannot be
+//     honoured, as a warning.
 //
 // The interception mode in the node metadata (INTERCEPTION_MODE) changes a sidecar's layout as istiod's:
 //   - TPROXY: both capture listeners are transparent, and virtualInbound restores the client's address
@@ -126,8 +126,9 @@ package envoy
 //     Gateway API Gateway of its gateway-name label) become the same RBAC filters as on a sidecar's inbound
 //     chains: every connection manager gets the HTTP ones, every TCP chain (plain, terminated or passthrough
 //     TLS) the network ones, and the connection managers the jwt_authn filter of the RequestAuthentications
-//     attached the same way (jwt.go). The connection managers use the remote address, so remoteIpBlocks
-//     (remote_ip) match the downstream client as the gateway sees it, ipBlocks (direct_remote_ip) the peer.
+//     attached the same way (package authpolicy). The connection managers use the remote address, so
+//     remoteIpBlocks (remote_ip) match the downstream client as the gateway sees it, ipBlocks
+//     (direct_remote_ip) the peer.
 //
 // Proxyless gRPC clients get API listeners "HOST:PORT" (no address): every HTTP/gRPC service port in scope
 // for a wildcard subscription, and the names asked for, where HOST may also be a short name ("svc",

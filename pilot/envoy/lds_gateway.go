@@ -23,6 +23,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/envoy/authpolicy"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -111,16 +112,16 @@ func (l listenerGenerator) gatewayListeners(proxy *model.Proxy, push *model.Push
 	// Policies select a gateway's pods as they select a sidecar's (selector, or targetRefs to the Gateway
 	// API Gateway named by the pods' gateway-name label); their filters go on every chain.
 	policies := push.AuthorizationPolicies(proxy.Namespace, proxy.Labels)
-	env := newAuthzEnv(push, policies)
-	env.jwt = newJWTAuthn(push, proxy.Namespace, proxy.Labels, true)
+	env := authpolicy.NewEnv(push, policies, OutboundClusterName)
+	env.JWT = authpolicy.NewJWTAuthn(push, proxy.Namespace, proxy.Labels, true)
 	authz := gatewayAuthz{}
-	if !policies.Empty() || env.jwt != nil {
+	if !policies.Empty() || env.JWT != nil {
 		var notes, tcpNotes []string
-		authz.http, notes = buildHTTPRBAC(policies, env)
-		authz.tcp, tcpNotes = buildTCPRBAC(policies, env)
-		logAuthzNotes(append(notes, tcpNotes...), "namespace", proxy.Namespace, "proxy", proxy.ID)
+		authz.http, notes = authpolicy.HTTPFilters(policies, env)
+		authz.tcp, tcpNotes = authpolicy.TCPFilters(policies, env)
+		authpolicy.LogNotes(append(notes, tcpNotes...), "namespace", proxy.Namespace, "proxy", proxy.ID)
 	}
-	policyKey := describePolicies(policies) + env.describe()
+	policyKey := authpolicy.DescribePolicies(policies) + env.Describe()
 	ports := gatewayPortsOf(proxy, push)
 	var names []string
 	for _, gw := range gws {

@@ -24,6 +24,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/envoy/authpolicy"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -160,7 +161,7 @@ type inboundInputs struct {
 	ports    []inboundPort
 	mtls     model.EffectiveMTLS
 	policies model.AuthorizationPolicies
-	env      authzEnv
+	env      authpolicy.Env
 	paths    string // mesh pathNormalization
 	// tproxy: the capture is TPROXY, which keeps the client's address: the capture listener is transparent
 	// and restores it upstream (original_src), as istiod's.
@@ -170,7 +171,7 @@ type inboundInputs struct {
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|", ns, in.env.describe(), in.mtls.Mode, in.paths, in.tproxy)
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy)
 	if in.family != cluster.Cluster_V4_ONLY {
 		b.WriteString("v6|") // the listener's address
 	}
@@ -181,7 +182,7 @@ func (in inboundInputs) describe(ns string) string {
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
 		fmt.Fprintf(&b, "%d=%s,", port, in.mtls.PortModes[port])
 	}
-	b.WriteString(describePolicies(in.policies))
+	b.WriteString(authpolicy.DescribePolicies(in.policies))
 	return b.String()
 }
 
@@ -196,8 +197,8 @@ func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushC
 		tproxy:   proxy.InterceptionMode == model.InterceptTPROXY,
 		family:   dnsLookupFamily(proxy.IPAddresses),
 	}
-	in.env = newAuthzEnv(push, in.policies)
-	in.env.jwt = newJWTAuthn(push, proxy.Namespace, labels, false)
+	in.env = authpolicy.NewEnv(push, in.policies, OutboundClusterName)
+	in.env.JWT = authpolicy.NewJWTAuthn(push, proxy.Namespace, labels, false)
 	return in
 }
 
@@ -205,7 +206,7 @@ func (l listenerGenerator) inboundListener(proxy *model.Proxy, push *model.PushC
 	in := l.inboundInputsOf(proxy, push)
 	return l.g.cached(inboundListenerKey{push.PoliciesID(), in.describe(proxy.Namespace)}, VirtualInboundListener, func() proto.Message {
 		lis, notes := buildVirtualInbound(in)
-		logAuthzNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)
+		authpolicy.LogNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)
 		return lis
 	})
 }
@@ -234,7 +235,7 @@ func (l listenerGenerator) boundInboundListeners(proxy *model.Proxy, push *model
 		name := bind + "_" + ldsPortName(p.port)
 		r, err := l.g.cached(inboundListenerKey{push.PoliciesID(), desc + "|bound " + name}, name, func() proto.Message {
 			lis, notes := buildBoundInbound(in, p, bind)
-			logAuthzNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)
+			authpolicy.LogNotes(notes, "namespace", proxy.Namespace, "proxy", proxy.ID)
 			return lis
 		})
 		if err != nil {
@@ -278,14 +279,14 @@ func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilt
 		kind = inboundTCP
 	}
 	return inboundChains(chainName, wrapperspb.UInt32(p.port), inboundChainOptions(kind, in.mtls.ModeForPort(p.port)),
-		in.env.trustDomain, filters)
+		in.env.TrustDomain, filters)
 }
 
 // buildBoundInbound builds the listener bound to bind and the inbound port p, istiod's inboundCustomListener:
 // the port's chains, the inspectors they need, and no original_dst (nothing redirected the connection).
 func buildBoundInbound(in inboundInputs, p inboundPort, bind string) (*listener.Listener, []string) {
-	httpRBAC, notes := buildHTTPRBAC(in.policies, in.env)
-	tcpRBAC, tcpNotes := buildTCPRBAC(in.policies, in.env)
+	httpRBAC, notes := authpolicy.HTTPFilters(in.policies, in.env)
+	tcpRBAC, tcpNotes := authpolicy.TCPFilters(in.policies, in.env)
 	chains := inboundPortChains(in, p, httpRBAC, tcpRBAC)
 	return &listener.Listener{
 		Name:                             bind + "_" + ldsPortName(p.port),
@@ -303,8 +304,8 @@ func buildBoundInbound(in inboundInputs, p inboundPort, bind string) (*listener.
 // the port's protocol and mTLS mode; for any other port, sniffed passthrough chains in the mesh's mode (and
 // in its own mode for a port a PeerAuthentication names).
 func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
-	httpRBAC, notes := buildHTTPRBAC(in.policies, in.env)
-	tcpRBAC, tcpNotes := buildTCPRBAC(in.policies, in.env)
+	httpRBAC, notes := authpolicy.HTTPFilters(in.policies, in.env)
+	tcpRBAC, tcpNotes := authpolicy.TCPFilters(in.policies, in.env)
 	notes = append(notes, tcpNotes...)
 
 	var chains []*listener.FilterChain
@@ -324,14 +325,14 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}})),
 	}
 	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode),
-		in.env.trustDomain, passthrough)...)
+		in.env.TrustDomain, passthrough)...)
 	// A port-level mTLS mode on a port no service declares governs that port's passthrough, as in istiod.
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
 		if declared[port] || ldsReservedPorts[port] {
 			continue
 		}
 		chains = append(chains, inboundChains("inbound_passthrough_"+ldsPortName(port), wrapperspb.UInt32(port),
-			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), in.env.trustDomain, passthrough)...)
+			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), in.env.TrustDomain, passthrough)...)
 	}
 
 	filters := []*listener.ListenerFilter{ldsOriginalDst()}

@@ -7,6 +7,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/envoy/authpolicy"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
@@ -59,7 +60,7 @@ func TestTargetRefPolicyReachesOnlyItsGateway(t *testing.T) {
 	if len(got.Deny) != 1 || got.Deny[0].Name != "gw-deny-all" {
 		t.Fatalf("gateway pod DENY policies %v, want gw-deny-all alone", got.Deny)
 	}
-	filters, _ := buildTCPRBAC(got, authzEnv{trustDomain: "cluster.local"})
+	filters, _ := authpolicy.TCPFilters(got, authpolicy.Env{TrustDomain: "cluster.local"})
 	if len(filters) != 1 || filters[0].Name != tcpRBACFilter {
 		t.Errorf("gateway pod TCP RBAC %v", filters)
 	}

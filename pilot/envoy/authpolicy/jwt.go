@@ -1,4 +1,4 @@
-package envoy
+package authpolicy
 
 // RequestAuthentication → Envoy's jwt_authn filter, as istiod builds it (pilot/pkg/security/authn):
 //
@@ -51,17 +51,17 @@ const (
 // jwtDefaultSpaceDelimitedClaims are always split into lists in the metadata, as istiod does.
 var jwtDefaultSpaceDelimitedClaims = []string{"permission", "scope"}
 
-// jwtUnmatchableJWKS holds a public key whose private key was discarded when it was made: no token
+// UnmatchableJWKS holds a public key whose private key was discarded when it was made: no token
 // verifies against it. A provider whose keys cannot be had uses it, so its tokens are rejected.
-const jwtUnmatchableJWKS = `{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"sextant-no-key-set","e":"AQAB",` +
+const UnmatchableJWKS = `{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"sextant-no-key-set","e":"AQAB",` +
 	`"n":"zHwSpYYsrn0DYO9rIRAYUN59BhccFVwkVuerVymGL_jYaF4HZURe4VNJku6xoLPHXZBH1ZGx7A4rrlKWkZEb6A4ByaHuj5NnbaNT` +
 	`C-m9i0T1p_wtZa1YfU3KjXPsrPHTXoiO-t_hH3m--0mU4b9YGqFG9kU8NqMDJm9RnDTqh9hiCckBz8sv2GHPLzLmqYnQQVvcrJD7KAktrN2RCw` +
 	`2F6Y9HbTNcpO2Mva0QsiYcgl_w5MzcWBRFze_qpi6kgGnRy-_fu4t0GBefC-ZLwXTgEWATC8jlUn2jNVuEwfRVOCMv5fSf1Yswss3SdXuAjDWF` +
 	`WN1zjRokU0jo-eY83L9Hlw"}]}`
 
-// jwtAuthn is what a proxy's JWT filter is built from: its rules with their key sets resolved against the
+// JWTAuthn is what a proxy's JWT filter is built from: its rules with their key sets resolved against the
 // snapshot. Resolving is cheap; the filter is built only when the listener is (not found in the cache).
-type jwtAuthn struct {
+type JWTAuthn struct {
 	rules           []jwtRule
 	clearRouteCache bool
 	// key spells out all of the above, for listener cache keys.
@@ -77,14 +77,14 @@ type jwtRule struct {
 	problem string
 }
 
-// newJWTAuthn resolves the rules of the RequestAuthentications applying to a workload; nil when none
+// NewJWTAuthn resolves the rules of the RequestAuthentications applying to a workload; nil when none
 // applies. gateway is set for router proxies, which clear the route cache after the filter.
-func newJWTAuthn(push *model.PushContext, ns string, labels map[string]string, gateway bool) *jwtAuthn {
+func NewJWTAuthn(push *model.PushContext, ns string, labels map[string]string, gateway bool) *JWTAuthn {
 	ras := push.RequestAuthentications(ns, labels)
 	if len(ras) == 0 {
 		return nil
 	}
-	j := &jwtAuthn{clearRouteCache: gateway}
+	j := &JWTAuthn{clearRouteCache: gateway}
 	var key strings.Builder
 	fmt.Fprintf(&key, "jwt|%t|", gateway)
 	for _, c := range ras {
@@ -109,7 +109,7 @@ func newJWTAuthn(push *model.PushContext, ns string, labels map[string]string, g
 	return j
 }
 
-func (j *jwtAuthn) describe() string {
+func (j *JWTAuthn) describe() string {
 	if j == nil {
 		return ""
 	}
@@ -117,7 +117,7 @@ func (j *jwtAuthn) describe() string {
 }
 
 // filter builds the jwt_authn filter, and notes on rules whose keys are missing or stale.
-func (j *jwtAuthn) filter() (*hcm.HttpFilter, []string) {
+func (j *JWTAuthn) filter() (*hcm.HttpFilter, []string) {
 	var notes []string
 	providers := map[string]*jwtauthn.JwtProvider{}
 	var inner, singles []*jwtauthn.JwtRequirement
@@ -127,7 +127,7 @@ func (j *jwtAuthn) filter() (*hcm.HttpFilter, []string) {
 		field := fmt.Sprintf("RequestAuthentication %s spec.jwtRules[%d]", r.source.NamespacedName(), r.index)
 		jwks := r.jwks
 		if jwks == "" {
-			jwks = jwtUnmatchableJWKS
+			jwks = UnmatchableJWKS
 			notes = append(notes, fmt.Sprintf("http: %s%s: no key set for %s (%s): every token of issuer %q is rejected",
 				failClosedNote, field, jwksOrigin(r.rule), r.problem, r.rule.GetIssuer()))
 		} else if r.problem != "" {
@@ -164,7 +164,7 @@ func (j *jwtAuthn) filter() (*hcm.HttpFilter, []string) {
 		}},
 		BypassCorsPreflight: true,
 	}
-	return ldsHTTPFilter(jwtAuthnFilter, cfg), notes
+	return httpFilter(jwtAuthnFilter, cfg), notes
 }
 
 func jwtRequireProvider(name string) *jwtauthn.JwtRequirement {

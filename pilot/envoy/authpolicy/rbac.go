@@ -1,4 +1,4 @@
-package envoy
+package authpolicy
 
 // AuthorizationPolicy → Envoy RBAC, as istiod translates it (pilot/pkg/security/authz):
 //
@@ -10,7 +10,7 @@ package envoy
 //     policies a DENY filter, ALLOW policies an ALLOW filter, in that order (istiod's). An ALLOW filter is
 //     emitted whenever an ALLOW policy applies, even one without rules: such a policy allows nothing.
 //     AUDIT rules are translated as DENY rules are: what cannot be expressed is dropped, so they log more.
-//   - CUSTOM policies become ext_authz filters ahead of these (rbac_extauthz.go).
+//   - CUSTOM policies become ext_authz filters ahead of these (extauthz.go).
 //   - TCP filters keep only what L4 can check. A value that cannot be expressed (an HTTP-only field such as
 //     methods, paths, hosts, requestPrincipals, request.headers, or an invalid value) makes an ALLOW rule
 //     drop out entirely (it allows nothing), and is dropped alone from a DENY rule (which then denies more).
@@ -66,53 +66,53 @@ var (
 	errUnsupported = errors.New("not supported")
 )
 
-// buildHTTPRBAC returns the authorization HTTP filters for the policies, in istiod's order: CUSTOM (RBAC
+// HTTPFilters returns the authorization HTTP filters for the policies, in istiod's order: CUSTOM (RBAC
 // shadow rules and ext_authz per provider, or a DENY RBAC filter when the provider cannot be used), the
-// JWT filter of the RequestAuthentications (env.jwt), then RBAC for AUDIT, DENY, ALLOW; none when no
+// JWT filter of the RequestAuthentications (env.JWT), then RBAC for AUDIT, DENY, ALLOW; none when no
 // policy applies. The notes say what could not be translated.
-func buildHTTPRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*hcm.HttpFilter, []string) {
-	b := &rbacBuilder{trustDomain: env.trustDomain}
+func HTTPFilters(policies model.AuthorizationPolicies, env Env) ([]*hcm.HttpFilter, []string) {
+	b := &rbacBuilder{trustDomain: env.TrustDomain}
 	var out []*hcm.HttpFilter
 	for _, g := range b.custom(policies.Custom, env) {
 		if g.failure != "" {
-			out = append(out, ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{Rules: g.denyRules()}))
+			out = append(out, httpFilter(httpRBACFilter, &rbachttp.RBAC{Rules: g.denyRules()}))
 			continue
 		}
 		ext := proto.Clone(g.ext.http).(*extauthzhttp.ExtAuthz)
 		ext.FilterEnabledMetadata = extAuthzEnabled(httpRBACFilter, g.provider)
 		out = append(out,
-			ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{ShadowRules: g.shadowRules(), ShadowRulesStatPrefix: extAuthzShadowPrefix}),
-			ldsHTTPFilter(httpExtAuthzFilter, ext))
+			httpFilter(httpRBACFilter, &rbachttp.RBAC{ShadowRules: g.shadowRules(), ShadowRulesStatPrefix: extAuthzShadowPrefix}),
+			httpFilter(httpExtAuthzFilter, ext))
 	}
-	if env.jwt != nil {
-		jwt, notes := env.jwt.filter()
+	if env.JWT != nil {
+		jwt, notes := env.JWT.filter()
 		out = append(out, jwt)
 		b.notes = append(b.notes, notes...)
 	}
 	for _, r := range b.local(policies) {
-		out = append(out, ldsHTTPFilter(httpRBACFilter, &rbachttp.RBAC{Rules: r}))
+		out = append(out, httpFilter(httpRBACFilter, &rbachttp.RBAC{Rules: r}))
 	}
 	return out, b.notes
 }
 
-// buildTCPRBAC returns the authorization network filters for the policies, with only what L4 can check.
-func buildTCPRBAC(policies model.AuthorizationPolicies, env authzEnv) ([]*listener.Filter, []string) {
-	b := &rbacBuilder{trustDomain: env.trustDomain, forTCP: true}
+// TCPFilters returns the authorization network filters for the policies, with only what L4 can check.
+func TCPFilters(policies model.AuthorizationPolicies, env Env) ([]*listener.Filter, []string) {
+	b := &rbacBuilder{trustDomain: env.TrustDomain, forTCP: true}
 	var out []*listener.Filter
 	for _, g := range b.custom(policies.Custom, env) {
 		if g.failure != "" {
-			out = append(out, ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: g.denyRules(), StatPrefix: "tcp."}))
+			out = append(out, networkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: g.denyRules(), StatPrefix: "tcp."}))
 			continue
 		}
 		ext := proto.Clone(g.ext.tcp).(*extauthznet.ExtAuthz)
 		ext.FilterEnabledMetadata = extAuthzEnabled(tcpRBACFilter, g.provider)
 		out = append(out,
-			ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{ShadowRules: g.shadowRules(), StatPrefix: "tcp.",
+			networkFilter(tcpRBACFilter, &rbacnet.RBAC{ShadowRules: g.shadowRules(), StatPrefix: "tcp.",
 				ShadowRulesStatPrefix: extAuthzShadowPrefix}),
-			ldsNetworkFilter(tcpExtAuthzFilter, ext))
+			networkFilter(tcpExtAuthzFilter, ext))
 	}
 	for _, r := range b.local(policies) {
-		out = append(out, ldsNetworkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: r, StatPrefix: "tcp."}))
+		out = append(out, networkFilter(tcpRBACFilter, &rbacnet.RBAC{Rules: r, StatPrefix: "tcp."}))
 	}
 	return out, b.notes
 }
@@ -137,9 +137,9 @@ func (b *rbacBuilder) local(policies model.AuthorizationPolicies) []*rbacpb.RBAC
 	return rules
 }
 
-// logAuthzNotes logs the notes of one proxy's policies: those saying traffic is denied because a policy
+// LogNotes logs the notes of one proxy's policies: those saying traffic is denied because a policy
 // could not be honoured as warnings, the rest at debug level.
-func logAuthzNotes(notes []string, attrs ...any) {
+func LogNotes(notes []string, attrs ...any) {
 	for _, n := range notes {
 		if strings.Contains(n, failClosedNote) {
 			slog.Warn("authorization policy fails closed", append(attrs, "reason", n)...)
@@ -149,9 +149,9 @@ func logAuthzNotes(notes []string, attrs ...any) {
 	}
 }
 
-// describePolicies spells out which policies (and which versions) apply, per action: a cache key for what
+// DescribePolicies spells out which policies (and which versions) apply, per action: a cache key for what
 // is built from them.
-func describePolicies(p model.AuthorizationPolicies) string {
+func DescribePolicies(p model.AuthorizationPolicies) string {
 	var b strings.Builder
 	for _, group := range [][]*config.Config{p.Allow, p.Deny, p.Audit, p.Custom} {
 		b.WriteString("|")

@@ -1,7 +1,12 @@
-package envoy
+package authpolicy
 
 import (
+	"bytes"
+	"encoding/json"
+	"flag"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -51,7 +56,7 @@ func rbacPolicies(t *testing.T, yaml string) model.AuthorizationPolicies {
 // httpRules and tcpRules translate and decode the filters, checking each with ValidateAll.
 func httpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacpb.RBAC, []string) {
 	t.Helper()
-	filters, notes := buildHTTPRBAC(p, authzEnv{trustDomain: td})
+	filters, notes := HTTPFilters(p, Env{TrustDomain: td})
 	var out []*rbacpb.RBAC
 	for _, f := range filters {
 		if f.Name != httpRBACFilter {
@@ -71,7 +76,7 @@ func httpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacp
 
 func tcpRules(t *testing.T, p model.AuthorizationPolicies, td string) ([]*rbacpb.RBAC, []string) {
 	t.Helper()
-	filters, notes := buildTCPRBAC(p, authzEnv{trustDomain: td})
+	filters, notes := TCPFilters(p, Env{TrustDomain: td})
 	var out []*rbacpb.RBAC
 	for _, f := range filters {
 		if f.Name != tcpRBACFilter {
@@ -261,7 +266,7 @@ spec:
 		}
 	}
 	// No policy: no filter.
-	if f, notes := buildHTTPRBAC(model.AuthorizationPolicies{}, authzEnv{trustDomain: "cluster.local"}); len(f) != 0 || len(notes) != 0 {
+	if f, notes := HTTPFilters(model.AuthorizationPolicies{}, Env{TrustDomain: "cluster.local"}); len(f) != 0 || len(notes) != 0 {
 		t.Errorf("no policies gave %v %v", f, notes)
 	}
 }
@@ -442,6 +447,10 @@ func TestRBACInvalidValues(t *testing.T) {
 	}
 }
 
+var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// rbacGolden compares the rule sets, as a JSON array of protojson, with testdata/NAME.json (-update
+// rewrites it). protojson's spacing is deliberately unstable, so the JSON is compacted and re-indented.
 func rbacGolden(t *testing.T, name string, rules []*rbacpb.RBAC) {
 	t.Helper()
 	var parts []string
@@ -452,5 +461,30 @@ func rbacGolden(t *testing.T, name string, rules []*rbacpb.RBAC) {
 		}
 		parts = append(parts, string(b))
 	}
-	goldenJSON(t, "lds", name, []byte("["+strings.Join(parts, ",")+"]"))
+	var compact, got bytes.Buffer
+	if err := json.Compact(&compact, []byte("["+strings.Join(parts, ",")+"]")); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Indent(&got, compact.Bytes(), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	got.WriteByte('\n')
+	path := filepath.Join("testdata", name+".json")
+	if *updateGolden {
+		if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	wl, gl := strings.Split(string(want), "\n"), strings.Split(got.String(), "\n")
+	for i := range max(len(wl), len(gl)) {
+		if i >= len(wl) || i >= len(gl) || wl[i] != gl[i] {
+			t.Errorf("%s differs from the generated rules at line %d (run with -update to accept)", path, i+1)
+			return
+		}
+	}
 }

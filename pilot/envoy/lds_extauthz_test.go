@@ -18,8 +18,23 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sextantmesh/sextant/pilot/envoy/authpolicy"
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/tests/rbactest"
+)
+
+// The names of Envoy's authorization filters, and the words of pilot/envoy/authpolicy's notes and rule
+// names, that the listeners' tests look for.
+const (
+	httpRBACFilter     = "envoy.filters.http.rbac"
+	tcpRBACFilter      = "envoy.filters.network.rbac"
+	httpExtAuthzFilter = "envoy.filters.http.ext_authz"
+	tcpExtAuthzFilter  = "envoy.filters.network.ext_authz"
+	jwtAuthnFilter     = "envoy.filters.http.jwt_authn"
+	// badCustomSuffix ends the rule names of a CUSTOM policy whose provider cannot be used (istiod's).
+	badCustomSuffix = "-deny-due-to-bad-CUSTOM-action"
+	// failClosedNote begins a note saying that policies deny traffic because they could not be honoured.
+	failClosedNote = "fails closed: "
 )
 
 // A CUSTOM policy on the frontend (no other policy applies to it) sending /admin to provider PROVIDER, and
@@ -154,7 +169,7 @@ func TestCustomWithoutProviderFailsClosed(t *testing.T) {
 
 			push := ldsPush(t, tc.m, customPolicy(tc.provider))
 			policies := push.AuthorizationPolicies("shop", ldsFrontend.Labels)
-			_, notes := buildHTTPRBAC(policies, newAuthzEnv(push, policies))
+			_, notes := authpolicy.HTTPFilters(policies, authpolicy.NewEnv(push, policies, OutboundClusterName))
 			if len(notes) != 1 || !strings.Contains(notes[0], failClosedNote+"CUSTOM policies [shop/ext]: "+tc.reason) {
 				t.Errorf("notes %q, want one naming shop/ext and %q", notes, tc.reason)
 			}
@@ -268,7 +283,7 @@ func TestCustomTwoProvidersFailClosed(t *testing.T) {
 	second := strings.NewReplacer("name: ext,", "name: ext2,", "provider: {name: opa}", "provider: {name: oauth}").Replace(customPolicy("opa"))
 	push := ldsPush(t, customMesh(t), customPolicy("opa"), second[:strings.Index(second, "---")])
 	policies := push.AuthorizationPolicies("shop", ldsFrontend.Labels)
-	filters, notes := buildHTTPRBAC(policies, newAuthzEnv(push, policies))
+	filters, notes := authpolicy.HTTPFilters(policies, authpolicy.NewEnv(push, policies, OutboundClusterName))
 	if len(filters) != 2 || !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "one proxy can use only one") }) {
 		t.Fatalf("filters %v notes %q", filters, notes)
 	}

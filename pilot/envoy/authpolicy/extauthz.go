@@ -1,4 +1,4 @@
-package envoy
+package authpolicy
 
 // CUSTOM AuthorizationPolicies → ext_authz, as istiod builds them (pilot/pkg/security/authz/builder):
 //
@@ -58,14 +58,18 @@ const (
 	failClosedNote = "fails closed: "
 )
 
-// authzEnv is what translating a proxy's policies needs besides the policies.
-type authzEnv struct {
-	trustDomain string
+// Env is what translating a proxy's policies needs besides the policies.
+type Env struct {
+	TrustDomain string
+	// JWT is the proxy's JWT filter (jwt.go), nil when no RequestAuthentication applies.
+	JWT *JWTAuthn
 	// extAuthz holds the providers the proxy's CUSTOM policies name, resolved against the snapshot.
 	extAuthz map[string]*extAuthzProvider
-	// jwt is the proxy's JWT filter (jwt.go), nil when no RequestAuthentication applies.
-	jwt *jwtAuthn
 }
+
+// ClusterNamer names the outbound cluster of a host's port (and subset) as the cluster generator names it:
+// an ext_authz provider's checks go to that cluster.
+type ClusterNamer func(port uint32, subset, host string) string
 
 // extAuthzProvider is one resolved provider: its filters, or why it cannot be used.
 type extAuthzProvider struct {
@@ -76,26 +80,26 @@ type extAuthzProvider struct {
 	key string
 }
 
-// newAuthzEnv resolves the providers the CUSTOM policies name.
-func newAuthzEnv(push *model.PushContext, policies model.AuthorizationPolicies) authzEnv {
-	env := authzEnv{trustDomain: push.Mesh.TrustDomain}
+// NewEnv resolves the providers the CUSTOM policies name; the caller sets JWT.
+func NewEnv(push *model.PushContext, policies model.AuthorizationPolicies, clusterName ClusterNamer) Env {
+	env := Env{TrustDomain: push.Mesh.TrustDomain}
 	for _, c := range policies.Custom {
 		name := c.Spec.(*security.AuthorizationPolicy).GetProvider().GetName()
 		if env.extAuthz == nil {
 			env.extAuthz = map[string]*extAuthzProvider{}
 		}
 		if env.extAuthz[name] == nil {
-			env.extAuthz[name] = resolveExtAuthz(push, name)
+			env.extAuthz[name] = resolveExtAuthz(push, name, clusterName)
 		}
 	}
 	return env
 }
 
-// describe is a cache key for what the environment changes in the filters.
-func (e authzEnv) describe() string {
+// Describe is a cache key for what the environment changes in the filters.
+func (e Env) Describe() string {
 	var b strings.Builder
-	b.WriteString(e.trustDomain)
-	b.WriteString(e.jwt.describe())
+	b.WriteString(e.TrustDomain)
+	b.WriteString(e.JWT.describe())
 	names := make([]string, 0, len(e.extAuthz))
 	for n := range e.extAuthz {
 		names = append(names, n)
@@ -107,8 +111,8 @@ func (e authzEnv) describe() string {
 	return b.String()
 }
 
-func resolveExtAuthz(push *model.PushContext, name string) *extAuthzProvider {
-	p, err := buildExtAuthz(push, name)
+func resolveExtAuthz(push *model.PushContext, name string, clusterName ClusterNamer) *extAuthzProvider {
+	p, err := buildExtAuthz(push, name, clusterName)
 	if err != nil {
 		return &extAuthzProvider{err: err, key: "error: " + err.Error()}
 	}
@@ -123,7 +127,7 @@ func resolveExtAuthz(push *model.PushContext, name string) *extAuthzProvider {
 	return p
 }
 
-func buildExtAuthz(push *model.PushContext, name string) (*extAuthzProvider, error) {
+func buildExtAuthz(push *model.PushContext, name string, clusterName ClusterNamer) (*extAuthzProvider, error) {
 	if name == "" {
 		return nil, errors.New("the policy names no provider (field provider.name)")
 	}
@@ -133,7 +137,7 @@ func buildExtAuthz(push *model.PushContext, name string) (*extAuthzProvider, err
 		return nil, fmt.Errorf("provider %q is not defined in the mesh config's extensionProviders", name)
 	case p.EnvoyExtAuthzGRPC != nil:
 		g := p.EnvoyExtAuthzGRPC
-		host, cluster, err := extAuthzCluster(push, g.Service, g.Port)
+		host, cluster, err := extAuthzCluster(push, g.Service, g.Port, clusterName)
 		if err != nil {
 			return nil, fmt.Errorf("provider %q: field %s.service: %w", name, mesh.KindExtAuthzGRPC, err)
 		}
@@ -158,7 +162,7 @@ func buildExtAuthz(push *model.PushContext, name string) (*extAuthzProvider, err
 		}, nil
 	case p.EnvoyExtAuthzHTTP != nil:
 		c := p.EnvoyExtAuthzHTTP
-		host, cluster, err := extAuthzCluster(push, c.Service, c.Port)
+		host, cluster, err := extAuthzCluster(push, c.Service, c.Port, clusterName)
 		if err != nil {
 			return nil, fmt.Errorf("provider %q: field %s.service: %w", name, mesh.KindExtAuthzHTTP, err)
 		}
@@ -210,7 +214,7 @@ func buildExtAuthz(push *model.PushContext, name string) (*extAuthzProvider, err
 
 // extAuthzCluster is istiod's LookupCluster: "NAMESPACE/HOST", or "HOST" when one namespace has it; the
 // cluster is the outbound cluster of that host and port.
-func extAuthzCluster(push *model.PushContext, service string, port uint32) (host, cluster string, err error) {
+func extAuthzCluster(push *model.PushContext, service string, port uint32, clusterName ClusterNamer) (host, cluster string, err error) {
 	ns, name, qualified := strings.Cut(service, "/")
 	if !qualified {
 		name = service
@@ -231,7 +235,7 @@ func extAuthzCluster(push *model.PushContext, service string, port uint32) (host
 	case len(namespaces) > 1:
 		return "", "", fmt.Errorf("service %q is in several namespaces; write NAMESPACE/%s", service, name)
 	}
-	return found[0].Hostname, OutboundClusterName(port, "", found[0].Hostname), nil
+	return found[0].Hostname, clusterName(port, "", found[0].Hostname), nil
 }
 
 func extAuthzStatus(s string) *typev3.HttpStatus {
@@ -300,7 +304,7 @@ type customGroup struct {
 }
 
 // custom translates the CUSTOM policies, one group per provider in name order.
-func (b *rbacBuilder) custom(cfgs []*config.Config, env authzEnv) []customGroup {
+func (b *rbacBuilder) custom(cfgs []*config.Config, env Env) []customGroup {
 	byProvider := map[string]*customGroup{}
 	var order []string
 	for _, c := range cfgs {
