@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -147,16 +148,35 @@ func goFieldName(t *testing.T, f protoreflect.FieldDescriptor) string {
 	return goCamelCase(string(f.Name()))
 }
 
-// The packages that turn config into what proxies receive.
+// The packages that turn config into what proxies receive; their subpackages are read too, so
+// splitting a generator package keeps its field reads visible here.
 var generatorPackages = []string{"../model", "../envoy", "../ztunnel", "../push", "../jwks", "../discovery"}
 
-// selectorNames returns every name used after a dot in the non-test Go files of dirs.
+// goFilesUnder returns the Go files of dir and of its subdirectories, testdata aside.
+func goFilesUnder(dir string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	return files, err
+}
+
+// selectorNames returns every name used after a dot in the non-test Go files under dirs.
 func selectorNames(t *testing.T, dirs []string, keep func(file string) bool) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	fset := token.NewFileSet()
 	for _, dir := range dirs {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		files, err := goFilesUnder(dir)
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s: no Go files (%v)", dir, err)
 		}
