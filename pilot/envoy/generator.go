@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/derive"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pkg/buildcache"
 )
@@ -35,37 +36,42 @@ type Options struct {
 type Generators struct {
 	// resources caches marshaled resources shared by proxies, keyed by everything they depend on.
 	resources *lru.Cache[any, *model.Resource]
-	scopes    *buildcache.Latest[scopeID, *Scope]
+	scopes    *buildcache.Latest[scopeID, [3]any, *Scope]
 	// routedScopes are the scopes of proxies under a Sidecar with the destinations its VirtualServices add.
-	routedScopes *buildcache.Latest[scopeID, *Scope]
+	routedScopes *buildcache.Latest[scopeID, any, *Scope]
 	// lists keeps whole lists of resources that many proxies share (a scope's outbound listeners, merged
 	// lists, VHDS concatenations), the latest generation of each only.
-	lists *buildcache.Latest[listID, model.Resources]
+	lists *buildcache.Latest[listID, any, model.Resources]
 	// clusterLists keeps the outbound clusters of each scope, and how they were built, to derive the next
 	// snapshot's from.
-	clusterLists *buildcache.Latest[listID, *outboundClusters]
+	clusterLists *buildcache.Latest[listID, derive.Key, *outboundClusters]
 	// listenerLists keeps the outbound listeners of each scope, and how they were built, to derive the next
 	// snapshot's from.
-	listenerLists *buildcache.Latest[listID, *listenerList]
+	listenerLists *buildcache.Latest[listID, derive.Key, *listenerList]
+	// listenerFacts keeps, per IP mode and service, what deciding whether its outbound listeners are its own
+	// needs; one slot set per mode, so proxies of two families do not evict each other's facts.
+	listenerFacts [dualStack + 1]*buildcache.Slots[listenerFactsKey, serviceListenerFacts]
+	// listenerNames counts, per IP mode, the services of the mesh taking each outbound listener name.
+	listenerNames *buildcache.Latest[ipMode, any, map[string]int]
 	// clusters and assignments keep the current build of each cluster and load assignment by name.
 	clusters    *buildcache.Slots[outboundClusterKey, *model.Resource]
 	assignments *buildcache.Slots[edsKey, *model.Resource]
 	// vhosts keeps the VHDS virtual hosts of services without a VirtualService, one per service, port and
 	// proxy namespace.
-	vhosts *buildcache.Latest[vhostID, vhostEntry]
+	vhosts *buildcache.Latest[vhostID, any, vhostEntry]
 	// routedDomains keeps the domains of services with a VirtualService: their virtual hosts are built
 	// again whenever services come or go, their domains rarely change.
-	routedDomains *buildcache.Latest[routedDomainsID, vhostEntry]
+	routedDomains *buildcache.Latest[routedDomainsID, *model.Service, vhostEntry]
 	// routedVhosts keeps the VHDS virtual hosts of services with a VirtualService (see routedVirtualHost).
-	routedVhosts *buildcache.Latest[vhostID, routedVhost]
+	routedVhosts *buildcache.Latest[vhostID, any, routedVhost]
 	// outboundListenerRes keeps each sidecar outbound listener by name, namespace and Sidecar, keyed by a
 	// description of its chains.
-	outboundListenerRes *buildcache.Latest[listID, *model.Resource]
+	outboundListenerRes *buildcache.Latest[listID, string, *model.Resource]
 	// vhostLists keeps the VHDS virtual hosts of each route configuration of a scope, and how they were
 	// built, to derive the next snapshot's from.
-	vhostLists *buildcache.Latest[listID, *vhostList]
+	vhostLists *buildcache.Latest[listID, derive.Key, *vhostList]
 	// inboundPorts keeps each sidecar's inbound ports (CDS and LDS need them on every push).
-	inboundPorts *buildcache.Latest[*model.Proxy, []inboundPort]
+	inboundPorts *buildcache.Latest[*model.Proxy, inboundPortsInputs, []inboundPort]
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
@@ -114,21 +120,25 @@ func New(opts Options) *Generators {
 	resources, _ := lru.New[any, *model.Resource](opts.CacheSize)
 	g := &Generators{
 		resources:           resources,
-		scopes:              buildcache.NewLatest[scopeID, *Scope](),
-		routedScopes:        buildcache.NewLatest[scopeID, *Scope](),
-		lists:               buildcache.NewLatest[listID, model.Resources](),
-		clusterLists:        buildcache.NewLatest[listID, *outboundClusters](),
-		listenerLists:       buildcache.NewLatest[listID, *listenerList](),
+		scopes:              buildcache.NewLatest[scopeID, [3]any, *Scope](),
+		routedScopes:        buildcache.NewLatest[scopeID, any, *Scope](),
+		lists:               buildcache.NewLatest[listID, any, model.Resources](),
+		clusterLists:        buildcache.NewLatest[listID, derive.Key, *outboundClusters](),
+		listenerLists:       buildcache.NewLatest[listID, derive.Key, *listenerList](),
+		listenerNames:       buildcache.NewLatest[ipMode, any, map[string]int](),
 		clusters:            buildcache.NewSlots[outboundClusterKey, *model.Resource](),
 		assignments:         buildcache.NewSlots[edsKey, *model.Resource](),
-		vhosts:              buildcache.NewLatest[vhostID, vhostEntry](),
-		routedDomains:       buildcache.NewLatest[routedDomainsID, vhostEntry](),
-		routedVhosts:        buildcache.NewLatest[vhostID, routedVhost](),
-		outboundListenerRes: buildcache.NewLatest[listID, *model.Resource](),
-		vhostLists:          buildcache.NewLatest[listID, *vhostList](),
-		inboundPorts:        buildcache.NewLatest[*model.Proxy, []inboundPort](),
+		vhosts:              buildcache.NewLatest[vhostID, any, vhostEntry](),
+		routedDomains:       buildcache.NewLatest[routedDomainsID, *model.Service, vhostEntry](),
+		routedVhosts:        buildcache.NewLatest[vhostID, any, routedVhost](),
+		outboundListenerRes: buildcache.NewLatest[listID, string, *model.Resource](),
+		vhostLists:          buildcache.NewLatest[listID, derive.Key, *vhostList](),
+		inboundPorts:        buildcache.NewLatest[*model.Proxy, inboundPortsInputs, []inboundPort](),
 		secretAuthorizer:    opts.SecretAuthorizer,
 		denials:             newSecretDenials(),
+	}
+	for mode := range g.listenerFacts {
+		g.listenerFacts[mode] = buildcache.NewSlots[listenerFactsKey, serviceListenerFacts]()
 	}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {

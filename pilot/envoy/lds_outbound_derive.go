@@ -16,7 +16,8 @@ import (
 )
 
 // outboundInputs is what a scope's outbound listeners are built in: the snapshot, the scope, and the facts
-// of the proxies sharing the list (labels only through l4LabelKey, which names the list).
+// of the proxies sharing the list. Those facts name the list (its listID: proxy type, IP mode and with it
+// the family, l4LabelKey of the labels), so they are not declared inputs: they never change under one id.
 type outboundInputs struct {
 	g        *Generators
 	push     *model.PushContext
@@ -75,10 +76,6 @@ var outboundListenerInputs = derive.Declare(
 	// TCP and TLS routes come from VirtualServices.
 	outboundInput{Name: "routing", Of: func(c *outboundInputs) any { return routingID(c.push) }},
 	outboundInput{Name: "mesh config", Of: func(c *outboundInputs) any { return c.push.Mesh }},
-	outboundInput{Name: "proxy type", Of: func(c *outboundInputs) any { return c.typ }},
-	// The proxy's family is that of the unspecified and loopback addresses its listeners take, and the one
-	// its dynamic forward proxy filters resolve in; its IP mode picks a dual-stack Service's VIPs.
-	outboundInput{Name: "ip mode", Of: func(c *outboundInputs) any { return [2]any{c.mode, c.family} }},
 )
 
 // outboundListenerPlan builds a scope's outbound listeners owner by owner, and derives the next snapshot's
@@ -163,47 +160,89 @@ func outboundOwners(c *outboundInputs) []listenerOwner {
 		return c.owners
 	}
 	shared := &sharedListeners{http: httpPortsText(c.scope.Services)}
+	owners := make([]listenerOwner, 1, len(c.scope.Services)+1) // the shared owner first
 	if c.scope.listeners != nil || c.g.planTogether {
 		shared.services = c.scope.Services
-		c.setOwners(shared, nil)
+		c.setOwners(shared, owners)
 		return c.owners
 	}
-	names := make([][]string, len(c.scope.Services))
-	count := map[string]int{}
-	for i, svc := range c.scope.Services {
-		names[i] = listenerNamesOf(c.push, svc, c.mode)
-		for _, n := range names[i] {
-			count[n]++
-		}
-	}
-	var alone []listenerOwner
-	for i, svc := range c.scope.Services {
-		own := len(names[i]) > 0 && c.listensAlone(svc)
-		for _, n := range names[i] {
-			own = own && count[n] == 1
+	use := c.g.listenerNameUse(c.push, c.mode)
+	for _, svc := range c.scope.Services {
+		f := c.g.listenerFactsOf(c.push, svc, c.mode)
+		own := f.alone
+		for _, n := range f.names {
+			own = own && use[n] == 1
 		}
 		switch {
 		case own:
-			alone = append(alone, listenerOwner{svc: svc})
-		case hasOtherPorts(svc):
+			owners = append(owners, listenerOwner{svc: svc})
+		case f.otherPorts:
 			shared.services = append(shared.services, svc)
 		}
 	}
-	c.setOwners(shared, alone)
+	c.setOwners(shared, owners)
 	return c.owners
 }
 
-// setOwners keeps the previous shared owner when it plans the same.
-func (c *outboundInputs) setOwners(shared *sharedListeners, alone []listenerOwner) {
+// listenerNameUse counts, per listener name, the services of the mesh whose listeners take it: those of one
+// scope are a subset, so a name counted once is one service's alone in every scope. Counted once per
+// snapshot rather than per scope.
+func (g *Generators) listenerNameUse(push *model.PushContext, mode ipMode) map[string]int {
+	use, _ := g.listenerNames.GetOrBuild(mode, [2]any{push.ServicesID(), push.EndpointAddressesID()}, func() (map[string]int, error) {
+		use := map[string]int{}
+		for _, svc := range push.AllServices() {
+			for _, n := range g.listenerFactsOf(push, svc, mode).names {
+				use[n]++
+			}
+		}
+		return use, nil
+	})
+	return use
+}
+
+// setOwners sets the owners, the first of which is the shared one, which it keeps from the previous list
+// when that plans the same.
+func (c *outboundInputs) setOwners(shared *sharedListeners, owners []listenerOwner) {
 	if shared.same(c.prevShared) {
 		shared = c.prevShared
 	}
-	c.shared = shared
-	c.owners = append([]listenerOwner{{shared: shared}}, alone...)
+	owners[0] = listenerOwner{shared: shared}
+	c.shared, c.owners = shared, owners
 }
 
-// hasOtherPorts reports whether svc has a port other than HTTP and UDP: one the shared owner plans a
-// listener or chain for.
+// serviceListenerFacts is what outboundOwners needs to know of one service.
+type serviceListenerFacts struct {
+	// names are the listeners its non-HTTP ports take on addresses of their own (each VIP, or each endpoint
+	// address), once each: a listener another service takes too is not either's alone.
+	names []string
+	// alone: its non-HTTP ports go on listeners of its own addresses (listensAlone).
+	alone bool
+	// otherPorts: it has a port other than HTTP and UDP, which the shared owner plans when it is not alone.
+	otherPorts bool
+}
+
+// listenerFactsKey is what a service's facts are found from, under one IP mode: the service, and its
+// endpoints when its listeners stand on their addresses.
+type listenerFactsKey struct {
+	svc *model.Service
+	eps *model.ServiceEndpoints
+}
+
+// listenerFactsOf returns svc's facts, found once per service, endpoints and IP mode rather than once per
+// scope and snapshot.
+func (g *Generators) listenerFactsOf(push *model.PushContext, svc *model.Service, mode ipMode) serviceListenerFacts {
+	key := listenerFactsKey{svc: svc}
+	if svc.ListensOnEndpoints() {
+		key.eps = push.Endpoints(svc.Key())
+	}
+	f, _ := g.listenerFacts[mode].Get(svc.Key(), key, func() (serviceListenerFacts, error) {
+		return serviceListenerFacts{names: listenerNamesOf(push, svc, mode), alone: listensAlone(push, svc, mode),
+			otherPorts: hasOtherPorts(svc)}, nil
+	})
+	return f
+}
+
+// hasOtherPorts reports whether svc has a port other than HTTP and UDP.
 func hasOtherPorts(svc *model.Service) bool {
 	return slices.ContainsFunc(svc.Ports, func(p *model.Port) bool { return !p.Protocol.IsHTTP() && p.Protocol != model.ProtocolUDP })
 }
@@ -212,14 +251,14 @@ func hasOtherPorts(svc *model.Service) bool {
 // scope, provided no other service takes those names (outboundOwners counts them): on each port a listener
 // per VIP (not a block) or per endpoint address. Its TCP and TLS routes then match within its own
 // listeners; that they read other services taints the list (buildOutboundOwner).
-func (c *outboundInputs) listensAlone(svc *model.Service) bool {
-	vips := listenVIPs(svc, c.mode)
+func listensAlone(push *model.PushContext, svc *model.Service, mode ipMode) bool {
+	vips := listenVIPs(svc, mode)
 	for _, p := range svc.Ports {
 		if p.Protocol.IsHTTP() || p.Protocol == model.ProtocolUDP {
 			continue
 		}
 		if svc.ListensOnEndpoints() && svc.ListensOnEndpointPort(p) {
-			if _, ok := endpointsListenedOn(c.push, svc, p); !ok {
+			if _, ok := endpointsListenedOn(push, svc, p); !ok {
 				return false // the port's wildcard listener
 			}
 			continue
@@ -236,8 +275,7 @@ func (c *outboundInputs) listensAlone(svc *model.Service) bool {
 	return true
 }
 
-// listenerNamesOf returns the names of the listeners svc's non-HTTP ports take on addresses of their own
-// (each VIP, or each endpoint address), once each: a listener another service takes too is not either's alone.
+// listenerNamesOf returns serviceListenerFacts.names.
 func listenerNamesOf(push *model.PushContext, svc *model.Service, mode ipMode) []string {
 	var out []string
 	vips := listenVIPs(svc, mode)

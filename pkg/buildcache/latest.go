@@ -8,26 +8,27 @@ import (
 // Latest keeps, per stable identity, only the value built from the newest inputs (snapshot identities:
 // scope, routing config, ...), inputs being compared with ==. An LRU keyed by the inputs held every
 // superseded generation until evicted: after twenty service adds at 300 services, 400 MB of old listener
-// and virtual host lists.
-type Latest[K comparable, V any] struct {
+// and virtual host lists. In is the inputs' type: a concrete one is compared without boxing it, which cost
+// an allocation per lookup, per proxy.
+type Latest[K comparable, In comparable, V any] struct {
 	mu      sync.RWMutex
-	m       map[K]generation[V]
-	flights map[K]*flight[V]
+	m       map[K]generation[In, V]
+	flights map[K]*flight[In, V]
 	// sweepAt is the size at which entries unused since the last sweep are dropped: identities that went
 	// away (a deleted service, listener or namespace) do not stay forever.
 	sweepAt int
 }
 
-type generation[V any] struct {
-	inputs any
+type generation[In comparable, V any] struct {
+	inputs In
 	v      V
 	used   *atomic.Bool // read since the last sweep
 }
 
 // flight is a build in progress: a push starts many proxies of a namespace at once, and without it each
 // would build the same value.
-type flight[V any] struct {
-	inputs any
+type flight[In comparable, V any] struct {
+	inputs In
 	done   chan struct{}
 	v      V
 	err    error
@@ -36,12 +37,12 @@ type flight[V any] struct {
 const minSweep = 1024
 
 // NewLatest returns an empty cache.
-func NewLatest[K comparable, V any]() *Latest[K, V] {
-	return &Latest[K, V]{m: map[K]generation[V]{}, flights: map[K]*flight[V]{}, sweepAt: minSweep}
+func NewLatest[K comparable, In comparable, V any]() *Latest[K, In, V] {
+	return &Latest[K, In, V]{m: map[K]generation[In, V]{}, flights: map[K]*flight[In, V]{}, sweepAt: minSweep}
 }
 
 // Get returns the value stored for id if it was built from inputs.
-func (c *Latest[K, V]) Get(id K, inputs any) (V, bool) {
+func (c *Latest[K, In, V]) Get(id K, inputs In) (V, bool) {
 	c.mu.RLock()
 	e, ok := c.m[id]
 	c.mu.RUnlock()
@@ -57,7 +58,7 @@ func (c *Latest[K, V]) Get(id K, inputs any) (V, bool) {
 
 // Latest returns the value stored for id, whatever inputs it was built from (the previous generation a
 // new one is derived from). It does not count as a use for the sweep.
-func (c *Latest[K, V]) Latest(id K) (V, bool) {
+func (c *Latest[K, In, V]) Latest(id K) (V, bool) {
 	c.mu.RLock()
 	e, ok := c.m[id]
 	c.mu.RUnlock()
@@ -65,10 +66,10 @@ func (c *Latest[K, V]) Latest(id K) (V, bool) {
 }
 
 // store sets id's value; called with mu held.
-func (c *Latest[K, V]) store(id K, inputs any, v V) {
+func (c *Latest[K, In, V]) store(id K, inputs In, v V) {
 	used := &atomic.Bool{}
 	used.Store(true)
-	c.m[id] = generation[V]{inputs: inputs, v: v, used: used}
+	c.m[id] = generation[In, V]{inputs: inputs, v: v, used: used}
 	if len(c.m) < c.sweepAt {
 		return
 	}
@@ -83,7 +84,7 @@ func (c *Latest[K, V]) store(id K, inputs any, v V) {
 }
 
 // Replace stores v, built from inputs, whatever id held.
-func (c *Latest[K, V]) Replace(id K, inputs any, v V) {
+func (c *Latest[K, In, V]) Replace(id K, inputs In, v V) {
 	c.mu.Lock()
 	c.store(id, inputs, v)
 	c.mu.Unlock()
@@ -91,7 +92,7 @@ func (c *Latest[K, V]) Replace(id K, inputs any, v V) {
 
 // Put stores v, built from inputs, replacing what id held, and returns the value to use: when another
 // goroutine stored a build from the same inputs meanwhile, that one, so every caller shares one value.
-func (c *Latest[K, V]) Put(id K, inputs any, v V) V {
+func (c *Latest[K, In, V]) Put(id K, inputs In, v V) V {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.m[id]; ok && e.inputs == inputs {
@@ -103,7 +104,7 @@ func (c *Latest[K, V]) Put(id K, inputs any, v V) V {
 
 // GetOrBuild returns the value for id built from inputs, building it once however many goroutines ask
 // at the same time. A failed build is not stored: its waiters get its error, the next caller builds again.
-func (c *Latest[K, V]) GetOrBuild(id K, inputs any, build func() (V, error)) (V, error) {
+func (c *Latest[K, In, V]) GetOrBuild(id K, inputs In, build func() (V, error)) (V, error) {
 	if v, ok := c.Get(id, inputs); ok {
 		return v, nil
 	}
@@ -117,7 +118,7 @@ func (c *Latest[K, V]) GetOrBuild(id K, inputs any, build func() (V, error)) (V,
 		<-f.done
 		return f.v, f.err
 	}
-	f := &flight[V]{inputs: inputs, done: make(chan struct{})}
+	f := &flight[In, V]{inputs: inputs, done: make(chan struct{})}
 	c.flights[id] = f
 	c.mu.Unlock()
 	defer close(f.done)

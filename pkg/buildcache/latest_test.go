@@ -10,7 +10,7 @@ import (
 
 // A build from newer inputs replaces the older one: Get finds only the newest, Latest whatever was stored.
 func TestLatestNewestInputsReplace(t *testing.T) {
-	c := NewLatest[string, int]()
+	c := NewLatest[string, any, int]()
 	if _, ok := c.Latest("ns"); ok {
 		t.Fatal("Latest found a value in an empty cache")
 	}
@@ -49,7 +49,7 @@ func TestLatestNewestInputsReplace(t *testing.T) {
 
 // Put returns the value already stored for the same inputs, so every caller shares one; other inputs replace it.
 func TestLatestPutSharesStoredValue(t *testing.T) {
-	c := NewLatest[string, *int]()
+	c := NewLatest[string, any, *int]()
 	a, b, d := new(int), new(int), new(int)
 	if got := c.Put("ns", 1, a); got != a {
 		t.Fatal("Put into an empty slot did not return its value")
@@ -68,7 +68,7 @@ func TestLatestPutSharesStoredValue(t *testing.T) {
 	}
 
 	// Two goroutines racing to Put builds from the same inputs end up with one value.
-	c2 := NewLatest[string, *int]()
+	c2 := NewLatest[string, any, *int]()
 	var wg sync.WaitGroup
 	got := make([]*int, 8)
 	for i := range got {
@@ -84,7 +84,7 @@ func TestLatestPutSharesStoredValue(t *testing.T) {
 
 // sharedBuild has callers ask c at once for ("ns", 1) with a build that waits until they all could have
 // joined it and returns v, err; each caller checks what it got. It returns how many builds ran.
-func sharedBuild(c *Latest[string, int], callers int, v int, err error, check func(int, error)) int32 {
+func sharedBuild(c *Latest[string, any, int], callers int, v int, err error, check func(int, error)) int32 {
 	var builds atomic.Int32
 	release := make(chan struct{})
 	var started, wg sync.WaitGroup
@@ -113,7 +113,7 @@ func sharedBuild(c *Latest[string, int], callers int, v int, err error, check fu
 // Many goroutines asking at once for the same inputs share one build.
 func TestLatestGetOrBuildOnce(t *testing.T) {
 	const callers = 50
-	n := sharedBuild(NewLatest[string, int](), callers, 10, nil, func(v int, err error) {
+	n := sharedBuild(NewLatest[string, any, int](), callers, 10, nil, func(v int, err error) {
 		if err != nil || v != 10 {
 			t.Errorf("got %d, %v", v, err)
 		}
@@ -125,7 +125,7 @@ func TestLatestGetOrBuildOnce(t *testing.T) {
 
 // A build from other inputs does not wait for the one in flight.
 func TestLatestGetOrBuildOtherInputsDoNotWait(t *testing.T) {
-	c := NewLatest[string, int]()
+	c := NewLatest[string, any, int]()
 	release := make(chan struct{})
 	inBuild := make(chan struct{})
 	done := make(chan struct{})
@@ -148,7 +148,7 @@ func TestLatestGetOrBuildOtherInputsDoNotWait(t *testing.T) {
 
 // A failed build is not stored: its waiters get the error and the next caller builds again.
 func TestLatestErrorNotStored(t *testing.T) {
-	c := NewLatest[string, int]()
+	c := NewLatest[string, any, int]()
 	boom := errors.New("boom")
 	const callers = 10
 	n := sharedBuild(c, callers, 0, boom, func(_ int, err error) {
@@ -174,7 +174,7 @@ func TestLatestErrorNotStored(t *testing.T) {
 
 // Identities nobody asked for since the last sweep are dropped once the cache doubles; used ones stay.
 func TestLatestSweep(t *testing.T) {
-	c := NewLatest[int, int]()
+	c := NewLatest[int, any, int]()
 	// Filling the cache to minSweep sweeps once: every entry was just stored, so none goes, and each
 	// counts as unused from then on.
 	for i := range minSweep {
