@@ -19,7 +19,7 @@ func (s *Server) startKube(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes: %w", err)
 	}
-	src, err := kube.NewFromConfig(restConfig, s.Store, s.log)
+	src, err := kube.NewFromConfig(restConfig, kube.Options{Store: s.Store, Logger: s.log, DiscoverySelectors: s.Mesh.DiscoverySelectors})
 	if err != nil {
 		return fmt.Errorf("kubernetes: %w", err)
 	}

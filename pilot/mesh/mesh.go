@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	networking "istio.io/api/networking/v1alpha3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
@@ -39,6 +40,9 @@ type Config struct {
 	// DefaultHTTPRetryPolicy is the retry policy of HTTP routes whose VirtualService sets no retries, and of
 	// routes without a VirtualService (nil: istiod's built-in default, two retries on connection failures).
 	DefaultHTTPRetryPolicy *RetryPolicy `json:"defaultHttpRetryPolicy,omitempty"`
+	// DiscoverySelectors limit the namespaces whose objects are read from the cluster: a namespace is read
+	// when any selector matches its labels; none reads every namespace (istiod's discoverySelectors).
+	DiscoverySelectors []metav1.LabelSelector `json:"discoverySelectors,omitempty"`
 	// Unimplemented lists the fields of the mesh config file Sextant does not read (Istio's MeshConfig has many
 	// more), "defaultConfig.NAME" for proxy defaults, so that they are reported rather than silently ignored.
 	Unimplemented []string `json:"-"`
@@ -89,7 +93,7 @@ const (
 var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "domainSuffix": true, "clusterID": true, "network": true,
 	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true,
 	"jwksFetch": true, "defaultConfig": true,
-	"defaultHttpRetryPolicy": true}
+	"defaultHttpRetryPolicy": true, "discoverySelectors": true}
 
 // RetryPolicy is Istio's MeshConfig.defaultHttpRetryPolicy, a VirtualService's HTTPRetry, read as istiod
 // reads it (protobuf JSON: perTryTimeout "2s", unknown fields refused).
@@ -218,6 +222,14 @@ func Parse(data []byte, cfg *Config) error {
 			return fmt.Errorf("field pathNormalization.normalization: %q: want one of %s, %s, %s, %s, %s", n, PathNormalizationNone,
 				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
 		}
+	}
+	if file.DiscoverySelectors != nil {
+		for i := range file.DiscoverySelectors {
+			if _, err := metav1.LabelSelectorAsSelector(&file.DiscoverySelectors[i]); err != nil {
+				return fmt.Errorf("field discoverySelectors[%d]: %w", i, err)
+			}
+		}
+		cfg.DiscoverySelectors = file.DiscoverySelectors
 	}
 	if file.DefaultHTTPRetryPolicy != nil {
 		cfg.DefaultHTTPRetryPolicy = file.DefaultHTTPRetryPolicy

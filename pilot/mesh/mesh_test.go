@@ -229,3 +229,22 @@ func TestDefaultHTTPRetryPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestDiscoverySelectors(t *testing.T) {
+	cfg := Default()
+	err := Parse([]byte("discoverySelectors:\n- matchLabels: {env: prod}\n- matchExpressions:\n  - {key: app, operator: In, values: [a, b]}\n"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.DiscoverySelectors) != 2 || cfg.DiscoverySelectors[0].MatchLabels["env"] != "prod" ||
+		cfg.DiscoverySelectors[1].MatchExpressions[0].Key != "app" {
+		t.Fatalf("selectors %+v", cfg.DiscoverySelectors)
+	}
+	if slices.Contains(cfg.Unimplemented, "discoverySelectors") {
+		t.Error("discoverySelectors reported as not implemented")
+	}
+	err = Parse([]byte("discoverySelectors:\n- matchExpressions:\n  - {key: app, operator: Near}\n"), Default())
+	if err == nil || !strings.Contains(err.Error(), "discoverySelectors[0]") {
+		t.Fatalf("err = %v, want one naming discoverySelectors[0]", err)
+	}
+}

@@ -94,7 +94,7 @@ func TestScaleIstioObjects(t *testing.T) {
 		logger, _ := newLogger(t)
 		st := store.New()
 		// NewFromConfig: the clients production builds, so the decoding measured is the one that runs.
-		src, err := kube.NewFromConfig(cfg, st, logger)
+		src, err := kube.NewFromConfig(cfg, kube.Options{Store: st, Logger: logger})
 		must(t, err)
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})

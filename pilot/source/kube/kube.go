@@ -55,6 +55,9 @@ type Options struct {
 	ResyncPeriod time.Duration
 	// CRDPollInterval is how often missing CRDs are looked for again (default 30s).
 	CRDPollInterval time.Duration
+	// DiscoverySelectors are the mesh config's: objects of namespaces none of them selects are not read
+	// (empty: every namespace).
+	DiscoverySelectors []metav1.LabelSelector
 }
 
 // RejectedObject is a cluster object that failed to decode or to validate. The store keeps its last good version, if any.
@@ -82,6 +85,12 @@ type Source struct {
 	kube         informers.SharedInformerFactory
 	crds         dynamicinformer.DynamicSharedInformerFactory
 	dynamic      dynamic.Interface
+	client       kubernetes.Interface
+	selection    *namespaceSelection
+	// selectionLive: namespaces selected or deselected from now on are read or dropped at once; before it
+	// (the first namespace list), the informers' own first lists read them.
+	selectionLive atomic.Bool
+	runCtx        context.Context
 
 	running atomic.Bool
 	synced  chan struct{} // closed once every informer started by Run has synced
@@ -90,6 +99,7 @@ type Source struct {
 	rejected map[config.Key]RejectedObject
 	warnings map[config.Key]objectWarnings
 	missing  map[config.Kind]bool // CRD kinds not watched because their CRD is not served
+	watched  map[config.Kind]bool // kinds with an informer and the store's handlers
 	unread   []UnreadCount        // kinds Sextant does not read, found in the cluster at start
 }
 
@@ -104,19 +114,27 @@ func New(opts Options) (*Source, error) {
 	if opts.Store == nil {
 		return nil, errors.New("kube source: Store is required")
 	}
+	selection, err := newNamespaceSelection(opts.DiscoverySelectors)
+	if err != nil {
+		return nil, fmt.Errorf("kube source: mesh config %w", err)
+	}
 	s := &Source{
 		log:          opts.Logger,
 		store:        opts.Store,
 		discovery:    opts.Discovery,
 		pollInterval: opts.CRDPollInterval,
-		kube:         informers.NewSharedInformerFactoryWithOptions(opts.KubeClient, opts.ResyncPeriod, informers.WithTransform(transform)),
 		crds:         dynamicinformer.NewDynamicSharedInformerFactory(opts.Dynamic, opts.ResyncPeriod),
 		dynamic:      opts.Dynamic,
+		client:       opts.KubeClient,
+		selection:    selection,
 		synced:       make(chan struct{}),
 		rejected:     map[config.Key]RejectedObject{},
 		warnings:     map[config.Key]objectWarnings{},
 		missing:      map[config.Kind]bool{},
+		watched:      map[config.Kind]bool{},
 	}
+	s.kube = informers.NewSharedInformerFactoryWithOptions(opts.KubeClient, opts.ResyncPeriod,
+		informers.WithTransform(func(obj any) (any, error) { return transform(selection.cutIfOutside(obj)) }))
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -148,8 +166,9 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// NewFromConfig builds the Kubernetes clientset and the dynamic client from restConfig and returns a Source on them.
-func NewFromConfig(restConfig *rest.Config, st *store.Store, logger *slog.Logger) (*Source, error) {
+// NewFromConfig builds the Kubernetes clientset and the dynamic client from restConfig and returns a Source on
+// them, with opts for the rest (its clients are set here).
+func NewFromConfig(restConfig *rest.Config, opts Options) (*Source, error) {
 	// Built-in kinds come as protobuf: decoding Pods and EndpointSlices is most of a watch's cost, and
 	// protobuf decodes several times faster than JSON (and costs the API server less to encode). Istio's
 	// custom resources are served as JSON only.
@@ -164,7 +183,8 @@ func NewFromConfig(restConfig *rest.Config, st *store.Store, logger *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	return New(Options{KubeClient: kc, Dynamic: dc, Store: st, Logger: logger})
+	opts.KubeClient, opts.Dynamic = kc, dc
+	return New(opts)
 }
 
 // isCRD reports whether kind k comes from an Istio CRD, which may not be installed.
@@ -188,8 +208,22 @@ func (s *Source) Run(ctx context.Context) {
 	}
 	served, missing := s.servedCRDs(crds, true)
 
+	s.runCtx = ctx
 	var syncs []cache.InformerSynced
+	if !s.selection.all() {
+		// The namespaces' labels decide what the other informers keep, so they are listed first.
+		reg, ok := s.startNamespaces(ctx)
+		if !ok {
+			<-ctx.Done()
+			s.kube.Shutdown()
+			return
+		}
+		syncs = append(syncs, reg.HasSynced)
+	}
 	for _, ki := range append(core, served...) {
+		if ki.Kind == config.Namespace && !s.selection.all() {
+			continue
+		}
 		reg, err := s.watch(ki.Kind)
 		if err != nil {
 			s.log.Error("cannot watch kind", "kind", ki.Kind, "error", err)
@@ -432,8 +466,12 @@ func (s *Source) watch(kind config.Kind) (cache.ResourceEventHandlerRegistration
 	// Both fail only if the informer already runs, which then keeps what it had.
 	_ = inf.SetWatchErrorHandlerWithContext(s.watchErrorHandler(kind))
 	if _, ok := crdTypes[kind]; ok {
-		_ = inf.SetTransform(crdTransform(kind))
+		decode := crdTransform(kind)
+		_ = inf.SetTransform(func(obj any) (any, error) { return decode(s.selection.cutIfOutside(obj)) })
 	}
+	s.mu.Lock()
+	s.watched[kind] = true
+	s.mu.Unlock()
 	return inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.upsert(kind, obj) },
 		UpdateFunc: func(oldObj, newObj any) {
@@ -523,6 +561,12 @@ func (s *Source) informer(kind config.Kind) cache.SharedIndexInformer {
 }
 
 func (s *Source) upsert(kind config.Kind, obj any) {
+	if isOutsideSelection(obj) {
+		return
+	}
+	if m, ok := obj.(metav1.Object); ok && !s.selection.Selects(m.GetNamespace()) {
+		return // decoded before its namespace was deselected
+	}
 	if u, ok := obj.(*undecodable); ok {
 		s.reject(RejectedObject{Kind: kind, Namespace: u.Namespace, Name: u.Name, ResourceVersion: u.ResourceVersion,
 			Field: u.Field, Message: u.Err}, "rejected object that cannot be decoded; keeping the last good version")

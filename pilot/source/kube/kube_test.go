@@ -117,6 +117,8 @@ type harnessOpts struct {
 	resync      time.Duration
 	// unread are objects of kinds Sextant does not read; their resources are added to discovery.
 	unread []*unstructured.Unstructured
+	// selectors are the mesh config's discoverySelectors.
+	selectors []metav1.LabelSelector
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -152,7 +154,8 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		Logger:          slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Discovery:       h.disc,
 		ResyncPeriod:    o.resync,
-		CRDPollInterval: 20 * time.Millisecond,
+		CRDPollInterval:    20 * time.Millisecond,
+		DiscoverySelectors: o.selectors,
 	})
 	if err != nil {
 		t.Fatal(err)
