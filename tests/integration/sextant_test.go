@@ -85,9 +85,15 @@ type sextant struct {
 // its informers synced and the first snapshot is published.
 func startSextant(t testing.TB, kubeconfig string) *sextant {
 	t.Helper()
+	return startSextantWithMesh(t, kubeconfig, "")
+}
+
+// startSextantWithMesh is startSextant with the mesh config file meshConfig ("" for the defaults).
+func startSextantWithMesh(t testing.TB, kubeconfig, meshConfig string) *sextant {
+	t.Helper()
 	logger, buf := newLogger(t)
 	srv, err := discovery.NewServer(discovery.Args{Kubeconfig: kubeconfig, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		DebounceAfter: 50 * time.Millisecond, DebounceMax: time.Second, Logger: logger})
+		DebounceAfter: 50 * time.Millisecond, DebounceMax: time.Second, Logger: logger, MeshConfigFile: meshConfig})
 	if err != nil {
 		t.Fatal(err)
 	}
