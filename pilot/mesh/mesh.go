@@ -40,6 +40,11 @@ type Config struct {
 	// DefaultHTTPRetryPolicy is the retry policy of HTTP routes whose VirtualService sets no retries, and of
 	// routes without a VirtualService (nil: istiod's built-in default, two retries on connection failures).
 	DefaultHTTPRetryPolicy *RetryPolicy `json:"defaultHttpRetryPolicy,omitempty"`
+	// DefaultServiceExportTo, DefaultVirtualServiceExportTo and DefaultDestinationRuleExportTo are the
+	// exportTo of services, VirtualServices and DestinationRules that set none (nil: "*", everywhere).
+	DefaultServiceExportTo         []string `json:"defaultServiceExportTo,omitempty"`
+	DefaultVirtualServiceExportTo  []string `json:"defaultVirtualServiceExportTo,omitempty"`
+	DefaultDestinationRuleExportTo []string `json:"defaultDestinationRuleExportTo,omitempty"`
 	// DiscoverySelectors limit the namespaces whose objects are read from the cluster: a namespace is read
 	// when any selector matches its labels; none reads every namespace (istiod's discoverySelectors).
 	DiscoverySelectors []metav1.LabelSelector `json:"discoverySelectors,omitempty"`
@@ -93,7 +98,8 @@ const (
 var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "domainSuffix": true, "clusterID": true, "network": true,
 	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true,
 	"jwksFetch": true, "defaultConfig": true,
-	"defaultHttpRetryPolicy": true, "discoverySelectors": true}
+	"defaultHttpRetryPolicy": true, "discoverySelectors": true,
+	"defaultServiceExportTo": true, "defaultVirtualServiceExportTo": true, "defaultDestinationRuleExportTo": true}
 
 // RetryPolicy is Istio's MeshConfig.defaultHttpRetryPolicy, a VirtualService's HTTPRetry, read as istiod
 // reads it (protobuf JSON: perTryTimeout "2s", unknown fields refused).
@@ -223,6 +229,9 @@ func Parse(data []byte, cfg *Config) error {
 				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
 		}
 	}
+	if err := overlayExportTo(cfg, &file.Config); err != nil {
+		return err
+	}
 	if file.DiscoverySelectors != nil {
 		for i := range file.DiscoverySelectors {
 			if _, err := metav1.LabelSelectorAsSelector(&file.DiscoverySelectors[i]); err != nil {
@@ -253,6 +262,32 @@ func Parse(data []byte, cfg *Config) error {
 	}
 	if errs := validation.IsDNS1123Subdomain(cfg.DomainSuffix); len(errs) > 0 {
 		return fmt.Errorf("field domainSuffix: %q: %v", cfg.DomainSuffix, errs)
+	}
+	return nil
+}
+
+// overlayExportTo sets the default exportTo lists file gives, each value "*", ".", "~" or a namespace name.
+func overlayExportTo(cfg, file *Config) error {
+	for _, f := range []struct {
+		name     string
+		from, to *[]string
+	}{
+		{"defaultServiceExportTo", &file.DefaultServiceExportTo, &cfg.DefaultServiceExportTo},
+		{"defaultVirtualServiceExportTo", &file.DefaultVirtualServiceExportTo, &cfg.DefaultVirtualServiceExportTo},
+		{"defaultDestinationRuleExportTo", &file.DefaultDestinationRuleExportTo, &cfg.DefaultDestinationRuleExportTo},
+	} {
+		if *f.from == nil {
+			continue
+		}
+		for i, e := range *f.from {
+			if e == "*" || e == "." || e == "~" {
+				continue
+			}
+			if errs := validation.IsDNS1123Label(e); len(errs) > 0 {
+				return fmt.Errorf("field %s[%d]: %q: want *, ., ~ or a namespace name", f.name, i, e)
+			}
+		}
+		*f.to = *f.from
 	}
 	return nil
 }

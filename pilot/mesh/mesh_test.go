@@ -248,3 +248,19 @@ func TestDiscoverySelectors(t *testing.T) {
 		t.Fatalf("err = %v, want one naming discoverySelectors[0]", err)
 	}
 }
+
+func TestDefaultExportTo(t *testing.T) {
+	cfg := Default()
+	err := Parse([]byte("defaultServiceExportTo: [\".\"]\ndefaultVirtualServiceExportTo: [\"*\", team-a]\ndefaultDestinationRuleExportTo: [\"~\"]\n"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.DefaultServiceExportTo, []string{"."}) || !slices.Equal(cfg.DefaultVirtualServiceExportTo, []string{"*", "team-a"}) ||
+		!slices.Equal(cfg.DefaultDestinationRuleExportTo, []string{"~"}) {
+		t.Fatalf("got %v %v %v", cfg.DefaultServiceExportTo, cfg.DefaultVirtualServiceExportTo, cfg.DefaultDestinationRuleExportTo)
+	}
+	err = Parse([]byte("defaultServiceExportTo: [\"Team_A\"]\n"), Default())
+	if err == nil || !strings.Contains(err.Error(), "defaultServiceExportTo[0]") {
+		t.Fatalf("err = %v, want one naming defaultServiceExportTo[0]", err)
+	}
+}

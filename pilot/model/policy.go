@@ -85,7 +85,7 @@ func buildDestinationRules(reader ConfigReader, m *mesh.Config) *destinationRule
 		host := ResolveHost(spec.Host, c.Namespace, m.DomainSuffix)
 		// Rules merge only with rules of the same selector, as istiod's.
 		k := nsHost{c.Namespace, host, ""}
-		exportTo := normalizeExportTo(spec.ExportTo, c.Namespace)
+		exportTo := normalizeExportTo(spec.ExportTo, c.Namespace, destinationRuleDefaultExportTo(m))
 		var selector map[string]string
 		if ws := spec.GetWorkloadSelector(); ws != nil {
 			selector = ws.GetMatchLabels()
@@ -491,4 +491,13 @@ func CustomProviderProblem(c *config.Config, m *mesh.Config) string {
 			", not an external authorization provider Sextant implements: the requests its rules match are denied"
 	}
 	return ""
+}
+
+// destinationRuleDefaultExportTo is the exportTo of a DestinationRule that sets none: as in istiod, the
+// mesh default counts only as "." (its own namespace) or, for anything else, everywhere.
+func destinationRuleDefaultExportTo(m *mesh.Config) []string {
+	if slices.Contains(m.DefaultDestinationRuleExportTo, ".") {
+		return []string{"."}
+	}
+	return nil
 }

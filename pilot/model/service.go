@@ -172,8 +172,12 @@ func visible(exportTo []string, ns string) bool {
 	return false
 }
 
-// normalizeExportTo resolves "." to the owner namespace and defaults to "*".
-func normalizeExportTo(list []string, owner string) []string {
+// normalizeExportTo resolves "." to the owner namespace; an empty list takes def, the mesh's default for
+// the kind (nil: "*").
+func normalizeExportTo(list []string, owner string, def []string) []string {
+	if len(list) == 0 {
+		list = def
+	}
 	if len(list) == 0 {
 		return exportAll
 	}
@@ -229,7 +233,7 @@ func servicesFromKube(c *config.Config, m *mesh.Config) []*Service {
 		Annotations:       c.Annotations,
 		CreationTimestamp: c.CreationTimestamp,
 		Resolution:        ClientSideLB,
-		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace),
+		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace, m.DefaultServiceExportTo),
 		ServiceAccounts:   annotatedServiceAccounts(c, m),
 	}
 	if ks.Spec.ClusterIP == corev1.ClusterIPNone {
@@ -270,7 +274,7 @@ func externalNameService(c *config.Config, ks *corev1.Service, m *mesh.Config) *
 		CreationTimestamp: c.CreationTimestamp,
 		Resolution:        DNSLB,
 		MeshExternal:      true,
-		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace),
+		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace, m.DefaultServiceExportTo),
 		inlineEndpoints:   []*networking.WorkloadEntry{{Address: ks.Spec.ExternalName}},
 	}
 	for _, p := range ks.Spec.Ports {
@@ -328,7 +332,7 @@ func servicesFromServiceEntry(c *config.Config, m *mesh.Config) []*Service {
 			selector = map[string]string{}
 		}
 	}
-	exportTo := normalizeExportTo(se.ExportTo, c.Namespace)
+	exportTo := normalizeExportTo(se.ExportTo, c.Namespace, m.DefaultServiceExportTo)
 	out := make([]*Service, 0, len(se.Hosts))
 	for _, h := range se.Hosts {
 		out = append(out, &Service{

@@ -268,7 +268,7 @@ func resolveVirtualService(c *config.Config, reader ConfigReader, m *mesh.Config
 	if len(spec.Hosts) == 0 {
 		return nil
 	}
-	vs := &VirtualService{Config: c, Spec: spec, ExportTo: normalizeExportTo(spec.ExportTo, c.Namespace)}
+	vs := &VirtualService{Config: c, Spec: spec, ExportTo: normalizeExportTo(spec.ExportTo, c.Namespace, m.DefaultVirtualServiceExportTo)}
 	for _, h := range spec.Hosts {
 		vs.Hosts = append(vs.Hosts, ResolveHost(h, c.Namespace, m.DomainSuffix))
 	}
@@ -316,7 +316,7 @@ func mergeDelegates(vs *VirtualService, reader ConfigReader, m *mesh.Config) *ne
 			vs.problem(field, "VirtualService %s/%s is not a delegate VirtualService (it must exist and have no hosts): this route is left out", ns,
 				ref.Name)
 			continue
-		case !visible(normalizeExportTo(dspec.ExportTo, ns), vs.Namespace):
+		case !visible(normalizeExportTo(dspec.ExportTo, ns, m.DefaultVirtualServiceExportTo), vs.Namespace):
 			vs.problem(field, "VirtualService %s/%s is not exported to namespace %s: this route is left out", ns, ref.Name, vs.Namespace)
 			continue
 		}
