@@ -42,6 +42,8 @@ type gatewayListenerKey struct {
 	// applies (their subsets): set only for a listener with such a server, so others stay shared.
 	scope *Scope
 	rules string
+	// topology is the proxy's own (its PROXY_CONFIG), which gateways of the same Gateways need not share.
+	topology gatewayTopology
 }
 
 // gatewayAddr is where a gateway listener listens: the servers' bind address (0.0.0.0 when unset) and port.
@@ -152,6 +154,7 @@ func (l listenerGenerator) gatewayListeners(proxy *model.Proxy, push *model.Push
 	})
 	var out model.Resources
 	var auto *autoPassthrough
+	topo := gatewayTopologyOf(proxy, nil)
 	for _, a := range addrs {
 		if proxy.Unprivileged && a.port < 1024 {
 			// As istiod: an unprivileged gateway pod (UNPRIVILEGED_POD) cannot bind the port.
@@ -160,14 +163,14 @@ func (l listenerGenerator) gatewayListeners(proxy *model.Proxy, push *model.Push
 			continue
 		}
 		key := gatewayListenerKey{version: push.Version, gateways: set, ports: ports.describe(), addr: a, policies: policyKey,
-			namespace: proxy.Namespace}
+			namespace: proxy.Namespace, topology: topo}
 		if hasAutoPassthroughServer(byAddr[a]) {
 			if auto == nil {
 				auto = &autoPassthrough{scope: l.g.scopeFor(proxy, push), labels: proxy.Labels}
 			}
 			key.scope, key.rules = auto.scope, push.DestinationRuleSelection(auto.scope.Namespace, proxy.Labels)
 		}
-		lis := buildGatewayListener(push, proxy.Namespace, a, byAddr[a], authz, auto)
+		lis := buildGatewayListener(push, proxy.Namespace, a, byAddr[a], authz, auto, topo)
 		if lis == nil {
 			continue // no server yields a chain: Envoy refuses a listener without one
 		}
@@ -254,14 +257,13 @@ func (a gatewayAuthz) tcpFilters(proxy *listener.Filter) []*listener.Filter {
 }
 
 // ldsGatewayHTTPManager sets what istiod sets on a gateway's connection managers besides the mesh defaults:
-// the client address is the peer's, and a mutual-TLS client's certificate details replace any
-// X-Forwarded-Client-Cert the client sent (SANITIZE_SET: subject, certificate, DNS and URI SANs).
-func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string) {
+// the client address is the peer's (or the one topo's trusted hops name), and by default a mutual-TLS
+// client's certificate details replace any X-Forwarded-Client-Cert the client sent (SANITIZE_SET: subject,
+// certificate, DNS and URI SANs).
+func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string, topo gatewayTopology) {
 	ldsMeshHTTPManager(hc, paths)
 	hc.UseRemoteAddress = wrapperspb.Bool(true)
-	hc.ForwardClientCertDetails = hcm.HttpConnectionManager_SANITIZE_SET
-	hc.SetCurrentClientCertDetails = &hcm.HttpConnectionManager_SetCurrentClientCertDetails{
-		Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
+	topo.applyHTTP(hc)
 }
 
 // buildGatewayListener builds the listener BIND_PORT (0.0.0.0_PORT) for the servers on addr, nil when none
@@ -269,7 +271,7 @@ func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string) {
 // addr's port is where the pod listens; routes match each server's own port, as clients address it. auto
 // is what AUTO_PASSTHROUGH servers forward to (nil when addr has none).
 func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayAddr, servers []gatewayServer, authz gatewayAuthz,
-	auto *autoPassthrough) *listener.Listener {
+	auto *autoPassthrough, topo gatewayTopology) *listener.Listener {
 	port := addr.port
 	name := addr.bind + "_" + ldsPortName(port)
 	statPrefix := "outbound_" + name
@@ -304,7 +306,7 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 		case gatewayHTTP:
 			if len(chains) == 0 {
 				hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s, port), authz.httpFilters())
-				ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
+				ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization, topo)
 				chains = append(chains, &listener.FilterChain{Name: name, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}})
 			}
 		case gatewayTCP:
@@ -345,7 +347,7 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 				var filters []*listener.Filter
 				if isHTTPS {
 					hc := ldsRDSManager(statPrefix, GatewayRouteName(gs.gw, s, port), authz.httpFilters())
-					ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization)
+					ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization, topo)
 					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
 				} else if dests := gatewayTCPDestinations(push, proxyNS, gs, gwName, s.Port.Number); len(dests) > 0 {
 					filters = authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))
@@ -376,7 +378,7 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		FilterChains:     chains,
 	}
-	lis.ListenerFilters = gatewayInspectors(chains)
+	lis.ListenerFilters = topo.listenerFilters(gatewayInspectors(chains))
 	return lis
 }
 

@@ -8,6 +8,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pkg/loglimit"
@@ -60,6 +61,8 @@ type Proxy struct {
 	InterceptionMode InterceptionMode
 	// Unprivileged is metadata UNPRIVILEGED_POD: the proxy cannot bind ports below 1024.
 	Unprivileged bool
+	// ProxyConfig is node metadata PROXY_CONFIG, nil when not sent; ProxyConfigOr says what generators read.
+	ProxyConfig *meshconfig.ProxyConfig
 	// MetadataNotes name node metadata that was read otherwise than sent (an unknown interception mode),
 	// for the transport to report when the proxy connects.
 	MetadataNotes []string
@@ -230,6 +233,11 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 			return fmt.Errorf("metadata INSTANCE_IPS: %q is not an IP address", loglimit.Text(ip))
 		}
 		p.IPAddresses = append(p.IPAddresses, ip)
+	}
+	if v, ok := fields["PROXY_CONFIG"]; ok {
+		if err := p.readProxyConfig(v); err != nil {
+			return err
+		}
 	}
 	if v, ok := fields["LABELS"]; ok {
 		s := v.GetStructValue()

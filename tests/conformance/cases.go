@@ -39,10 +39,25 @@ type Proxy struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// ExtraIPs are the proxy's other addresses (a dual-stack pod's second family), after IP.
 	ExtraIPs []string `json:"extraIPs,omitempty"`
+	// ProxyConfig is node metadata PROXY_CONFIG, Istio's ProxyConfig as the agent sends it (the mesh's
+	// defaultConfig merged with the pod's proxy.istio.io/config annotation), e.g. {gatewayTopology: {...}}.
+	ProxyConfig map[string]any `json:"proxyConfig,omitempty"`
 }
 
 // ips are all the proxy's addresses, IP first.
 func (p Proxy) ips() []string { return append([]string{p.IP}, p.ExtraIPs...) }
+
+// extraMetadata is the node metadata the case gives beyond labels and namespace, by Istio's names.
+func (p Proxy) extraMetadata() map[string]any {
+	out := map[string]any{}
+	for k, v := range p.Metadata {
+		out[k] = v
+	}
+	if p.ProxyConfig != nil {
+		out["PROXY_CONFIG"] = p.ProxyConfig
+	}
+	return out
+}
 
 // LoadCases reads every case directory under root, sorted by name.
 func LoadCases(root string) ([]*Case, error) {

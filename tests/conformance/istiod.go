@@ -50,9 +50,9 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 				ClusterID: "Kubernetes",
 			},
 		}
-		if len(p.Metadata) > 0 {
+		if md := p.extraMetadata(); len(md) > 0 {
 			// The fields of istiod's node metadata carry the agent's names as JSON tags.
-			raw, err := json.Marshal(p.Metadata)
+			raw, err := json.Marshal(md)
 			if err != nil {
 				return nil, err
 			}

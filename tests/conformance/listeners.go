@@ -14,6 +14,7 @@ import (
 	extauthzhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
+	proxyprotocol "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/proxy_protocol/v3"
 	extauthznet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
@@ -444,17 +445,32 @@ func probeListener(out Snapshot, key Key, l *listener.Listener, ip string, port 
 }
 
 // listenerSocketFields records what the listener's socket does beyond picking a chain: transparent (TPROXY capture:
-// it accepts connections to any address) and original_src (the upstream connection keeps the client's
-// address, with its socket mark), each only when set.
+// it accepts connections to any address), original_src (the upstream connection keeps the client's
+// address, with its socket mark) and proxy_protocol (a PROXY header is read first: required or optional,
+// and which filters run before it, which would read the header as payload), each only when set.
 func listenerSocketFields(f Fields, l *listener.Listener) {
 	if l.GetTransparent().GetValue() {
 		f["listener.transparent"] = "true"
 	}
+	var before []string
 	for _, lf := range l.GetListenerFilters() {
 		var src originalsrc.OriginalSrc
 		if lf.GetTypedConfig().MessageIs(&src) && lf.GetTypedConfig().UnmarshalTo(&src) == nil {
 			f["listener.original_src"] = "mark " + strconv.FormatUint(uint64(src.GetMark()), 10)
 		}
+		var pp proxyprotocol.ProxyProtocol
+		if lf.GetTypedConfig().MessageIs(&pp) && lf.GetTypedConfig().UnmarshalTo(&pp) == nil {
+			v := "required"
+			if pp.GetAllowRequestsWithoutProxyProtocol() {
+				v = "optional"
+			}
+			if len(before) > 0 {
+				v += " after " + strings.Join(before, ",")
+			}
+			f["listener.proxy_protocol"] = v
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(typeNameOf(lf.GetTypedConfig()), "envoy.extensions.filters.listener."), ".")
+		before = append(before, name)
 	}
 }
 

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,9 +109,7 @@ func sextantProxy(p Proxy) (*model.Proxy, error) {
 		labels[k] = v
 	}
 	fields := map[string]any{"LABELS": labels, "NAMESPACE": p.Namespace, "NAME": p.Name}
-	for k, v := range p.Metadata {
-		fields[k] = v
-	}
+	maps.Copy(fields, p.extraMetadata())
 	if len(p.ExtraIPs) > 0 {
 		fields["INSTANCE_IPS"] = strings.Join(p.ips(), ",") // as the agent sends a dual-stack pod's
 	}
