@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	networking "istio.io/api/networking/v1alpha3"
+	networkingv1beta1 "istio.io/api/networking/v1beta1"
 	security "istio.io/api/security/v1beta1"
 )
 
@@ -62,6 +63,7 @@ func CompatKinds() []CompatKind {
 		{AuthorizationPolicy, spec(&security.AuthorizationPolicy{})},
 		{PeerAuthentication, spec(&security.PeerAuthentication{})},
 		{RequestAuthentication, spec(&security.RequestAuthentication{})},
+		{ProxyConfig, spec(&networkingv1beta1.ProxyConfig{})},
 	}
 }
 
@@ -69,6 +71,8 @@ const (
 	networkingPkg = "istio.networking.v1alpha3."
 	securityPkg   = "istio.security.v1beta1."
 	typePkg       = "istio.type.v1beta1."
+	// proxyConfigPkg holds the ProxyConfig kind, apart from the other networking kinds.
+	proxyConfigPkg = "istio.networking.v1beta1."
 )
 
 // compatTable lists every field of the Istio kinds that is not plainly honoured. A Warned or Rejected
@@ -191,6 +195,17 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "only a Gateway API Gateway is served; a Service, ServiceEntry or GatewayClass is a waypoint's target and gets nothing"},
 	{typePkg + "PolicyTargetReference", "group"}: {Status: Honoured, ReadBy: "IsGatewayTargetRef"},
 	{typePkg + "PolicyTargetReference", "kind"}:  {Status: Honoured, ReadBy: "IsGatewayTargetRef"},
+
+	// ProxyConfig: istiod reads the kind in its sidecar injector only; its xDS output follows what the agent
+	// sends (node metadata PROXY_CONFIG), which Sextant reads: gatewayTopology shapes a gateway's listeners.
+	{proxyConfigPkg + "ProxyConfig", "selector"}: {Status: Warned,
+		Note: "agent-side: picks the pods the sidecar injector applies the object to; Sextant runs no injector"},
+	{proxyConfigPkg + "ProxyConfig", "concurrency"}: {Status: Warned,
+		Note: "agent-side: the proxy's worker threads, set by the injector when it creates the pod"},
+	{proxyConfigPkg + "ProxyConfig", "environment_variables"}: {Status: Warned,
+		Note: "agent-side: set on the proxy container by the injector; the node metadata the agent then sends is read from the node"},
+	{proxyConfigPkg + "ProxyConfig", "image"}: {Status: Warned,
+		Note: "agent-side: the proxy image the injector picks"},
 }
 
 // CompatStatus returns the status of field f, and whether the table lists it.

@@ -295,6 +295,7 @@ var compatBase = map[Kind]string{
 	AuthorizationPolicy:   "action: ALLOW\n",
 	PeerAuthentication:    "mtls: {mode: STRICT}\n",
 	RequestAuthentication: "selector: {matchLabels: {app: a}}\n",
+	ProxyConfig:           "concurrency: 2\n",
 }
 
 func compatObject(t *testing.T, kind Kind) *Config {

@@ -27,6 +27,8 @@ const (
 	RequestAuthentication Kind = "RequestAuthentication"
 	// Secret holds the certificates Gateway and DestinationRule credentialName name, served over SDS.
 	Secret Kind = "Secret"
+	// ProxyConfig holds agent-side settings the sidecar injector applies; read to be validated and reported.
+	ProxyConfig Kind = "ProxyConfig"
 )
 
 // FetchedJWKS is no source's kind: it holds what Sextant fetched from a RequestAuthentication's jwksUri
@@ -67,6 +69,7 @@ var kinds = []KindInfo{
 	{PeerAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "peerauthentications", true},
 	{RequestAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "requestauthentications", true},
 	{Secret, "", []string{"v1"}, "secrets", true},
+	{ProxyConfig, "networking.istio.io", []string{"v1beta1"}, "proxyconfigs", true},
 }
 
 // Kinds returns every kind Sextant reads, in a stable order.
@@ -87,7 +90,6 @@ func Info(k Kind) (KindInfo, bool) {
 // they change nothing Sextant serves and must not look as if they did.
 var unreadKinds = []KindInfo{
 	{"EnvoyFilter", "networking.istio.io", []string{"v1alpha3"}, "envoyfilters", true},
-	{"ProxyConfig", "networking.istio.io", []string{"v1beta1"}, "proxyconfigs", true},
 	{"WorkloadGroup", "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "workloadgroups", true},
 	{"Telemetry", "telemetry.istio.io", []string{"v1", "v1alpha1"}, "telemetries", true},
 	{"WasmPlugin", "extensions.istio.io", []string{"v1alpha1"}, "wasmplugins", true},

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
+	networkingv1beta1 "istio.io/api/networking/v1beta1"
 	security "istio.io/api/security/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -326,6 +327,8 @@ func NewIstioSpec(k Kind) proto.Message {
 		return &security.PeerAuthentication{}
 	case RequestAuthentication:
 		return &security.RequestAuthentication{}
+	case ProxyConfig:
+		return &networkingv1beta1.ProxyConfig{}
 	}
 	panic("not an Istio kind: " + k)
 }

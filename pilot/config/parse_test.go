@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	networking "istio.io/api/networking/v1alpha3"
+	networkingv1beta1 "istio.io/api/networking/v1beta1"
 	security "istio.io/api/security/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -346,6 +347,28 @@ spec:
 		},
 	},
 	{
+		kind: config.ProxyConfig, apiVersion: "networking.istio.io/v1beta1", namespaced: true, specType: &networkingv1beta1.ProxyConfig{},
+		doc: `
+apiVersion: networking.istio.io/v1beta1
+kind: ProxyConfig
+metadata:
+  name: per-workload
+spec:
+  selector:
+    matchLabels: {app: reviews}
+  concurrency: 0
+  environmentVariables: {ISTIO_META_DNS_CAPTURE: "true"}
+  image: {imageType: distroless}
+`,
+		check: func(t *testing.T, spec any) {
+			p := spec.(*networkingv1beta1.ProxyConfig)
+			if p.Concurrency == nil || p.Concurrency.Value != 0 || p.Image.GetImageType() != "distroless" ||
+				p.EnvironmentVariables["ISTIO_META_DNS_CAPTURE"] != "true" {
+				t.Errorf("ProxyConfig = %v", p)
+			}
+		},
+	},
+	{
 		// stringData is written into data, over an entry of the same key, as the API server does.
 		kind: config.Secret, apiVersion: "v1", namespaced: true, specType: &corev1.Secret{},
 		doc: `
@@ -436,8 +459,8 @@ func TestParseEveryKind(t *testing.T) {
 			t.Errorf("kind %s has no valid document in this test", ki.Kind)
 		}
 	}
-	if len(config.Kinds()) != 15 {
-		t.Errorf("Kinds() has %d kinds, want 15", len(config.Kinds()))
+	if len(config.Kinds()) != 16 {
+		t.Errorf("Kinds() has %d kinds, want 16", len(config.Kinds()))
 	}
 }
 

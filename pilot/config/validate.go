@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	networking "istio.io/api/networking/v1alpha3"
+	networkingv1beta1 "istio.io/api/networking/v1beta1"
 	security "istio.io/api/security/v1beta1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,8 @@ func Validate(c *Config) error {
 		return validatePeerAuthentication(s)
 	case *security.RequestAuthentication:
 		return validateRequestAuthentication(s)
+	case *networkingv1beta1.ProxyConfig:
+		return validateProxyConfig(s)
 	case *FetchedKeySet:
 		return nil // made by Sextant's fetcher, which validates the key set it stores
 	}
@@ -874,6 +877,8 @@ func Warnings(c *Config) []*FieldError {
 		}
 	case *networking.DestinationRule:
 		destinationRuleWarnings(s, warn)
+	case *networkingv1beta1.ProxyConfig:
+		proxyConfigWarnings(s, warn)
 	case *networking.Gateway:
 		for i, srv := range s.Servers {
 			if srv.DefaultEndpoint != "" {

@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -59,6 +60,8 @@ func toConfig(obj any) (*config.Config, error) {
 		kind, meta, spec = config.PeerAuthentication, &o.ObjectMeta, &o.Spec
 	case *securityv1.RequestAuthentication:
 		kind, meta, spec = config.RequestAuthentication, &o.ObjectMeta, &o.Spec
+	case *networkingv1beta1.ProxyConfig:
+		kind, meta, spec = config.ProxyConfig, &o.ObjectMeta, &o.Spec
 	default:
 		return nil, fmt.Errorf("unexpected object type %T", obj)
 	}

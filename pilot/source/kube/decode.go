@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -55,6 +56,10 @@ var crdTypes = map[config.Kind]func() (runtime.Object, *metav1.ObjectMeta, any){
 	},
 	config.RequestAuthentication: func() (runtime.Object, *metav1.ObjectMeta, any) {
 		o := &securityv1.RequestAuthentication{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
+	config.ProxyConfig: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1beta1.ProxyConfig{}
 		return o, &o.ObjectMeta, &o.Spec
 	},
 }

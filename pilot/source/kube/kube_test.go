@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
+	networkingapiv1beta1 "istio.io/api/networking/v1beta1"
 	security "istio.io/api/security/v1beta1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -148,12 +151,12 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	h.disc.set(o.resources)
 	src, err := New(Options{
-		KubeClient:      h.kube,
-		Dynamic:         h.istio,
-		Store:           h.store,
-		Logger:          slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Discovery:       h.disc,
-		ResyncPeriod:    o.resync,
+		KubeClient:         h.kube,
+		Dynamic:            h.istio,
+		Store:              h.store,
+		Logger:             slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Discovery:          h.disc,
+		ResyncPeriod:       o.resync,
 		CRDPollInterval:    20 * time.Millisecond,
 		DiscoverySelectors: o.selectors,
 	})
@@ -417,6 +420,9 @@ func everyKind() (kube, istio []runtime.Object) {
 		}},
 		&securityv1.RequestAuthentication{ObjectMeta: meta("jwt", "1"), Spec: security.RequestAuthentication{
 			JwtRules: []*security.JWTRule{{Issuer: "https://issuer.example.com", JwksUri: "https://issuer.example.com/jwks"}},
+		}},
+		&networkingv1beta1.ProxyConfig{ObjectMeta: meta("workers", "1"), Spec: networkingapiv1beta1.ProxyConfig{
+			Concurrency: wrapperspb.Int32(2),
 		}},
 	}
 	return kube, istio
