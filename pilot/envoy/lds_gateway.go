@@ -154,7 +154,7 @@ func (l listenerGenerator) gatewayListeners(proxy *model.Proxy, push *model.Push
 	})
 	var out model.Resources
 	var auto *autoPassthrough
-	topo := gatewayTopologyOf(proxy, nil)
+	topo := gatewayTopologyOf(proxy, push.Mesh.DefaultProxyConfig())
 	for _, a := range addrs {
 		if proxy.Unprivileged && a.port < 1024 {
 			// As istiod: an unprivileged gateway pod (UNPRIVILEGED_POD) cannot bind the port.

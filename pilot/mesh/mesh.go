@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -51,6 +52,8 @@ type Config struct {
 	// Unimplemented lists the fields of the mesh config file Sextant does not read (Istio's MeshConfig has many
 	// more), "defaultConfig.NAME" for proxy defaults, so that they are reported rather than silently ignored.
 	Unimplemented []string `json:"-"`
+	// defaultProxy is what is read of defaultConfig; see DefaultProxyConfig.
+	defaultProxy *meshconfig.ProxyConfig
 }
 
 // PathNormalization is Istio's MeshConfig.pathNormalization.
@@ -160,7 +163,8 @@ func Parse(data []byte, cfg *Config) error {
 		Config
 		// Istio keeps the cluster domain in the proxy defaults; accept it there too.
 		DefaultConfig struct {
-			DomainSuffix string `json:"domainSuffix,omitempty"`
+			DomainSuffix    string          `json:"domainSuffix,omitempty"`
+			GatewayTopology json.RawMessage `json:"gatewayTopology,omitempty"`
 		} `json:"defaultConfig"`
 		// Read apart: each entry's kind is the key beside its name.
 		ExtensionProviders json.RawMessage `json:"extensionProviders"`
@@ -178,7 +182,7 @@ func Parse(data []byte, cfg *Config) error {
 			var proxy map[string]json.RawMessage
 			_ = json.Unmarshal(raw, &proxy) // its shape was checked above
 			for field := range proxy {
-				if field != "domainSuffix" {
+				if field != "domainSuffix" && field != "gatewayTopology" {
 					cfg.addUnimplemented("defaultConfig." + field)
 				}
 			}
@@ -194,6 +198,13 @@ func Parse(data []byte, cfg *Config) error {
 	}
 	if file.DefaultConfig.DomainSuffix != "" {
 		cfg.DomainSuffix = file.DefaultConfig.DomainSuffix
+	}
+	if file.DefaultConfig.GatewayTopology != nil {
+		pc, err := parseGatewayTopology(file.DefaultConfig.GatewayTopology)
+		if err != nil {
+			return err
+		}
+		cfg.defaultProxy = pc
 	}
 	if file.DomainSuffix != "" {
 		cfg.DomainSuffix = file.DomainSuffix
