@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/credentials"
@@ -100,9 +101,11 @@ func BearerToken(ctx context.Context) (string, error) {
 }
 
 // ClientCertAuthenticator accepts a TLS client certificate that chains to the mesh's roots (checked by
-// the TLS handshake, see the server's tls.Config) and names SPIFFE identities of the trust domain.
+// the TLS handshake, see the server's tls.Config) and names SPIFFE identities of the trust domain or of
+// one of its aliases (a proxy still holding a certificate of the trust domain being migrated from).
 type ClientCertAuthenticator struct {
-	TrustDomain string
+	TrustDomain        string
+	TrustDomainAliases []string
 }
 
 // Authenticate implements Authenticator.
@@ -132,7 +135,7 @@ func (a *ClientCertAuthenticator) identities(leaf *x509.Certificate) (*Caller, e
 			problems = append(problems, err.Error())
 			continue
 		}
-		if id.TrustDomain != a.TrustDomain {
+		if id.TrustDomain != a.TrustDomain && !slices.Contains(a.TrustDomainAliases, id.TrustDomain) {
 			problems = append(problems, fmt.Sprintf("identity %s: trust domain is not %q", id, a.TrustDomain))
 			continue
 		}

@@ -59,7 +59,7 @@ spec:
 // A mesh config field Sextant does not implement is a warning of the server, naming the file and the field.
 func TestUnimplementedMeshConfigFieldIsReported(t *testing.T) {
 	meshFile := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(meshFile, []byte("trustDomain: cluster.local\ntrustDomainAliases: [old.example.org]\n"), 0o644); err != nil {
+	if err := os.WriteFile(meshFile, []byte("trustDomain: cluster.local\ndefaultProviders: {metrics: [prometheus]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := discovery.NewServer(discovery.Args{ConfigDir: t.TempDir(), MeshConfigFile: meshFile, GRPCAddr: "127.0.0.1:0",
@@ -71,8 +71,8 @@ func TestUnimplementedMeshConfigFieldIsReported(t *testing.T) {
 	for _, w := range srv.Warnings() {
 		if w.Kind == "MeshConfig" {
 			got = append(got, w.Error())
-			if w.Field != "trustDomainAliases" || w.File != meshFile || !w.Warning {
-				t.Errorf("warning %+v, want one on field trustDomainAliases of %s", w, meshFile)
+			if w.Field != "defaultProviders" || w.File != meshFile || !w.Warning {
+				t.Errorf("warning %+v, want one on field defaultProviders of %s", w, meshFile)
 			}
 		}
 	}

@@ -81,7 +81,8 @@ func (s *Server) setupSecurity() error {
 	if err != nil {
 		return err
 	}
-	chain := authn.Chain{ClientCert: &authn.ClientCertAuthenticator{TrustDomain: s.Mesh.TrustDomain}, Token: a.TokenAuthenticator,
+	chain := authn.Chain{ClientCert: &authn.ClientCertAuthenticator{TrustDomain: s.Mesh.TrustDomain,
+		TrustDomainAliases: s.Mesh.TrustDomainAliases}, Token: a.TokenAuthenticator,
 		ClusterID: s.Mesh.ClusterID}
 	if chain.Token == nil && client != nil {
 		chain.Token = authn.NewTokenReviewAuthenticator(authn.TokenReviewOptions{Client: client, TrustDomain: s.Mesh.TrustDomain,

@@ -313,9 +313,14 @@ var ldsMeshCiphers = []string{
 }
 
 // ldsMeshDownstreamTLS terminates mesh mTLS: the workload certificate, client certificates required,
-// validated against the mesh root and holding a SPIFFE identity of trustDomain (the root may sign other
-// trust domains too, whose workloads are not this mesh's); alpn is the server's ALPN.
-func ldsMeshDownstreamTLS(trustDomain string, alpn []string) *tlsv3.DownstreamTlsContext {
+// validated against the mesh root and holding a SPIFFE identity of one of trustDomains, the mesh's and its
+// aliases (the root may sign other trust domains too, whose workloads are not this mesh's); alpn is the
+// server's ALPN.
+func ldsMeshDownstreamTLS(trustDomains []string, alpn []string) *tlsv3.DownstreamTlsContext {
+	sans := make([]*matcher.StringMatcher, len(trustDomains))
+	for i, td := range trustDomains {
+		sans[i] = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + td + "/"}}
+	}
 	return &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
@@ -329,8 +334,7 @@ func ldsMeshDownstreamTLS(trustDomain string, alpn []string) *tlsv3.DownstreamTl
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext: &tlsv3.CertificateValidationContext{
-						MatchSubjectAltNames: []*matcher.StringMatcher{{
-							MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + trustDomain + "/"}}},
+						MatchSubjectAltNames: sans,
 					},
 					ValidationContextSdsSecretConfig: sdsSecret(sdsRoot),
 				}},

@@ -279,7 +279,7 @@ func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilt
 		kind = inboundTCP
 	}
 	return inboundChains(chainName, wrapperspb.UInt32(p.port), inboundChainOptions(kind, in.mtls.ModeForPort(p.port)),
-		in.env.TrustDomain, filters)
+		in.env.TrustDomains(), filters)
 }
 
 // buildBoundInbound builds the listener bound to bind and the inbound port p, istiod's inboundCustomListener:
@@ -325,14 +325,14 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}})),
 	}
 	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode),
-		in.env.TrustDomain, passthrough)...)
+		in.env.TrustDomains(), passthrough)...)
 	// A port-level mTLS mode on a port no service declares governs that port's passthrough, as in istiod.
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
 		if declared[port] || ldsReservedPorts[port] {
 			continue
 		}
 		chains = append(chains, inboundChains("inbound_passthrough_"+ldsPortName(port), wrapperspb.UInt32(port),
-			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), in.env.TrustDomain, passthrough)...)
+			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), in.env.TrustDomains(), passthrough)...)
 	}
 
 	filters := []*listener.ListenerFilter{ldsOriginalDst()}
@@ -444,8 +444,8 @@ func inboundChainOptions(kind inboundKind, mode model.MTLSMode) []inboundChainOp
 type inboundFilters struct{ http, tcp []*listener.Filter }
 
 // inboundChains builds the chains of opts for one port (nil: any port). Mesh mTLS accepts only client
-// certificates of trustDomain.
-func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChainOption, trustDomain string,
+// certificates of trustDomains.
+func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChainOption, trustDomains []string,
 	filters inboundFilters) []*listener.FilterChain {
 	out := make([]*listener.FilterChain, 0, len(opts))
 	for _, o := range opts {
@@ -463,7 +463,7 @@ func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChai
 			if o.http {
 				alpn = ldsMeshServerHTTPALPN
 			}
-			fc.TransportSocket = ldsDownstreamTLSSocket(ldsMeshDownstreamTLS(trustDomain, alpn))
+			fc.TransportSocket = ldsDownstreamTLSSocket(ldsMeshDownstreamTLS(trustDomains, alpn))
 		}
 		out = append(out, fc)
 	}

@@ -41,6 +41,9 @@ type Config struct {
 	// DefaultHTTPRetryPolicy is the retry policy of HTTP routes whose VirtualService sets no retries, and of
 	// routes without a VirtualService (nil: istiod's built-in default, two retries on connection failures).
 	DefaultHTTPRetryPolicy *RetryPolicy `json:"defaultHttpRetryPolicy,omitempty"`
+	// TrustDomainAliases are other trust domains whose identities are this mesh's (during a trust domain
+	// migration): accepted by sidecars, matched by authorization policies, expected of servers.
+	TrustDomainAliases []string `json:"trustDomainAliases,omitempty"`
 	// DefaultServiceExportTo, DefaultVirtualServiceExportTo and DefaultDestinationRuleExportTo are the
 	// exportTo of services, VirtualServices and DestinationRules that set none (nil: "*", everywhere).
 	DefaultServiceExportTo         []string `json:"defaultServiceExportTo,omitempty"`
@@ -102,7 +105,7 @@ var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "do
 	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true,
 	"jwksFetch": true, "defaultConfig": true,
 	"defaultHttpRetryPolicy": true, "discoverySelectors": true,
-	"defaultServiceExportTo": true, "defaultVirtualServiceExportTo": true, "defaultDestinationRuleExportTo": true}
+	"defaultServiceExportTo": true, "trustDomainAliases": true, "defaultVirtualServiceExportTo": true, "defaultDestinationRuleExportTo": true}
 
 // RetryPolicy is Istio's MeshConfig.defaultHttpRetryPolicy, a VirtualService's HTTPRetry, read as istiod
 // reads it (protobuf JSON: perTryTimeout "2s", unknown fields refused).
@@ -239,6 +242,14 @@ func Parse(data []byte, cfg *Config) error {
 			return fmt.Errorf("field pathNormalization.normalization: %q: want one of %s, %s, %s, %s, %s", n, PathNormalizationNone,
 				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
 		}
+	}
+	for i, a := range file.TrustDomainAliases {
+		if errs := validation.IsDNS1123Subdomain(a); len(errs) > 0 {
+			return fmt.Errorf("field trustDomainAliases[%d]: %q: %v", i, a, errs)
+		}
+	}
+	if file.TrustDomainAliases != nil {
+		cfg.TrustDomainAliases = file.TrustDomainAliases
 	}
 	if err := overlayExportTo(cfg, &file.Config); err != nil {
 		return err

@@ -186,12 +186,12 @@ func TestJWKSFetchSettings(t *testing.T) {
 // silently having no effect.
 func TestUnimplementedFieldsAreListed(t *testing.T) {
 	cfg := Default()
-	data := "trustDomain: example.org\ntrustDomainAliases: [old.example.org]\nenableTracing: true\n" +
+	data := "trustDomain: example.org\ndefaultProviders: {metrics: [prometheus]}\nenableTracing: true\n" +
 		"defaultConfig:\n  domainSuffix: corp.local\n  holdApplicationUntilProxyStarts: true\n"
 	if err := Parse([]byte(data), cfg); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"defaultConfig.holdApplicationUntilProxyStarts", "enableTracing", "trustDomainAliases"}
+	want := []string{"defaultConfig.holdApplicationUntilProxyStarts", "defaultProviders", "enableTracing"}
 	if !slices.Equal(cfg.Unimplemented, want) {
 		t.Errorf("unimplemented %q, want %q", cfg.Unimplemented, want)
 	}

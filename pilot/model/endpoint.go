@@ -244,7 +244,7 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 			}
 		}
 	}
-	out.ServiceAccounts = serviceAccountsOf(svc, out, m.TrustDomain)
+	out.ServiceAccounts = withTrustDomainAliases(serviceAccountsOf(svc, out, m.TrustDomain), m.TrustDomainAliases)
 	slices.Sort(out.podRefs)
 	out.podRefs = slices.Compact(out.podRefs)
 	slices.Sort(out.WaitingForPods)
@@ -519,6 +519,31 @@ func serviceAccountsOf(svc *Service, se *ServiceEndpoints, trustDomain string) [
 				lastNS, lastSA = ep.Namespace, ep.ServiceAccount
 				out = append(out, SpiffeID(trustDomain, ep.Namespace, ep.ServiceAccount))
 			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// withTrustDomainAliases adds, for each SPIFFE identity, its spelling in every alias of the mesh's trust
+// domain, as istiod does: a server whose certificate still carries the old trust domain passes the client's
+// check during a migration.
+func withTrustDomainAliases(accounts, aliases []string) []string {
+	if len(aliases) == 0 {
+		return accounts
+	}
+	out := slices.Clone(accounts)
+	for _, a := range accounts {
+		rest, ok := strings.CutPrefix(a, "spiffe://")
+		if !ok {
+			continue
+		}
+		_, path, ok := strings.Cut(rest, "/")
+		if !ok {
+			continue
+		}
+		for _, td := range aliases {
+			out = append(out, "spiffe://"+td+"/"+path)
 		}
 	}
 	slices.Sort(out)

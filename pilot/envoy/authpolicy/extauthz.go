@@ -61,6 +61,9 @@ const (
 // Env is what translating a proxy's policies needs besides the policies.
 type Env struct {
 	TrustDomain string
+	// TrustDomainAliases are the mesh's other trust domains (a migration's old one): their identities are
+	// the mesh's too.
+	TrustDomainAliases []string
 	// JWT is the proxy's JWT filter (jwt.go), nil when no RequestAuthentication applies.
 	JWT *JWTAuthn
 	// extAuthz holds the providers the proxy's CUSTOM policies name, resolved against the snapshot.
@@ -82,7 +85,7 @@ type extAuthzProvider struct {
 
 // NewEnv resolves the providers the CUSTOM policies name; the caller sets JWT.
 func NewEnv(push *model.PushContext, policies model.AuthorizationPolicies, clusterName ClusterNamer) Env {
-	env := Env{TrustDomain: push.Mesh.TrustDomain}
+	env := Env{TrustDomain: push.Mesh.TrustDomain, TrustDomainAliases: push.Mesh.TrustDomainAliases}
 	for _, c := range policies.Custom {
 		name := c.Spec.(*security.AuthorizationPolicy).GetProvider().GetName()
 		if env.extAuthz == nil {
@@ -95,10 +98,21 @@ func NewEnv(push *model.PushContext, policies model.AuthorizationPolicies, clust
 	return env
 }
 
+// TrustDomains returns the trust domain and its aliases, nil when the trust domain is not set.
+func (e Env) TrustDomains() []string {
+	if e.TrustDomain == "" {
+		return nil
+	}
+	return append([]string{e.TrustDomain}, e.TrustDomainAliases...)
+}
+
 // Describe is a cache key for what the environment changes in the filters.
 func (e Env) Describe() string {
 	var b strings.Builder
 	b.WriteString(e.TrustDomain)
+	for _, a := range e.TrustDomainAliases {
+		b.WriteString("," + a)
+	}
 	b.WriteString(e.JWT.describe())
 	names := make([]string, 0, len(e.extAuthz))
 	for n := range e.extAuthz {

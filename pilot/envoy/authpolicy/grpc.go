@@ -39,7 +39,7 @@ const (
 // GRPCFilters returns the RBAC HTTP filters of a gRPC server, in Envoy's order: CUSTOM (as DENY), DENY,
 // ALLOW.
 func GRPCFilters(policies model.AuthorizationPolicies, env Env) ([]*hcm.HttpFilter, []string) {
-	b := &rbacBuilder{trustDomain: env.TrustDomain}
+	b := newRBACBuilder(env, false)
 	var out []*hcm.HttpFilter
 	if r := grpcUnverifiableTokens(b, env.JWT); r != nil {
 		out = append(out, httpFilter(grpcRBACJWTFilter, &rbachttp.RBAC{Rules: grpcRBACRefusable(b, r)}))

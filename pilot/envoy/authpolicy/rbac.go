@@ -71,7 +71,7 @@ var (
 // JWT filter of the RequestAuthentications (env.JWT), then RBAC for AUDIT, DENY, ALLOW; none when no
 // policy applies. The notes say what could not be translated.
 func HTTPFilters(policies model.AuthorizationPolicies, env Env) ([]*hcm.HttpFilter, []string) {
-	b := &rbacBuilder{trustDomain: env.TrustDomain}
+	b := newRBACBuilder(env, false)
 	var out []*hcm.HttpFilter
 	for _, g := range b.custom(policies.Custom, env) {
 		if g.failure != "" {
@@ -97,7 +97,7 @@ func HTTPFilters(policies model.AuthorizationPolicies, env Env) ([]*hcm.HttpFilt
 
 // TCPFilters returns the authorization network filters for the policies, with only what L4 can check.
 func TCPFilters(policies model.AuthorizationPolicies, env Env) ([]*listener.Filter, []string) {
-	b := &rbacBuilder{trustDomain: env.TrustDomain, forTCP: true}
+	b := newRBACBuilder(env, true)
 	var out []*listener.Filter
 	for _, g := range b.custom(policies.Custom, env) {
 		if g.failure != "" {
@@ -164,10 +164,16 @@ func DescribePolicies(p model.AuthorizationPolicies) string {
 
 type rbacBuilder struct {
 	trustDomain string
-	forTCP      bool
-	notes       []string
+	// bundle is the trust domain and its aliases, which source principals and trust domains are spelled in.
+	bundle trustBundle
+	forTCP bool
+	notes  []string
 	// rule names the rule being translated, for notes.
 	rule string
+}
+
+func newRBACBuilder(env Env, forTCP bool) *rbacBuilder {
+	return &rbacBuilder{trustDomain: env.TrustDomain, bundle: env.TrustDomains(), forTCP: forTCP}
 }
 
 func (b *rbacBuilder) notef(format string, args ...any) {
@@ -226,11 +232,11 @@ func (b *rbacBuilder) translateRule(r *security.Rule, action rbacpb.RBAC_Action)
 	for _, from := range froms {
 		s := from.GetSource()
 		attrs := []rbacAttribute[*rbacpb.Principal]{
-			{"principals", s.GetPrincipals(), s.GetNotPrincipals(), b.srcPrincipal},
+			{"principals", b.bundle.principals(s.GetPrincipals()), b.bundle.principals(s.GetNotPrincipals()), b.srcPrincipal},
 			{"requestPrincipals", s.GetRequestPrincipals(), s.GetNotRequestPrincipals(), b.requestPrincipal},
 			{"namespaces", s.GetNamespaces(), s.GetNotNamespaces(), b.srcNamespace},
 			{"serviceAccounts", s.GetServiceAccounts(), s.GetNotServiceAccounts(), b.srcServiceAccount},
-			{"trustDomains", s.GetTrustDomains(), s.GetNotTrustDomains(), b.srcTrustDomain},
+			{"trustDomains", b.bundle.trustDomains(s.GetTrustDomains()), b.bundle.trustDomains(s.GetNotTrustDomains()), b.srcTrustDomain},
 			{"remoteIpBlocks", s.GetRemoteIpBlocks(), s.GetNotRemoteIpBlocks(), rbacRemoteIP},
 			{"ipBlocks", s.GetIpBlocks(), s.GetNotIpBlocks(), rbacDirectRemoteIP},
 		}
