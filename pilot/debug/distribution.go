@@ -225,6 +225,8 @@ var ztunnelKinds = map[config.Kind]bool{
 func (d *Debug) dependsOn(c xds.ConnectionStatus, key config.Key, exportList []string, ps *model.PushContext) bool {
 	root := d.src.Mesh.RootNamespace
 	switch {
+	case key.Kind == config.ProxyConfig:
+		return false // agent-side only: no proxy's xDS depends on one
 	case c.Type == model.Ztunnel:
 		return ztunnelKinds[key.Kind]
 	case key.Kind == config.Node:

@@ -2,6 +2,7 @@ package debug_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/push"
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
+	"github.com/sextantmesh/sextant/tests/debugtest"
 )
 
 // A change the pipeline publishes before the store's later handlers have run (its goroutine is quick, the
@@ -42,5 +44,23 @@ func TestDistributionPlacesAChangePublishedAtOnce(t *testing.T) {
 	dist, ok := d.Distribution(key)
 	if !ok || dist.Generation != 2 || dist.SnapshotVersion != current || current < 2 {
 		t.Fatalf("distribution %+v (found %v), want generation 2 in snapshot %d, the one that has it", dist, ok, current)
+	}
+}
+
+// A ProxyConfig object is agent-side: no connected proxy's configuration depends on it, so its distribution
+// names none, even proxies of its namespace, and waiting for it does not wait on them.
+func TestDistributionOfAProxyConfig(t *testing.T) {
+	env, _, _ := debugtest.StartScenario(t)
+	env.Write(t, "30-proxyconfig.yaml", "apiVersion: networking.istio.io/v1beta1\nkind: ProxyConfig\n"+
+		"metadata: {name: workers, namespace: bookinfo}\nspec: {concurrency: 2}\n")
+	path := "/debug/distribution?kind=ProxyConfig&name=workers&namespace=bookinfo"
+	debugtest.Eventually(t, "the ProxyConfig to be read", func() bool {
+		code, _ := env.Get(t, path)
+		return code == http.StatusOK
+	})
+	var dist debug.Distribution
+	env.GetJSON(t, path, &dist)
+	if !dist.Exists || len(dist.Proxies) != 0 {
+		t.Errorf("distribution %+v, want the object and no proxy", dist)
 	}
 }
