@@ -19,7 +19,8 @@ func TestGatewayTopology(t *testing.T) {
 
 	behind := *ldsGateway
 	behind.ProxyConfig = &meshconfig.ProxyConfig{GatewayTopology: &meshconfig.Topology{NumTrustedProxies: 2,
-		ForwardClientCertDetails: meshconfig.ForwardClientCertDetails_FORWARD_ONLY, ProxyProtocol: &meshconfig.Topology_ProxyProtocolConfiguration{}}}
+		ForwardClientCertDetails: meshconfig.ForwardClientCertDetails_FORWARD_ONLY,
+		ProxyProtocol:            &meshconfig.Topology_ProxyProtocolConfiguration{}}}
 	ls := ldsGenerate(t, g, &behind, push, wildcard(ListenerType))
 
 	for _, c := range []struct {

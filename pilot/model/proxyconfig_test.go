@@ -15,8 +15,9 @@ import (
 func TestParseProxyConfigMetadata(t *testing.T) {
 	md := map[string]any{"PROXY_CONFIG": map[string]any{
 		"concurrency": 2.0, "drainDuration": "45s", "futureField": "x",
-		"gatewayTopology": map[string]any{"numTrustedProxies": 2.0, "forwardClientCertDetails": "APPEND_FORWARD", "proxyProtocol": map[string]any{}},
-		"proxyHeaders":    map[string]any{"server": map[string]any{"disabled": true}},
+		"gatewayTopology": map[string]any{"numTrustedProxies": 2.0, "forwardClientCertDetails": "APPEND_FORWARD",
+			"proxyProtocol": map[string]any{}},
+		"proxyHeaders": map[string]any{"server": map[string]any{"disabled": true}},
 	}}
 	p, err := model.ParseProxy(node("router~10.0.0.1~gw.istio-system~istio-system.svc.cluster.local", md))
 	must(t, err)
