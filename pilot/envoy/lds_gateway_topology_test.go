@@ -17,11 +17,13 @@ func TestGatewayTopology(t *testing.T) {
 	g := New(Options{})
 	bare := ldsGenerate(t, g, ldsGateway, push, wildcard(ListenerType))
 
-	behind := *ldsGateway
+	// Another pod of the same Gateway (built anew: a Proxy is not copied).
+	behind := &model.Proxy{Type: model.Router, NodeID: ldsGateway.NodeID, ID: ldsGateway.ID, Namespace: ldsGateway.Namespace,
+		IPAddresses: ldsGateway.IPAddresses, Labels: ldsGateway.Labels}
 	behind.ProxyConfig = &meshconfig.ProxyConfig{GatewayTopology: &meshconfig.Topology{NumTrustedProxies: 2,
 		ForwardClientCertDetails: meshconfig.ForwardClientCertDetails_FORWARD_ONLY,
 		ProxyProtocol:            &meshconfig.Topology_ProxyProtocolConfiguration{}}}
-	ls := ldsGenerate(t, g, &behind, push, wildcard(ListenerType))
+	ls := ldsGenerate(t, g, behind, push, wildcard(ListenerType))
 
 	for _, c := range []struct {
 		name, chain string
