@@ -173,6 +173,10 @@ const (
 	VirtualInboundPort      = 15006
 )
 
+// ldsServerName is the Server header istiod's gateways and inbound listeners answer with (ProxyConfig
+// proxyHeaders.server unset); outbound ones keep Envoy's own, "envoy", as istiod's do.
+const ldsServerName = "istio-envoy"
+
 // Envoy filter names.
 const (
 	ldsHCMFilter          = "envoy.filters.network.http_connection_manager"

@@ -257,12 +257,13 @@ func (a gatewayAuthz) tcpFilters(proxy *listener.Filter) []*listener.Filter {
 }
 
 // ldsGatewayHTTPManager sets what istiod sets on a gateway's connection managers besides the mesh defaults:
-// the client address is the peer's (or the one topo's trusted hops name), and by default a mutual-TLS
-// client's certificate details replace any X-Forwarded-Client-Cert the client sent (SANITIZE_SET: subject,
-// certificate, DNS and URI SANs).
+// the Server header istio-envoy; the client address is the peer's (or the one topo's trusted hops name);
+// and by default a mutual-TLS client's certificate details replace any X-Forwarded-Client-Cert the client
+// sent (SANITIZE_SET: subject, certificate, DNS and URI SANs).
 func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string, topo gatewayTopology) {
 	ldsMeshHTTPManager(hc, paths)
 	hc.UseRemoteAddress = wrapperspb.Bool(true)
+	hc.ServerName = ldsServerName
 	topo.applyHTTP(hc)
 }
 

@@ -569,6 +569,7 @@ func ldsInboundManager(cluster, statPrefix, portName string, protocol model.Prot
 			ValidateClusters: wrapperspb.Bool(false),
 		}},
 		HttpFilters:              filters,
+		ServerName:               ldsServerName,
 		ForwardClientCertDetails: hcm.HttpConnectionManager_APPEND_FORWARD,
 		SetCurrentClientCertDetails: &hcm.HttpConnectionManager_SetCurrentClientCertDetails{
 			Subject: wrapperspb.Bool(true), Dns: true, Uri: true},

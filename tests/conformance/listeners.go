@@ -995,6 +995,9 @@ func hcmFields(f Fields, p string, m *hcm.HttpConnectionManager, port uint32) {
 	f[h+"use_remote_address"] = strconv.FormatBool(m.GetUseRemoteAddress().GetValue())
 	f[h+"xff_num_trusted_hops"] = strconv.FormatUint(uint64(m.GetXffNumTrustedHops()), 10)
 	f[h+"forward_client_cert"] = m.GetForwardClientCertDetails().String()
+	// The Server response header: its value (Envoy's own name when unset) and whether a backend's is kept.
+	f[h+"server_name"] = cmp.Or(m.GetServerName(), "envoy")
+	f[h+"server_header"] = m.GetServerHeaderTransformation().String()
 	if cc := m.GetSetCurrentClientCertDetails(); cc != nil {
 		f[h+"set_current_client_cert"] = "subject=" + strconv.FormatBool(cc.GetSubject().GetValue()) +
 			" cert=" + strconv.FormatBool(cc.GetCert()) +
