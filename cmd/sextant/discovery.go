@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pilot/autoregister"
 	"github.com/sextantmesh/sextant/pilot/ca"
 	"github.com/sextantmesh/sextant/pilot/discovery"
 	"github.com/sextantmesh/sextant/pilot/source/file"
@@ -133,6 +134,9 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.StringVar(&args.VHDSMinEnvoy, "vhds-min-envoy", "1.38",
 		"oldest Envoy (MAJOR.MINOR) whose delta stream gets sidecar virtual hosts over VHDS instead of inside the route configurations; off "+
 			"disables VHDS")
+	f.DurationVar(&args.WorkloadEntryGracePeriod, "workload-entry-grace-period", autoregister.DefaultGracePeriod,
+		"how long the WorkloadEntry a VM's agent registered (naming a WorkloadGroup) outlives the agent's last connection; one that "+
+			"reconnects within it keeps its entry (istiod's PILOT_WORKLOAD_ENTRY_GRACE_PERIOD)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

@@ -64,6 +64,7 @@ func CompatKinds() []CompatKind {
 		{PeerAuthentication, spec(&security.PeerAuthentication{})},
 		{RequestAuthentication, spec(&security.RequestAuthentication{})},
 		{ProxyConfig, spec(&networkingv1beta1.ProxyConfig{})},
+		{WorkloadGroup, spec(&networking.WorkloadGroup{})},
 	}
 }
 
@@ -206,6 +207,11 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "agent-side: set on the proxy container by the injector; the node metadata the agent then sends is read from the node"},
 	{proxyConfigPkg + "ProxyConfig", "image"}: {Status: Warned,
 		Note: "agent-side: the proxy image the injector picks"},
+
+	// WorkloadGroup: the template of the WorkloadEntries pilot/autoregister writes when a VM's agent connects.
+	{networkingPkg + "WorkloadGroup", "probe"}: {Status: Warned,
+		Note: "agent-side: the VM's agent runs the probe from its own config (istioctl x workload entry configure writes it there); " +
+			"istiod does not read it either"},
 }
 
 // CompatStatus returns the status of field f, and whether the table lists it.

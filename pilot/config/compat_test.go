@@ -150,7 +150,7 @@ func goFieldName(t *testing.T, f protoreflect.FieldDescriptor) string {
 
 // The packages that turn config into what proxies receive; their subpackages are read too, so
 // splitting a generator package keeps its field reads visible here.
-var generatorPackages = []string{"../model", "../envoy", "../ztunnel", "../push", "../jwks", "../discovery"}
+var generatorPackages = []string{"../model", "../envoy", "../ztunnel", "../push", "../jwks", "../discovery", "../autoregister"}
 
 // goFilesUnder returns the Go files of dir and of its subdirectories, testdata aside.
 func goFilesUnder(dir string) ([]string, error) {
@@ -296,6 +296,7 @@ var compatBase = map[Kind]string{
 	PeerAuthentication:    "mtls: {mode: STRICT}\n",
 	RequestAuthentication: "selector: {matchLabels: {app: a}}\n",
 	ProxyConfig:           "concurrency: 2\n",
+	WorkloadGroup:         "template: {ports: {http: 8080}}\n",
 }
 
 func compatObject(t *testing.T, kind Kind) *Config {

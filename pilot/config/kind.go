@@ -29,6 +29,8 @@ const (
 	Secret Kind = "Secret"
 	// ProxyConfig holds agent-side settings the sidecar injector applies; read to be validated and reported.
 	ProxyConfig Kind = "ProxyConfig"
+	// WorkloadGroup is the template of the WorkloadEntries VM agents register when they connect (pilot/autoregister).
+	WorkloadGroup Kind = "WorkloadGroup"
 )
 
 // FetchedJWKS is no source's kind: it holds what Sextant fetched from a RequestAuthentication's jwksUri
@@ -70,6 +72,7 @@ var kinds = []KindInfo{
 	{RequestAuthentication, "security.istio.io", []string{"v1", "v1beta1"}, "requestauthentications", true},
 	{Secret, "", []string{"v1"}, "secrets", true},
 	{ProxyConfig, "networking.istio.io", []string{"v1beta1"}, "proxyconfigs", true},
+	{WorkloadGroup, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "workloadgroups", true},
 }
 
 // Kinds returns every kind Sextant reads, in a stable order.
@@ -90,7 +93,6 @@ func Info(k Kind) (KindInfo, bool) {
 // they change nothing Sextant serves and must not look as if they did.
 var unreadKinds = []KindInfo{
 	{"EnvoyFilter", "networking.istio.io", []string{"v1alpha3"}, "envoyfilters", true},
-	{"WorkloadGroup", "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "workloadgroups", true},
 	{"Telemetry", "telemetry.istio.io", []string{"v1", "v1alpha1"}, "telemetries", true},
 	{"WasmPlugin", "extensions.istio.io", []string{"v1alpha1"}, "wasmplugins", true},
 	{"GatewayClass", "gateway.networking.k8s.io", []string{"v1", "v1beta1"}, "gatewayclasses", false},

@@ -329,6 +329,8 @@ func NewIstioSpec(k Kind) proto.Message {
 		return &security.RequestAuthentication{}
 	case ProxyConfig:
 		return &networkingv1beta1.ProxyConfig{}
+	case WorkloadGroup:
+		return &networking.WorkloadGroup{}
 	}
 	panic("not an Istio kind: " + k)
 }

@@ -369,6 +369,24 @@ spec:
 		},
 	},
 	{
+		kind: config.WorkloadGroup, apiVersion: "networking.istio.io/v1", namespaced: true, specType: &networking.WorkloadGroup{},
+		doc: `
+apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata:
+  name: reviews-vm
+spec:
+  metadata: {labels: {app: reviews}}
+  template: {serviceAccount: reviews, ports: {http: 9080}}
+`,
+		check: func(t *testing.T, spec any) {
+			g := spec.(*networking.WorkloadGroup)
+			if g.GetMetadata().GetLabels()["app"] != "reviews" || g.GetTemplate().GetServiceAccount() != "reviews" {
+				t.Errorf("WorkloadGroup = %v", g)
+			}
+		},
+	},
+	{
 		// stringData is written into data, over an entry of the same key, as the API server does.
 		kind: config.Secret, apiVersion: "v1", namespaced: true, specType: &corev1.Secret{},
 		doc: `
@@ -459,8 +477,8 @@ func TestParseEveryKind(t *testing.T) {
 			t.Errorf("kind %s has no valid document in this test", ki.Kind)
 		}
 	}
-	if len(config.Kinds()) != 16 {
-		t.Errorf("Kinds() has %d kinds, want 16", len(config.Kinds()))
+	if len(config.Kinds()) != 17 {
+		t.Errorf("Kinds() has %d kinds, want 17", len(config.Kinds()))
 	}
 }
 
@@ -1191,7 +1209,6 @@ func TestParseUnreadKind(t *testing.T) {
 	for _, tc := range []struct{ apiVersion, kind string }{
 		{"networking.istio.io/v1alpha3", "EnvoyFilter"},
 		{"telemetry.istio.io/v1", "Telemetry"},
-		{"networking.istio.io/v1alpha3", "WorkloadGroup"},
 		{"extensions.istio.io/v1alpha1", "WasmPlugin"},
 		{"gateway.networking.k8s.io/v1", "Gateway"},
 		{"gateway.networking.k8s.io/v1", "HTTPRoute"},

@@ -66,6 +66,8 @@ func Validate(c *Config) error {
 		return validateRequestAuthentication(s)
 	case *networkingv1beta1.ProxyConfig:
 		return validateProxyConfig(s)
+	case *networking.WorkloadGroup:
+		return validateWorkloadGroup(s)
 	case *FetchedKeySet:
 		return nil // made by Sextant's fetcher, which validates the key set it stores
 	}
@@ -785,6 +787,8 @@ func Warnings(c *Config) []*FieldError {
 		destinationRuleWarnings(s, warn)
 	case *networkingv1beta1.ProxyConfig:
 		proxyConfigWarnings(s, warn)
+	case *networking.WorkloadGroup:
+		workloadGroupWarnings(s, warn)
 	case *networking.Gateway:
 		for i, srv := range s.Servers {
 			if srv.DefaultEndpoint != "" {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
+	"github.com/sextantmesh/sextant/pilot/autoregister"
 	"github.com/sextantmesh/sextant/pilot/ca"
 	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/envoy"
@@ -98,6 +99,9 @@ type Args struct {
 	MaxRequestBytes          int
 	// VHDSMinEnvoy is envoy.Options.VHDSMinEnvoy.
 	VHDSMinEnvoy string
+	// WorkloadEntryGracePeriod is how long a VM's auto-registered WorkloadEntry outlives its agent's
+	// connection (default autoregister.DefaultGracePeriod, istiod's PILOT_WORKLOAD_ENTRY_GRACE_PERIOD).
+	WorkloadEntryGracePeriod time.Duration
 	// ReadyWithSecurityErrors lets the server become ready although security input (AuthorizationPolicy,
 	// PeerAuthentication, RequestAuthentication, or a file that cannot be read) was rejected at startup.
 	ReadyWithSecurityErrors bool
@@ -119,6 +123,8 @@ type Server struct {
 	Generators map[string]model.Generator
 	Envoy      *envoy.Generators
 	Ztunnel    *ztunnel.Generators
+	// AutoRegister registers the WorkloadEntries of VMs whose agents connect naming a WorkloadGroup.
+	AutoRegister *autoregister.Controller
 	// JWKS fetches the key sets RequestAuthentication rules name by URI into the store.
 	JWKS *jwks.Fetcher
 	// CA is the mesh CA, nil when the secure port is off.
@@ -210,6 +216,9 @@ func NewServer(args Args) (*Server, error) {
 	s.Generators = generators
 	policies := envoy.Policies()
 	maps.Copy(policies, ztunnel.Policies())
+	if s.AutoRegister, err = s.newAutoRegistration(); err != nil {
+		return nil, err
+	}
 	s.XDS = xds.NewServer(xds.Options{
 		Pipeline:                 readyPipeline{Pipeline: s.Pipeline, server: s},
 		Generators:               generators,
@@ -224,6 +233,7 @@ func NewServer(args Args) (*Server, error) {
 		MaxBytesInFlightPerProxy: args.MaxBytesInFlightPerProxy,
 		MaxRequestBytes:          args.MaxRequestBytes,
 		TrustedNodeAccounts:      trusted,
+		ConnectionHook:           s.AutoRegister,
 	})
 	if args.GRPCAddr != "" {
 		s.grpcServer = grpc.NewServer(s.XDS.GRPCServerOptions()...)
@@ -324,8 +334,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.startKube(ctx); err != nil {
 		return err
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.JWKS.Run(ctx) }()
+	go func() { defer s.wg.Done(); s.AutoRegister.Run(ctx) }()
 	// The first snapshot waits (bounded) for the key sets the loaded rules name, so tokens are verified
 	// from the first push rather than rejected until the fetches end.
 	select {

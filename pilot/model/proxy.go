@@ -45,6 +45,12 @@ type Proxy struct {
 	NodeName       string
 	// Generator is metadata GENERATOR ("grpc" for proxyless clients).
 	Generator string
+	// AutoRegisterGroup is metadata AUTO_REGISTER_GROUP: the WorkloadGroup, in the proxy's namespace, whose
+	// WorkloadEntry the connecting VM asks to be registered as (pilot/autoregister).
+	AutoRegisterGroup string
+	// Network is metadata NETWORK, the network the proxy's addresses are on (empty: the mesh's); the network of
+	// the WorkloadEntry it registers.
+	Network string
 	// UserAgent is node.user_agent_name and the version, e.g. "envoy 1.36.0".
 	UserAgent string
 	// BuildVersion is node.user_agent_build_version (Envoy sends it; major, minor, patch), zero when absent.
@@ -195,6 +201,7 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 	for key, dst := range map[string]*string{
 		"NAMESPACE": &p.Namespace, "CLUSTER_ID": &p.ClusterID, "ISTIO_VERSION": &p.IstioVersion,
 		"SERVICE_ACCOUNT": &p.ServiceAccount, "NODE_NAME": &p.NodeName, "GENERATOR": &p.Generator, "NAME": &p.Name,
+		"AUTO_REGISTER_GROUP": &p.AutoRegisterGroup, "NETWORK": &p.Network,
 	} {
 		if *dst, err = str(key); err != nil {
 			return err

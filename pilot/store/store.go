@@ -11,18 +11,24 @@ import (
 )
 
 // Layer is a source of config. When two layers hold the same key, the higher layer wins:
-// files overlay the cluster.
+// files overlay the cluster, and both overlay what Sextant registered itself.
 type Layer int
 
 const (
-	LayerKube Layer = iota
+	// LayerRegistered holds the WorkloadEntries of connected VMs when there is no cluster to write them to
+	// (pilot/autoregister): an object a user wrote under the same name wins.
+	LayerRegistered Layer = iota
+	LayerKube
 	LayerFile
 	layerCount
 )
 
 func (l Layer) String() string {
-	if l == LayerFile {
+	switch l {
+	case LayerFile:
 		return "file"
+	case LayerRegistered:
+		return "registered"
 	}
 	return "kube"
 }

@@ -147,6 +147,11 @@ func serve[Req request](s *Server, ss grpc.ServerStream, delta bool,
 		return err
 	}
 	c := s.newConnection(ctx, proxy, delta, ss)
+	disconnected, err := s.connectHook(c, func() error { _, err := run.recv(); return err })
+	if err != nil {
+		return err
+	}
+	defer disconnected() // after remove: the hook hears of the end once the stream is out of the table
 	c.flight, c.pushFn = fl, push
 	c.turn.Lock() // pushes wait until the first request is handled
 	s.add(c)

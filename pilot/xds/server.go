@@ -72,6 +72,9 @@ type Options struct {
 	MaxUnauthenticatedRequestBytes int
 	// Observer, if set, is told about pushes, responses and ACKs (metrics, distribution tracking).
 	Observer Observer
+	// ConnectionHook, if set, hears of each stream's proxy before it is served (and may refuse it), and of
+	// its end.
+	ConnectionHook ConnectionHook
 	// TrustedNodeAccounts are the identities (NAMESPACE/SERVICE_ACCOUNT) a ztunnel must have on an
 	// authenticated stream (see RegisterAuthenticated): a ztunnel is served every workload.
 	TrustedNodeAccounts authn.Accounts

@@ -60,6 +60,8 @@ func toConfig(obj any) (*config.Config, error) {
 		kind, meta, spec = config.PeerAuthentication, &o.ObjectMeta, &o.Spec
 	case *securityv1.RequestAuthentication:
 		kind, meta, spec = config.RequestAuthentication, &o.ObjectMeta, &o.Spec
+	case *networkingv1.WorkloadGroup:
+		kind, meta, spec = config.WorkloadGroup, &o.ObjectMeta, &o.Spec
 	case *networkingv1beta1.ProxyConfig:
 		kind, meta, spec = config.ProxyConfig, &o.ObjectMeta, &o.Spec
 	default:

@@ -58,6 +58,10 @@ var crdTypes = map[config.Kind]func() (runtime.Object, *metav1.ObjectMeta, any){
 		o := &securityv1.RequestAuthentication{}
 		return o, &o.ObjectMeta, &o.Spec
 	},
+	config.WorkloadGroup: func() (runtime.Object, *metav1.ObjectMeta, any) {
+		o := &networkingv1.WorkloadGroup{}
+		return o, &o.ObjectMeta, &o.Spec
+	},
 	config.ProxyConfig: func() (runtime.Object, *metav1.ObjectMeta, any) {
 		o := &networkingv1beta1.ProxyConfig{}
 		return o, &o.ObjectMeta, &o.Spec

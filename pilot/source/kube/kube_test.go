@@ -424,6 +424,9 @@ func everyKind() (kube, istio []runtime.Object) {
 		&networkingv1beta1.ProxyConfig{ObjectMeta: meta("workers", "1"), Spec: networkingapiv1beta1.ProxyConfig{
 			Concurrency: wrapperspb.Int32(2),
 		}},
+		&networkingv1.WorkloadGroup{ObjectMeta: meta("vms", "1"), Spec: networking.WorkloadGroup{
+			Template: &networking.WorkloadEntry{ServiceAccount: "vm"},
+		}},
 	}
 	return kube, istio
 }
