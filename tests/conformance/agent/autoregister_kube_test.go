@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/sextantmesh/sextant/pilot/autoregister"
+	"github.com/sextantmesh/sextant/pilot/discovery"
+	"github.com/sextantmesh/sextant/tests/kubeenv"
+)
+
+var (
+	workloadGroupsGVR  = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadgroups"}
+	workloadEntriesGVR = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadentries"}
+)
+
+// TestIstioAgentRegistersAVMInTheCluster: with a real API server, the WorkloadGroup read from the cluster,
+// the agent's token reviewed by it: the registered WorkloadEntry is written to the cluster, owned by its
+// group and naming the replica that holds the agent's connection, read back by the Kubernetes source and
+// served to a sidecar; the agent going marks it disconnected and deletes it after the grace period.
+func TestIstioAgentRegistersAVMInTheCluster(t *testing.T) {
+	api, kubeconfig := startAPIServer(t)
+	ctx := context.Background()
+	if _, err := api.InstallIstioCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vmToken := token(t, api, "bookinfo", "vmapp")
+	groups, err := kubeenv.Decode(strings.NewReader(vmGroupYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := api.Dynamic.Resource(workloadGroupsGVR).Namespace("bookinfo").Create(ctx, groups[0], metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSextantArgs(t, discovery.Args{ConfigDir: vmConfigDir(t, false), Kubeconfig: kubeconfig, WorkloadEntryGracePeriod: vmGrace})
+	eds := watchEDS(t, s.srv.GRPCAddr(), vmCluster)
+	dir, node, stop := runVMAgent(t, s, vmToken, "vmapp")
+	if err, _ := connectThroughAgent(t, dir, node); err != nil {
+		t.Fatalf("xDS through the VM's agent: %v", err)
+	}
+	eds.waitFor(t, "the VM registered", 20*time.Second, func(a []string) bool { return slices.Contains(a, vmIP+":8081") })
+
+	entries := api.Dynamic.Resource(workloadEntriesGVR).Namespace("bookinfo")
+	e, err := entries.Get(ctx, "vmapp-"+vmIP, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.GetAnnotations()
+	if a[autoregister.AnnotationGroup] != "vmapp" || a[autoregister.AnnotationController] == "" || a[autoregister.AnnotationConnectedAt] == "" {
+		t.Errorf("annotations %v", a)
+	}
+	if refs := e.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "WorkloadGroup" || refs[0].UID != group.GetUID() ||
+		refs[0].Controller == nil || !*refs[0].Controller {
+		t.Errorf("owner references %v, want the WorkloadGroup as controller", refs)
+	}
+	if addr, _, _ := unstructuredString(e.Object, "spec", "address"); addr != vmIP {
+		t.Errorf("spec.address %q", addr)
+	}
+
+	stop()
+	eds.waitFor(t, "the VM gone", 20*time.Second, func(a []string) bool { return !hasVM(a) })
+	if _, err := entries.Get(ctx, "vmapp-"+vmIP, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the entry after the grace period: %v, want it deleted from the cluster", err)
+	}
+}
+
+func unstructuredString(obj map[string]any, path ...string) (string, bool, error) {
+	for _, p := range path[:len(path)-1] {
+		m, ok := obj[p].(map[string]any)
+		if !ok {
+			return "", false, nil
+		}
+		obj = m
+	}
+	v, ok := obj[path[len(path)-1]].(string)
+	return v, ok, nil
+}
