@@ -31,6 +31,11 @@ const (
 	ProxyConfig Kind = "ProxyConfig"
 	// WorkloadGroup is the template of the WorkloadEntries VM agents register when they connect (pilot/autoregister).
 	WorkloadGroup Kind = "WorkloadGroup"
+	// Ingress is a Kubernetes Ingress: those istiod would serve become a Gateway and VirtualServices
+	// (pilot/model/ingress.go), as istiod converts them.
+	Ingress Kind = "Ingress"
+	// IngressClass names the controller of the Ingresses whose spec.ingressClassName is its name.
+	IngressClass Kind = "IngressClass"
 )
 
 // FetchedJWKS is no source's kind: it holds what Sextant fetched from a RequestAuthentication's jwksUri
@@ -73,6 +78,14 @@ var kinds = []KindInfo{
 	{Secret, "", []string{"v1"}, "secrets", true},
 	{ProxyConfig, "networking.istio.io", []string{"v1beta1"}, "proxyconfigs", true},
 	{WorkloadGroup, "networking.istio.io", []string{"v1", "v1beta1", "v1alpha3"}, "workloadgroups", true},
+	{Ingress, "networking.k8s.io", []string{"v1"}, "ingresses", true},
+	{IngressClass, "networking.k8s.io", []string{"v1"}, "ingressclasses", false},
+}
+
+// Builtin reports whether the kind is one of Kubernetes' own, served by every cluster and read as its
+// typed object, rather than an Istio CRD.
+func (k KindInfo) Builtin() bool {
+	return k.Group == "" || k.Group == "discovery.k8s.io" || k.Group == "networking.k8s.io"
 }
 
 // Kinds returns every kind Sextant reads, in a stable order.

@@ -19,6 +19,7 @@ import (
 	security "istio.io/api/security/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -200,7 +201,7 @@ func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config
 	}
 
 	var spec any
-	if info.Group == "" || info.Group == "discovery.k8s.io" {
+	if info.Builtin() {
 		obj := newKubeObject(info.Kind)
 		strict, err := sigsjson.UnmarshalStrict(js, obj)
 		if err != nil {
@@ -284,6 +285,10 @@ func newKubeObject(k Kind) any {
 		return &discoveryv1.EndpointSlice{}
 	case Secret:
 		return &corev1.Secret{}
+	case Ingress:
+		return &networkingv1.Ingress{}
+	case IngressClass:
+		return &networkingv1.IngressClass{}
 	}
 	panic("not a Kubernetes core kind: " + k)
 }
@@ -301,6 +306,10 @@ func objectMeta(obj any) *metav1.ObjectMeta {
 	case *discoveryv1.EndpointSlice:
 		return &o.ObjectMeta
 	case *corev1.Secret:
+		return &o.ObjectMeta
+	case *networkingv1.Ingress:
+		return &o.ObjectMeta
+	case *networkingv1.IngressClass:
 		return &o.ObjectMeta
 	}
 	panic(fmt.Sprintf("no metadata for %T", obj))

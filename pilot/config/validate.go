@@ -15,6 +15,7 @@ import (
 	typev1beta1 "istio.io/api/type/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -68,6 +69,10 @@ func Validate(c *Config) error {
 		return validateProxyConfig(s)
 	case *networking.WorkloadGroup:
 		return validateWorkloadGroup(s)
+	case *networkingv1.Ingress:
+		return validateIngress(s)
+	case *networkingv1.IngressClass:
+		return validateIngressClass(s)
 	case *FetchedKeySet:
 		return nil // made by Sextant's fetcher, which validates the key set it stores
 	}
@@ -789,6 +794,10 @@ func Warnings(c *Config) []*FieldError {
 		proxyConfigWarnings(s, warn)
 	case *networking.WorkloadGroup:
 		workloadGroupWarnings(s, warn)
+	case *networkingv1.Ingress:
+		ingressWarnings(s, warn)
+	case *networkingv1.IngressClass:
+		ingressClassWarnings(s, warn)
 	case *networking.Gateway:
 		for i, srv := range s.Servers {
 			if srv.DefaultEndpoint != "" {

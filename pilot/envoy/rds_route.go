@@ -145,6 +145,9 @@ func (b *routeBuilder) translateRoute(vs *model.VirtualService, in *networking.H
 	if !ok {
 		return nil
 	}
+	if vs.UsesIngressSemantics() && !ingressPrefixMatch(match) {
+		return nil
+	}
 	name := in.Name
 	if m != nil && m.Name != "" {
 		if name != "" {
@@ -225,6 +228,22 @@ func configMetadata(vs *model.VirtualService) *core.Metadata {
 			"config": structpb.NewStringValue("/apis/networking.istio.io/v1alpha3/namespaces/" + vs.Namespace + "/virtual-service/" + vs.Name),
 		}},
 	}}
+}
+
+// ingressPrefixMatch turns a prefix match of a VirtualService made of Ingresses into a match of whole path
+// elements, Kubernetes' Prefix (istiod trims a trailing slash; "/" stays a prefix). false when the
+// prefix is no path Envoy accepts there ("//" trims to "/"): the route is left out rather than NACKed.
+func ingressPrefixMatch(m *route.RouteMatch) bool {
+	p, ok := m.PathSpecifier.(*route.RouteMatch_Prefix)
+	if !ok || p.Prefix == "/" {
+		return true
+	}
+	path := strings.TrimSuffix(p.Prefix, "/")
+	if path == "" || strings.HasSuffix(path, "/") || strings.ContainsAny(path, "?#") {
+		return false
+	}
+	m.PathSpecifier = &route.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: path}
+	return true
 }
 
 // translateRouteMatch converts the request side of a match. ok is false when a regex does not compile.

@@ -60,12 +60,14 @@ const (
 // Build makes the first snapshot from everything the reader holds.
 func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	start := time.Now()
+	ingress := buildIngresses(reader, m, nil)
 	ps := &PushContext{
 		Version:           1,
 		Mesh:              m,
 		destinationRules:  buildDestinationRules(reader, m),
-		virtualServices:   buildVirtualServices(reader, m),
-		gateways:          buildGateways(reader),
+		virtualServices:   buildVirtualServices(ingress.reader(reader), m),
+		gateways:          buildGateways(ingress.reader(reader)),
+		ingress:           ingress,
 		sidecars:          buildSidecars(reader),
 		authorization:     buildNamespaced(reader, config.AuthorizationPolicy),
 		peerAuthn:         buildPeerAuthentications(reader, m.RootNamespace, nil),
@@ -292,7 +294,9 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 
 	rebuild := map[string]bool{}
 	var vsChanged []config.Key
+	ingressChanged := false
 	for _, ch := range changes {
+		ingressChanged = ingressChanged || prev.ingress.affectedBy(ch.Key)
 		switch ch.Key.Kind {
 		case config.Service, config.ServiceEntry:
 			u.serviceChanged(ch.Key)
@@ -325,17 +329,28 @@ func Update(prev *PushContext, reader ConfigReader, changes []Change) (*PushCont
 			u.secretChanged(ch)
 		}
 	}
+	if ingressChanged {
+		next.ingress = buildIngresses(reader, next.Mesh, prev.ingress)
+		if keys := changedIngressKeys(prev.ingress, next.ingress, config.VirtualService); len(keys) > 0 {
+			rebuild[IndexVirtualServices] = true
+			vsChanged = append(vsChanged, keys...)
+		}
+		if len(changedIngressKeys(prev.ingress, next.ingress, config.Gateway)) > 0 {
+			rebuild[IndexGateways] = true
+		}
+	}
 	if len(rebuild) > 0 {
 		res.Full = true
 	}
+	derived := next.ingress.reader(reader)
 	if rebuild[IndexDestinationRules] {
 		next.destinationRules = buildDestinationRules(reader, next.Mesh)
 	}
 	if rebuild[IndexVirtualServices] {
-		next.virtualServices = updateVirtualServices(prev.virtualServices, reader, next.Mesh, vsChanged)
+		next.virtualServices = updateVirtualServices(prev.virtualServices, derived, next.Mesh, vsChanged)
 	}
 	if rebuild[IndexGateways] {
-		next.gateways = buildGateways(reader)
+		next.gateways = buildGateways(derived)
 	}
 	if rebuild[IndexSidecars] {
 		next.sidecars = buildSidecars(reader)

@@ -49,10 +49,12 @@ type PushContext struct {
 	destinationRules *destinationRuleIndex
 	virtualServices  *virtualServiceIndex
 	gateways         *gatewayIndex
-	sidecars         *sidecarIndex
-	authorization    *namespacedPolicies
-	peerAuthn        *peerAuthnIndex
-	requestAuthn     *requestAuthnIndex
+	// ingress holds the Gateways and VirtualServices made of Ingresses, which the two indexes above include.
+	ingress       *ingressIndex
+	sidecars      *sidecarIndex
+	authorization *namespacedPolicies
+	peerAuthn     *peerAuthnIndex
+	requestAuthn  *requestAuthnIndex
 	// accounts changes identity whenever some service's ServiceAccounts do.
 	accounts *accountsGeneration
 	// endpointAddresses changes identity whenever the endpoint addresses of a service that sidecars listen

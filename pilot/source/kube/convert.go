@@ -9,6 +9,7 @@ import (
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingk8s "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sextantmesh/sextant/pilot/config"
@@ -42,6 +43,10 @@ func toConfig(obj any) (*config.Config, error) {
 		kind, meta, spec = config.EndpointSlice, &o.ObjectMeta, o
 	case *corev1.Secret:
 		kind, meta, spec = config.Secret, &o.ObjectMeta, o
+	case *networkingk8s.Ingress:
+		kind, meta, spec = config.Ingress, &o.ObjectMeta, o
+	case *networkingk8s.IngressClass:
+		kind, meta, spec = config.IngressClass, &o.ObjectMeta, o
 	case *networkingv1.ServiceEntry:
 		kind, meta, spec = config.ServiceEntry, &o.ObjectMeta, &o.Spec
 	case *networkingv1.WorkloadEntry:

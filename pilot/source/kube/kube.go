@@ -189,7 +189,7 @@ func NewFromConfig(restConfig *rest.Config, opts Options) (*Source, error) {
 
 // isCRD reports whether kind k comes from an Istio CRD, which may not be installed.
 func isCRD(k config.KindInfo) bool {
-	return k.Group != "" && k.Group != "discovery.k8s.io"
+	return !k.Builtin()
 }
 
 // Run watches until ctx is done, then stops the informers and returns. Call it once, usually with go.
@@ -552,6 +552,10 @@ func (s *Source) informer(kind config.Kind) cache.SharedIndexInformer {
 		return s.kube.Discovery().V1().EndpointSlices().Informer()
 	case config.Secret:
 		return s.kube.InformerFor(&corev1.Secret{}, newSecretInformer)
+	case config.Ingress:
+		return s.kube.Networking().V1().Ingresses().Informer()
+	case config.IngressClass:
+		return s.kube.Networking().V1().IngressClasses().Informer()
 	}
 	if _, ok := crdTypes[kind]; ok {
 		ki, _ := config.Info(kind)
