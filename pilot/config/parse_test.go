@@ -16,6 +16,7 @@ import (
 	security "istio.io/api/security/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingk8s "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sextantmesh/sextant/pilot/config"
@@ -387,6 +388,44 @@ spec:
 		},
 	},
 	{
+		kind: config.Ingress, apiVersion: "networking.k8s.io/v1", namespaced: true, specType: &networkingk8s.Ingress{},
+		doc: `
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  annotations: {kubernetes.io/ingress.class: istio}
+spec:
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: reviews, port: {number: 9080}}}}
+`,
+		check: func(t *testing.T, spec any) {
+			i := spec.(*networkingk8s.Ingress)
+			if len(i.Spec.Rules) != 1 || i.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Port.Number != 9080 {
+				t.Errorf("Ingress = %v", i)
+			}
+		},
+	},
+	{
+		kind: config.IngressClass, apiVersion: "networking.k8s.io/v1", specType: &networkingk8s.IngressClass{},
+		doc: `
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: istio
+spec:
+  controller: istio.io/ingress-controller
+`,
+		check: func(t *testing.T, spec any) {
+			if c := spec.(*networkingk8s.IngressClass); c.Spec.Controller != "istio.io/ingress-controller" {
+				t.Errorf("IngressClass = %v", c)
+			}
+		},
+	},
+	{
 		// stringData is written into data, over an entry of the same key, as the API server does.
 		kind: config.Secret, apiVersion: "v1", namespaced: true, specType: &corev1.Secret{},
 		doc: `
@@ -477,8 +516,8 @@ func TestParseEveryKind(t *testing.T) {
 			t.Errorf("kind %s has no valid document in this test", ki.Kind)
 		}
 	}
-	if len(config.Kinds()) != 17 {
-		t.Errorf("Kinds() has %d kinds, want 17", len(config.Kinds()))
+	if len(config.Kinds()) != 19 {
+		t.Errorf("Kinds() has %d kinds, want 19", len(config.Kinds()))
 	}
 }
 
