@@ -216,7 +216,11 @@ var compatTable = map[CompatField]CompatEntry{
 
 // CompatStatus returns the status of field f, and whether the table lists it.
 func CompatStatus(f protoreflect.FieldDescriptor) (CompatEntry, bool) {
-	e, ok := compatTable[CompatField{f.ContainingMessage().FullName(), f.Name()}]
+	key := CompatField{f.ContainingMessage().FullName(), f.Name()}
+	e, ok := compatTable[key]
+	if !ok {
+		e, ok = meshCompatTable[key]
+	}
 	if !ok {
 		return CompatEntry{Status: Honoured}, false
 	}
@@ -238,6 +242,11 @@ type CompatRow struct {
 // CompatRows walks a kind's spec message in declaration order, one row per field. Messages of the
 // google.protobuf package are values, not walked.
 func CompatRows(spec protoreflect.MessageDescriptor) []CompatRow {
+	return compatRowsUnder("spec", spec)
+}
+
+// compatRowsUnder walks m with paths under prefix (none: the message is the file's top level).
+func compatRowsUnder(prefix string, m protoreflect.MessageDescriptor) []CompatRow {
 	var rows []CompatRow
 	var walk func(prefix string, chain []protoreflect.FieldDescriptor, m protoreflect.MessageDescriptor, covered CompatRow,
 		seen map[protoreflect.FullName]bool)
@@ -251,7 +260,10 @@ func CompatRows(spec protoreflect.MessageDescriptor) []CompatRow {
 		fields := m.Fields()
 		for i := range fields.Len() {
 			f := fields.Get(i)
-			path := prefix + "." + f.JSONName()
+			path := f.JSONName()
+			if prefix != "" {
+				path = prefix + "." + path
+			}
 			value := f.Message()
 			if f.IsMap() {
 				value = f.MapValue().Message()
@@ -272,7 +284,7 @@ func CompatRows(spec protoreflect.MessageDescriptor) []CompatRow {
 			walk(path, append(chain[:len(chain):len(chain)], f), value, below, seen)
 		}
 	}
-	walk("spec", nil, spec, CompatRow{}, map[protoreflect.FullName]bool{})
+	walk(prefix, nil, m, CompatRow{}, map[protoreflect.FullName]bool{})
 	return rows
 }
 
@@ -294,14 +306,23 @@ rewrites it).
 A field inside a warned or rejected one has the status of the outer field.
 `)
 	for _, k := range CompatKinds() {
-		fmt.Fprintf(&b, "\n## %s\n\n`%s`\n\n| field | status | note |\n|---|---|---|\n", k.Kind, k.Spec.FullName())
-		for _, r := range CompatRows(k.Spec) {
-			status, note := r.Entry.Status, r.Entry.Note
-			if r.CoveredBy != "" {
-				status, note = r.CoveredStatus, "with `"+r.CoveredBy+"`"
-			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", r.Path, status, strings.ReplaceAll(note, "|", `\|`))
-		}
+		fmt.Fprintf(&b, "\n## %s\n\n`%s`\n\n", k.Kind, k.Spec.FullName())
+		writeCompatRows(&b, CompatRows(k.Spec))
 	}
+	fmt.Fprintf(&b, "\n## Mesh config\n\n`%s`, the file of `--mesh-config`, read over istiod's defaults (`%s`, "+
+		"the proxy defaults, is `defaultConfig`). `sextant validate --mesh-config` and the server name each warned field the "+
+		"file sets, by its path.\n\n", MeshConfigSpec().FullName(), "istio.mesh.v1alpha1.ProxyConfig")
+	writeCompatRows(&b, CompatMeshRows())
 	return b.String()
+}
+
+func writeCompatRows(b *strings.Builder, rows []CompatRow) {
+	b.WriteString("| field | status | note |\n|---|---|---|\n")
+	for _, r := range rows {
+		status, note := r.Entry.Status, r.Entry.Note
+		if r.CoveredBy != "" {
+			status, note = r.CoveredStatus, "with `"+r.CoveredBy+"`"
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s |\n", r.Path, status, strings.ReplaceAll(note, "|", `\|`))
+	}
 }

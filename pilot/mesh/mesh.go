@@ -52,8 +52,12 @@ type Config struct {
 	// DiscoverySelectors limit the namespaces whose objects are read from the cluster: a namespace is read
 	// when any selector matches its labels; none reads every namespace (istiod's discoverySelectors).
 	DiscoverySelectors []metav1.LabelSelector `json:"discoverySelectors,omitempty"`
-	// Unimplemented lists the fields of the mesh config file Sextant does not read (Istio's MeshConfig has many
-	// more), "defaultConfig.NAME" for proxy defaults, so that they are reported rather than silently ignored.
+	// Spec is the file read as Istio's MeshConfig over istiod's defaults (mesh.DefaultMeshConfig), as istiod
+	// reads it; the fields above are Sextant's view of some of it, and its own fields the proto lacks.
+	Spec *meshconfig.MeshConfig `json:"-"`
+	// Unimplemented lists the paths of the fields the file sets that Sextant does not implement
+	// (defaultConfig.tracing.zipkin.address), by the table of pilot/config/compat_mesh.go, so that they are
+	// reported rather than silently ignored.
 	Unimplemented []string `json:"-"`
 	// defaultProxy is what is read of defaultConfig; see DefaultProxyConfig.
 	defaultProxy *meshconfig.ProxyConfig
@@ -102,13 +106,6 @@ const (
 	RegistryOnly = "REGISTRY_ONLY"
 )
 
-// readFields are the top-level fields Parse reads.
-var readFields = map[string]bool{"rootNamespace": true, "trustDomain": true, "domainSuffix": true, "clusterID": true, "network": true,
-	"outboundTrafficPolicy": true, "inboundTrafficPolicy": true, "extensionProviders": true, "pathNormalization": true,
-	"jwksFetch": true, "defaultConfig": true,
-	"defaultHttpRetryPolicy": true, "discoverySelectors": true,
-	"defaultServiceExportTo": true, "trustDomainAliases": true, "defaultVirtualServiceExportTo": true, "defaultDestinationRuleExportTo": true}
-
 // RetryPolicy is Istio's MeshConfig.defaultHttpRetryPolicy, a VirtualService's HTTPRetry, read as istiod
 // reads it (protobuf JSON: perTryTimeout "2s", unknown fields refused).
 type RetryPolicy struct{ Spec *networking.HTTPRetry }
@@ -142,11 +139,12 @@ func (c *Config) addUnimplemented(name string) {
 func Default() *Config {
 	return &Config{RootNamespace: "istio-system", TrustDomain: "cluster.local", DomainSuffix: "cluster.local", ClusterID: "Kubernetes",
 		OutboundTrafficPolicy: OutboundTrafficPolicy{Mode: AllowAny}, InboundTrafficPolicy: InboundTrafficPolicy{Mode: InboundPassthrough},
-		PathNormalization: PathNormalization{Normalization: PathNormalizationBase}}
+		PathNormalization: PathNormalization{Normalization: PathNormalizationBase}, Spec: defaultSpec()}
 }
 
-// Load reads a mesh config file. Fields Sextant does not use (the rest of Istio's MeshConfig) are ignored,
-// so an existing Istio mesh config works unchanged. An empty path gives the defaults.
+// Load reads a mesh config file: Istio's MeshConfig, with Sextant's own fields beside it. The fields Sextant
+// does not implement are listed in Unimplemented; a field MeshConfig lacks is an error. An empty path gives
+// the defaults.
 func Load(path string) (*Config, error) {
 	cfg := Default()
 	if path == "" {
@@ -177,23 +175,13 @@ func Parse(data []byte, cfg *Config) error {
 	if err := yaml.Unmarshal(data, &file); err != nil {
 		return err
 	}
-	var top map[string]json.RawMessage
-	if err := yaml.Unmarshal(data, &top); err != nil {
-		return err
+	base := cfg.Spec
+	if base == nil {
+		base = defaultSpec()
 	}
-	for name, raw := range top {
-		switch {
-		case name == "defaultConfig":
-			var proxy map[string]json.RawMessage
-			_ = json.Unmarshal(raw, &proxy) // its shape was checked above
-			for field := range proxy {
-				if field != "domainSuffix" && field != "gatewayTopology" {
-					cfg.addUnimplemented("defaultConfig." + field)
-				}
-			}
-		case !readFields[name] && !slices.Contains(ingressFields, name):
-			cfg.addUnimplemented(name)
-		}
+	spec, warned, err := parseSpec(data, base)
+	if err != nil {
+		return err
 	}
 	if file.RootNamespace != "" {
 		cfg.RootNamespace = file.RootNamespace
@@ -290,6 +278,10 @@ func Parse(data []byte, cfg *Config) error {
 	if errs := validation.IsDNS1123Subdomain(cfg.DomainSuffix); len(errs) > 0 {
 		return fmt.Errorf("field domainSuffix: %q: %v", cfg.DomainSuffix, errs)
 	}
+	for _, p := range warned {
+		cfg.addUnimplemented(p)
+	}
+	cfg.Spec = spec
 	return nil
 }
 

@@ -191,7 +191,7 @@ func TestUnimplementedFieldsAreListed(t *testing.T) {
 	if err := Parse([]byte(data), cfg); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"defaultConfig.holdApplicationUntilProxyStarts", "defaultProviders", "enableTracing"}
+	want := []string{"defaultConfig.holdApplicationUntilProxyStarts", "defaultProviders.metrics", "enableTracing"}
 	if !slices.Equal(cfg.Unimplemented, want) {
 		t.Errorf("unimplemented %q, want %q", cfg.Unimplemented, want)
 	}

@@ -1,0 +1,99 @@
+package config
+
+import (
+	"google.golang.org/protobuf/reflect/protoreflect"
+	meshconfig "istio.io/api/mesh/v1alpha1"
+)
+
+// MeshConfigSpec is the message of Istio's mesh config file (istio.mesh.v1alpha1.MeshConfig), whose fields
+// the compatibility page lists after the kinds' and pilot/mesh reports by the same table.
+func MeshConfigSpec() protoreflect.MessageDescriptor {
+	return (&meshconfig.MeshConfig{}).ProtoReflect().Descriptor()
+}
+
+// CompatMeshRows walks MeshConfig as CompatRows walks a kind's spec; paths start at the file's top level
+// (defaultConfig.tracing.zipkin.address).
+func CompatMeshRows() []CompatRow { return compatRowsUnder("", MeshConfigSpec()) }
+
+const (
+	meshPkg      = "istio.mesh.v1alpha1."
+	meshMsg      = meshPkg + "MeshConfig"
+	proxyMsg     = meshPkg + "ProxyConfig"
+	providerMsg  = meshPkg + "MeshConfig.ExtensionProvider"
+	extAuthzHTTP = providerMsg + ".EnvoyExternalAuthorizationHttpProvider"
+	extAuthzGRPC = providerMsg + ".EnvoyExternalAuthorizationGrpcProvider"
+)
+
+// meshCompatGroup gives fields of one message one status and note.
+type meshCompatGroup struct {
+	message protoreflect.FullName
+	fields  []protoreflect.Name
+	entry   CompatEntry
+}
+
+// meshCompatGroups lists every MeshConfig field (ProxyConfig's too, as defaultConfig) that is not plainly
+// honoured, grouped by why. To honour a field: remove it here, read it in the generators (the test checks
+// that they do), and render the page again. A field of a message the kinds share (TrafficPolicy, HTTPRetry,
+// ClientTLSSettings) has the kinds' status unless a MeshConfig field above it is listed here.
+var meshCompatGroups = []meshCompatGroup{
+	{meshMsg, []protoreflect.Name{"proxy_listen_port", "proxy_inbound_listen_port", "proxy_http_port"}, CompatEntry{Status: Warned,
+		Note: "the capture listeners stay on 15001 and 15006: the proxy's iptables rules, set at injection, must match"}},
+	{meshMsg, []protoreflect.Name{"hbone_idle_timeout", "service_scope_configs"}, CompatEntry{Status: Warned,
+		Note: "ambient mode (waypoints, HBONE): not what Sextant's ztunnel output reads"}},
+	{meshMsg, []protoreflect.Name{"enable_tracing", "access_log_file", "access_log_format", "access_log_encoding",
+		"enable_envoy_access_log_service", "disable_envoy_listener_log", "default_providers", "enable_prometheus_merge"},
+		CompatEntry{Status: Warned, Note: "telemetry: Sextant generates no access log, tracing or metrics merging config"}},
+	{meshMsg, []protoreflect.Name{"config_sources"}, CompatEntry{Status: Warned,
+		Note: "Sextant reads config from --config-dir and the cluster, not from MCP servers"}},
+	{meshMsg, []protoreflect.Name{"ca_certificates", "certificates", "ca", "verify_certificate_at_client"}, CompatEntry{Status: Warned,
+		Note: "certificates come from Sextant's own CA and its roots; extra roots named here are not trusted (fail closed)"}},
+	{meshMsg, []protoreflect.Name{"zone_aware_lb_setting"}, CompatEntry{Status: Warned,
+		Note: "Envoy's default zone-aware routing settings apply"}},
+	{meshMsg, []protoreflect.Name{"service_settings"}, CompatEntry{Status: Warned,
+		Note: "clusterLocal hosts are not kept in the cluster: Sextant serves one cluster"}},
+	{meshMsg, []protoreflect.Name{"default_inbound_http_retry_policy"}, CompatEntry{Status: Warned,
+		Note: "inbound routes get no retry policy"}},
+	{meshMsg, []protoreflect.Name{"default_traffic_policy"}, CompatEntry{Status: Warned,
+		Note: "clusters without a DestinationRule get Sextant's defaults, not this policy"}},
+	{meshMsg, []protoreflect.Name{"service_entry_visibility"}, CompatEntry{Status: Warned,
+		Note: "ServiceEntries are visible as their exportTo says"}},
+	{meshMsg + ".OutboundTrafficPolicy", []protoreflect.Name{"tls"}, CompatEntry{Status: Warned,
+		Note: "traffic to unknown destinations passes through as it came"}},
+	{meshMsg, []protoreflect.Name{"inbound_cluster_stat_name", "outbound_cluster_stat_name"}, CompatEntry{Status: Warned,
+		Note: "clusters' statistics keep the cluster name"}},
+	{meshMsg, []protoreflect.Name{"connect_timeout", "protocol_detection_timeout", "tcp_keepalive", "enable_auto_mtls",
+		"locality_lb_setting", "dns_refresh_rate", "h2_upgrade_policy", "mesh_mTLS", "tls_defaults"},
+		CompatEntry{Status: Warned, Note: "not implemented: Sextant's defaults (istiod's when unset) apply"}},
+
+	// Extension providers: the two ext_authz kinds CUSTOM AuthorizationPolicies name are honoured.
+	{providerMsg, []protoreflect.Name{"zipkin", "lightstep", "datadog", "stackdriver", "opencensus", "skywalking", "opentelemetry",
+		"prometheus", "envoy_file_access_log", "envoy_http_als", "envoy_tcp_als", "envoy_otel_als", "sds"}, CompatEntry{Status: Warned,
+		Note: "telemetry providers: Sextant generates no tracing or logging config; a CUSTOM policy naming one is refused"}},
+	{extAuthzHTTP, []protoreflect.Name{"clear_route_cache"}, CompatEntry{Status: Warned, Note: "the route cache is kept after the check"}},
+	{extAuthzGRPC, []protoreflect.Name{"clear_route_cache"}, CompatEntry{Status: Warned, Note: "the route cache is kept after the check"}},
+
+	// defaultConfig: istiod's agent turns these into the proxy's bootstrap and sends them back as the node's
+	// PROXY_CONFIG; the control plane reads gatewayTopology.
+	{proxyMsg, []protoreflect.Name{"config_path", "binary_path", "service_cluster", "drain_duration", "discovery_address",
+		"discovery_refresh_delay", "statsd_udp_address", "envoy_metrics_service_address", "proxy_admin_port", "availability_zone",
+		"control_plane_auth_policy", "custom_config_file", "stat_name_length", "concurrency", "proxy_bootstrap_template_path",
+		"interception_mode", "sds", "envoy_metrics_service", "proxy_metadata", "runtime_values", "status_port", "extra_stat_tags",
+		"termination_drain_duration", "mesh_id", "readiness_probe", "proxy_stats_matcher", "hold_application_until_proxy_starts",
+		"ca_certificates_pem", "image", "file_flush_interval", "file_flush_min_size_kb", "stats_compression"}, CompatEntry{Status: Warned,
+		Note: "agent-side: the agent builds the proxy's bootstrap from it; the generators read what the node sends"}},
+	{proxyMsg, []protoreflect.Name{"tracing_service_name", "zipkin_address", "tracing", "envoy_access_log_service"},
+		CompatEntry{Status: Warned, Note: "telemetry: Sextant generates no tracing or access log config"}},
+	{proxyMsg, []protoreflect.Name{"private_key_provider", "proxy_headers", "connection_settings"}, CompatEntry{Status: Warned,
+		Note: "not implemented: the listeners and clusters keep Sextant's defaults"}},
+}
+
+// meshCompatTable is meshCompatGroups by field.
+var meshCompatTable = func() map[CompatField]CompatEntry {
+	out := map[CompatField]CompatEntry{}
+	for _, g := range meshCompatGroups {
+		for _, f := range g.fields {
+			out[CompatField{g.message, f}] = g.entry
+		}
+	}
+	return out
+}()
