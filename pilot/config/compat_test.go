@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -57,7 +58,12 @@ func TestCompatTableNamesFields(t *testing.T) {
 			reached[CompatField{r.Field.ContainingMessage().FullName(), r.Field.Name()}] = true
 		}
 	}
-	for key, e := range compatTable {
+	for _, r := range CompatMeshRows() {
+		reached[CompatField{r.Field.ContainingMessage().FullName(), r.Field.Name()}] = true
+	}
+	entries := maps.Clone(compatTable)
+	maps.Copy(entries, meshCompatTable)
+	for key, e := range entries {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(key.Message)
 		if err != nil {
 			t.Errorf("%s: no such message", key.Message)
