@@ -71,7 +71,7 @@ func TestUnimplementedMeshConfigFieldIsReported(t *testing.T) {
 	for _, w := range srv.Warnings() {
 		if w.Kind == "MeshConfig" {
 			got = append(got, w.Error())
-			if w.Field != "defaultProviders" || w.File != meshFile || !w.Warning {
+			if w.Field != "defaultProviders.metrics" || w.File != meshFile || !w.Warning {
 				t.Errorf("warning %+v, want one on field defaultProviders of %s", w, meshFile)
 			}
 		}
