@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sextantmesh/sextant/pilot/authn"
 	"github.com/sextantmesh/sextant/pilot/autoregister"
@@ -115,6 +116,16 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.DurationVar(&args.DebounceFirst, "debounce-first", 20*time.Millisecond,
 		"quiet period for the first config change after --debounce-after without config changes; the rest of a burst waits --debounce-after "+
 			"(0: always --debounce-after)")
+	addTransportFlags(f, &args)
+	f.DurationVar(&args.WorkloadEntryGracePeriod, "workload-entry-grace-period", autoregister.DefaultGracePeriod,
+		"how long the WorkloadEntry a VM's agent registered (naming a WorkloadGroup) outlives the agent's last connection; one that "+
+			"reconnects within it keeps its entry (istiod's PILOT_WORKLOAD_ENTRY_GRACE_PERIOD)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// addTransportFlags registers the flags that pace and bound the xDS streams.
+func addTransportFlags(f *pflag.FlagSet, args *discovery.Args) {
 	f.IntVar(&args.PushConcurrency, "push-concurrency", 100, "connections pushed to at once")
 	f.DurationVar(&args.SendTimeout, "send-timeout", 5*time.Second, "a push taking longer closes the connection (the proxy is not reading)")
 	f.DurationVar(&args.MaxConnectionAge, "max-connection-age", 30*time.Minute,
@@ -134,9 +145,4 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 	f.StringVar(&args.VHDSMinEnvoy, "vhds-min-envoy", "1.38",
 		"oldest Envoy (MAJOR.MINOR) whose delta stream gets sidecar virtual hosts over VHDS instead of inside the route configurations; off "+
 			"disables VHDS")
-	f.DurationVar(&args.WorkloadEntryGracePeriod, "workload-entry-grace-period", autoregister.DefaultGracePeriod,
-		"how long the WorkloadEntry a VM's agent registered (naming a WorkloadGroup) outlives the agent's last connection; one that "+
-			"reconnects within it keeps its entry (istiod's PILOT_WORKLOAD_ENTRY_GRACE_PERIOD)")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	return cmd
 }

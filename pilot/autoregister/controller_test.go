@@ -141,7 +141,8 @@ func TestConnectRefused(t *testing.T) {
 			codes.FailedPrecondition, "cannot find WorkloadGroup bookinfo/nope"},
 		{"not authenticated", func() *model.Proxy { return vm("10.0.0.7", nil) }, codes.PermissionDenied, "requires a verified identity"},
 		{"other account", func() *model.Proxy { return vm("10.0.0.7", &other) }, codes.PermissionDenied,
-			`service account mismatch: identity spiffe://cluster.local/ns/bookinfo/sa/ratings, entry (its WorkloadGroup's template.serviceAccount) "reviews"`},
+			`service account mismatch: identity spiffe://cluster.local/ns/bookinfo/sa/ratings, ` +
+				`entry (its WorkloadGroup's template.serviceAccount) "reviews"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

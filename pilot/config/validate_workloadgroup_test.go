@@ -29,7 +29,8 @@ func TestValidateWorkloadGroup(t *testing.T) {
 	} {
 		_, err := config.Parse([]byte(workloadGroupDoc(tc.spec)), "f.yaml", 0, "shop")
 		var ce *config.Error
-		if !errors.As(err, &ce) || ce.Kind != "WorkloadGroup" || ce.Name != "vms" || ce.Field != tc.field || !strings.Contains(ce.Message, tc.msg) {
+		if !errors.As(err, &ce) || ce.Kind != "WorkloadGroup" || ce.Name != "vms" || ce.Field != tc.field ||
+			!strings.Contains(ce.Message, tc.msg) {
 			t.Errorf("%q: got %v, want %s: %s", tc.spec, err, tc.field, tc.msg)
 		}
 	}

@@ -208,30 +208,8 @@ func Parse(data []byte, cfg *Config) error {
 	if file.Network != "" {
 		cfg.Network = file.Network
 	}
-	if m := file.OutboundTrafficPolicy.Mode; m != "" {
-		// Only the two modes sidecars can enforce are accepted: an unknown one must not fall back to letting
-		// everything out.
-		if m != AllowAny && m != RegistryOnly {
-			return fmt.Errorf("field outboundTrafficPolicy.mode: %q: want %s or %s", m, AllowAny, RegistryOnly)
-		}
-		cfg.OutboundTrafficPolicy.Mode = m
-	}
-	if m := file.InboundTrafficPolicy.Mode; m != "" {
-		if m != InboundPassthrough && m != InboundLocalhost {
-			return fmt.Errorf("field inboundTrafficPolicy.mode: %q: want %s or %s", m, InboundPassthrough, InboundLocalhost)
-		}
-		cfg.InboundTrafficPolicy.Mode = m
-	}
-	if n := file.PathNormalization.Normalization; n != "" {
-		switch n {
-		case PathNormalizationNone, PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes,
-			PathNormalizationDecodeAndMergeSlashes:
-			cfg.PathNormalization.Normalization = n
-		default:
-			// An unknown value must not silently leave paths unnormalised: authorization would match less.
-			return fmt.Errorf("field pathNormalization.normalization: %q: want one of %s, %s, %s, %s, %s", n, PathNormalizationNone,
-				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
-		}
+	if err := overlayModes(cfg, &file.Config); err != nil {
+		return err
 	}
 	for i, a := range file.TrustDomainAliases {
 		if errs := validation.IsDNS1123Subdomain(a); len(errs) > 0 {
@@ -307,6 +285,36 @@ func overlayExportTo(cfg, file *Config) error {
 			}
 		}
 		*f.to = *f.from
+	}
+	return nil
+}
+
+// overlayModes copies the traffic and path modes the file sets, refusing a value sidecars cannot enforce.
+func overlayModes(cfg *Config, f *Config) error {
+	if m := f.OutboundTrafficPolicy.Mode; m != "" {
+		// Only the two modes sidecars can enforce are accepted: an unknown one must not fall back to letting
+		// everything out.
+		if m != AllowAny && m != RegistryOnly {
+			return fmt.Errorf("field outboundTrafficPolicy.mode: %q: want %s or %s", m, AllowAny, RegistryOnly)
+		}
+		cfg.OutboundTrafficPolicy.Mode = m
+	}
+	if m := f.InboundTrafficPolicy.Mode; m != "" {
+		if m != InboundPassthrough && m != InboundLocalhost {
+			return fmt.Errorf("field inboundTrafficPolicy.mode: %q: want %s or %s", m, InboundPassthrough, InboundLocalhost)
+		}
+		cfg.InboundTrafficPolicy.Mode = m
+	}
+	if n := f.PathNormalization.Normalization; n != "" {
+		switch n {
+		case PathNormalizationNone, PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes,
+			PathNormalizationDecodeAndMergeSlashes:
+			cfg.PathNormalization.Normalization = n
+		default:
+			// An unknown value must not silently leave paths unnormalised: authorization would match less.
+			return fmt.Errorf("field pathNormalization.normalization: %q: want one of %s, %s, %s, %s, %s", n, PathNormalizationNone,
+				PathNormalizationBase, PathNormalizationDefault, PathNormalizationMergeSlashes, PathNormalizationDecodeAndMergeSlashes)
+		}
 	}
 	return nil
 }

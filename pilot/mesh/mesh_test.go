@@ -232,7 +232,8 @@ func TestDefaultHTTPRetryPolicy(t *testing.T) {
 
 func TestDiscoverySelectors(t *testing.T) {
 	cfg := Default()
-	err := Parse([]byte("discoverySelectors:\n- matchLabels: {env: prod}\n- matchExpressions:\n  - {key: app, operator: In, values: [a, b]}\n"), cfg)
+	err := Parse([]byte("discoverySelectors:\n- matchLabels: {env: prod}\n"+
+		"- matchExpressions:\n  - {key: app, operator: In, values: [a, b]}\n"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,8 @@ func TestDiscoverySelectors(t *testing.T) {
 
 func TestDefaultExportTo(t *testing.T) {
 	cfg := Default()
-	err := Parse([]byte("defaultServiceExportTo: [\".\"]\ndefaultVirtualServiceExportTo: [\"*\", team-a]\ndefaultDestinationRuleExportTo: [\"~\"]\n"), cfg)
+	err := Parse([]byte("defaultServiceExportTo: [\".\"]\n"+
+		"defaultVirtualServiceExportTo: [\"*\", team-a]\ndefaultDestinationRuleExportTo: [\"~\"]\n"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

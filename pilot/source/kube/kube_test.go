@@ -21,6 +21,7 @@ import (
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingk8s "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -389,6 +390,18 @@ func newAuthorizationPolicy(name, rv string, action security.AuthorizationPolicy
 	}}
 }
 
+func newIngress(name, rv string) *networkingk8s.Ingress {
+	prefix := networkingk8s.PathTypePrefix
+	backend := networkingk8s.IngressBackend{Service: &networkingk8s.IngressServiceBackend{
+		Name: "reviews", Port: networkingk8s.ServiceBackendPort{Number: 9080}}}
+	return &networkingk8s.Ingress{ObjectMeta: meta(name, rv), Spec: networkingk8s.IngressSpec{Rules: []networkingk8s.IngressRule{{
+		Host: "web.example.com",
+		IngressRuleValue: networkingk8s.IngressRuleValue{HTTP: &networkingk8s.HTTPIngressRuleValue{
+			Paths: []networkingk8s.HTTPIngressPath{{Path: "/", PathType: &prefix, Backend: backend}},
+		}},
+	}}}}
+}
+
 // everyKind returns one valid object of each kind, split by clientset.
 func everyKind() (kube, istio []runtime.Object) {
 	kube = []runtime.Object{
@@ -399,6 +412,9 @@ func everyKind() (kube, istio []runtime.Object) {
 		newSlice("reviews-abc", "1", "10.1.0.5"),
 		&corev1.Secret{ObjectMeta: meta("ingress-cert", "1"), Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{"tls.crt": []byte("cert"), "tls.key": []byte("key")}},
+		newIngress("web", "1"),
+		&networkingk8s.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: "istio", ResourceVersion: "1"},
+			Spec: networkingk8s.IngressClassSpec{Controller: "istio.io/ingress-controller"}},
 	}
 	istio = []runtime.Object{
 		&networkingv1.ServiceEntry{ObjectMeta: meta("external", "1"), Spec: networking.ServiceEntry{

@@ -54,7 +54,8 @@ func TestIstioAgentRegistersAVMInTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := e.GetAnnotations()
-	if a[autoregister.AnnotationGroup] != "vmapp" || a[autoregister.AnnotationController] == "" || a[autoregister.AnnotationConnectedAt] == "" {
+	if a[autoregister.AnnotationGroup] != "vmapp" || a[autoregister.AnnotationController] == "" ||
+		a[autoregister.AnnotationConnectedAt] == "" {
 		t.Errorf("annotations %v", a)
 	}
 	if refs := e.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "WorkloadGroup" || refs[0].UID != group.GetUID() ||
