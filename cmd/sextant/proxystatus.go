@@ -144,7 +144,8 @@ func proxyStatusCommand() *cobra.Command {
 		Long: `For each connected proxy (or only PROXY_ID, POD.NAMESPACE), show per type whether the latest response
 is SYNCED (ACKed), STALE (sent, not ACKed yet), NOT SENT, or ERROR (NACKed; the reason follows).
 WDS is ztunnel's workload type (istio.workload.Address). RDS includes the virtual hosts a sidecar gets over
-VHDS: the worse of the two is shown.`,
+VHDS: the worse of the two is shown. Below the table, a proxy served otherwise than its version would have
+it says so and why (a sidecar that rejected VHDS gets its virtual hosts inside its route configurations).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -206,5 +207,15 @@ func proxyStatusTable(out io.Writer, sync []debug.ProxySync) error {
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range sync {
+		for _, n := range p.Notes {
+			if _, err := fmt.Fprintf(out, "%s: %s\n", p.ID, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

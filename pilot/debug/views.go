@@ -47,6 +47,9 @@ type ProxySync struct {
 	Namespace  string     `json:"namespace"`
 	Delta      bool       `json:"delta"`
 	Types      []TypeSync `json:"types"`
+	// Notes say where the proxy is served otherwise than its type and version would have it (a shape it
+	// rejected), and why.
+	Notes []string `json:"notes,omitempty"`
 }
 
 func typeStatus(w *model.WatchedResource) string {
@@ -67,7 +70,7 @@ func (d *Debug) syncz() []ProxySync {
 		tracked := d.tracker.connTypes(c.ID)
 		// What a node claims is free text of any length; so is a NACK's reason.
 		ps := ProxySync{ID: clip(c.ProxyID), Connection: c.ID, NodeID: clip(c.NodeID), Type: string(c.Type), Namespace: clip(c.Namespace),
-			Delta: c.Delta, Types: []TypeSync{}}
+			Delta: c.Delta, Types: []TypeSync{}, Notes: c.Notes}
 		for i := range c.Watched {
 			w := &c.Watched[i]
 			ps.Types = append(ps.Types, TypeSync{Type: ShortType(w.TypeURL), TypeURL: w.TypeURL, Status: typeStatus(w),

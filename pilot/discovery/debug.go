@@ -14,7 +14,10 @@ func (s *Server) registerDebug() {
 	if tokens == nil {
 		tokens = s.args.TokenAuthenticator
 	}
-	collectors := []prometheus.Collector{s.JWKS.Collector()}
+	collectors := []prometheus.Collector{s.JWKS.Collector(), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sextant_vhds_fallbacks_total",
+		Help: "Proxies that rejected routes in the VHDS shape and were switched to virtual hosts inside their route configurations.",
+	}, func() float64 { total, _ := s.Envoy.VHDSRefusals(); return float64(total) })}
 	if c := (securityCollector{s}); c.any() {
 		collectors = append(collectors, c)
 	}

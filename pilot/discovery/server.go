@@ -214,7 +214,7 @@ func NewServer(args Args) (*Server, error) {
 	generators := s.Envoy.ByTypeURL()
 	maps.Copy(generators, s.Ztunnel.ByTypeURL())
 	s.Generators = generators
-	policies := envoy.Policies()
+	policies := s.Envoy.Policies() // with the fallback from VHDS for a proxy that rejects it
 	maps.Copy(policies, ztunnel.Policies())
 	if s.AutoRegister, err = s.newAutoRegistration(); err != nil {
 		return nil, err

@@ -75,6 +75,8 @@ type Generators struct {
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
+	// vhdsRefusals are the nodes that rejected the VHDS shape (vhds_fallback.go).
+	vhdsRefusals vhdsRefusals
 	// secretAuthorizer is Options.SecretAuthorizer.
 	secretAuthorizer SecretAuthorizer
 	// denials are the secrets refused to connected proxies (see SecretDenials).
@@ -167,8 +169,11 @@ func ParseVHDSMinEnvoy(s string) (minVersion [2]uint32, off bool, err error) {
 // usesVHDS reports whether the proxy gets its sidecar virtual hosts over VHDS: an Envoy sidecar on a delta
 // stream, recent enough. Proxyless gRPC has no VHDS; state-of-the-world streams cannot carry it.
 func (g *Generators) usesVHDS(p *model.Proxy) bool {
-	return !g.vhdsOff && p.Delta && p.Type == model.Sidecar && p.Node.GetUserAgentName() == "envoy" &&
-		p.AtLeast(g.vhdsMin[0], g.vhdsMin[1])
+	if g.vhdsOff || !p.Delta || p.Type != model.Sidecar || p.Node.GetUserAgentName() != "envoy" ||
+		!p.AtLeast(g.vhdsMin[0], g.vhdsMin[1]) {
+		return false
+	}
+	return !g.vhdsRefusals.refused(p.NodeID)
 }
 
 // DefaultVHDSMinEnvoy is taken as the first Envoy release that accepts VHDS with an ADS config source

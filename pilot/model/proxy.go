@@ -3,8 +3,10 @@ package model
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -56,7 +58,10 @@ type Proxy struct {
 	// BuildVersion is node.user_agent_build_version (Envoy sends it; major, minor, patch), zero when absent.
 	BuildVersion [3]uint32
 	// Delta is true on an incremental (delta) xDS stream. Set by the transport before any generation.
-	Delta    bool
+	Delta bool
+	// notes say where the proxy is served otherwise than its type and version would have it, and why;
+	// written by generators, read by the debug views. Set by ParseProxy; nil (notes dropped) otherwise.
+	notes    *proxyNotes
 	Locality *core.Locality
 	// Identity is the verified identity of an authenticated stream; nil on a stream that was not
 	// authenticated (the plaintext development port), where every claim above is the client's word.
@@ -114,7 +119,8 @@ func ParseProxy(node *core.Node) (*Proxy, error) {
 	if node == nil {
 		return nil, fmt.Errorf("the first request carries no node")
 	}
-	p := &Proxy{NodeID: node.GetId(), Node: node, Locality: node.GetLocality(), UserAgent: node.GetUserAgentName()}
+	p := &Proxy{NodeID: node.GetId(), Node: node, Locality: node.GetLocality(), UserAgent: node.GetUserAgentName(),
+		notes: &proxyNotes{}}
 	if v := node.GetUserAgentVersion(); v != "" {
 		p.UserAgent += " " + v
 	} else if bv := node.GetUserAgentBuildVersion().GetVersion(); bv != nil {
@@ -261,4 +267,32 @@ func (p *Proxy) readMetadata(md *structpb.Struct) error {
 		}
 	}
 	return nil
+}
+
+// proxyNotes are a proxy's shape notes; a copy of the Proxy shares them.
+type proxyNotes struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// NoteShape records note, once, among the proxy's shape notes.
+func (p *Proxy) NoteShape(note string) {
+	if p.notes == nil {
+		return
+	}
+	p.notes.mu.Lock()
+	defer p.notes.mu.Unlock()
+	if !slices.Contains(p.notes.list, note) {
+		p.notes.list = append(p.notes.list, note)
+	}
+}
+
+// ShapeNotes returns the notes NoteShape recorded.
+func (p *Proxy) ShapeNotes() []string {
+	if p.notes == nil {
+		return nil
+	}
+	p.notes.mu.Lock()
+	defer p.notes.mu.Unlock()
+	return slices.Clone(p.notes.list)
 }

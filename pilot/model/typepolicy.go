@@ -32,4 +32,8 @@ type TypePolicy struct {
 	// ZtunnelOnly: on an authenticated stream only a ztunnel may subscribe, since the type holds every
 	// workload or policy of the mesh.
 	ZtunnelOnly bool
+	// Rejected, when set, hears every NACK of the type, with the client's message; when it reports that what
+	// the proxy is served changed (its generator now builds another shape for it), the connection gets a
+	// full push. It runs under the connection's turn and must not block.
+	Rejected func(p *Proxy, msg string) (changed bool)
 }

@@ -564,6 +564,11 @@ func (c *Connection) nack(w *watch, nonce, msg string) {
 	c.observeAck(w, nonce, true, msg)
 	c.srv.log.Warn("proxy rejected config", "conn", c.id, "proxy", loglimit.Text(c.proxy.NodeID), "type", w.TypeURL,
 		"version", w.VersionSent, "nonce", nonce, "error", msg)
+	if p := c.srv.policyOf(w.TypeURL); p != nil && p.Rejected != nil && p.Rejected(c.proxy, msg) {
+		// Its generator serves it another shape now: a push of everything sends it.
+		c.srv.pushesQueued.Add(1)
+		c.srv.queue.Enqueue(c, &model.PushRequest{Full: true, Reason: map[string]int{"nack-fallback": 1}, Start: time.Now()})
+	}
 }
 
 // maxNACKText is how much of a NACK's error message is kept and logged: Envoy cuts its own at 4 KiB too.
@@ -576,7 +581,7 @@ func intern(name string) string { return unique.Make(name).Value() }
 func (c *Connection) status() ConnectionStatus {
 	st := ConnectionStatus{
 		ID: c.id, ProxyID: c.proxy.ID, NodeID: c.proxy.NodeID, Type: c.proxy.Type, Namespace: c.proxy.Namespace,
-		Delta: c.delta, Peer: c.peer, ConnectedAt: c.connectedAt,
+		Delta: c.delta, Peer: c.peer, ConnectedAt: c.connectedAt, Notes: c.proxy.ShapeNotes(),
 	}
 	c.mu.RLock()
 	for _, t := range slices.Sorted(maps.Keys(c.watched)) {

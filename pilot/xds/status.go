@@ -22,6 +22,8 @@ type ConnectionStatus struct {
 	ConnectedAt time.Time
 	// Watched holds a copy of each subscription, by type URL.
 	Watched []model.WatchedResource
+	// Notes say where the proxy is served otherwise than its type and version would have it, and why.
+	Notes []string
 }
 
 // Connections returns the open connections, by id.
