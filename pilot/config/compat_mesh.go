@@ -61,9 +61,15 @@ var meshCompatGroups = []meshCompatGroup{
 		Note: "traffic to unknown destinations passes through as it came"}},
 	{meshMsg, []protoreflect.Name{"inbound_cluster_stat_name", "outbound_cluster_stat_name"}, CompatEntry{Status: Warned,
 		Note: "clusters' statistics keep the cluster name"}},
-	{meshMsg, []protoreflect.Name{"connect_timeout", "protocol_detection_timeout", "tcp_keepalive", "enable_auto_mtls",
-		"locality_lb_setting", "dns_refresh_rate", "h2_upgrade_policy", "mesh_mTLS", "tls_defaults"},
-		CompatEntry{Status: Warned, Note: "not implemented: Sextant's defaults (istiod's when unset) apply"}},
+	{meshMsg, []protoreflect.Name{"connect_timeout"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"tcp_keepalive"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"h2_upgrade_policy"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"dns_refresh_rate"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"enable_auto_mtls"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"protocol_detection_timeout"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"locality_lb_setting"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"mesh_mTLS"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"tls_defaults"}, meshNotImplemented},
 
 	// Extension providers: the two ext_authz kinds CUSTOM AuthorizationPolicies name are honoured.
 	{providerMsg, []protoreflect.Name{"zipkin", "lightstep", "datadog", "stackdriver", "opencensus", "skywalking", "opentelemetry",
@@ -86,6 +92,9 @@ var meshCompatGroups = []meshCompatGroup{
 	{proxyMsg, []protoreflect.Name{"private_key_provider", "proxy_headers", "connection_settings"}, CompatEntry{Status: Warned,
 		Note: "not implemented: the listeners and clusters keep Sextant's defaults"}},
 }
+
+// meshNotImplemented is the entry of a field whose effect on the generated config is still to be built.
+var meshNotImplemented = CompatEntry{Status: Warned, Note: "not implemented: Sextant's defaults (istiod's when unset) apply"}
 
 // meshCompatTable is meshCompatGroups by field.
 var meshCompatTable = func() map[CompatField]CompatEntry {
