@@ -34,11 +34,15 @@ func translateCommand() *cobra.Command {
 		Short: "Print the Envoy config a proxy would receive, offline",
 		Long: `Load a config directory, build the snapshot and print, as Envoy JSON, what the proxy with the given
 node id (TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local) would receive. No server is needed.
-EDS and RDS cover the names the proxy's clusters and listeners refer to, as a proxy would ask.`,
+EDS and RDS cover the names the proxy's clusters and listeners refer to, as a proxy would ask. Rejected
+documents and fields without effect (the mesh config's too, by path and with the reason) go to stderr.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, err := mesh.Load(meshFile)
 			if err != nil {
 				return err
+			}
+			for _, e := range m.Warnings(meshFile) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", e)
 			}
 			node := &core.Node{Id: proxyID}
 			if meta != "" {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,21 +19,29 @@ import (
 
 func validateCommand() *cobra.Command {
 	var paths []string
-	var output string
+	var output, meshFile string
 	cmd := &cobra.Command{
-		Use:   "validate -f FILE|DIR [-f ...]",
+		Use:   "validate -f FILE|DIR [-f ...] [--mesh-config FILE]",
 		Short: "Check config files offline, with the errors the server would give",
 		Long: `Parse and validate YAML/JSON config the way the server's file source does (the same code, so the same
 messages, naming file, document, object and field). Fields Sextant accepts but does not implement are listed
 after the errors as warnings, and so are the references the server would warn about (a VirtualService
-delegating to one none of the files defines, which may still exist in the cluster). Exits non-zero when
-anything is rejected; warnings alone exit 0.`,
+delegating to one none of the files defines, which may still exist in the cluster). With --mesh-config, the
+mesh config file is checked as the server reads it: a bad value is rejected naming its field, and each field
+it sets that Sextant does not honour is warned, by path, with the reason. Exits non-zero when anything is
+rejected; warnings alone exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			var rejected, warnings []*config.Error
+			if len(paths) == 0 && meshFile == "" {
+				return errors.New("nothing to validate: give -f FILE|DIR and/or --mesh-config FILE")
+			}
+			m, rejected, warnings, err := validateMesh(meshFile)
+			if err != nil {
+				return err
+			}
 			objects := 0
 			// One store for every path, so that references between objects of different paths resolve.
 			st := store.New()
@@ -45,7 +56,7 @@ anything is rejected; warnings alone exit 0.`,
 					objects += n
 				}
 			}
-			warnings = append(warnings, snapshotWarnings(model.Build(st, mesh.Default()))...)
+			warnings = append(warnings, snapshotWarnings(model.Build(st, m))...)
 			out := cmd.OutOrStdout()
 			if output == "json" {
 				type entry struct {
@@ -85,8 +96,33 @@ anything is rejected; warnings alone exit 0.`,
 	}
 	cmd.Flags().StringArrayVarP(&paths, "file", "f", nil, "a config file or directory (repeatable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	_ = cmd.MarkFlagRequired("file")
+	cmd.Flags().StringVar(&meshFile, "mesh-config", "", "a mesh config file (Istio's MeshConfig, as the server's --mesh-config)")
 	return cmd
+}
+
+// validateMesh reads the mesh config file as the server does. A file that cannot be read is an error; a bad
+// one is rejected, naming its field, and the objects are then checked against the defaults. No file gives
+// the defaults.
+func validateMesh(file string) (m *mesh.Config, rejected, warnings []*config.Error, err error) {
+	if file == "" {
+		return mesh.Default(), nil, nil, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m = mesh.Default()
+	if err := mesh.Parse(data, m); err != nil {
+		e := &config.Error{File: file, Kind: "MeshConfig", Message: err.Error()}
+		// The parser's errors start "field PATH: " when they are about one field.
+		if rest, ok := strings.CutPrefix(e.Message, "field "); ok {
+			if field, msg, ok := strings.Cut(rest, ": "); ok {
+				e.Field, e.Message = field, msg
+			}
+		}
+		return mesh.Default(), []*config.Error{e}, nil, nil
+	}
+	return m, nil, m.Warnings(file), nil
 }
 
 // snapshotWarnings are the warnings the server gives about the accepted objects taken together, with the

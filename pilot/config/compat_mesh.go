@@ -1,6 +1,8 @@
 package config
 
 import (
+	"strings"
+
 	"google.golang.org/protobuf/reflect/protoreflect"
 	meshconfig "istio.io/api/mesh/v1alpha1"
 )
@@ -106,3 +108,39 @@ var meshCompatTable = func() map[CompatField]CompatEntry {
 	}
 	return out
 }()
+
+// MeshFieldEntry returns the entry that makes the mesh config field at path (as pilot/mesh reports it:
+// defaultConfig.tracing.zipkin.address, extensionProviders[0].zipkin) not honoured: that of the outermost
+// warned or rejected field on the path, else the field's own. A path MeshConfig lacks gives Honoured.
+func MeshFieldEntry(path string) CompatEntry {
+	m := MeshConfigSpec()
+	var last CompatEntry
+	for path != "" {
+		// A map key in brackets may hold dots: the field's name ends at the first '[' or '.'.
+		name := path[:strings.IndexAny(path+".", "[.")]
+		path = strings.TrimPrefix(path[len(name):], ".")
+		for strings.HasPrefix(path, "[") {
+			end := strings.IndexByte(path, ']')
+			if end < 0 {
+				return CompatEntry{Status: Honoured}
+			}
+			path = strings.TrimPrefix(path[end+1:], ".")
+		}
+		if m == nil {
+			return CompatEntry{Status: Honoured}
+		}
+		f := m.Fields().ByJSONName(name)
+		if f == nil {
+			return CompatEntry{Status: Honoured}
+		}
+		last, _ = CompatStatus(f)
+		if last.Status == Warned || last.Status == Rejected {
+			return last
+		}
+		m = f.Message()
+		if f.IsMap() {
+			m = f.MapValue().Message()
+		}
+	}
+	return last
+}

@@ -431,10 +431,7 @@ func (s *Server) Warnings() []*config.Error {
 		out = append(out, s.Files.Warnings()...)
 	}
 	out = append(out, s.JWKS.Problems()...)
-	for _, field := range s.Mesh.Unimplemented {
-		out = append(out, &config.Error{File: s.args.MeshConfigFile, Kind: "MeshConfig", Field: field, Warning: true,
-			Message: "Sextant does not implement this mesh config field; it has no effect"})
-	}
+	out = append(out, s.Mesh.Warnings(s.args.MeshConfigFile)...)
 	if s.kube != nil {
 		out = append(out, s.kube.Warnings()...)
 		for _, u := range s.kube.Unread() {

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sextantmesh/sextant/pilot/config"
 )
 
 // Config holds the mesh-wide settings Sextant uses.
@@ -133,6 +135,17 @@ func (c *Config) addUnimplemented(name string) {
 	if i, found := slices.BinarySearch(c.Unimplemented, name); !found {
 		c.Unimplemented = slices.Insert(c.Unimplemented, i, name)
 	}
+}
+
+// Warnings returns the fields of Unimplemented as warnings on file, each naming its field and saying, from
+// the compatibility table, why it has no effect.
+func (c *Config) Warnings(file string) []*config.Error {
+	var out []*config.Error
+	for _, field := range c.Unimplemented {
+		out = append(out, &config.Error{File: file, Kind: "MeshConfig", Field: field, Warning: true,
+			Message: "Sextant does not honour this mesh config field: " + config.MeshFieldEntry(field).Note})
+	}
+	return out
 }
 
 // Default returns Istio's defaults.
