@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -266,25 +267,94 @@ func callsFunc(fd *ast.FuncDecl, name string) bool {
 func TestCompatHonouredFieldsAreRead(t *testing.T) {
 	read := selectorNames(t, generatorPackages, func(string) bool { return true })
 	for kind, rows := range allCompatRows() {
-		for _, r := range rows {
-			if r.CoveredBy != "" || r.Entry.Status == Warned || r.Entry.Status == Rejected {
+		checkRowsRead(t, string(kind), rows, read, "compatTable")
+	}
+}
+
+// meshReaders are the packages besides the generators that read the mesh config: the parser (fields it
+// turns into Sextant's own, such as gatewayTopology), the sources (discoverySelectors), the authenticator
+// and the CA (trust domain), the debug views.
+var meshReaders = []string{"../mesh", "../source", "../authn", "../ca", "../debug", "../xds"}
+
+// Every MeshConfig field, defaultConfig's ProxyConfig too, is in the mesh table as warned or rejected, or is
+// read by product code, by its generated Go field or getter name: a field neither honoured nor reported
+// fails here.
+func TestCompatMeshHonouredFieldsAreRead(t *testing.T) {
+	dirs := append(slices.Clone(generatorPackages), meshReaders...)
+	read := selectorNames(t, dirs, func(string) bool { return true })
+	// pilot/mesh decodes some fields into Sextant's own structs (ingressService into Ingress.Service): such
+	// a field is read when the Go field its JSON name tags is.
+	for jsonName, goNames := range jsonTaggedFields(t, []string{"../mesh"}) {
+		if slices.ContainsFunc(goNames, func(n string) bool { return read[n] }) {
+			read["json:"+jsonName] = true
+		}
+	}
+	// Decoded into Kubernetes' metav1.LabelSelector, whose matchExpressions LabelSelectorAsSelector reads.
+	read["json:matchExpressions"], read["json:operator"] = read["DiscoverySelectors"], read["DiscoverySelectors"]
+	var rows []CompatRow
+	for _, r := range CompatMeshRows() {
+		if !read["json:"+r.Field.JSONName()] {
+			rows = append(rows, r)
+		}
+	}
+	checkRowsRead(t, "mesh config", rows, read, "meshCompatGroups")
+}
+
+// jsonTaggedFields returns, by JSON name, the Go fields of the structs declared in the non-test Go files
+// under dirs that a json tag names so.
+func jsonTaggedFields(t *testing.T, dirs []string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	fset := token.NewFileSet()
+	for _, dir := range dirs {
+		files, err := goFilesUnder(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
 				continue
 			}
-			name := goFieldName(t, r.Field)
-			if by := r.Entry.ReadBy; by != "" {
-				if !read[by] {
-					t.Errorf("%s %s: read by %s, which no generator calls", kind, r.Path, by)
-				}
-				if names := funcSelectorNames(t, by); !names[name] && !names["Get"+name] {
-					t.Errorf("%s %s: %s does not read %s", kind, r.Path, by, name)
-				}
-				continue
+			f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !read[name] && !read["Get"+name] {
-				t.Errorf("%s %s (%s.%s): marked honoured, but no generator reads %s or Get%s: warn about it in Warnings or refuse it in Validate, "+
-					"and list it in compatTable",
-					kind, r.Path, r.Field.ContainingMessage().FullName(), r.Field.Name(), name, name)
+			ast.Inspect(f, func(n ast.Node) bool {
+				field, ok := n.(*ast.Field)
+				if !ok || field.Tag == nil || len(field.Names) != 1 {
+					return true
+				}
+				tag, _ := strconv.Unquote(field.Tag.Value)
+				name, _, _ := strings.Cut(reflect.StructTag(tag).Get("json"), ",")
+				if name != "" && name != "-" {
+					out[name] = append(out[name], field.Names[0].Name)
+				}
+				return true
+			})
+		}
+	}
+	return out
+}
+
+func checkRowsRead(t *testing.T, kind string, rows []CompatRow, read map[string]bool, table string) {
+	t.Helper()
+	for _, r := range rows {
+		if r.CoveredBy != "" || r.Entry.Status == Warned || r.Entry.Status == Rejected {
+			continue
+		}
+		name := goFieldName(t, r.Field)
+		if by := r.Entry.ReadBy; by != "" {
+			if !read[by] {
+				t.Errorf("%s %s: read by %s, which no generator calls", kind, r.Path, by)
 			}
+			if names := funcSelectorNames(t, by); !names[name] && !names["Get"+name] {
+				t.Errorf("%s %s: %s does not read %s", kind, r.Path, by, name)
+			}
+			continue
+		}
+		if !read[name] && !read["Get"+name] {
+			t.Errorf("%s %s (%s.%s): marked honoured, but nothing reads %s or Get%s: warn about it and list it in %s",
+				kind, r.Path, r.Field.ContainingMessage().FullName(), r.Field.Name(), name, name, table)
 		}
 	}
 }
