@@ -92,8 +92,8 @@ func TestTranslateMeshConfig(t *testing.T) {
 		return errOut.String(), err
 	}
 	stderr, err := translate(meshFile(t, "enableTracing: false\nrootNamespace: istio-system\n"))
-	if err != nil || !strings.Contains(stderr, "(MeshConfig): field enableTracing: Sextant does not honour this mesh config field: telemetry: ") ||
-		strings.Contains(stderr, "rootNamespace") {
+	want := "(MeshConfig): field enableTracing: Sextant does not honour this mesh config field: telemetry: "
+	if err != nil || !strings.Contains(stderr, want) || strings.Contains(stderr, "rootNamespace") {
 		t.Errorf("translate: %v\n%s", err, stderr)
 	}
 	if _, err := translate(meshFile(t, "connectTimeout: soon\n")); err == nil || !strings.Contains(err.Error(), "field connectTimeout") {
