@@ -549,23 +549,27 @@ func hostPort(host string, port uint32) string {
 }
 
 // serviceDomains returns the names a sidecar in proxyNS may use for svc on port, istiod's list
-// (generateVirtualHostDomains): the hostname, the hostname as an absolute name with its trailing dot, for a
+// (generateVirtualHostDomains), for the hostname and each of its aliases (ExternalName Services naming it):
+// the name, the name as an absolute name with its trailing dot, for a
 // hostname NAME.NAMESPACE.svc.SUFFIX the shorter forms a pod's DNS search path resolves (NAME only from
 // that namespace, NAME.NAMESPACE, NAME.NAMESPACE.svc), for a headless Service each of those with a "*."
 // prefix, and each VIP (of a Kubernetes Service, those of the proxy's family: kubeVIPs); each with and
 // without ":PORT".
 func serviceDomains(svc *model.Service, port uint32, proxyNS, suffix string, mode ipMode) []string {
-	names := []string{svc.Hostname}
-	if net.ParseIP(svc.Hostname) == nil {
-		names = append(names, svc.Hostname+".")
-	}
-	// Read from the hostname, as istiod does, so a ServiceEntry host of that form gets them too.
-	if base, ok := strings.CutSuffix(svc.Hostname, ".svc."+suffix); ok {
-		if name, ns, ok := strings.Cut(base, "."); ok && name != "" && ns != "" {
-			if ns == proxyNS {
-				names = append(names, name)
+	var names []string
+	for _, h := range append([]string{svc.Hostname}, svc.Aliases...) {
+		names = append(names, h)
+		if net.ParseIP(h) == nil {
+			names = append(names, h+".")
+		}
+		// Read from the hostname, as istiod does, so a ServiceEntry host of that form gets them too.
+		if base, ok := strings.CutSuffix(h, ".svc."+suffix); ok {
+			if name, ns, ok := strings.Cut(base, "."); ok && name != "" && ns != "" {
+				if ns == proxyNS {
+					names = append(names, name)
+				}
+				names = append(names, base, base+".svc")
 			}
-			names = append(names, base, base+".svc")
 		}
 	}
 	// A headless Service's pods have names of their own under its hostname (POD.NAME.NAMESPACE.svc.SUFFIX,

@@ -462,6 +462,15 @@ func (b *routeBuilder) resolveDestination(vsNS string, d *networking.Destination
 	if b.deps != nil {
 		*b.deps = append(*b.deps, serviceDep{host, svc})
 	}
+	if svc != nil && svc.Resolution == model.Alias && (b.proxy.Type == model.Router || svc.PortByNumber(listenerPort) != nil) {
+		// An ExternalName Service: its cluster is the named host's, as istiod's GetDestinationCluster. A
+		// sidecar's routes see the services of their own port only: an alias without it is left as named.
+		host = svc.AliasFor
+		svc = b.push.ServiceForHostname(b.proxy.Namespace, host)
+		if b.deps != nil {
+			*b.deps = append(*b.deps, serviceDep{host, svc})
+		}
+	}
 	port := listenerPort
 	if n := d.GetPort().GetNumber(); n != 0 {
 		port = n

@@ -36,6 +36,9 @@ type Scope struct {
 	routePorts, routePortsByName []uint32
 	// trims are the trimmed copies of services this scope made, handed on to the next scope.
 	trims map[trimKey]*model.Service
+	// aliased maps a service that ExternalName Services name to its copy carrying their hostnames
+	// (Service.Aliases), handed on to the next scope as trims are.
+	aliased map[*model.Service]*model.Service
 	// listeners are the Sidecar's egress listeners in order, when one has a port, a bind or a capture
 	// mode, or the proxies capture nothing; nil otherwise: then one catch-all over Services builds every
 	// outbound listener.
@@ -164,7 +167,7 @@ func buildScope(push *model.PushContext, ns string, sidecar *config.Config, prev
 		if _, seen := s.byHost[svc.Hostname]; seen {
 			continue
 		}
-		chosen := push.ServiceForHostname(ns, svc.Hostname)
+		chosen := s.visible(push, push.ServiceForHostname(ns, svc.Hostname), prev)
 		if chosen == nil {
 			continue
 		}
@@ -214,7 +217,7 @@ func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config
 			continue
 		}
 		seen[svc.Hostname] = true
-		if c := push.ServiceForHostname(ns, svc.Hostname); c != nil {
+		if c := s.visible(push, push.ServiceForHostname(ns, svc.Hostname), prev); c != nil {
 			all = append(all, c)
 		}
 	}
@@ -284,6 +287,33 @@ func buildEgressScope(push *model.PushContext, ns string, sidecar *config.Config
 	})
 	s.clusterServices, s.byClusterHost = s.Services, s.byHost
 	return s
+}
+
+// visible returns what the scope holds for svc: nothing for an ExternalName Service (istiod builds no
+// cluster, listener or virtual host of its own for an alias), a copy carrying its aliases' hostnames for
+// a service they name (its virtual hosts answer those names), svc itself otherwise. prev lends its copies.
+func (s *Scope) visible(push *model.PushContext, svc *model.Service, prev *Scope) *model.Service {
+	if svc == nil || svc.Resolution == model.Alias {
+		return nil
+	}
+	names := push.AliasesOf(svc.Hostname)
+	if len(names) == 0 {
+		return svc
+	}
+	if s.aliased == nil {
+		s.aliased = map[*model.Service]*model.Service{}
+	}
+	c := s.aliased[svc]
+	if c == nil && prev != nil {
+		c = prev.aliased[svc]
+	}
+	if c == nil || !slices.Equal(c.Aliases, names) {
+		cp := *svc
+		cp.Aliases = names
+		c = &cp
+	}
+	s.aliased[svc] = c
+	return c
 }
 
 // trimmer makes copies of services with some of their ports (and, for an egress listener's view of one,
@@ -370,8 +400,11 @@ func (s *Scope) addRoutedDestinations(push *model.PushContext, listeners []*egre
 			}
 			for host, ports := range dests[i] {
 				svc := push.ServiceForHostname(s.Namespace, host)
-				if svc == nil {
+				if svc == nil || svc.Resolution == model.Alias {
 					continue
+				}
+				if c := s.aliased[svc]; c != nil {
+					svc = c // the copy the scope holds, with its aliases
 				}
 				r := want[svc.Hostname]
 				if r == nil {

@@ -217,9 +217,8 @@ func computeEndpoints(svc *Service, r *resolver) *ServiceEndpoints {
 	out := &ServiceEndpoints{Service: svc.Key(), ByPort: make(map[uint32][]*Endpoint, len(svc.Ports))}
 	switch svc.Source.Kind {
 	case config.Service:
-		if svc.Resolution.ByDNS() {
-			addInlineEndpoints(out, svc, m)
-			break
+		if svc.Resolution == Alias {
+			break // an ExternalName Service has no endpoints of its own
 		}
 		addSliceEndpoints(out, svc, r)
 		if len(svc.Selector) > 0 {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -75,6 +76,9 @@ type lazyServiceList struct {
 	// that left and joined it since: the list is then a merge, not a sort of every service.
 	fromBase             bool
 	base, removed, added []*Service
+	// aliases: concrete hostname → the hostnames of the ExternalName Services naming it (AliasesOf).
+	aliasOnce sync.Once
+	aliases   map[string][]string
 }
 
 // compareForAll is the order of AllServices: hostname, then namespace.
@@ -140,6 +144,47 @@ func (ps *PushContext) AllServices() []*Service {
 		l.ready.Store(true)
 	})
 	return ps.sortedServices.list
+}
+
+// AliasesOf returns the hostnames of the ExternalName Services that name host, directly or through other
+// ExternalName Services, sorted by namespace then hostname, as istiod's resolveServiceAliases: a chain
+// that loops names nothing. Computed once per set of services. Do not modify.
+func (ps *PushContext) AliasesOf(host string) []string {
+	l := ps.sortedServices
+	l.aliasOnce.Do(func() { l.aliases = resolveAliases(ps.AllServices()) })
+	return l.aliases[host]
+}
+
+func resolveAliases(all []*Service) map[string][]string {
+	var aliases []*Service
+	target := map[string]string{} // alias hostname → what it names; an ExternalName is not namespaced
+	for _, s := range all {
+		if s.Resolution == Alias {
+			aliases = append(aliases, s)
+			target[s.Hostname] = s.AliasFor
+		}
+	}
+	if len(aliases) == 0 {
+		return nil
+	}
+	slices.SortFunc(aliases, func(a, b *Service) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Hostname, b.Hostname))
+	})
+	out := map[string][]string{}
+	for _, a := range aliases {
+		concrete, seen := a.AliasFor, map[string]bool{a.Hostname: true}
+		for next, isAlias := target[concrete]; isAlias; next, isAlias = target[concrete] {
+			if seen[concrete] {
+				concrete = "" // a loop: Kubernetes answers NXDOMAIN for each of its names
+				break
+			}
+			seen[concrete], concrete = true, next
+		}
+		if concrete != "" {
+			out[concrete] = append(out[concrete], a.Hostname)
+		}
+	}
+	return out
 }
 
 // ServicesForHostname returns every service with that hostname, oldest first.

@@ -82,10 +82,14 @@ const (
 	Passthrough                       // original destination (headless, resolution NONE)
 	DNSRoundRobinLB                   // proxies resolve the hostname, one address at a time (LOGICAL_DNS)
 	DynamicDNS                        // proxies resolve each request's host (SNI or Host header) under a wildcard hostname
+	// Alias: a Kubernetes ExternalName Service, another name of the host it names (AliasFor). As istiod,
+	// sidecars get no cluster, listener or virtual host of its own; the named service's virtual hosts
+	// answer its names too.
+	Alias
 )
 
 func (r Resolution) String() string {
-	return [...]string{"ClientSideLB", "DNS", "Passthrough", "DNSRoundRobin", "DynamicDNS"}[r]
+	return [...]string{"ClientSideLB", "DNS", "Passthrough", "DNSRoundRobin", "DynamicDNS", "Alias"}[r]
 }
 
 // ByDNS reports whether proxies resolve the service's hostnames themselves.
@@ -103,6 +107,12 @@ type Service struct {
 	// or Passthrough when headless).
 	Resolution   Resolution
 	MeshExternal bool
+	// AliasFor is the host an ExternalName Service (Resolution Alias) names, as written (istiod matches it
+	// against hostnames as is: "api.example.org." names no ServiceEntry host).
+	AliasFor string
+	// Aliases are the hostnames of the ExternalName Services that name this one (directly or through
+	// another alias), sorted by namespace then hostname. Only the copies a proxy's scope makes carry them.
+	Aliases []string
 	// ExportTo lists the namespaces the service is visible in; "*" means everywhere.
 	ExportTo []string
 	// Selector selects the workloads (pods, WorkloadEntries) behind the service in its namespace.
@@ -220,7 +230,7 @@ func ResolveHost(host, ns, suffix string) string {
 // servicesFromKube converts a Kubernetes Service.
 func servicesFromKube(c *config.Config, m *mesh.Config) []*Service {
 	ks := c.Spec.(*corev1.Service)
-	if ks.Spec.Type == corev1.ServiceTypeExternalName {
+	if ks.Spec.Type == corev1.ServiceTypeExternalName && ks.Spec.ExternalName != "" {
 		return []*Service{externalNameService(c, ks, m)}
 	}
 	svc := &Service{
@@ -272,10 +282,10 @@ func externalNameService(c *config.Config, ks *corev1.Service, m *mesh.Config) *
 		Labels:            c.Labels,
 		Annotations:       c.Annotations,
 		CreationTimestamp: c.CreationTimestamp,
-		Resolution:        DNSLB,
+		Resolution:        Alias,
+		AliasFor:          ks.Spec.ExternalName,
 		MeshExternal:      true,
 		ExportTo:          normalizeExportTo(splitList(c.Annotations[ExportToAnnotation]), c.Namespace, m.DefaultServiceExportTo),
-		inlineEndpoints:   []*networking.WorkloadEntry{{Address: ks.Spec.ExternalName}},
 	}
 	for _, p := range ks.Spec.Ports {
 		svc.Ports = append(svc.Ports, &Port{Name: p.Name, Port: uint32(p.Port), Protocol: kubePortProtocol(p)})
