@@ -69,7 +69,6 @@ var meshCompatGroups = []meshCompatGroup{
 	{meshMsg, []protoreflect.Name{"dns_refresh_rate"}, meshNotImplemented},
 	{meshMsg, []protoreflect.Name{"enable_auto_mtls"}, meshNotImplemented},
 	{meshMsg, []protoreflect.Name{"protocol_detection_timeout"}, meshNotImplemented},
-	{meshMsg, []protoreflect.Name{"locality_lb_setting"}, meshNotImplemented},
 	{meshMsg, []protoreflect.Name{"mesh_mTLS"}, meshNotImplemented},
 	{meshMsg, []protoreflect.Name{"tls_defaults"}, meshNotImplemented},
 

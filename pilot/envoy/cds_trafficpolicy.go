@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -67,8 +68,9 @@ func maxThresholds() *cluster.CircuitBreakers_Thresholds {
 // applyLoadBalancer sets the cluster's LB policy; Envoy clusters default to LEAST_REQUEST and have the
 // healthy-panic threshold off unless outlier detection set it, as istiod: with few pods per service,
 // Envoy's 50 % panic mode would send traffic to unhealthy hosts. Consistent hashing also needs a hash
-// policy on the route, which RDS adds.
-func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, f flavor) {
+// policy on the route, which RDS adds. Locality weighting follows the rule's locality setting, else the mesh
+// config's (m).
+func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, f flavor, m *mesh.Config) {
 	if f == flavorEnvoy {
 		if c.CommonLbConfig == nil {
 			c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{}
@@ -76,7 +78,7 @@ func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, 
 		if c.CommonLbConfig.HealthyPanicThreshold == nil {
 			c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: 0}
 		}
-		if localityWeighted(lb.GetLocalityLbSetting(), c.OutlierDetection != nil) {
+		if localityWeighted(effectiveLocality(lb, m), c.OutlierDetection != nil) {
 			c.CommonLbConfig.LocalityConfigSpecifier = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
 				LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}
 		}

@@ -26,8 +26,10 @@ type edsKey struct {
 	endpoints *model.ServiceEndpoints
 	dr        *model.DestinationRule
 	flavor    flavor
-	// locality: the proxy's, when the rule's locality load balancing makes the assignment depend on it.
-	locality string
+	// locality: the proxy's, when locality load balancing makes the assignment depend on it; localitySetting:
+	// the setting that does (the rule's, or the mesh config's, which a mesh config change replaces).
+	locality        string
+	localitySetting *networking.LocalityLoadBalancerSetting
 	// peerAuthn: the PeerAuthentications of the service's namespace and the mesh, which decide which
 	// endpoints keep their tlsMode (serverMTLS).
 	peerAuthn model.PeerAuthenticationsKey
@@ -86,10 +88,12 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 		}
 		slot := slotName(fl, name)
 		var lp localityPolicy
-		if fl == flavorEnvoy && dr != nil {
+		if fl == flavorEnvoy {
 			policy := effectivePolicy(dr, cn.Subset, cn.Port)
-			lp = localityPolicyOf(policy.GetLoadBalancer().GetLocalityLbSetting(), policy.GetOutlierDetection() != nil, proxy.Locality)
+			setting := effectiveLocality(policy.GetLoadBalancer(), push.Mesh)
+			lp = localityPolicyOf(setting, policy.GetOutlierDetection() != nil, proxy.Locality)
 			if lp.applies() {
+				key.localitySetting = setting
 				// The assignment is the proxy's locality's own: a slot per locality.
 				key.locality = localityString(proxy.Locality)
 				slot = "locality " + key.locality + "\x00" + slot // Envoy's slot names carry no prefix of their own

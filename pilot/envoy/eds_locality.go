@@ -9,9 +9,11 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/mesh"
 )
 
-// localityPolicy is what a DestinationRule's locality load balancing does to one proxy's assignments, as
+// localityPolicy is what locality load balancing (a DestinationRule's, else the mesh's) does to one proxy's assignments, as
 // istiod applies it: distribute weights localities by the proxy's own; otherwise, with outlier detection
 // (without it nothing marks a locality unhealthy, so Envoy would never fail over), localities get
 // priorities by how much of the proxy's locality they share, and failover names the region to try next.
@@ -22,9 +24,29 @@ type localityPolicy struct {
 	prioritize bool
 }
 
-// localityPolicyOf is the locality policy of setting (nil: the mesh default, enabled without settings).
+// meshDefaultLocality is istiod's default mesh localityLbSetting: on, with no distribution or failover.
+var meshDefaultLocality = &networking.LocalityLoadBalancerSetting{Enabled: wrapperspb.Bool(true)}
+
+// effectiveLocality is the locality setting istiod applies to a cluster (GetEffectiveLbSetting): that of
+// lb, the DestinationRule's for the cluster, else the mesh config's localityLbSetting; nil when the one
+// that applies is disabled, or the mesh config has none.
+func effectiveLocality(lb *networking.LoadBalancerSettings, m *mesh.Config) *networking.LocalityLoadBalancerSetting {
+	s := lb.GetLocalityLbSetting()
+	if s == nil {
+		s = meshDefaultLocality
+		if m != nil && m.Spec != nil {
+			s = m.Spec.GetLocalityLbSetting()
+		}
+	}
+	if s == nil || s.Enabled != nil && !s.Enabled.GetValue() {
+		return nil
+	}
+	return s
+}
+
+// localityPolicyOf is the locality policy of an effective setting (nil: locality load balancing off).
 func localityPolicyOf(setting *networking.LocalityLoadBalancerSetting, outlier bool, proxy *core.Locality) localityPolicy {
-	if setting != nil && setting.Enabled != nil && !setting.Enabled.GetValue() {
+	if setting == nil {
 		return localityPolicy{}
 	}
 	if len(setting.GetDistribute()) > 0 {

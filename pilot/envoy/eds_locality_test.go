@@ -1,10 +1,14 @@
 package envoy
 
 import (
+	"fmt"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
+	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // localityMesh: reviews with one endpoint in each of three localities.
@@ -42,10 +46,15 @@ endpoints:
 // localityAssignment generates reviews' assignment for a sidecar in region1/zone-a under rule.
 func localityAssignment(t *testing.T, rule string) map[string]*endpoint.LocalityLbEndpoints {
 	t.Helper()
-	push := pushFromYAML(t, []byte(localityMesh+rule))
+	return localityAssignmentOf(t, New(Options{}), pushFromYAML(t, []byte(localityMesh+rule)))
+}
+
+// localityAssignmentOf generates reviews' assignment for a sidecar in region1/zone-a with g from push.
+func localityAssignmentOf(t *testing.T, g *Generators, push *model.PushContext) map[string]*endpoint.LocalityLbEndpoints {
+	t.Helper()
 	proxy := sidecarIn("default", "10.1.0.1", nil)
 	proxy.Locality = &core.Locality{Region: "region1", Zone: "zone-a"}
-	res, err := New(Options{}).ByTypeURL()[EndpointType].Generate(proxy, push, named(EndpointType, reviewsCluster), nil)
+	res, err := g.ByTypeURL()[EndpointType].Generate(proxy, push, named(EndpointType, reviewsCluster), nil)
 	if err != nil || len(res) != 1 {
 		t.Fatalf("%d assignments, %v", len(res), err)
 	}
@@ -110,5 +119,58 @@ spec:
 	}
 	if n := len(got["region1/zone-b"].GetLbEndpoints()); n != 0 {
 		t.Errorf("a locality distribute leaves out keeps %d endpoints", n)
+	}
+}
+
+// The mesh config's localityLbSetting applies where no DestinationRule sets one: its distribution without
+// any rule, its failover (with a rule's outlier detection), and enabled: false turns the default
+// priorities off. One set of generators serves each mesh config in turn, as a mesh config change does.
+func TestLocalityMeshSetting(t *testing.T) {
+	const outlier = `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5}}
+`
+	withMesh := func(yaml string) *mesh.Config {
+		m := mesh.Default()
+		if err := mesh.Parse([]byte(yaml), m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	plain, withRule := storeFromYAML(t, []byte(localityMesh)), storeFromYAML(t, []byte(localityMesh+outlier))
+	g := New(Options{})
+	priorities := func(m *mesh.Config) map[string]uint32 {
+		out := map[string]uint32{}
+		for loc, grp := range localityAssignmentOf(t, g, model.Build(withRule, m)) {
+			out[loc] = grp.GetPriority()
+		}
+		return out
+	}
+	if got := priorities(mesh.Default()); got["region1/zone-b"] != 1 || got["region2/zone-c"] != 2 {
+		t.Errorf("default mesh: priorities %v, want by locality", got)
+	}
+	if got := priorities(withMesh("localityLbSetting: {enabled: false}\n")); got["region1/zone-b"] != 0 || got["region2/zone-c"] != 0 {
+		t.Errorf("locality load balancing off: priorities %v, want all 0", got)
+	}
+	// A second distribution after the first: the assignment cached for the first must not be served.
+	for _, weights := range [][3]uint32{{60, 30, 10}, {50, 25, 25}} {
+		dist := withMesh(fmt.Sprintf(`localityLbSetting: {distribute: [{from: "region1/zone-a/*",
+  to: {"region1/zone-a/*": %d, "region1/zone-b/*": %d, "region2/*": %d}}]}`, weights[0], weights[1], weights[2]))
+		got := localityAssignmentOf(t, g, model.Build(plain, dist))
+		for i, loc := range []string{"region1/zone-a", "region1/zone-b", "region2/zone-c"} {
+			if w := got[loc].GetLoadBalancingWeight().GetValue(); w != weights[i] {
+				t.Errorf("mesh distribute %v: %s weight %d, want %d", weights, loc, w, weights[i])
+			}
+		}
+	}
+	for loc, grp := range localityAssignmentOf(t, g, model.Build(plain, withMesh("localityLbSetting: {enabled: false}\n"))) {
+		if grp.GetLoadBalancingWeight() != nil && grp.GetLoadBalancingWeight().GetValue() != 1 {
+			t.Errorf("after the distribution is gone: %s weight %v", loc, grp.GetLoadBalancingWeight())
+		}
 	}
 }
