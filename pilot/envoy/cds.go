@@ -92,7 +92,7 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 				pool = inboundRulePool(push.DestinationRule(proxy.Namespace, ip.svc), ip.svcPort)
 			}
 			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: pool,
-				family: who.dnsFamily}
+				family: who.dnsFamily, mesh: push.Mesh}
 			if !ip.ingress && push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost {
 				// The mesh's inbound traffic policy LOCALHOST sends a service's port to the loopback (127.0.0.1, ::1
 				// for an IPv6-only proxy) at PORT; a Sidecar ingress listener's defaultEndpoint alone decides its own.
@@ -109,7 +109,7 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 		if !wants(w, name) {
 			continue
 		}
-		key := staticClusterKey{name: name}
+		key := staticClusterKey{name: name, mesh: push.Mesh}
 		if name == InboundPassthroughCluster {
 			key.family, key.dual = who.dnsFamily, ipModeOf(proxy.IPAddresses) == dualStack
 		}
@@ -326,7 +326,7 @@ type outboundClusterKey struct {
 	dr        *model.DestinationRule
 	flavor    flavor
 	endpoints *model.ServiceEndpoints
-	mesh      any
+	mesh      *mesh.Config
 	// sniffedAtGateway: a port without protocol at a gateway, which does not sniff, so its cluster does
 	// not follow the client's protocol.
 	sniffedAtGateway bool
@@ -364,6 +364,8 @@ type inboundClusterKey struct {
 	pool *networking.ConnectionPoolSettings
 	// family is the proxy's (dnsLookupFamily): the loopback and source addresses follow it.
 	family cluster.Cluster_DnsLookupFamily
+	// mesh gives the connect timeout and TCP keepalive; it is replaced whole on change.
+	mesh *mesh.Config
 }
 
 // staticClusterKey: BlackHoleCluster and PassthroughCluster are the same for every proxy;
@@ -372,6 +374,7 @@ type staticClusterKey struct {
 	name   string
 	family cluster.Cluster_DnsLookupFamily
 	dual   bool
+	mesh   *mesh.Config // connect timeout, TCP keepalive
 }
 
 func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluster.Cluster {
@@ -382,7 +385,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	c := &cluster.Cluster{
 		Name:           name,
 		AltStatName:    name,
-		ConnectTimeout: durationpb.New(defaultConnectTimeout),
+		ConnectTimeout: meshConnectTimeout(k.mesh),
 		Metadata:       clusterMetadata(k.svc, k.subset),
 	}
 	switch k.svc.Resolution {
@@ -398,12 +401,14 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STRICT_DNS}
 		c.DnsLookupFamily = k.dnsFamily
 		c.RespectDnsTtl = true
+		c.DnsRefreshRate = meshDNSRefreshRate(k.mesh)
 		c.LoadAssignment = inlineLoadAssignment(name, k.endpoints, k.port.Port, clusterMTLS(push, k.dr, k.subset, k.port.Port))
 	case model.DNSRoundRobinLB:
 		// One address of the name at a time, as istiod's DNS_ROUND_ROBIN.
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_LOGICAL_DNS}
 		c.DnsLookupFamily = k.dnsFamily
 		c.RespectDnsTtl = true
+		c.DnsRefreshRate = meshDNSRefreshRate(k.mesh)
 		var eps []*model.Endpoint
 		if k.endpoints != nil {
 			if ep := model.RoundRobinEndpoint(k.endpoints.ByPort[k.port.Port]); ep != nil {
@@ -437,8 +442,8 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC, push.Mesh)
 		return c
 	}
-	applyConnectionPool(c, policy.GetConnectionPool())
-	h2 := applyHTTPProtocol(c, policy.GetConnectionPool(), k.port, !k.sniffedAtGateway)
+	applyConnectionPool(c, policy.GetConnectionPool(), meshTCPKeepalive(k.mesh))
+	h2 := applyHTTPProtocol(c, policy.GetConnectionPool(), k.port, !k.sniffedAtGateway, meshH2Upgrade(k.mesh))
 	applyOutlierDetection(c, policy.GetOutlierDetection())
 	if k.svc.Resolution != model.DynamicDNS {
 		// As istiod: a forward proxy's load balancer is its own, so the DestinationRule's has no say.
@@ -549,7 +554,7 @@ func buildInboundCluster(k inboundClusterKey) *cluster.Cluster {
 	name := InboundClusterName(k.port)
 	c := &cluster.Cluster{
 		Name:           name,
-		ConnectTimeout: durationpb.New(defaultConnectTimeout),
+		ConnectTimeout: meshConnectTimeout(k.mesh),
 	}
 	if k.endpoint == "" {
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
@@ -575,9 +580,9 @@ func buildInboundCluster(k inboundClusterKey) *cluster.Cluster {
 	// istiod's inbound clusters lift the circuit breakers (where the pool sets no limit), so the proxy never
 	// limits its own workload; the pool applies as on an outbound cluster, but never upgrades to HTTP/2.
 	pool := inboundPool(k.pool)
-	applyConnectionPool(c, pool)
+	applyConnectionPool(c, pool, meshTCPKeepalive(k.mesh))
 	// Towards its own workload a sidecar speaks the port's protocol too (the client's on a sniffed port).
-	applyHTTPProtocol(c, pool, &model.Port{Port: k.port, Protocol: k.protocol}, true)
+	applyHTTPProtocol(c, pool, &model.Port{Port: k.port, Protocol: k.protocol}, true, false)
 	return c
 }
 
@@ -607,13 +612,14 @@ const inboundCleanupSeconds = (math.MaxInt64 - 999999999) / int64(time.Second)
 
 func buildStaticCluster(k staticClusterKey) *cluster.Cluster {
 	name := k.name
-	c := &cluster.Cluster{Name: name, ConnectTimeout: durationpb.New(defaultConnectTimeout)}
+	c := &cluster.Cluster{Name: name, ConnectTimeout: meshConnectTimeout(k.mesh)}
 	switch name {
 	case BlackHoleCluster:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 	default:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+		setTCPKeepalive(c, meshTCPKeepalive(k.mesh)) // as istiod's passthrough clusters; not the black hole
 		if name == InboundPassthroughCluster {
 			// Istio binds inbound passthrough connections to 127.0.0.6 (::6) so they are not redirected again.
 			// Envoy cannot bind one family and connect to the other: a dual-stack proxy also gets ::6, which

@@ -17,7 +17,8 @@ import (
 	"github.com/sextantmesh/sextant/pilot/config"
 )
 
-// applyTLS configures upstream TLS from the DestinationRule, or, when it says nothing, Istio's auto mTLS:
+// applyTLS configures upstream TLS from the DestinationRule, or, when it says nothing and the mesh config does
+// not turn it off (enableAutoMtls), Istio's auto mTLS:
 // mutual TLS to endpoints whose assignment carries tlsMode=istio (EDS drops it where the server's policy
 // disables mTLS on the endpoint's port), plaintext to the rest, and plaintext to all when the server
 // namespace's or the mesh's policy is DISABLE. Mesh mTLS accepts exactly the service's accounts.
@@ -25,7 +26,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 	svc := k.svc
 	accounts := splitAccounts(k.accounts)
 	if tls == nil {
-		if svc.MeshExternal || k.plaintextServer || k.plaintextEndpoint {
+		if svc.MeshExternal || k.plaintextServer || k.plaintextEndpoint || !meshAutoMTLS(k.mesh) {
 			return
 		}
 		if c.GetType() == cluster.Cluster_ORIGINAL_DST {

@@ -162,8 +162,9 @@ func slowStart(lb *networking.LoadBalancerSettings) *cluster.Cluster_SlowStartCo
 }
 
 // applyConnectionPool sets the circuit breakers (at the maximum where cp says nothing), the connect
-// timeout and TCP keepalive.
-func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettings) {
+// timeout and TCP keepalive: the mesh's keepalive (meshKA), then cp's over it field by field.
+func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettings,
+	meshKA *networking.ConnectionPoolSettings_TCPSettings_TcpKeepalive) {
 	th := maxThresholds()
 	c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{th}}
 	if tcp := cp.GetTcp(); tcp != nil {
@@ -173,14 +174,9 @@ func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettin
 		if tcp.ConnectTimeout != nil {
 			c.ConnectTimeout = durationpb.New(tcp.ConnectTimeout.AsDuration())
 		}
-		if ka := tcp.TcpKeepalive; ka != nil {
-			c.UpstreamConnectionOptions = &cluster.UpstreamConnectionOptions{TcpKeepalive: &core.TcpKeepalive{
-				KeepaliveProbes:   optionalUInt32(ka.Probes),
-				KeepaliveTime:     optionalSeconds(ka.Time),
-				KeepaliveInterval: optionalSeconds(ka.Interval),
-			}}
-		}
 	}
+	setTCPKeepalive(c, meshKA)
+	setTCPKeepalive(c, cp.GetTcp().GetTcpKeepalive())
 	if h := cp.GetHttp(); h != nil {
 		if h.Http1MaxPendingRequests > 0 {
 			th.MaxPendingRequests = wrapperspb.UInt32(uint32(h.Http1MaxPendingRequests))
@@ -197,9 +193,10 @@ func applyConnectionPool(c *cluster.Cluster, cp *networking.ConnectionPoolSettin
 // applyHTTPProtocol sets the upstream HTTP protocol and its options as istiod: HTTP/2 for http2 and grpc
 // ports or h2UpgradePolicy UPGRADE, the client's protocol for a sniffed port (where sniff: sidecars) or
 // useClientProtocol, HTTP/1.1 otherwise; idle timeout, connection duration, requests per connection and
-// HTTP/2 streams from the connection pool. It reports whether the cluster speaks HTTP/2 explicitly, which
-// mesh mTLS then offers in ALPN.
-func applyHTTPProtocol(c *cluster.Cluster, cp *networking.ConnectionPoolSettings, port *model.Port, sniffs bool) (h2 bool) {
+// HTTP/2 streams from the connection pool. meshUpgrade (the mesh's h2UpgradePolicy UPGRADE) upgrades an
+// HTTP port's cluster unless the pool says DO_NOT_UPGRADE. It reports whether the cluster speaks HTTP/2
+// explicitly, which mesh mTLS then offers in ALPN.
+func applyHTTPProtocol(c *cluster.Cluster, cp *networking.ConnectionPoolSettings, port *model.Port, sniffs, meshUpgrade bool) (h2 bool) {
 	var opts *httpv3.HttpProtocolOptions
 	var h2opts *core.Http2ProtocolOptions
 	explicitH2 := func() {
@@ -223,8 +220,11 @@ func applyHTTPProtocol(c *cluster.Cluster, cp *networking.ConnectionPoolSettings
 		downstream()
 	}
 	h := cp.GetHttp()
-	// UPGRADE names the port HTTP even when it is sniffed; an upstream protocol already chosen stays.
-	if h != nil && !h.UseClientProtocol && h.H2UpgradePolicy == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE && opts == nil {
+	// The pool's UPGRADE names the port HTTP even when it is sniffed; the mesh's upgrades HTTP ports only (as
+	// istiod: a sniffed port's server may speak HTTP/1.1 alone). An upstream protocol already chosen stays.
+	upgrade := h.GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE ||
+		meshUpgrade && port.Protocol.IsHTTP() && h.GetH2UpgradePolicy() != networking.ConnectionPoolSettings_HTTPSettings_DO_NOT_UPGRADE
+	if !h.GetUseClientProtocol() && upgrade && opts == nil {
 		opts = &httpv3.HttpProtocolOptions{}
 		explicitH2()
 	}

@@ -31,6 +31,7 @@ import (
 // behaves as this value, so an explicit default on one side and an unset field on the other are equal.
 const (
 	defaultConnectTimeout   = "5s"
+	defaultDNSRefreshRate   = "5s"
 	defaultMaxConnections   = "1024"
 	defaultMaxPending       = "1024"
 	defaultMaxRequests      = "1024"
@@ -115,6 +116,8 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 		if t := c.GetType(); t == cluster.Cluster_STRICT_DNS || t == cluster.Cluster_LOGICAL_DNS {
 			// Which addresses a name resolves to (A or AAAA records) decides where connections go.
 			f["dns_lookup_family"] = c.GetDnsLookupFamily().String()
+			// How soon a failed lookup is retried (with the TTL respected, a successful one waits for it).
+			f["dns_refresh_rate"] = durationOr(c.GetDnsRefreshRate(), defaultDNSRefreshRate)
 		}
 		if c.GetType() == cluster.Cluster_ORIGINAL_DST {
 			// The port an original-destination connection goes to: the one dialled unless overridden (a

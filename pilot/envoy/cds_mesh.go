@@ -1,0 +1,84 @@
+package envoy
+
+import (
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	meshconfig "istio.io/api/mesh/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/sextantmesh/sextant/pilot/mesh"
+)
+
+// defaultDNSRefreshRate is istiod's default meshConfig.dnsRefreshRate: with the TTL respected, Envoy uses
+// it only after a failed lookup.
+const defaultDNSRefreshRate = 60 * time.Second
+
+// meshSpec is the mesh config as istiod reads it, nil when m has none (a hand-built test config): the
+// accessors below then give istiod's defaults.
+func meshSpec(m *mesh.Config) *meshconfig.MeshConfig {
+	if m == nil {
+		return nil
+	}
+	return m.Spec
+}
+
+// meshConnectTimeout is the connect timeout of every cluster whose connection pool sets none: the mesh
+// config's connectTimeout (istiod's default 10 s when the file does not say).
+func meshConnectTimeout(m *mesh.Config) *durationpb.Duration {
+	if d := meshSpec(m).GetConnectTimeout(); d != nil {
+		return durationpb.New(d.AsDuration())
+	}
+	return durationpb.New(defaultConnectTimeout)
+}
+
+// meshDNSRefreshRate is the dns_refresh_rate of STRICT_DNS and LOGICAL_DNS clusters, as istiod sets it.
+func meshDNSRefreshRate(m *mesh.Config) *durationpb.Duration {
+	if d := meshSpec(m).GetDnsRefreshRate(); d != nil {
+		return durationpb.New(d.AsDuration())
+	}
+	return durationpb.New(defaultDNSRefreshRate)
+}
+
+// meshAutoMTLS reports whether clusters without a DestinationRule TLS setting get Istio's automatic mTLS
+// (meshConfig.enableAutoMtls, on unless the file turns it off).
+func meshAutoMTLS(m *mesh.Config) bool {
+	if v := meshSpec(m).GetEnableAutoMtls(); v != nil {
+		return v.GetValue()
+	}
+	return true
+}
+
+// meshH2Upgrade reports whether the mesh upgrades HTTP/1.1 clusters to HTTP/2 (h2UpgradePolicy UPGRADE).
+func meshH2Upgrade(m *mesh.Config) bool {
+	return meshSpec(m).GetH2UpgradePolicy() == meshconfig.MeshConfig_UPGRADE
+}
+
+// meshTCPKeepalive is the mesh config's tcpKeepalive, nil when it sets none.
+func meshTCPKeepalive(m *mesh.Config) *networking.ConnectionPoolSettings_TCPSettings_TcpKeepalive {
+	return meshSpec(m).GetTcpKeepalive()
+}
+
+// setTCPKeepalive turns SO_KEEPALIVE on for the cluster's connections and sets what ka sets over what is
+// already there, as istiod lays a DestinationRule's keepalive over the mesh's field by field; the rest
+// stays the OS's.
+func setTCPKeepalive(c *cluster.Cluster, ka *networking.ConnectionPoolSettings_TCPSettings_TcpKeepalive) {
+	if ka == nil {
+		return
+	}
+	if c.UpstreamConnectionOptions == nil {
+		c.UpstreamConnectionOptions = &cluster.UpstreamConnectionOptions{TcpKeepalive: &core.TcpKeepalive{}}
+	}
+	k := c.UpstreamConnectionOptions.TcpKeepalive
+	if ka.Probes > 0 {
+		k.KeepaliveProbes = optionalUInt32(ka.Probes)
+	}
+	if ka.Time != nil {
+		k.KeepaliveTime = optionalSeconds(ka.Time)
+	}
+	if ka.Interval != nil {
+		k.KeepaliveInterval = optionalSeconds(ka.Interval)
+	}
+}
