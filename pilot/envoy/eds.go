@@ -33,6 +33,9 @@ type edsKey struct {
 	// peerAuthn: the PeerAuthentications of the service's namespace and the mesh, which decide which
 	// endpoints keep their tlsMode (serverMTLS).
 	peerAuthn model.PeerAuthenticationsKey
+	// node: the proxy's node, for a service with internalTrafficPolicy Local alone, so that other
+	// services' assignments stay shared by every proxy.
+	node string
 }
 
 // Generate returns a ClusterLoadAssignment for each watched EDS cluster the proxy can see.
@@ -99,10 +102,23 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 				slot = "locality " + key.locality + "\x00" + slot // Envoy's slot names carry no prefix of their own
 			}
 		}
+		if svc.NodeLocal {
+			// Only the endpoints on the proxy's node (istiod's filterIstioEndpoint): a slot per node, its
+			// prefix cut off with the others' at the first NUL (resourceName).
+			key.node = proxy.NodeName
+			sep := "\x00"
+			if strings.IndexByte(slot, 0) >= 0 {
+				sep = "\x01"
+			}
+			slot = "node " + key.node + sep + slot
+		}
 		r, err := slotResource(g.assignments, slot, key, func() proto.Message {
 			var eps []*model.Endpoint
 			if se != nil {
 				eps = se.ByPort[cn.Port]
+			}
+			if svc.NodeLocal {
+				eps = slices.DeleteFunc(slices.Clone(eps), func(ep *model.Endpoint) bool { return ep.NodeName != key.node })
 			}
 			mtls := clusterMTLS(push, dr, cn.Subset, cn.Port)
 			if sniDNAT {

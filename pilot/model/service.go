@@ -110,6 +110,13 @@ type Service struct {
 	// AliasFor is the host an ExternalName Service (Resolution Alias) names, as written (istiod matches it
 	// against hostnames as is: "api.example.org." names no ServiceEntry host).
 	AliasFor string
+	// NodeLocal: a Kubernetes Service with internalTrafficPolicy Local; a proxy reaches only the endpoints
+	// on its own node (the node metadata NODE_NAME), as istiod's EDS.
+	NodeLocal bool
+	// TrafficDistribution is the Service's trafficDistribution, else its annotation
+	// networking.istio.io/traffic-distribution, as istiod reads them: PreferSameZone (PreferClose too),
+	// PreferSameNode, or "" for none. Sidecars then get the closest endpoints first.
+	TrafficDistribution string
 	// Aliases are the hostnames of the ExternalName Services that name this one (directly or through
 	// another alias), sorted by namespace then hostname. Only the copies a proxy's scope makes carry them.
 	Aliases []string
@@ -249,6 +256,8 @@ func servicesFromKube(c *config.Config, m *mesh.Config) []*Service {
 	if ks.Spec.ClusterIP == corev1.ClusterIPNone {
 		svc.Resolution = Passthrough
 	}
+	svc.NodeLocal = ks.Spec.InternalTrafficPolicy != nil && *ks.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	svc.TrafficDistribution = trafficDistribution(ks.Spec.TrafficDistribution, c.Annotations[TrafficDistributionAnnotation])
 	for _, ip := range ks.Spec.ClusterIPs {
 		if ip != "" && ip != corev1.ClusterIPNone {
 			svc.Addresses = append(svc.Addresses, ip)
@@ -292,6 +301,29 @@ func externalNameService(c *config.Config, ks *corev1.Service, m *mesh.Config) *
 	}
 	sortPorts(svc.Ports)
 	return svc
+}
+
+// TrafficDistributionAnnotation sets a Service's traffic distribution where its spec does not, as in Istio.
+const TrafficDistributionAnnotation = "networking.istio.io/traffic-distribution"
+
+// trafficDistribution is istiod's GetTrafficDistribution: the spec field when it names a known value,
+// else the annotation (case-insensitive).
+func trafficDistribution(spec *string, annotation string) string {
+	if spec != nil {
+		switch *spec {
+		case corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferClose:
+			return corev1.ServiceTrafficDistributionPreferSameZone
+		case corev1.ServiceTrafficDistributionPreferSameNode:
+			return corev1.ServiceTrafficDistributionPreferSameNode
+		}
+	}
+	switch strings.ToLower(annotation) {
+	case "preferclose", "prefersamezone":
+		return corev1.ServiceTrafficDistributionPreferSameZone
+	case "prefersamenode":
+		return corev1.ServiceTrafficDistributionPreferSameNode
+	}
+	return ""
 }
 
 // kubePortProtocol follows Istio: appProtocol first, then the port name prefix ("http-web"), else unknown.
