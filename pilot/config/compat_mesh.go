@@ -64,7 +64,8 @@ var meshCompatGroups = []meshCompatGroup{
 	{meshMsg, []protoreflect.Name{"inbound_cluster_stat_name", "outbound_cluster_stat_name"}, CompatEntry{Status: Warned,
 		Note: "clusters' statistics keep the cluster name"}},
 	{meshMsg, []protoreflect.Name{"protocol_detection_timeout"}, meshNotImplemented},
-	{meshMsg, []protoreflect.Name{"mesh_mTLS"}, meshNotImplemented},
+	{meshMsg, []protoreflect.Name{"mesh_mTLS"}, CompatEntry{Status: Honoured,
+		Note: "inbound mesh mTLS's versions and ciphers; ecdhCurves is refused, as istiod refuses it"}},
 	{meshMsg, []protoreflect.Name{"tls_defaults"}, meshNotImplemented},
 
 	// Extension providers: the two ext_authz kinds CUSTOM AuthorizationPolicies name are honoured.

@@ -319,8 +319,8 @@ var ldsMeshCiphers = []string{
 // ldsMeshDownstreamTLS terminates mesh mTLS: the workload certificate, client certificates required,
 // validated against the mesh root and holding a SPIFFE identity of one of trustDomains, the mesh's and its
 // aliases (the root may sign other trust domains too, whose workloads are not this mesh's); alpn is the
-// server's ALPN.
-func ldsMeshDownstreamTLS(trustDomains []string, alpn []string) *tlsv3.DownstreamTlsContext {
+// server's ALPN, params the versions and ciphers (meshMTLSParams).
+func ldsMeshDownstreamTLS(trustDomains []string, alpn []string, params *tlsv3.TlsParameters) *tlsv3.DownstreamTlsContext {
 	sans := make([]*matcher.StringMatcher, len(trustDomains))
 	for i, td := range trustDomains {
 		sans[i] = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://" + td + "/"}}
@@ -328,12 +328,8 @@ func ldsMeshDownstreamTLS(trustDomains []string, alpn []string) *tlsv3.Downstrea
 	return &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			AlpnProtocols: alpn,
-			TlsParams: &tlsv3.TlsParameters{
-				CipherSuites:              ldsMeshCiphers,
-				TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
-				TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
-			},
+			AlpnProtocols:                  alpn,
+			TlsParams:                      params,
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{

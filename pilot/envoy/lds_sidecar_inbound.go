@@ -17,6 +17,7 @@ import (
 	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -167,11 +168,14 @@ type inboundInputs struct {
 	// and restores it upstream (original_src), as istiod's.
 	tproxy bool
 	family cluster.Cluster_DnsLookupFamily // the proxy's (dnsLookupFamily): the listener's address
+	// mtlsParams: mesh mTLS's versions and ciphers (the mesh config's meshMTLS).
+	mtlsParams *tlsv3.TlsParameters
 }
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy)
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s/%s|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy,
+		in.mtlsParams.GetTlsMinimumProtocolVersion(), strings.Join(in.mtlsParams.GetCipherSuites(), ":"))
 	if in.family != cluster.Cluster_V4_ONLY {
 		b.WriteString("v6|") // the listener's address
 	}
@@ -190,12 +194,13 @@ func (in inboundInputs) describe(ns string) string {
 func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushContext) inboundInputs {
 	_, labels, ports := l.g.sidecarInboundPortsOf(proxy, push)
 	in := inboundInputs{
-		ports:    ports,
-		mtls:     push.PeerAuthentication(proxy.Namespace, labels),
-		policies: push.AuthorizationPolicies(proxy.Namespace, labels),
-		paths:    push.Mesh.PathNormalization.Normalization,
-		tproxy:   proxy.InterceptionMode == model.InterceptTPROXY,
-		family:   dnsLookupFamily(proxy.IPAddresses),
+		ports:      ports,
+		mtls:       push.PeerAuthentication(proxy.Namespace, labels),
+		policies:   push.AuthorizationPolicies(proxy.Namespace, labels),
+		paths:      push.Mesh.PathNormalization.Normalization,
+		tproxy:     proxy.InterceptionMode == model.InterceptTPROXY,
+		family:     dnsLookupFamily(proxy.IPAddresses),
+		mtlsParams: meshMTLSParams(push.Mesh),
 	}
 	in.env = authpolicy.NewEnv(push, in.policies, OutboundClusterName)
 	in.env.JWT = authpolicy.NewJWTAuthn(push, proxy.Namespace, labels, false)
@@ -279,7 +284,7 @@ func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilt
 		kind = inboundTCP
 	}
 	return inboundChains(chainName, wrapperspb.UInt32(p.port), inboundChainOptions(kind, in.mtls.ModeForPort(p.port)),
-		in.env.TrustDomains(), filters)
+		meshMTLSOf(in), filters)
 }
 
 // buildBoundInbound builds the listener bound to bind and the inbound port p, istiod's inboundCustomListener:
@@ -325,14 +330,14 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}})),
 	}
 	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode),
-		in.env.TrustDomains(), passthrough)...)
+		meshMTLSOf(in), passthrough)...)
 	// A port-level mTLS mode on a port no service declares governs that port's passthrough, as in istiod.
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
 		if declared[port] || ldsReservedPorts[port] {
 			continue
 		}
 		chains = append(chains, inboundChains("inbound_passthrough_"+ldsPortName(port), wrapperspb.UInt32(port),
-			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), in.env.TrustDomains(), passthrough)...)
+			inboundChainOptions(inboundSniffed, in.mtls.PortModes[port]), meshMTLSOf(in), passthrough)...)
 	}
 
 	filters := []*listener.ListenerFilter{ldsOriginalDst()}
@@ -443,9 +448,18 @@ func inboundChainOptions(kind inboundKind, mode model.MTLSMode) []inboundChainOp
 // (with the L4 RBAC).
 type inboundFilters struct{ http, tcp []*listener.Filter }
 
-// inboundChains builds the chains of opts for one port (nil: any port). Mesh mTLS accepts only client
-// certificates of trustDomains.
-func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChainOption, trustDomains []string,
+// meshMTLS is how a sidecar terminates mesh mTLS: client certificates of trustDomains, TLS params.
+type meshMTLS struct {
+	trustDomains []string
+	params       *tlsv3.TlsParameters
+}
+
+func meshMTLSOf(in inboundInputs) meshMTLS {
+	return meshMTLS{trustDomains: in.env.TrustDomains(), params: in.mtlsParams}
+}
+
+// inboundChains builds the chains of opts for one port (nil: any port), terminating mesh mTLS as mt says.
+func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChainOption, mt meshMTLS,
 	filters inboundFilters) []*listener.FilterChain {
 	out := make([]*listener.FilterChain, 0, len(opts))
 	for _, o := range opts {
@@ -463,7 +477,7 @@ func inboundChains(name string, port *wrapperspb.UInt32Value, opts []inboundChai
 			if o.http {
 				alpn = ldsMeshServerHTTPALPN
 			}
-			fc.TransportSocket = ldsDownstreamTLSSocket(ldsMeshDownstreamTLS(trustDomains, alpn))
+			fc.TransportSocket = ldsDownstreamTLSSocket(ldsMeshDownstreamTLS(mt.trustDomains, alpn, mt.params))
 		}
 		out = append(out, fc)
 	}

@@ -266,3 +266,19 @@ func TestDefaultExportTo(t *testing.T) {
 		t.Fatalf("err = %v, want one naming defaultServiceExportTo[0]", err)
 	}
 }
+
+// Mesh mTLS takes versions and ciphers, not ECDH curves: istiod refuses a mesh config that sets them, and so
+// does Sextant, naming the field; tlsDefaults takes them.
+func TestMeshMTLSRefusesECDHCurves(t *testing.T) {
+	err := Parse([]byte("meshMTLS: {minProtocolVersion: TLSV1_3, ecdhCurves: [P-256]}\n"), Default())
+	if err == nil || !strings.Contains(err.Error(), "meshMTLS.ecdhCurves") {
+		t.Errorf("meshMTLS.ecdhCurves: %v, want refused naming it", err)
+	}
+	cfg := Default()
+	if err := Parse([]byte("meshMTLS: {minProtocolVersion: TLSV1_3}\ntlsDefaults: {ecdhCurves: [P-256]}\n"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Spec.GetMeshMTLS().GetMinProtocolVersion().String() != "TLSV1_3" || len(cfg.Spec.GetTlsDefaults().GetEcdhCurves()) != 1 {
+		t.Errorf("spec %v", cfg.Spec)
+	}
+}

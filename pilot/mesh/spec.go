@@ -101,6 +101,10 @@ func parseSpec(data []byte, base *meshconfig.MeshConfig) (*meshconfig.MeshConfig
 	if err := protojson.Unmarshal(js, file); err != nil {
 		return nil, nil, err
 	}
+	// As istiod's validation: mesh mTLS takes no curves (its TLS 1.3 handshake would not honour them).
+	if file.GetMeshMTLS().GetEcdhCurves() != nil {
+		return nil, nil, errors.New("field meshMTLS.ecdhCurves: not supported: mesh mTLS does not take ECDH curves (set tlsDefaults.ecdhCurves)")
+	}
 	spec := proto.Clone(base).(*meshconfig.MeshConfig)
 	overlayFields(spec.ProtoReflect(), file.ProtoReflect(), top)
 	if pc, ok := top["defaultConfig"].(map[string]any); ok {

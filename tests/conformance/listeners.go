@@ -868,6 +868,11 @@ func downstreamTLSFields(f Fields, p string, s *core.TransportSocket) {
 		ciphers = strings.Join(params.GetCipherSuites(), ":")
 	}
 	f[p+"tls.ciphers"] = ciphers
+	curves := "envoy default"
+	if len(params.GetEcdhCurves()) > 0 {
+		curves = strings.Join(params.GetEcdhCurves(), ":")
+	}
+	f[p+"tls.ecdh_curves"] = curves
 }
 
 func tlsVersion(v tlsv3.TlsParameters_TlsProtocol, def string) string {

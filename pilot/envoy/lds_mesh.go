@@ -1,0 +1,35 @@
+package envoy
+
+import (
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	meshconfig "istio.io/api/mesh/v1alpha1"
+
+	"github.com/sextantmesh/sextant/pilot/mesh"
+)
+
+// meshSpecOf is the mesh config as istiod reads it, nil for a hand-built test config (istiod's defaults).
+func meshSpecOf(m *mesh.Config) *meshconfig.MeshConfig {
+	if m == nil {
+		return nil
+	}
+	return m.Spec
+}
+
+// meshMTLSParams are the TLS parameters of inbound mesh mTLS, as istiod's BuildInboundTLS: from TLS 1.2 (1.3
+// when meshMTLS.minProtocolVersion says TLSV1_3) to 1.3, meshMTLS.cipherSuites else istiod's ECDHE and
+// AES-GCM list. meshMTLS.ecdhCurves is not read: istiod's mesh mTLS does not respect them either.
+func meshMTLSParams(m *mesh.Config) *tlsv3.TlsParameters {
+	mt := meshSpecOf(m).GetMeshMTLS()
+	params := &tlsv3.TlsParameters{
+		CipherSuites:              ldsMeshCiphers,
+		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+		TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
+	}
+	if len(mt.GetCipherSuites()) > 0 {
+		params.CipherSuites = mt.GetCipherSuites()
+	}
+	if mt.GetMinProtocolVersion() == meshconfig.MeshConfig_TLSConfig_TLSV1_3 {
+		params.TlsMinimumProtocolVersion = tlsv3.TlsParameters_TLSv1_3
+	}
+	return params
+}
