@@ -133,5 +133,6 @@ func snapshotWarnings(ps *model.PushContext) []*config.Error {
 	out = append(out, ps.DNSRoundRobinProblems()...)
 	out = append(out, ps.DynamicDNSProblems()...)
 	out = append(out, ps.ServiceHostProblems()...)
+	out = append(out, ps.IngressProblems()...)
 	return out
 }

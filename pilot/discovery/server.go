@@ -448,6 +448,7 @@ func (s *Server) Warnings() []*config.Error {
 		out = append(out, ps.DNSRoundRobinProblems()...)
 		out = append(out, ps.DynamicDNSProblems()...)
 		out = append(out, ps.ServiceHostProblems()...)
+		out = append(out, ps.IngressProblems()...)
 	}
 	return out
 }

@@ -73,7 +73,7 @@ func buildIngresses(reader ConfigReader, m *mesh.Config, prev *ingressIndex) *in
 		if !servesIngress(settings, c, ing, controllers) {
 			continue
 		}
-		idx.add(ingressGateway(c, ing, settings))
+		idx.add(ingressGateway(c, ing, settings), c, "metadata.name")
 		for i := range ing.Spec.Rules {
 			r := &ing.Spec.Rules[i]
 			if r.HTTP == nil {
@@ -84,7 +84,9 @@ func buildIngresses(reader ConfigReader, m *mesh.Config, prev *ingressIndex) *in
 		}
 	}
 	for _, host := range slices.Sorted(maps.Keys(byHost)) {
-		idx.add(idx.ingressVirtualService(host, byHost[host], reader, m.DomainSuffix))
+		vs := idx.ingressVirtualService(host, byHost[host], reader, m.DomainSuffix) // sorts the rules, oldest first
+		first := byHost[host][0]
+		idx.add(vs, first.ing, fmt.Sprintf("spec.rules[%d].host", first.index))
 	}
 	if prev != nil {
 		for k, c := range idx.byKey {
@@ -96,12 +98,15 @@ func buildIngresses(reader ConfigReader, m *mesh.Config, prev *ingressIndex) *in
 	return idx
 }
 
-func (idx *ingressIndex) add(c *config.Config) {
+// add keeps c, made of the field of Ingress from; a second object of c's name is left out and reported on
+// the Ingress it would be made of, since the user sees Ingresses, not what they convert to.
+func (idx *ingressIndex) add(c, from *config.Config, field string) {
 	if c == nil {
 		return
 	}
 	if prev := idx.byKey[c.Key]; prev != nil {
-		idx.problem(c, "", "%s %s/%s is also made of another Ingress host or Ingress; the first is kept", c.Kind, c.Namespace, c.Name)
+		idx.problem(from, field, "the %s %s/%s made of it is also made of another Ingress host or Ingress; the first is kept, "+
+			"and this one left out", c.Kind, c.Namespace, c.Name)
 		return
 	}
 	idx.byKey[c.Key] = c
