@@ -309,6 +309,10 @@ A field inside a warned or rejected one has the status of the outer field.
 		fmt.Fprintf(&b, "\n## %s\n\n`%s`\n\n", k.Kind, k.Spec.FullName())
 		writeCompatRows(&b, CompatRows(k.Spec))
 	}
+	for _, k := range CompatK8sKinds() {
+		fmt.Fprintf(&b, "\n## %s\n\n`%s` (networking.k8s.io/v1)\n\n", k.Kind, k.Spec.Name())
+		writeCompatRows(&b, CompatK8sRows(k))
+	}
 	fmt.Fprintf(&b, "\n## Mesh config\n\n`%s`, the file of `--mesh-config`, read over istiod's defaults (`%s`, "+
 		"the proxy defaults, is `defaultConfig`). `sextant validate --mesh-config` and the server name each warned field the "+
 		"file sets, by its path.\n\n", MeshConfigSpec().FullName(), "istio.mesh.v1alpha1.ProxyConfig")

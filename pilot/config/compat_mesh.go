@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -96,7 +97,7 @@ var meshNotImplemented = CompatEntry{Status: Warned, Note: "not implemented: Sex
 // meshCompatTable is meshCompatGroups by field.
 var meshCompatTable = func() map[CompatField]CompatEntry {
 	out := map[CompatField]CompatEntry{}
-	for _, g := range meshCompatGroups {
+	for _, g := range slices.Concat(meshCompatGroups, meshIngressGroups) {
 		for _, f := range g.fields {
 			out[CompatField{g.message, f}] = g.entry
 		}
