@@ -131,12 +131,9 @@ func (c *Controller) register(ctx context.Context, key config.Key, p *model.Prox
 		if err := c.opts.Entries.Create(ctx, withConnection(e, c.opts.Instance, at), group); err != nil {
 			return c.writeErr(err, p, key, "creating")
 		}
+		// With health checks, the entry is served once the agent reports its workload ready (Report).
 		c.log.Info("auto-registered WorkloadEntry", "entry", key.NamespacedName(), "proxy", p.String(),
 			"healthChecks", e.Annotations[AnnotationHealthChecks] != "")
-		if e.Annotations[AnnotationHealthChecks] != "" {
-			c.log.Warn("the agent sends a readiness probe, whose results Sextant does not apply: the WorkloadEntry is served as healthy",
-				"entry", key.NamespacedName())
-		}
 		return nil
 	}
 	if err := checkIdentity(p, cur); err != nil {

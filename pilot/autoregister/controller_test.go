@@ -271,3 +271,34 @@ func TestUsersEntryWins(t *testing.T) {
 		t.Errorf("effective entry %v, want the user's", e)
 	}
 }
+
+// The agent's health reports become the entry's Healthy condition (a failure with its message), for the
+// connection that registered the entry only.
+func TestHealthReportsWriteTheHealthyCondition(t *testing.T) {
+	s := newStore(t)
+	c := newController(t, s, time.Minute)
+	p := vm("10.0.0.7", &reviewsSA)
+	p.ProxyConfig = &meshconfig.ProxyConfig{ReadinessProbe: &networking.ReadinessProbe{
+		HealthCheckMethod: &networking.ReadinessProbe_TcpSocket{TcpSocket: &networking.TCPHealthCheckConfig{Port: 9081}}}}
+	ev := xds.ConnectionEvent{ID: "a", Proxy: p, ConnectedAt: time.Now()}
+	if err := c.Connected(ev); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.Get(entryKey); e == nil || e.Conditions != nil {
+		t.Fatalf("entry before any report: %v, conditions %v", e, e.Conditions)
+	}
+	c.Report(ev, autoregister.HealthType, true, "dial tcp 10.0.0.7:9081: connection refused")
+	if got := s.Get(entryKey).Conditions["Healthy"]; got != "False" {
+		t.Errorf("after a failed probe Healthy = %q, want False", got)
+	}
+	c.Report(ev, autoregister.HealthType, false, "")
+	if got := s.Get(entryKey).Conditions["Healthy"]; got != "True" {
+		t.Errorf("after a passed probe Healthy = %q, want True", got)
+	}
+	other := ev
+	other.ID = "not-registered"
+	c.Report(other, autoregister.HealthType, true, "from another stream")
+	if got := s.Get(entryKey).Conditions["Healthy"]; got != "True" {
+		t.Errorf("a stream that registered nothing changed Healthy to %q", got)
+	}
+}

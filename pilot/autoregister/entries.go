@@ -22,6 +22,8 @@ type Entries interface {
 	Update(ctx context.Context, e *config.Config) error
 	// Delete removes the entry of key if its ResourceVersion is still resourceVersion; nil if it is gone.
 	Delete(ctx context.Context, key config.Key, resourceVersion string) error
+	// SetHealth writes h as the entry's Healthy status condition, keeping its other conditions.
+	SetHealth(ctx context.Context, key config.Key, h Health) error
 }
 
 // Errors of Entries.
@@ -80,6 +82,19 @@ func (m *StoreEntries) Delete(_ context.Context, key config.Key, resourceVersion
 		return ErrConflict
 	}
 	m.store.Delete(store.LayerRegistered, key)
+	return nil
+}
+
+func (m *StoreEntries) SetHealth(_ context.Context, key config.Key, h Health) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.store.GetLayer(store.LayerRegistered, key)
+	if cur == nil {
+		return ErrConflict
+	}
+	e := *cur
+	e.Conditions = withHealth(cur.Conditions, h)
+	m.put(&e)
 	return nil
 }
 

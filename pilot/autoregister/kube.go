@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	networking "istio.io/api/networking/v1alpha3"
@@ -30,6 +31,8 @@ type KubeEntries struct {
 
 // NewKubeEntries returns Entries kept in the cluster c talks to.
 func NewKubeEntries(c dynamic.Interface) *KubeEntries { return &KubeEntries{client: c} }
+
+var _ Entries = (*KubeEntries)(nil)
 
 func (k *KubeEntries) Get(ctx context.Context, key config.Key) (*config.Config, error) {
 	u, err := k.client.Resource(workloadEntries).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
@@ -95,6 +98,39 @@ func (k *KubeEntries) Delete(ctx context.Context, key config.Key, resourceVersio
 	return err
 }
 
+// SetHealth writes the Healthy condition through the status subresource, as istiod does, keeping the
+// object's other conditions.
+func (k *KubeEntries) SetHealth(ctx context.Context, key config.Key, h Health) error {
+	res := k.client.Resource(workloadEntries).Namespace(key.Namespace)
+	cur, err := res.Get(ctx, key.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ErrConflict
+	}
+	if err != nil {
+		return err
+	}
+	conditions, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
+	healthy := map[string]any{"type": conditionHealthy, "status": conditionStatus(h.Healthy),
+		"lastProbeTime": h.At.UTC().Format(time.RFC3339Nano), "lastTransitionTime": h.At.UTC().Format(time.RFC3339Nano)}
+	if !h.Healthy {
+		healthy["message"] = h.Message
+	}
+	kept := []any{}
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); !ok || m["type"] != conditionHealthy {
+			kept = append(kept, c)
+		}
+	}
+	if err := unstructured.SetNestedSlice(cur.Object, append(kept, healthy), "status", "conditions"); err != nil {
+		return err
+	}
+	_, err = res.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return ErrConflict
+	}
+	return err
+}
+
 // toUnstructured is e as the API server takes it; the spec in Istio's JSON (protobuf JSON names).
 func toUnstructured(e *config.Config) (*unstructured.Unstructured, error) {
 	b, err := protojson.Marshal(e.Spec.(*networking.WorkloadEntry))
@@ -113,6 +149,28 @@ func toUnstructured(e *config.Config) (*unstructured.Unstructured, error) {
 	return u, nil
 }
 
+// statusConditions are u's status conditions, type → status.
+func statusConditions(u *unstructured.Unstructured) map[string]string {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var out map[string]string
+	for _, c := range list {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		t, _ := m["type"].(string)
+		s, _ := m["status"].(string)
+		if _, seen := out[t]; t == "" || seen {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[t] = s
+	}
+	return out
+}
+
 func fromUnstructured(u *unstructured.Unstructured) (*config.Config, error) {
 	b, err := json.Marshal(u.Object["spec"])
 	if err != nil {
@@ -125,6 +183,6 @@ func fromUnstructured(u *unstructured.Unstructured) (*config.Config, error) {
 	return &config.Config{
 		Key:    config.Key{Kind: config.WorkloadEntry, Namespace: u.GetNamespace(), Name: u.GetName()},
 		Labels: u.GetLabels(), Annotations: u.GetAnnotations(), ResourceVersion: u.GetResourceVersion(), UID: string(u.GetUID()),
-		Source: config.KubeSource, Spec: spec,
+		Source: config.KubeSource, Spec: spec, Conditions: statusConditions(u),
 	}, nil
 }

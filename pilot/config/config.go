@@ -58,6 +58,9 @@ type Config struct {
 	// Source says where the object came from: "file:PATH#INDEX" or KubeSource.
 	Source string
 	Spec   any
+	// Conditions are the object's status conditions (type → "True", "False", "Unknown"), kept for the kinds
+	// HasConditions names.
+	Conditions map[string]string
 }
 
 func (c *Config) String() string {

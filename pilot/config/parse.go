@@ -246,6 +246,9 @@ func Parse(doc []byte, file string, index int, defaultNamespace string) (*Config
 		Source:            fmt.Sprintf("file:%s#%d", file, index),
 		Spec:              spec,
 	}
+	if HasConditions(info.Kind) {
+		cfg.Conditions = parseIstioConditions(istioStatus(js))
+	}
 	if err := Validate(cfg); err != nil {
 		e := fail(&env, "", "%v", err)
 		if fe, ok := err.(*FieldError); ok {

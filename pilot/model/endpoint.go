@@ -405,6 +405,9 @@ func workloadEntryEndpoint(we *networking.WorkloadEntry, labels map[string]strin
 
 func addWorkloadEntryEndpoints(out *ServiceEndpoints, svc *Service, reader ConfigReader, m *mesh.Config) {
 	for _, c := range reader.ListNamespace(config.WorkloadEntry, svc.Namespace) {
+		if !workloadEntryServed(c) {
+			continue
+		}
 		we := c.Spec.(*networking.WorkloadEntry)
 		if !svc.Resolution.ByDNS() && !isIPAddress(we.Address) {
 			continue // as istiod: a hostname (or unix://) WorkloadEntry serves DNS ServiceEntries only

@@ -22,6 +22,9 @@ func (s *Server) DeltaAggregatedResources(
 // handleDelta handles a delta request. With noSend, a request that changes what is subscribed (and may need
 // a response) is left untouched and reported (needsSend); an ACK or NACK is handled.
 func (c *Connection) handleDelta(req *discovery.DeltaDiscoveryRequest, noSend bool) (needsSend bool, err error) {
+	if c.report(req.GetTypeUrl(), req.GetErrorDetail()) {
+		return false, nil
+	}
 	if noSend {
 		w := c.watched[req.GetTypeUrl()]
 		if w == nil || len(req.GetResourceNamesSubscribe()) > 0 || len(req.GetResourceNamesUnsubscribe()) > 0 {

@@ -1,8 +1,10 @@
 package xds
 
 import (
+	"slices"
 	"time"
 
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -19,6 +21,26 @@ type ConnectionHook interface {
 	Connected(ConnectionEvent) error
 	// Disconnected is called once for each stream Connected accepted, after it has ended.
 	Disconnected(ConnectionEvent)
+}
+
+// ReportHook, when the ConnectionHook implements it, hears the requests of the types ReportTypes names:
+// reports a client sends on its stream rather than subscriptions (Istio's agent sends its workload's health
+// so, as istio.v1.HealthInformation). They are neither answered nor tracked.
+type ReportHook interface {
+	ReportTypes() []string
+	// Report runs on the stream's goroutine; failure is the request's error_detail message, "" when it has
+	// none (a success).
+	Report(ev ConnectionEvent, typeURL string, failed bool, failure string)
+}
+
+// report hands a request of a reported type to the hook and says whether it was one.
+func (c *Connection) report(typeURL string, detail *rpcstatus.Status) bool {
+	rh, ok := c.srv.opts.ConnectionHook.(ReportHook)
+	if !ok || !slices.Contains(rh.ReportTypes(), typeURL) {
+		return false
+	}
+	rh.Report(ConnectionEvent{ID: c.id, Proxy: c.proxy, ConnectedAt: c.connectedAt}, typeURL, detail != nil, detail.GetMessage())
+	return true
 }
 
 // ConnectionEvent is one stream as a ConnectionHook sees it.

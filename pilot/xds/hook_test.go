@@ -2,6 +2,7 @@ package xds
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -78,5 +79,64 @@ func TestConnectionHookRefuses(t *testing.T) {
 		if _, d := h.events(); len(d) != 0 || len(e.srv.connections()) != 0 {
 			t.Errorf("refused stream: %d disconnections, %d connections", len(d), len(e.srv.connections()))
 		}
+	}
+}
+
+// reportingHook is a recordingHook that also hears one report type.
+type reportingHook struct {
+	recordingHook
+	reports []string // "ID ok" or "ID failed: MESSAGE"
+}
+
+const healthType = "type.googleapis.com/istio.v1.HealthInformation"
+
+func (h *reportingHook) ReportTypes() []string { return []string{healthType} }
+
+func (h *reportingHook) Report(ev ConnectionEvent, typeURL string, failed bool, failure string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := ev.ID + " ok"
+	if failed {
+		r = ev.ID + " failed: " + failure
+	}
+	h.reports = append(h.reports, r)
+}
+
+func (h *reportingHook) heard() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.reports...)
+}
+
+// Requests of a reported type reach the hook, on either protocol, with their error_detail, and are neither
+// answered nor tracked as subscriptions; the stream goes on being served.
+func TestReportHookHearsReports(t *testing.T) {
+	h := &reportingHook{}
+	e := newEnv(t, authSnapshot, func(_ *testEnv, o *Options) { o.ConnectionHook = h })
+	c := e.sotw(t)
+	ask(c, sidecar("vm-1", "shop"), healthType, nil, nil)
+	c.send(&discovery.DiscoveryRequest{TypeUrl: healthType, ErrorDetail: statusProto("probe failed")})
+	ask(c, nil, ClusterType, nil, nil)
+	if r := c.recv(); r.TypeUrl != ClusterType {
+		t.Fatalf("answered %s, want only the clusters", r.TypeUrl)
+	}
+	id := e.srv.connections()[0].id
+	if got := h.heard(); len(got) != 2 || got[0] != id+" ok" || got[1] != id+" failed: probe failed" {
+		t.Errorf("reports %q", got)
+	}
+	for _, w := range e.srv.Connections()[0].Watched {
+		if w.TypeURL == healthType {
+			t.Error("the report type is tracked as a subscription")
+		}
+	}
+
+	d := e.delta(t)
+	d.send(&discovery.DeltaDiscoveryRequest{Node: sidecar("vm-2", "shop"), TypeUrl: healthType})
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+	if r := d.recv(); r.TypeUrl != ClusterType {
+		t.Fatalf("delta answered %s, want only the clusters", r.TypeUrl)
+	}
+	if got := h.heard(); len(got) != 3 || !strings.HasSuffix(got[2], " ok") {
+		t.Errorf("reports after the delta stream %q", got)
 	}
 }

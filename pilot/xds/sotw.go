@@ -23,6 +23,9 @@ func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[disco
 // request that needs a response is left untouched and reported (needsSend).
 func (c *Connection) handleSotW(req *discovery.DiscoveryRequest, noSend bool) (needsSend bool, err error) {
 	typeURL := req.GetTypeUrl()
+	if c.report(typeURL, req.GetErrorDetail()) {
+		return false, nil
+	}
 	gen, err := c.requestGenerator(typeURL)
 	if gen == nil {
 		return false, err

@@ -29,6 +29,8 @@ func toConfig(obj any) (*config.Config, error) {
 		kind config.Kind
 		meta *metav1.ObjectMeta
 		spec any
+		// conditions are kept for the kinds config.HasConditions names.
+		conditions map[string]string
 	)
 	switch o := obj.(type) {
 	case *corev1.Namespace:
@@ -51,6 +53,7 @@ func toConfig(obj any) (*config.Config, error) {
 		kind, meta, spec = config.ServiceEntry, &o.ObjectMeta, &o.Spec
 	case *networkingv1.WorkloadEntry:
 		kind, meta, spec = config.WorkloadEntry, &o.ObjectMeta, &o.Spec
+		conditions = config.IstioConditions(&o.Status)
 	case *networkingv1.DestinationRule:
 		kind, meta, spec = config.DestinationRule, &o.ObjectMeta, &o.Spec
 	case *networkingv1.VirtualService:
@@ -82,6 +85,7 @@ func toConfig(obj any) (*config.Config, error) {
 		UID:               string(meta.UID),
 		Source:            SourceName,
 		Spec:              spec,
+		Conditions:        conditions,
 	}, nil
 }
 

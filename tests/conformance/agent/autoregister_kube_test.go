@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sextantmesh/sextant/pilot/autoregister"
@@ -71,6 +72,58 @@ func TestIstioAgentRegistersAVMInTheCluster(t *testing.T) {
 	if _, err := entries.Get(ctx, "vmapp-"+vmIP, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the entry after the grace period: %v, want it deleted from the cluster", err)
 	}
+}
+
+// With the real API server, the agent's health is written to the entry's status as istiod writes it, read
+// back by the Kubernetes source, and gates the VM's endpoint.
+func TestIstioAgentHealthWrittenToTheCluster(t *testing.T) {
+	api, kubeconfig := startAPIServer(t)
+	ctx := context.Background()
+	if _, err := api.InstallIstioCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vmToken := token(t, api, "bookinfo", "vmapp")
+	groups, err := kubeenv.Decode(strings.NewReader(vmGroupYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Dynamic.Resource(workloadGroupsGVR).Namespace("bookinfo").Create(ctx, groups[0], metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	app, probe := probedApp(t)
+	s := startSextantArgs(t, discovery.Args{ConfigDir: vmConfigDir(t, false), Kubeconfig: kubeconfig, WorkloadEntryGracePeriod: vmGrace})
+	eds := watchEDS(t, s.srv.GRPCAddr(), vmCluster)
+	dir, node, _ := runVMAgent(t, s, vmToken, "vmapp", probe)
+	if err, _ := connectThroughAgent(t, dir, node); err != nil {
+		t.Fatalf("xDS through the VM's agent: %v", err)
+	}
+	eds.waitFor(t, "the VM ready", 20*time.Second, hasVM)
+	entries := api.Dynamic.Resource(workloadEntriesGVR).Namespace("bookinfo")
+	if got := healthyCondition(t, entries.Get); got["status"] != "True" || got["lastProbeTime"] == nil {
+		t.Errorf("status condition Healthy %v, want True with its probe time", got)
+	}
+	app.Close()
+	eds.waitFor(t, "the VM not ready", 20*time.Second, func(a []string) bool { return !hasVM(a) })
+	if got := healthyCondition(t, entries.Get); got["status"] != "False" || got["message"] == "" {
+		t.Errorf("status condition Healthy %v, want False with the probe's failure", got)
+	}
+}
+
+// healthyCondition reads the entry's Healthy status condition from the cluster.
+func healthyCondition(t *testing.T, get func(context.Context, string, metav1.GetOptions, ...string) (*unstructured.Unstructured,
+	error)) map[string]any {
+	t.Helper()
+	e, err := get(context.Background(), "vmapp-"+vmIP, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conditions, _, _ := unstructured.NestedSlice(e.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Healthy" {
+			return m
+		}
+	}
+	return nil
 }
 
 func unstructuredString(obj map[string]any, path ...string) (string, bool, error) {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	networking "istio.io/api/networking/v1alpha3"
 	"istio.io/istio/pkg/bootstrap/platform"
 	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/envoy"
@@ -65,7 +66,8 @@ var vmappIdentity = authn.Identity{TrustDomain: "cluster.local", Namespace: "boo
 // runVMAgent runs Istio's agent as a VM's (no Envoy here: its xDS proxy serves a local socket) with
 // ISTIO_META_AUTO_REGISTER_GROUP, as a VM set up by istioctl x workload entry configure has it. stop
 // ends the agent, and with it its connection to Sextant.
-func runVMAgent(t *testing.T, s *sextant, token, group string) (dir string, node *core.Node, stop func()) {
+func runVMAgent(t *testing.T, s *sextant, token, group string, probe ...*networking.ReadinessProbe) (dir string, node *core.Node,
+	stop func()) {
 	t.Helper()
 	t.Setenv("ISTIO_META_AUTO_REGISTER_GROUP", group)
 	root, err := filepath.Abs(filepath.Join(s.caDir, ca.RootFile))
@@ -83,6 +85,9 @@ func runVMAgent(t *testing.T, s *sextant, token, group string) (dir string, node
 	}
 	pc := mesh.DefaultProxyConfig()
 	pc.DiscoveryAddress = s.srv.SecureGRPCAddr()
+	if len(probe) > 0 {
+		pc.ReadinessProbe = probe[0] // as istioctl x workload entry configure writes the group's probe
+	}
 	sopts := &security.Options{CAEndpoint: s.srv.SecureGRPCAddr(), CAEndpointSAN: "istiod.istio-system.svc", CAProviderName: "Citadel",
 		TrustDomain: "cluster.local", ClusterID: "Kubernetes", CredFetcher: plugin.CreateTokenPlugin(tokenFile),
 		WorkloadNamespace: "bookinfo", ServiceAccount: "vmapp", ECCSigAlg: "ECDSA", OutputKeyCertToDir: filepath.Join(dir, "certs"),
@@ -283,6 +288,52 @@ func TestIstioAgentRegistersAVM(t *testing.T) {
 	if d := time.Since(gone); d < vmGrace {
 		t.Errorf("the VM's endpoint went %s after its agent, before the grace period (%s)", d, vmGrace)
 	}
+}
+
+// With a readiness probe, the agent reports its workload's health over xDS: the entry is marked for health
+// checks, and a sidecar gets the VM's endpoint only while the probe passes, as istiod serves it.
+func TestIstioAgentHealthGatesTheVMEndpoint(t *testing.T) {
+	app, probe := probedApp(t)
+	s := startSextantArgs(t, discovery.Args{ConfigDir: vmConfigDir(t, true), TokenAuthenticator: tokens{"vm-token": vmappIdentity},
+		WorkloadEntryGracePeriod: vmGrace})
+	eds := watchEDS(t, s.srv.GRPCAddr(), vmCluster)
+	dir, node, _ := runVMAgent(t, s, "vm-token", "vmapp", probe)
+	if err, _ := connectThroughAgent(t, dir, node); err != nil {
+		t.Fatalf("xDS through the VM's agent: %v", err)
+	}
+	eds.waitFor(t, "the VM ready", 20*time.Second, hasVM)
+	key := config.Key{Kind: config.WorkloadEntry, Namespace: "bookinfo", Name: "vmapp-" + vmIP}
+	if e := s.srv.Store.Get(key); e.Annotations[autoregister.AnnotationHealthChecks] != "true" || e.Conditions["Healthy"] != "True" {
+		t.Errorf("entry annotations %v, conditions %v", e.Annotations, e.Conditions)
+	}
+
+	app.Close() // the probe fails from now on
+	eds.waitFor(t, "the VM not ready", 20*time.Second, func(a []string) bool { return !hasVM(a) })
+	if e := s.srv.Store.Get(key); e == nil || e.Conditions["Healthy"] != "False" {
+		t.Errorf("entry %v after the probe failed, want it kept with Healthy False", e)
+	}
+}
+
+// probedApp is the VM's application as its readiness probe sees it: a TCP port that accepts until closed.
+func probedApp(t *testing.T) (net.Listener, *networking.ReadinessProbe) {
+	t.Helper()
+	app, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	go func() {
+		for {
+			c, err := app.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := uint32(app.Addr().(*net.TCPAddr).Port)
+	return app, &networking.ReadinessProbe{PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+		HealthCheckMethod: &networking.ReadinessProbe_TcpSocket{TcpSocket: &networking.TCPHealthCheckConfig{Host: "127.0.0.1", Port: port}}}
 }
 
 // An agent whose identity is not the group's service account, or that names a group that does not exist,
