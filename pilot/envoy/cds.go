@@ -439,7 +439,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	policy := effectivePolicy(k.dr, k.subset, k.port.Port)
 	if k.flavor == flavorGRPC {
 		// Proxyless gRPC: EDS from ADS, plain round robin; it understands few of Envoy's knobs.
-		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC, push.Mesh)
+		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC, push.Mesh, k.svc)
 		return c
 	}
 	applyConnectionPool(c, policy.GetConnectionPool(), meshTCPKeepalive(k.mesh))
@@ -447,7 +447,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 	applyOutlierDetection(c, policy.GetOutlierDetection())
 	if k.svc.Resolution != model.DynamicDNS {
 		// As istiod: a forward proxy's load balancer is its own, so the DestinationRule's has no say.
-		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy, push.Mesh)
+		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorEnvoy, push.Mesh, k.svc)
 	}
 	if k.sniDNAT {
 		// As istiod's sni-dnat cluster mode: no TLS origination, no PROXY protocol.

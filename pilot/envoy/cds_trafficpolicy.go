@@ -68,9 +68,9 @@ func maxThresholds() *cluster.CircuitBreakers_Thresholds {
 // applyLoadBalancer sets the cluster's LB policy; Envoy clusters default to LEAST_REQUEST and have the
 // healthy-panic threshold off unless outlier detection set it, as istiod: with few pods per service,
 // Envoy's 50 % panic mode would send traffic to unhealthy hosts. Consistent hashing also needs a hash
-// policy on the route, which RDS adds. Locality weighting follows the rule's locality setting, else the mesh
-// config's (m).
-func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, f flavor, m *mesh.Config) {
+// policy on the route, which RDS adds. Locality weighting follows the rule's locality setting, else svc's
+// traffic distribution, else the mesh config's (m).
+func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, f flavor, m *mesh.Config, svc *model.Service) {
 	if f == flavorEnvoy {
 		if c.CommonLbConfig == nil {
 			c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{}
@@ -78,7 +78,7 @@ func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, 
 		if c.CommonLbConfig.HealthyPanicThreshold == nil {
 			c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: 0}
 		}
-		if localityWeighted(effectiveLocality(lb, m), c.OutlierDetection != nil) {
+		if localityWeighted(effectiveLocality(lb, m), c.OutlierDetection != nil) || distributionWeighted(svc, lb) {
 			c.CommonLbConfig.LocalityConfigSpecifier = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
 				LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}
 		}

@@ -91,8 +91,14 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 		}
 		slot := slotName(fl, name)
 		var lp localityPolicy
-		if fl == flavorEnvoy {
-			policy := effectivePolicy(dr, cn.Subset, cn.Port)
+		policy := effectivePolicy(dr, cn.Subset, cn.Port)
+		dp, distributed := distributionPolicyOf(svc, policy.GetLoadBalancer(), proxy)
+		distributed = distributed && fl == flavorEnvoy
+		if distributed {
+			// The Service's traffic distribution: the assignment is that of the proxy's topology.
+			key.locality = dp.String()
+			slot = "distribution " + key.locality + "\x00" + slot
+		} else if fl == flavorEnvoy {
 			setting := effectiveLocality(policy.GetLoadBalancer(), push.Mesh)
 			lp = localityPolicyOf(setting, policy.GetOutlierDetection() != nil, proxy.Locality)
 			if lp.applies() {
@@ -125,6 +131,9 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 				// As istiod's EndpointsWithMTLSFilter: the gateway cannot tell whether the connection it
 				// passes through is mesh mTLS, so it reaches only endpoints that require it.
 				eps = slices.DeleteFunc(slices.Clone(eps), func(ep *model.Endpoint) bool { return mtls.tlsMode(ep) != model.DefaultTLSModeMesh })
+			}
+			if distributed {
+				return dp.assignment(name, eps, subsetLabels, fl, mtls)
 			}
 			cla := loadAssignment(name, eps, subsetLabels, fl, mtls)
 			lp.apply(cla)

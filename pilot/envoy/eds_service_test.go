@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sextantmesh/sextant/pilot/model"
@@ -96,5 +97,32 @@ func TestNodeLocalServiceEndpoints(t *testing.T) {
 	}
 	if a, b := byNode["node-a"], byNode["node-b"]; a[1] != b[1] || a[0] == b[0] {
 		t.Errorf("across nodes: the shared service's assignment shared %v, the node-local one's %v", a[1] == b[1], a[0] == b[0])
+	}
+}
+
+// trafficDistribution PreferClose: with no DestinationRule, and no outlier detection either, localities get
+// priorities from the proxy's (network, region, zone), as istiod forces failover for the Service; a rule's
+// locality setting takes precedence.
+func TestTrafficDistributionPriorities(t *testing.T) {
+	for _, spec := range []string{
+		"clusterIP: 10.0.0.11\n  trafficDistribution: PreferClose",
+		"clusterIP: 10.0.0.11\n  trafficDistribution: Unknown", // the annotation then decides
+	} {
+		yaml := strings.Replace(localityMesh, "clusterIP: 10.0.0.11", spec, 1)
+		yaml = strings.Replace(yaml, "metadata: {name: reviews, namespace: default}",
+			"metadata: {name: reviews, namespace: default, annotations: {networking.istio.io/traffic-distribution: preferclose}}", 1)
+		got := localityAssignmentOf(t, New(Options{}), pushFromYAML(t, []byte(yaml)))
+		for loc, want := range map[string]uint32{"region1/zone-a": 0, "region1/zone-b": 1, "region2/zone-c": 2} {
+			if p := got[loc].GetPriority(); p != want {
+				t.Errorf("%q: %s: priority %d, want %d", spec, loc, p, want)
+			}
+		}
+		const off = "\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: default}\n" +
+			"spec:\n  host: reviews\n  trafficPolicy: {loadBalancer: {localityLbSetting: {enabled: false}}}\n"
+		for loc, grp := range localityAssignmentOf(t, New(Options{}), pushFromYAML(t, []byte(yaml+off))) {
+			if grp.GetPriority() != 0 {
+				t.Errorf("%q: under a rule turning locality off, %s has priority %d", spec, loc, grp.GetPriority())
+			}
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"istio.io/istio/pilot/pkg/config/kube/crd"
 	"istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pilot/pkg/networking/grpcgen"
+	"istio.io/istio/pilot/pkg/networking/util"
+	labelutil "istio.io/istio/pilot/pkg/serviceregistry/util/label"
 	"istio.io/istio/pilot/test/xds"
 	"istio.io/istio/pkg/config"
 	"istio.io/istio/pkg/config/mesh"
@@ -63,6 +65,10 @@ func RenderIstiod(t test.Failer, c *Case) (map[string]*Output, error) {
 		if p.Locality != "" {
 			proxy.Locality = p.locality()
 		}
+		// As istiod's xDS server does on connect (setTopologyLabels): the proxy's labels carry its cluster,
+		// locality, node and network, which locality failover priorities compare with the endpoints'.
+		proxy.Labels = labelutil.AugmentLabels(proxy.Labels, proxy.Metadata.ClusterID, util.LocalityToString(proxy.Locality),
+			proxy.GetNodeName(), proxy.Metadata.Network)
 		if p.Type == "router" {
 			proxy.Type = model.Router
 		}
