@@ -92,7 +92,7 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 				pool = inboundRulePool(push.DestinationRule(proxy.Namespace, ip.svc), ip.svcPort)
 			}
 			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: pool,
-				family: who.dnsFamily, mesh: push.Mesh}
+				family: who.dnsFamily, mesh: push.Mesh, statName: inboundStatName(push.Mesh, ip)}
 			if !ip.ingress && push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost {
 				// The mesh's inbound traffic policy LOCALHOST sends a service's port to the loopback (127.0.0.1, ::1
 				// for an IPv6-only proxy) at PORT; a Sidecar ingress listener's defaultEndpoint alone decides its own.
@@ -366,6 +366,8 @@ type inboundClusterKey struct {
 	family cluster.Cluster_DnsLookupFamily
 	// mesh gives the connect timeout and TCP keepalive; it is replaced whole on change.
 	mesh *mesh.Config
+	// statName is the cluster's alt_stat_name by the mesh's inboundClusterStatName ("" for its name).
+	statName string
 }
 
 // staticClusterKey: BlackHoleCluster and PassthroughCluster are the same for every proxy;
@@ -441,6 +443,10 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		// Proxyless gRPC: EDS from ADS, plain round robin; it understands few of Envoy's knobs.
 		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC, push.Mesh, k.svc)
 		return c
+	}
+	if p := meshSpec(k.mesh).GetOutboundClusterStatName(); p != "" && (k.svc.Resolution != model.DynamicDNS || k.sniDNAT) {
+		// As istiod: not a forward proxy's cluster, which keeps its name.
+		c.AltStatName = clusterStatName(p, k.svc, k.subset, k.port, 0)
 	}
 	applyConnectionPool(c, policy.GetConnectionPool(), meshTCPKeepalive(k.mesh))
 	h2 := applyHTTPProtocol(c, policy.GetConnectionPool(), k.port, !k.sniffedAtGateway, meshH2Upgrade(k.mesh))
@@ -554,6 +560,7 @@ func buildInboundCluster(k inboundClusterKey) *cluster.Cluster {
 	name := InboundClusterName(k.port)
 	c := &cluster.Cluster{
 		Name:           name,
+		AltStatName:    k.statName,
 		ConnectTimeout: meshConnectTimeout(k.mesh),
 	}
 	if k.endpoint == "" {

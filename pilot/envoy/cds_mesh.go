@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -9,7 +11,9 @@ import (
 	meshconfig "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/sextantmesh/sextant/pilot/config"
 	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // defaultDNSRefreshRate is istiod's default meshConfig.dnsRefreshRate: with the TTL respected, Envoy uses
@@ -81,4 +85,37 @@ func setTCPKeepalive(c *cluster.Cluster, ka *networking.ConnectionPoolSettings_T
 	if ka.Interval != nil {
 		k.KeepaliveInterval = optionalSeconds(ka.Interval)
 	}
+}
+
+// clusterStatName is the alt_stat_name istiod gives a cluster of svc's port when the mesh config sets a
+// stat name pattern (inboundClusterStatName, outboundClusterStatName): the pattern with the service's
+// names, the port and subset in it, ended by Istio's stat prefix delimiter.
+func clusterStatName(pattern string, svc *model.Service, subset string, port *model.Port, targetPort uint32) string {
+	short, name := svc.Hostname, svc.Hostname
+	if svc.Source.Kind == config.Service {
+		// A Kubernetes Service's names, as istiod's; other hosts (ServiceEntries) are their hostname.
+		short, name = svc.Name+"."+svc.Namespace, svc.Name
+	}
+	// One after another in istiod's order, so that a value holding a pattern's text ends up as in istiod's.
+	for _, r := range [][2]string{{"%SERVICE%", short}, {"%SERVICE_NAME%", name}, {"%SERVICE_FQDN%", svc.Hostname},
+		{"%SUBSET_NAME%", subset}, {"%TARGET_PORT%", strconv.FormatUint(uint64(targetPort), 10)},
+		{"%SERVICE_PORT%", strconv.FormatUint(uint64(port.Port), 10)}, {"%SERVICE_PORT_NAME%", port.Name}} {
+		pattern = strings.ReplaceAll(pattern, r[0], r[1])
+	}
+	return pattern + ";"
+}
+
+// inboundStatName is the alt_stat_name of ip's inbound cluster under the mesh's inboundClusterStatName, by
+// the first service reaching the port, as istiod's; "" (the cluster's name) without a pattern or a service.
+func inboundStatName(m *mesh.Config, ip inboundPort) string {
+	pattern := meshSpec(m).GetInboundClusterStatName()
+	if pattern == "" || ip.svc == nil || ip.ingress {
+		return ""
+	}
+	for _, p := range ip.svc.Ports {
+		if p.Port == ip.svcPort {
+			return clusterStatName(pattern, ip.svc, "", p, ip.port)
+		}
+	}
+	return ""
 }

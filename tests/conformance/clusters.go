@@ -126,6 +126,11 @@ func clusterFields(c *cluster.Cluster) (Fields, error) {
 		}
 	}
 	f["connect_timeout"] = durationOr(c.GetConnectTimeout(), defaultConnectTimeout)
+	// The name the cluster's statistics go under, where it is not the cluster's own (istiod ends every one
+	// with its stat prefix delimiter ";").
+	if alt := c.GetAltStatName(); alt != "" && strings.TrimSuffix(alt, ";") != c.GetName() {
+		f["alt_stat_name"] = alt
+	}
 	if err := lbFields(f, c); err != nil {
 		return nil, err
 	}
