@@ -310,7 +310,11 @@ A field inside a warned or rejected one has the status of the outer field.
 		writeCompatRows(&b, CompatRows(k.Spec))
 	}
 	for _, k := range CompatK8sKinds() {
-		fmt.Fprintf(&b, "\n## %s\n\n`%s` (networking.k8s.io/v1)\n\n", k.Kind, k.Spec.Name())
+		fmt.Fprintf(&b, "\n## %s\n\n`%s` (%s)", k.Kind, k.Spec.Name(), k.APIVersion)
+		if k.ReadOnly {
+			b.WriteString(": the fields Sextant reads; the others are for Kubernetes' own controllers")
+		}
+		b.WriteString("\n\n")
 		writeCompatRows(&b, CompatK8sRows(k))
 	}
 	fmt.Fprintf(&b, "\n## Mesh config\n\n`%s`, the file of `--mesh-config`, read over istiod's defaults (`%s`, "+

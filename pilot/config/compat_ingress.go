@@ -1,10 +1,13 @@
 package config
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 )
 
@@ -13,19 +16,53 @@ import (
 type CompatK8sKind struct {
 	Kind Kind
 	Spec reflect.Type
+	// APIVersion is the kind's group and version, as the page names it.
+	APIVersion string
+	// ReadOnly: the kind has many fields for other controllers; only those its table lists are rows.
+	ReadOnly bool
 }
 
 // CompatK8sKinds returns the Kubernetes kinds the compatibility page lists, after the Istio kinds.
 func CompatK8sKinds() []CompatK8sKind {
 	return []CompatK8sKind{
-		{Ingress, reflect.TypeFor[networkingv1.IngressSpec]()},
-		{IngressClass, reflect.TypeFor[networkingv1.IngressClassSpec]()},
+		{Kind: Service, Spec: reflect.TypeFor[corev1.ServiceSpec](), APIVersion: "v1", ReadOnly: true},
+		{Kind: Ingress, Spec: reflect.TypeFor[networkingv1.IngressSpec](), APIVersion: "networking.k8s.io/v1"},
+		{Kind: IngressClass, Spec: reflect.TypeFor[networkingv1.IngressClassSpec](), APIVersion: "networking.k8s.io/v1"},
 	}
 }
 
+// k8sCompatAnnotations are the annotations of the Kubernetes kinds Sextant reads, each a row after the spec's.
+var k8sCompatAnnotations = map[Kind]map[string]CompatEntry{
+	Service: {
+		"networking.istio.io/traffic-distribution": {Status: Honoured, Note: "as spec.trafficDistribution, which takes " +
+			"precedence (values case-insensitive); PreferNetwork is read by ztunnel alone"},
+		"networking.istio.io/exportTo": {Status: Honoured, Note: "the namespaces that see the Service (. its own, ~ none)"},
+	},
+}
+
 // k8sCompatTable lists, by kind and path (lists written []), the fields of the Kubernetes kinds that are
-// not plainly honoured, or whose effect needs a word. Every field not listed is honoured.
+// not plainly honoured, or whose effect needs a word. Every field not listed is honoured (of a ReadOnly kind, not a row).
 var k8sCompatTable = map[Kind]map[string]CompatEntry{
+	Service: {
+		"spec.ports[]":             {Status: Honoured, Note: "SCTP ports are left out, as istiod leaves them out"},
+		"spec.ports[].name":        {Status: Honoured, Note: "the protocol from its prefix (http-, grpc-, tcp-, ...) without appProtocol"},
+		"spec.ports[].protocol":    {Status: Honoured, Note: "a UDP port is UDP whatever its name"},
+		"spec.ports[].appProtocol": {Status: Honoured, Note: "the port's protocol, before its name's prefix"},
+		"spec.ports[].port":        {Status: Honoured, Note: "the port clients call"},
+		"spec.ports[].targetPort":  {Status: Honoured, Note: "the endpoints' port, a number or a container port name"},
+		"spec.selector":            {Status: Honoured, Note: "the pods and WorkloadEntries behind the Service"},
+		"spec.clusterIP":           {Status: Honoured, Note: "None makes the Service headless: connections go to the address dialled"},
+		"spec.clusterIPs[]":        {Status: Honoured, Note: "every address of a dual-stack Service"},
+		"spec.type": {Status: Honoured, Note: "ExternalName makes the Service an alias of spec.externalName, as istiod: " +
+			"no cluster, listener or route of its own, the named service's routes answer the alias's names and a route " +
+			"to the alias uses the named service's cluster; other types are served to sidecars as ClusterIP Services"},
+		"spec.externalName": {Status: Honoured, Note: "the host an ExternalName Service aliases, matched as written"},
+		"spec.internalTrafficPolicy": {Status: Honoured, Note: "Local: each sidecar gets only the endpoints on its own node " +
+			"(node metadata NODE_NAME), as istiod's EDS"},
+		"spec.trafficDistribution": {Status: Honoured, Note: "PreferClose (PreferSameZone) and PreferSameNode: sidecars get " +
+			"failover priorities by network, region, zone (and node), as istiod, unless a DestinationRule sets " +
+			"localityLbSetting; ztunnel gets the same preference"},
+	},
 	Ingress: {
 		"spec.ingressClassName": {Status: Honoured, Note: "an Ingress is served when its kubernetes.io/ingress.class annotation " +
 			"is the mesh config's ingressClass, else when this names an IngressClass of istio.io/ingress-controller, else when " +
@@ -76,7 +113,9 @@ func CompatK8sRows(k CompatK8sKind) []CompatRow {
 			if !ok {
 				e = CompatEntry{Status: Honoured}
 			}
-			rows = append(rows, CompatRow{Path: path, Entry: e, CoveredBy: covered.CoveredBy, CoveredStatus: covered.CoveredStatus})
+			if ok || !k.ReadOnly {
+				rows = append(rows, CompatRow{Path: path, Entry: e, CoveredBy: covered.CoveredBy, CoveredStatus: covered.CoveredStatus})
+			}
 			if ft.Kind() != reflect.Struct {
 				continue
 			}
@@ -88,6 +127,10 @@ func CompatK8sRows(k CompatK8sKind) []CompatRow {
 		}
 	}
 	walk("spec", k.Spec, CompatRow{})
+	annotations := k8sCompatAnnotations[k.Kind]
+	for _, name := range slices.Sorted(maps.Keys(annotations)) {
+		rows = append(rows, CompatRow{Path: "metadata.annotations[" + name + "]", Entry: annotations[name]})
+	}
 	return rows
 }
 

@@ -371,12 +371,17 @@ func (st *pushState) serviceResource(s *model.Service) *model.Resource {
 
 func (st *pushState) serviceMessage(s *model.Service) *workload.Service {
 	m := meshOf(st.ps)
+	// The Service's trafficDistribution, else its annotation (which may also say PreferNetwork).
+	distribution := s.TrafficDistribution
+	if distribution == "" {
+		distribution = s.Annotations[TrafficDistributionAnnotation]
+	}
 	msg := &workload.Service{
 		Name:          s.Name,
 		Namespace:     s.Namespace,
 		Hostname:      s.Hostname,
 		Waypoint:      st.serviceWaypoint(s),
-		LoadBalancing: loadBalancing(s.Annotations[TrafficDistributionAnnotation]),
+		LoadBalancing: loadBalancing(distribution),
 		// istiod marks Kubernetes Services canonical: they win hostname lookups over ServiceEntries.
 		Canonical: s.Source.Kind == config.Service,
 	}
