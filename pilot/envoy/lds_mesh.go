@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	meshconfig "istio.io/api/mesh/v1alpha1"
 
@@ -32,4 +34,14 @@ func meshMTLSParams(m *mesh.Config) *tlsv3.TlsParameters {
 		params.TlsMinimumProtocolVersion = tlsv3.TlsParameters_TLSv1_3
 	}
 	return params
+}
+
+// meshDetectionTimeout is how long the listener filters that wait for a client's first bytes (the
+// http_inspector) wait: the mesh config's protocolDetectionTimeout, istiod's default 0 (no limit), after
+// which the connection goes on undetected (continue_on_listener_filters_timeout), as istiod's.
+func meshDetectionTimeout(m *mesh.Config) *durationpb.Duration {
+	if d := meshSpecOf(m).GetProtocolDetectionTimeout(); d != nil {
+		return durationpb.New(d.AsDuration())
+	}
+	return durationpb.New(0)
 }

@@ -3,7 +3,9 @@ package envoy
 import (
 	"slices"
 	"testing"
+	"time"
 
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
@@ -37,5 +39,27 @@ func TestInboundMeshMTLSParams(t *testing.T) {
 	if p.GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_3 || p.GetTlsMaximumProtocolVersion() != tlsv3.TlsParameters_TLSv1_3 ||
 		!slices.Equal(p.GetCipherSuites(), []string{"ECDHE-RSA-AES256-GCM-SHA384"}) {
 		t.Errorf("meshMTLS TLS 1.3: %v", p)
+	}
+}
+
+// The mesh config's protocolDetectionTimeout bounds the inspectors' wait on the inbound capture listener and
+// on outbound listeners that sniff HTTP, then the connection goes on; elsewhere nothing waits to time out.
+func TestProtocolDetectionTimeout(t *testing.T) {
+	g := New(Options{})
+	for _, tc := range []struct {
+		mesh *mesh.Config
+		want time.Duration
+	}{{mesh.Default(), 0}, {meshOf(t, "protocolDetectionTimeout: 2s\n"), 2 * time.Second}, {mesh.Default(), 0}} {
+		ls := ldsGenerate(t, g, ldsFrontend, ldsPush(t, tc.mesh), wildcard(ListenerType))
+		for _, l := range ls {
+			sniffs := slices.ContainsFunc(l.ListenerFilters, func(f *listener.ListenerFilter) bool { return f.Name == ldsHTTPInspectorFilter })
+			want := time.Duration(0)
+			if sniffs || l.Name == VirtualInboundListener {
+				want = tc.want
+			}
+			if got := l.GetListenerFiltersTimeout().AsDuration(); got != want || !l.GetContinueOnListenerFiltersTimeout() && l.Name != VirtualOutboundListener {
+				t.Errorf("mesh timeout %v: %s waits %v (continue %t), want %v", tc.want, l.Name, got, l.GetContinueOnListenerFiltersTimeout(), want)
+			}
+		}
 	}
 }

@@ -309,7 +309,8 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 				additional = append(additional, ip)
 			}
 		}
-		r, err := g.outboundListenerResource(scope, labelKey, ol, additional, push.Mesh.PathNormalization.Normalization, mode)
+		r, err := g.outboundListenerResource(scope, labelKey, ol, additional, push.Mesh.PathNormalization.Normalization,
+			meshDetectionTimeout(push.Mesh), mode)
 		if err != nil {
 			return nil, err
 		}
@@ -321,11 +322,12 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 
 // outboundListenerResource returns ol marshaled, rebuilt only when what it is built from changed.
 func (g *Generators) outboundListenerResource(scope *Scope, labelKey string, ol *outboundListener, additional []string, paths string,
-	mode ipMode) (*model.Resource, error) {
+	detection *durationpb.Duration, mode ipMode) (*model.Resource, error) {
 	id := listID{kind: "outbound-listener", name: ol.name, namespace: scope.Namespace, sidecar: scope.Sidecar, captureNone: scope.captureNone,
 		labels: labelKey, variant: mode.variant()}
-	return g.outboundListenerRes.GetOrBuild(id, ol.describe(additional)+"|paths="+paths, func() (*model.Resource, error) {
-		return marshal(ol.name, ol.build(additional, paths))
+	inputs := ol.describe(additional) + "|paths=" + paths + "|detection=" + detection.AsDuration().String()
+	return g.outboundListenerRes.GetOrBuild(id, inputs, func() (*model.Resource, error) {
+		return marshal(ol.name, ol.build(additional, paths, detection))
 	})
 }
 
@@ -460,10 +462,10 @@ func (ol *outboundListener) describe(additional []string) string {
 	return b.String()
 }
 
-// build makes the listener. As istiod's, its listener filters have no timeout: a client that sends its
-// first bytes late (a pooled connection opened ahead of its first request) is not cut off by the
-// http_inspector's wait, Envoy's 15 s by default.
-func (ol *outboundListener) build(additional []string, paths string) *listener.Listener {
+// build makes the listener. As istiod's, its listener filters wait detection (the mesh's protocol detection
+// timeout, 0 by default: no limit, so a client that sends its first bytes late, a pooled connection opened
+// ahead of its first request, is not cut off) where the http_inspector runs, and no limit elsewhere.
+func (ol *outboundListener) build(additional []string, paths string, detection *durationpb.Duration) *listener.Listener {
 	chains := make([]*listener.FilterChain, 0, len(ol.chains))
 	var def *listener.FilterChain
 	for _, c := range ol.chains {
@@ -483,6 +485,11 @@ func (ol *outboundListener) build(additional []string, paths string) *listener.L
 		ContinueOnListenerFiltersTimeout: true,
 		FilterChains:                     chains,
 		DefaultFilterChain:               def,
+	}
+	for _, f := range lis.ListenerFilters {
+		if f.Name == ldsHTTPInspectorFilter {
+			lis.ListenerFiltersTimeout = detection
+		}
 	}
 	if ol.real {
 		lis.BindToPort = nil // Envoy's default: a socket of its own

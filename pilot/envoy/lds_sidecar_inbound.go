@@ -168,14 +168,16 @@ type inboundInputs struct {
 	// and restores it upstream (original_src), as istiod's.
 	tproxy bool
 	family cluster.Cluster_DnsLookupFamily // the proxy's (dnsLookupFamily): the listener's address
-	// mtlsParams: mesh mTLS's versions and ciphers (the mesh config's meshMTLS).
+	// mtlsParams: mesh mTLS's versions and ciphers (the mesh config's meshMTLS); detection: how long the
+	// inspectors wait for the client's first bytes (protocolDetectionTimeout).
 	mtlsParams *tlsv3.TlsParameters
+	detection  *durationpb.Duration
 }
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s/%s|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy,
-		in.mtlsParams.GetTlsMinimumProtocolVersion(), strings.Join(in.mtlsParams.GetCipherSuites(), ":"))
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s/%s|%s|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy,
+		in.mtlsParams.GetTlsMinimumProtocolVersion(), strings.Join(in.mtlsParams.GetCipherSuites(), ":"), in.detection.AsDuration())
 	if in.family != cluster.Cluster_V4_ONLY {
 		b.WriteString("v6|") // the listener's address
 	}
@@ -201,6 +203,7 @@ func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushC
 		tproxy:     proxy.InterceptionMode == model.InterceptTPROXY,
 		family:     dnsLookupFamily(proxy.IPAddresses),
 		mtlsParams: meshMTLSParams(push.Mesh),
+		detection:  meshDetectionTimeout(push.Mesh),
 	}
 	in.env = authpolicy.NewEnv(push, in.policies, OutboundClusterName)
 	in.env.JWT = authpolicy.NewJWTAuthn(push, proxy.Namespace, labels, false)
@@ -298,7 +301,7 @@ func buildBoundInbound(in inboundInputs, p inboundPort, bind string) (*listener.
 		Address:                          socketAddress(bind, p.port),
 		TrafficDirection:                 core.TrafficDirection_INBOUND,
 		ListenerFilters:                  inboundInspectors(chains),
-		ListenerFiltersTimeout:           durationpb.New(0), // istiod's protocol detection timeout, as on virtualInbound
+		ListenerFiltersTimeout:           in.detection, // as on virtualInbound
 		ContinueOnListenerFiltersTimeout: true,
 		FilterChains:                     chains,
 	}, append(notes, tcpNotes...)
@@ -355,9 +358,9 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		Transparent:      transparentFor(in.tproxy),
 		TrafficDirection: core.TrafficDirection_INBOUND,
 		ListenerFilters:  append(filters, inboundInspectors(chains)...),
-		// istiod's protocol detection has no timeout (mesh protocolDetectionTimeout 0s): the inspectors wait
-		// for the client's first bytes, so a server-first protocol must be declared on its port.
-		ListenerFiltersTimeout:           durationpb.New(0),
+		// The mesh's protocolDetectionTimeout, as istiod's (0 by default: the inspectors wait for the client's
+		// first bytes, so a server-first protocol must be declared on its port); then the connection goes on.
+		ListenerFiltersTimeout:           in.detection,
 		ContinueOnListenerFiltersTimeout: true,
 		FilterChains:                     chains,
 	}, notes

@@ -472,6 +472,32 @@ func listenerSocketFields(f Fields, l *listener.Listener) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(typeNameOf(lf.GetTypedConfig()), "envoy.extensions.filters.listener."), ".")
 		before = append(before, name)
 	}
+	listenerTimeoutFields(f, l, before)
+}
+
+// listenerTimeoutFields records how long the listener filters that read the client's first bytes (an
+// inspector, a PROXY header) wait for them, filters_timeout: listener_filters_timeout (Envoy's default 15 s,
+// 0 none), then close the connection or go on undetected (continue_on_listener_filters_timeout).
+func listenerTimeoutFields(f Fields, l *listener.Listener, filters []string) {
+	waits := slices.ContainsFunc(filters, func(name string) bool {
+		return strings.HasSuffix(name, "_inspector") || name == "proxy_protocol"
+	})
+	if !waits {
+		return
+	}
+	t := "15s"
+	if d := l.GetListenerFiltersTimeout(); d != nil {
+		t = d.AsDuration().String()
+	}
+	switch {
+	case t == "0s":
+		t = "none"
+	case l.GetContinueOnListenerFiltersTimeout():
+		t += ", then continue"
+	default:
+		t += ", then close"
+	}
+	f["listener.filters_timeout"] = t
 }
 
 // tlsMode names how a chain takes the connection: plaintext (no TLS, bytes pass as they are), tls
