@@ -788,6 +788,11 @@ func Warnings(c *Config) []*FieldError {
 				}
 			}
 		}
+	case *corev1.Service:
+		if v := c.Annotations[TrafficDistributionAnnotation]; v != "" && !knownTrafficDistribution(strings.ToLower(v)) {
+			warn("metadata.annotations["+TrafficDistributionAnnotation+"]",
+				"%q is not PreferClose, PreferSameZone or PreferSameNode: sidecars get no locality preference, as from istiod", v)
+		}
 	case *networking.DestinationRule:
 		destinationRuleWarnings(s, warn)
 	case *networkingv1beta1.ProxyConfig:
@@ -918,4 +923,12 @@ func destinationRuleWarnings(s *networking.DestinationRule, warn func(field, for
 	for i, ss := range s.Subsets {
 		policy(fmt.Sprintf("spec.subsets[%d].trafficPolicy", i), ss.TrafficPolicy)
 	}
+}
+
+// TrafficDistributionAnnotation sets a Service's traffic distribution where its spec does not, as in Istio.
+const TrafficDistributionAnnotation = "networking.istio.io/traffic-distribution"
+
+// knownTrafficDistribution reports whether v, lower case, is a traffic distribution sidecars honour.
+func knownTrafficDistribution(v string) bool {
+	return v == "preferclose" || v == "prefersamezone" || v == "prefersamenode"
 }

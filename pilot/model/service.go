@@ -304,7 +304,7 @@ func externalNameService(c *config.Config, ks *corev1.Service, m *mesh.Config) *
 }
 
 // TrafficDistributionAnnotation sets a Service's traffic distribution where its spec does not, as in Istio.
-const TrafficDistributionAnnotation = "networking.istio.io/traffic-distribution"
+const TrafficDistributionAnnotation = config.TrafficDistributionAnnotation
 
 // trafficDistribution is istiod's GetTrafficDistribution: the spec field when it names a known value,
 // else the annotation (case-insensitive).
