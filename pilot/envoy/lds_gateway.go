@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
@@ -363,7 +364,7 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 					Name:             name + "/" + cmp.Or(strings.Join(sni, ","), "*"),
 					FilterChainMatch: match,
 					Filters:          filters,
-					TransportSocket:  ldsDownstreamTLSSocket(gatewayDownstreamTLS(s.Tls, isHTTPS)),
+					TransportSocket:  ldsDownstreamTLSSocket(gatewayDownstreamTLS(s.Tls, isHTTPS, meshSpecOf(push.Mesh).GetTlsDefaults())),
 				})
 			case networking.ServerTLSSettings_AUTO_PASSTHROUGH:
 				chains = append(chains, auto.chains(push, s, claim)...)
@@ -560,8 +561,9 @@ func serverNames(hosts []string) []string {
 // gatewayDownstreamTLS terminates TLS at a gateway: the certificates from credentialName(s) over ADS
 // ("kubernetes://NAME"; MUTUAL validates clients with "kubernetes://NAME-cacert", or the CA of
 // caCertCredentialName), from files, or the mesh certificate for ISTIO_MUTUAL. The protocol versions,
-// ciphers and curves apply to SIMPLE and MUTUAL servers, as istiod's.
-func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.DownstreamTlsContext {
+// ciphers and curves apply to SIMPLE and MUTUAL servers, as istiod's: the server's over the mesh config's
+// tlsDefaults (defaults).
+func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool, defaults *meshconfig.MeshConfig_TLSConfig) *tlsv3.DownstreamTlsContext {
 	common := &tlsv3.CommonTlsContext{}
 	if http {
 		common.AlpnProtocols = []string{"h2", "http/1.1"}
@@ -626,7 +628,7 @@ func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool) *tlsv3.D
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 	}
 	if mode == networking.ServerTLSSettings_SIMPLE || mutual {
-		common.TlsParams = gatewayTLSParams(tls)
+		common.TlsParams = gatewayTLSParams(tls, defaults)
 	}
 	return ctx
 }
@@ -647,19 +649,33 @@ func gatewayClientValidation(tls *networking.ServerTLSSettings) *tlsv3.Certifica
 	return v
 }
 
-// gatewayTLSParams is the server's TLS versions, ciphers and curves; nil when it sets none. Istio's enum
-// values are Envoy's.
-func gatewayTLSParams(tls *networking.ServerTLSSettings) *tlsv3.TlsParameters {
-	if tls.MinProtocolVersion == networking.ServerTLSSettings_TLS_AUTO && tls.MaxProtocolVersion == networking.ServerTLSSettings_TLS_AUTO &&
-		len(tls.CipherSuites) == 0 && len(tls.EcdhCurves) == 0 {
+// gatewayTLSParams is the server's TLS versions, ciphers and curves over the mesh's tlsDefaults (curves,
+// ciphers, a minimum version of TLS 1.2 or 1.3), as istiod lays them; nil when neither sets any. Istio's
+// enum values are Envoy's.
+func gatewayTLSParams(tls *networking.ServerTLSSettings, defaults *meshconfig.MeshConfig_TLSConfig) *tlsv3.TlsParameters {
+	p := &tlsv3.TlsParameters{EcdhCurves: defaults.GetEcdhCurves(), CipherSuites: defaults.GetCipherSuites()}
+	switch defaults.GetMinProtocolVersion() {
+	case meshconfig.MeshConfig_TLSConfig_TLSV1_3:
+		p.TlsMinimumProtocolVersion = tlsv3.TlsParameters_TLSv1_3
+	case meshconfig.MeshConfig_TLSConfig_TLSV1_2:
+		p.TlsMinimumProtocolVersion = tlsv3.TlsParameters_TLSv1_2
+	}
+	if tls.MinProtocolVersion != networking.ServerTLSSettings_TLS_AUTO {
+		p.TlsMinimumProtocolVersion = tlsv3.TlsParameters_TlsProtocol(tls.MinProtocolVersion)
+	}
+	if tls.MaxProtocolVersion != networking.ServerTLSSettings_TLS_AUTO {
+		p.TlsMaximumProtocolVersion = tlsv3.TlsParameters_TlsProtocol(tls.MaxProtocolVersion)
+	}
+	if len(tls.CipherSuites) > 0 {
+		p.CipherSuites = config.CipherSuites(tls.CipherSuites)
+	}
+	if len(tls.EcdhCurves) > 0 {
+		p.EcdhCurves = tls.EcdhCurves
+	}
+	if proto.Equal(p, &tlsv3.TlsParameters{}) {
 		return nil
 	}
-	return &tlsv3.TlsParameters{
-		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TlsProtocol(tls.MinProtocolVersion),
-		TlsMaximumProtocolVersion: tlsv3.TlsParameters_TlsProtocol(tls.MaxProtocolVersion),
-		CipherSuites:              config.CipherSuites(tls.CipherSuites),
-		EcdhCurves:                tls.EcdhCurves,
-	}
+	return p
 }
 
 // gatewaySANValidation accepts a client certificate with any SAN (DNS, URI, IP, email) equal to one of sans,
