@@ -297,6 +297,9 @@ func (s *Scope) visible(push *model.PushContext, svc *model.Service, prev *Scope
 		return nil
 	}
 	names := push.AliasesOf(svc.Hostname)
+	if s.egress != nil && len(names) > 0 {
+		names = importedAliases(s.egress, svc, names)
+	}
 	if len(names) == 0 {
 		return svc
 	}
@@ -314,6 +317,32 @@ func (s *Scope) visible(push *model.PushContext, svc *model.Service, prev *Scope
 	}
 	s.aliased[svc] = c
 	return c
+}
+
+// importedAliases keeps of names, the aliases of svc, those a Sidecar's egress hosts import, as istiod's
+// matchingAliasService: matched against the hosts of the namespace svc was imported through (its own when
+// one of those hosts matches it, else "*").
+func importedAliases(egress []egressHost, svc *model.Service, names []string) []string {
+	var own, anyNS []string
+	for _, e := range egress {
+		switch e.namespace {
+		case svc.Namespace:
+			own = append(own, e.host)
+		case "*":
+			anyNS = append(anyNS, e.host)
+		}
+	}
+	hosts := anyNS
+	if slices.ContainsFunc(own, func(h string) bool { return model.HostMatches(h, svc.Hostname) }) {
+		hosts = own
+	}
+	var out []string
+	for _, n := range names {
+		if slices.ContainsFunc(hosts, func(h string) bool { return model.HostMatches(h, n) }) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // trimmer makes copies of services with some of their ports (and, for an egress listener's view of one,
