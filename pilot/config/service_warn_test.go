@@ -23,3 +23,17 @@ func TestTrafficDistributionAnnotationWarning(t *testing.T) {
 		}
 	}
 }
+
+// The annotation on a Namespace, which istiod applies to its Services, is not implemented: it is warned.
+func TestTrafficDistributionNamespaceAnnotationWarning(t *testing.T) {
+	doc := "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, annotations: {networking.istio.io/traffic-distribution: PreferClose}}\n"
+	c, err := Parse([]byte(doc), "ns.yaml", 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(Warnings(c), func(w *FieldError) bool {
+		return w.Field == "metadata.annotations[networking.istio.io/traffic-distribution]"
+	}) {
+		t.Errorf("no warning: %v", Warnings(c))
+	}
+}

@@ -793,6 +793,12 @@ func Warnings(c *Config) []*FieldError {
 			warn("metadata.annotations["+TrafficDistributionAnnotation+"]",
 				"%q is not PreferClose, PreferSameZone or PreferSameNode: sidecars get no locality preference, as from istiod", v)
 		}
+	case *corev1.Namespace:
+		if c.Annotations[TrafficDistributionAnnotation] != "" {
+			warn("metadata.annotations["+TrafficDistributionAnnotation+"]",
+				"not implemented on a Namespace: set it (or spec.trafficDistribution) on each Service; istiod applies it to the "+
+					"namespace's Services that set none")
+		}
 	case *networking.DestinationRule:
 		destinationRuleWarnings(s, warn)
 	case *networkingv1beta1.ProxyConfig:
