@@ -35,7 +35,8 @@ func CompatK8sKinds() []CompatK8sKind {
 var k8sCompatAnnotations = map[Kind]map[string]CompatEntry{
 	Service: {
 		"networking.istio.io/traffic-distribution": {Status: Honoured, Note: "as spec.trafficDistribution, which takes " +
-			"precedence (values case-insensitive); another value is warned (PreferNetwork is read by ztunnel alone); on a Namespace, warned, not implemented"},
+			"precedence (values case-insensitive); another value is warned (PreferNetwork is read by ztunnel alone); " +
+			"on a Namespace, warned, not implemented"},
 		"networking.istio.io/exportTo": {Status: Honoured, Note: "the namespaces that see the Service (. its own, ~ none)"},
 	},
 }
