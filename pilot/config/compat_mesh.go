@@ -63,8 +63,7 @@ var meshCompatGroups = []meshCompatGroup{
 	{meshMsg + ".OutboundTrafficPolicy", []protoreflect.Name{"tls"}, CompatEntry{Status: Warned,
 		Note: "traffic to unknown destinations passes through as it came"}},
 	{meshMsg, []protoreflect.Name{"inbound_cluster_stat_name", "outbound_cluster_stat_name"}, CompatEntry{Status: Partly,
-		Note: "clusters' statistics follow it (alt_stat_name); TCP proxies' and inbound listeners' stat prefixes do not, " +
-			"nor a Sidecar ingress port's cluster"}},
+		Note: "clusters' statistics follow it (alt_stat_name); TCP proxies' and inbound listeners' stat prefixes do not"}},
 	{meshMsg, []protoreflect.Name{"mesh_mTLS"}, CompatEntry{Status: Honoured,
 		Note: "inbound mesh mTLS's versions and ciphers; ecdhCurves is refused, as istiod refuses it"}},
 	{meshMsg, []protoreflect.Name{"tls_defaults"}, meshNotImplemented},

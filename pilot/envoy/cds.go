@@ -80,6 +80,7 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 	var extra model.Resources // merged in below, keeping the output sorted by name
 	if proxy.Type == model.Sidecar {
 		_, _, ports := g.sidecarInboundPortsOf(proxy, push)
+		sidecar := push.Sidecar(proxy.Namespace, proxy.Labels) // names a Sidecar ingress port's statistics
 		for _, ip := range ports {
 			name := InboundClusterName(ip.port)
 			if !wants(w, name) || ip.skipCluster {
@@ -92,7 +93,7 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 				pool = inboundRulePool(push.DestinationRule(proxy.Namespace, ip.svc), ip.svcPort)
 			}
 			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: pool,
-				family: who.dnsFamily, mesh: push.Mesh, statName: inboundStatName(push.Mesh, ip)}
+				family: who.dnsFamily, mesh: push.Mesh, statName: inboundStatName(push.Mesh, ip, sidecar)}
 			if !ip.ingress && push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost {
 				// The mesh's inbound traffic policy LOCALHOST sends a service's port to the loopback (127.0.0.1, ::1
 				// for an IPv6-only proxy) at PORT; a Sidecar ingress listener's defaultEndpoint alone decides its own.

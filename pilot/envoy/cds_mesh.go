@@ -105,17 +105,39 @@ func clusterStatName(pattern string, svc *model.Service, subset string, port *mo
 	return pattern + ";"
 }
 
-// inboundStatName is the alt_stat_name of ip's inbound cluster under the mesh's inboundClusterStatName, by
-// the first service reaching the port, as istiod's; "" (the cluster's name) without a pattern or a service.
-func inboundStatName(m *mesh.Config, ip inboundPort) string {
+// inboundStatName is the alt_stat_name of ip's inbound cluster under the mesh's inboundClusterStatName, as
+// istiod's: by the first service reaching the port; for a Sidecar ingress port, by its listener's port and the
+// service whose target port it is, else a stand-in named after the Sidecar (istiod's findOrCreateService).
+// "" (the cluster's name) without a pattern.
+func inboundStatName(m *mesh.Config, ip inboundPort, sidecar *config.Config) string {
 	pattern := meshSpec(m).GetInboundClusterStatName()
-	if pattern == "" || ip.svc == nil || ip.ingress {
+	if pattern == "" {
 		return ""
 	}
-	for _, p := range ip.svc.Ports {
-		if p.Port == ip.svcPort {
-			return clusterStatName(pattern, ip.svc, "", p, ip.port)
+	if !ip.ingress {
+		if ip.svc == nil {
+			return ""
+		}
+		for _, p := range ip.svc.Ports {
+			if p.Port == ip.svcPort {
+				return clusterStatName(pattern, ip.svc, "", p, ip.port)
+			}
+		}
+		return ""
+	}
+	if sidecar == nil {
+		return ""
+	}
+	port := &model.Port{Port: ip.port}
+	for _, in := range sidecar.Spec.(*networking.Sidecar).GetIngress() {
+		if in.GetPort().GetNumber() == ip.port {
+			port.Name = in.GetPort().GetName()
+			break
 		}
 	}
-	return ""
+	svc := ip.svc
+	if svc == nil {
+		svc = &model.Service{Hostname: sidecar.Name + "." + sidecar.Namespace}
+	}
+	return clusterStatName(pattern, svc, "", port, ip.port)
 }
