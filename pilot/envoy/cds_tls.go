@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/config"
@@ -59,7 +60,8 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 		}
 		c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, tls.Sni, sans, h2))
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
-		ctx := &tlsv3.UpstreamTlsContext{Sni: tls.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
+		ctx := &tlsv3.UpstreamTlsContext{Sni: tls.Sni,
+			CommonTlsContext: &tlsv3.CommonTlsContext{TlsParams: upstreamTLSParams(meshSpecOf(k.mesh).GetTlsDefaults())}}
 		sans := tls.SubjectAltNames
 		if len(sans) == 0 && svc.Source.Kind == config.ServiceEntry {
 			sans = accounts // a ServiceEntry's subjectAltNames (and its endpoints' accounts), as istiod
@@ -203,6 +205,7 @@ func istioMutualTLS(clusterName, sni string, sans []string, h2 bool) *tlsv3.Upst
 	return &tlsv3.UpstreamTlsContext{
 		Sni: sni,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsParams:                      upstreamTLSParams(nil),
 			AlpnProtocols:                  alpn,
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(sdsCert)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
@@ -222,4 +225,16 @@ func tlsSocket(ctx proto.Message) *core.TransportSocket {
 func rawBufferSocket() *core.TransportSocket {
 	a, _ := anypb.New(&rawbuffer.RawBuffer{})
 	return &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
+}
+
+// upstreamTLSParams are the versions a client offers, as istiod's: TLS 1.2 to 1.3 (Envoy's client default
+// stops at 1.2); defaults, the mesh config's tlsDefaults, adds its curves and ciphers (for SIMPLE and MUTUAL
+// origination: mesh mTLS keeps Envoy's lists, and neither takes its minimum version, as istiod's).
+func upstreamTLSParams(defaults *meshconfig.MeshConfig_TLSConfig) *tlsv3.TlsParameters {
+	return &tlsv3.TlsParameters{
+		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+		TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
+		EcdhCurves:                defaults.GetEcdhCurves(),
+		CipherSuites:              defaults.GetCipherSuites(),
+	}
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -428,7 +429,17 @@ func socketFields(f Fields, prefix string, s *core.TransportSocket) error {
 	}
 	f[prefix+".ca"] = ca
 	f[prefix+".san"] = joinSorted(sans)
+	upstreamTLSParams(f, prefix, common.GetTlsParams())
 	return nil
+}
+
+// upstreamTLSParams records the versions, ciphers and curves a client offers; unset ones are Envoy's client
+// defaults (TLS 1.2 only, its own lists).
+func upstreamTLSParams(f Fields, prefix string, params *tlsv3.TlsParameters) {
+	f[prefix+".versions"] = tlsVersion(params.GetTlsMinimumProtocolVersion(), "TLSv1_2") + "-" +
+		tlsVersion(params.GetTlsMaximumProtocolVersion(), "TLSv1_2")
+	f[prefix+".ciphers"] = cmp.Or(strings.Join(params.GetCipherSuites(), ":"), "envoy default")
+	f[prefix+".ecdh_curves"] = cmp.Or(strings.Join(params.GetEcdhCurves(), ":"), "envoy default")
 }
 
 // sdsSource names where an SDS secret comes from. Istio's agent serves files under the names
