@@ -563,7 +563,8 @@ func serverNames(hosts []string) []string {
 // caCertCredentialName), from files, or the mesh certificate for ISTIO_MUTUAL. The protocol versions,
 // ciphers and curves apply to SIMPLE and MUTUAL servers, as istiod's: the server's over the mesh config's
 // tlsDefaults (defaults).
-func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool, defaults *meshconfig.MeshConfig_TLSConfig) *tlsv3.DownstreamTlsContext {
+func gatewayDownstreamTLS(tls *networking.ServerTLSSettings, http bool,
+	defaults *meshconfig.MeshConfig_TLSConfig) *tlsv3.DownstreamTlsContext {
 	common := &tlsv3.CommonTlsContext{}
 	if http {
 		common.AlpnProtocols = []string{"h2", "http/1.1"}

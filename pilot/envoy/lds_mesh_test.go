@@ -32,10 +32,11 @@ func TestInboundMeshMTLSParams(t *testing.T) {
 		}
 		return ctx.GetCommonTlsContext().GetTlsParams()
 	}
-	if p := params(mesh.Default()); p.GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2 || !slices.Equal(p.GetCipherSuites(), ldsMeshCiphers) {
+	p := params(mesh.Default())
+	if p.GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2 || !slices.Equal(p.GetCipherSuites(), ldsMeshCiphers) {
 		t.Errorf("default mesh: %v, want TLS 1.2 and istiod's ciphers", p)
 	}
-	p := params(meshOf(t, "meshMTLS: {minProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES256-GCM-SHA384]}\n"))
+	p = params(meshOf(t, "meshMTLS: {minProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES256-GCM-SHA384]}\n"))
 	if p.GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_3 || p.GetTlsMaximumProtocolVersion() != tlsv3.TlsParameters_TLSv1_3 ||
 		!slices.Equal(p.GetCipherSuites(), []string{"ECDHE-RSA-AES256-GCM-SHA384"}) {
 		t.Errorf("meshMTLS TLS 1.3: %v", p)
@@ -52,13 +53,16 @@ func TestProtocolDetectionTimeout(t *testing.T) {
 	}{{mesh.Default(), 0}, {meshOf(t, "protocolDetectionTimeout: 2s\n"), 2 * time.Second}, {mesh.Default(), 0}} {
 		ls := ldsGenerate(t, g, ldsFrontend, ldsPush(t, tc.mesh), wildcard(ListenerType))
 		for _, l := range ls {
-			sniffs := slices.ContainsFunc(l.ListenerFilters, func(f *listener.ListenerFilter) bool { return f.Name == ldsHTTPInspectorFilter })
+			sniffs := slices.ContainsFunc(l.ListenerFilters, func(f *listener.ListenerFilter) bool {
+				return f.Name == ldsHTTPInspectorFilter
+			})
 			want := time.Duration(0)
 			if sniffs || l.Name == VirtualInboundListener {
 				want = tc.want
 			}
-			if got := l.GetListenerFiltersTimeout().AsDuration(); got != want || !l.GetContinueOnListenerFiltersTimeout() && l.Name != VirtualOutboundListener {
-				t.Errorf("mesh timeout %v: %s waits %v (continue %t), want %v", tc.want, l.Name, got, l.GetContinueOnListenerFiltersTimeout(), want)
+			goesOn := l.GetContinueOnListenerFiltersTimeout() || l.Name == VirtualOutboundListener
+			if got := l.GetListenerFiltersTimeout().AsDuration(); got != want || !goesOn {
+				t.Errorf("mesh timeout %v: %s waits %v (continue %t), want %v", tc.want, l.Name, got, goesOn, want)
 			}
 		}
 	}
