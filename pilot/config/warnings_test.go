@@ -27,7 +27,7 @@ spec:
     retryBudget: {percent: 20}
     portLevelSettings:
     - port: {number: 9080}
-      loadBalancer: {backendUtilization: {}}
+      loadBalancer: {backendUtilization: {}, localityLbSetting: {failoverPriority: [topology.istio.io/network]}}
   subsets:
   - name: v1
     labels: {version: v1}
@@ -36,6 +36,7 @@ spec:
       retryBudget: {minRetryConcurrency: 5}
 `, []string{"spec.trafficPolicy.loadBalancer.zoneAwareLbSetting", "spec.trafficPolicy.outlierDetection.consecutiveErrors",
 			"spec.trafficPolicy.outlierDetection.outlierDetectionHttpErrorCodes", "spec.trafficPolicy.outlierDetection.failurePercentageThreshold",
+			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.localityLbSetting.failoverPriority",
 			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.backendUtilization", "spec.trafficPolicy.retryBudget",
 			"spec.subsets[0].trafficPolicy.outlierDetection.consecutiveErrors", "spec.subsets[0].trafficPolicy.retryBudget"}},
 		{"VirtualService", `apiVersion: networking.istio.io/v1
