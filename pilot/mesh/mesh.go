@@ -142,8 +142,12 @@ func (c *Config) addUnimplemented(name string) {
 func (c *Config) Warnings(file string) []*config.Error {
 	var out []*config.Error
 	for _, field := range c.Unimplemented {
-		out = append(out, &config.Error{File: file, Kind: "MeshConfig", Field: field, Warning: true,
-			Message: "Sextant does not honour this mesh config field: " + config.MeshFieldEntry(field).Note})
+		e := config.MeshFieldEntry(field)
+		what := "Sextant does not honour this mesh config field: "
+		if e.Status == config.Partly {
+			what = "Sextant honours this mesh config field in part: "
+		}
+		out = append(out, &config.Error{File: file, Kind: "MeshConfig", Field: field, Warning: true, Message: what + e.Note})
 	}
 	return out
 }

@@ -189,7 +189,8 @@ func checkMessage(path string, obj map[string]any, m protoreflect.MessageDescrip
 			return err
 		}
 		below := warned || e.Status == config.Warned
-		if !below && e.Status == config.Partly && slices.Contains(e.Values, fmt.Sprint(v)) {
+		// A partly honoured field warns for the values its entry lists, or for any value when it lists none.
+		if !below && e.Status == config.Partly && (len(e.Values) == 0 || slices.Contains(e.Values, fmt.Sprint(v))) {
 			*out = append(*out, p)
 		}
 		if err := checkChildren(p, f, v, below, out); err != nil {
