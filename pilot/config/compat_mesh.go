@@ -55,7 +55,8 @@ var meshCompatGroups = []meshCompatGroup{
 	{meshMsg, []protoreflect.Name{"service_settings"}, CompatEntry{Status: Warned,
 		Note: "clusterLocal hosts are not kept in the cluster: Sextant serves one cluster"}},
 	{meshMsg, []protoreflect.Name{"default_inbound_http_retry_policy"}, CompatEntry{Status: Warned,
-		Note: "inbound routes get no retry policy"}},
+		Note: "istiod does not read it either: its sidecars' inbound routes, like Sextant's, keep reset-before-request with 2 " +
+			"retries (none on gRPC ports) whatever it says"}},
 	{meshMsg, []protoreflect.Name{"default_traffic_policy"}, CompatEntry{Status: Warned,
 		Note: "clusters without a DestinationRule get Sextant's defaults, not this policy"}},
 	{meshMsg, []protoreflect.Name{"service_entry_visibility"}, CompatEntry{Status: Warned,
