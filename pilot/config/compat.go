@@ -122,8 +122,6 @@ var compatTable = map[CompatField]CompatEntry{
 	// DestinationRule
 	{networkingPkg + "LoadBalancerSettings", "zone_aware_lb_setting"}: {Status: Warned,
 		Note: "Envoy's default zone-aware routing settings apply"},
-	{networkingPkg + "LocalityLoadBalancerSetting", "failover_priority"}: {Status: Warned,
-		Note: "not implemented: endpoints get the locality failover priorities (region, zone, subzone), not this label order"},
 	{networkingPkg + "LoadBalancerSettings", "backend_utilization"}: {Status: Warned,
 		Note: "not implemented (istiod neither): the default load balancing policy applies"},
 	{networkingPkg + "OutlierDetection", "consecutive_errors"}: {Status: Warned,

@@ -895,10 +895,6 @@ func destinationRuleWarnings(s *networking.DestinationRule, warn func(field, for
 		if lb.GetZoneAwareLbSetting() != nil {
 			warn(f+".loadBalancer.zoneAwareLbSetting", "not implemented: Envoy's default zone-aware routing settings apply")
 		}
-		if len(lb.GetLocalityLbSetting().GetFailoverPriority()) > 0 {
-			warn(f+".loadBalancer.localityLbSetting.failoverPriority",
-				"not implemented: endpoints get the locality failover priorities (region, zone, subzone), not this label order")
-		}
 		if lb.GetBackendUtilization() != nil {
 			warn(f+".loadBalancer.backendUtilization", "not implemented (istiod neither): the default load balancing policy applies")
 		}

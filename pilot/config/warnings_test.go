@@ -36,7 +36,6 @@ spec:
       retryBudget: {minRetryConcurrency: 5}
 `, []string{"spec.trafficPolicy.loadBalancer.zoneAwareLbSetting", "spec.trafficPolicy.outlierDetection.consecutiveErrors",
 			"spec.trafficPolicy.outlierDetection.outlierDetectionHttpErrorCodes", "spec.trafficPolicy.outlierDetection.failurePercentageThreshold",
-			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.localityLbSetting.failoverPriority",
 			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.backendUtilization", "spec.trafficPolicy.retryBudget",
 			"spec.subsets[0].trafficPolicy.outlierDetection.consecutiveErrors", "spec.subsets[0].trafficPolicy.retryBudget"}},
 		{"VirtualService", `apiVersion: networking.istio.io/v1

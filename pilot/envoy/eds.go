@@ -100,11 +100,11 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 			slot = "distribution " + key.locality + "\x00" + slot
 		} else if fl == flavorEnvoy {
 			setting := effectiveLocality(policy.GetLoadBalancer(), push.Mesh)
-			lp = localityPolicyOf(setting, policy.GetOutlierDetection() != nil, proxy.Locality)
+			lp = localityPolicyOf(setting, policy.GetOutlierDetection() != nil, proxy)
 			if lp.applies() {
 				key.localitySetting = setting
-				// The assignment is the proxy's locality's own: a slot per locality.
-				key.locality = localityString(proxy.Locality)
+				// The assignment is the proxy's locality's own (and its failover priority labels'): a slot per locality.
+				key.locality = lp.String()
 				slot = "locality " + key.locality + "\x00" + slot // Envoy's slot names carry no prefix of their own
 			}
 		}
@@ -135,9 +135,7 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 			if distributed {
 				return dp.assignment(name, eps, subsetLabels, fl, mtls)
 			}
-			cla := loadAssignment(name, eps, subsetLabels, fl, mtls)
-			lp.apply(cla)
-			return cla
+			return lp.assignment(name, eps, subsetLabels, fl, mtls)
 		})
 		if err != nil {
 			return nil, err

@@ -24,8 +24,9 @@ const (
 // priorities by how many of the labels, in order, they share with the proxy (failover priority, always on
 // whether or not outlier detection is set). A different network only lowers the priority further.
 type distributionPolicy struct {
-	labels []string
-	proxy  []string // the proxy's value of each label
+	labels  []string
+	proxy   []string // the proxy's value of each label
+	network bool     // the first label is the network, whose mismatch lowers the priority without deciding it
 }
 
 // distributionPolicyOf is svc's distribution policy for proxy under lb (the DestinationRule's load
@@ -35,11 +36,23 @@ func distributionPolicyOf(svc *model.Service, lb *networking.LoadBalancerSetting
 	if labels == nil || lb.GetLocalityLbSetting() != nil {
 		return distributionPolicy{}, false
 	}
-	dp := distributionPolicy{labels: labels}
-	for _, l := range labels {
-		dp.proxy = append(dp.proxy, proxyTopology(proxy, l))
+	return failoverPriorityPolicy(labels, proxy), true
+}
+
+// failoverPriorityPolicy is the policy of a failoverPriority list for proxy: each entry a label, whose
+// value for the proxy is its own, or "label=value", which gives the value (istiod's priorityLabelOverrides).
+func failoverPriorityPolicy(entries []string, proxy *model.Proxy) distributionPolicy {
+	dp := distributionPolicy{network: len(entries) > 0 && entries[0] == labelNetwork}
+	for _, e := range entries {
+		parts := strings.Split(e, "=")
+		value := proxyTopology(proxy, parts[0])
+		if len(parts) == 2 {
+			value = parts[1]
+		}
+		dp.labels = append(dp.labels, parts[0])
+		dp.proxy = append(dp.proxy, value)
 	}
-	return dp, true
+	return dp
 }
 
 // distributionLabels are the failover priority labels of svc's traffic distribution, nil for none.
@@ -121,7 +134,7 @@ func (dp distributionPolicy) priority(ep *model.Endpoint) uint32 {
 		if dp.proxy[j] == endpointTopology(ep, l) {
 			continue
 		}
-		if j == 0 && l == labelNetwork {
+		if j == 0 && dp.network {
 			adjust = n
 			continue
 		}

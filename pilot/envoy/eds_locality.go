@@ -11,17 +11,21 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 // localityPolicy is what locality load balancing (a DestinationRule's, else the mesh's) does to one proxy's assignments, as
 // istiod applies it: distribute weights localities by the proxy's own; otherwise, with outlier detection
 // (without it nothing marks a locality unhealthy, so Envoy would never fail over), localities get
 // priorities by how much of the proxy's locality they share, and failover names the region to try next.
+// failoverPriority, when set, gives the priorities instead by the labels the endpoints share with the proxy;
+// failover, if also set, then splits each of those by locality.
 type localityPolicy struct {
-	proxy      *core.Locality
-	distribute []*networking.LocalityLoadBalancerSetting_Distribute
-	failover   []*networking.LocalityLoadBalancerSetting_Failover
-	prioritize bool
+	proxy            *core.Locality
+	distribute       []*networking.LocalityLoadBalancerSetting_Distribute
+	failover         []*networking.LocalityLoadBalancerSetting_Failover
+	prioritize       bool
+	failoverPriority *distributionPolicy
 }
 
 // meshDefaultLocality is istiod's default mesh localityLbSetting: on, with no distribution or failover.
@@ -45,32 +49,57 @@ func effectiveLocality(lb *networking.LoadBalancerSettings, m *mesh.Config) *net
 }
 
 // localityPolicyOf is the locality policy of an effective setting (nil: locality load balancing off).
-func localityPolicyOf(setting *networking.LocalityLoadBalancerSetting, outlier bool, proxy *core.Locality) localityPolicy {
+func localityPolicyOf(setting *networking.LocalityLoadBalancerSetting, outlier bool, proxy *model.Proxy) localityPolicy {
 	if setting == nil {
 		return localityPolicy{}
 	}
 	if len(setting.GetDistribute()) > 0 {
-		return localityPolicy{proxy: proxy, distribute: setting.GetDistribute()}
+		return localityPolicy{proxy: proxy.Locality, distribute: setting.GetDistribute()}
 	}
 	if outlier {
-		return localityPolicy{proxy: proxy, failover: setting.GetFailover(), prioritize: true}
+		lp := localityPolicy{proxy: proxy.Locality, failover: setting.GetFailover(), prioritize: true}
+		if labels := setting.GetFailoverPriority(); len(labels) > 0 {
+			dp := failoverPriorityPolicy(labels, proxy)
+			lp.failoverPriority = &dp
+		}
+		return lp
 	}
 	return localityPolicy{}
 }
 
 func (lp localityPolicy) applies() bool { return lp.prioritize || len(lp.distribute) > 0 }
 
-func (lp localityPolicy) apply(cla *endpoint.ClusterLoadAssignment) {
+// String is the proxy's side of the policy, what the assignment depends on: its locality, and its values
+// of the failover priority labels.
+func (lp localityPolicy) String() string {
+	s := localityString(lp.proxy)
+	if lp.failoverPriority != nil {
+		s += " " + lp.failoverPriority.String()
+	}
+	return s
+}
+
+// assignment builds the load assignment of eps for the proxy under the policy.
+func (lp localityPolicy) assignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor,
+	mtls serverMTLS) *endpoint.ClusterLoadAssignment {
+	var cla *endpoint.ClusterLoadAssignment
+	if lp.failoverPriority != nil {
+		cla = lp.failoverPriority.assignment(name, eps, subsetLabels, fl, mtls)
+	} else {
+		cla = loadAssignment(name, eps, subsetLabels, fl, mtls)
+	}
 	switch {
 	case len(lp.distribute) > 0:
 		lp.applyWeights(cla)
-	case lp.prioritize:
+	case lp.prioritize && (lp.failoverPriority == nil || len(lp.failover) > 0):
 		lp.applyPriorities(cla)
 	}
+	return cla
 }
 
 // applyPriorities: 0 for the proxy's own subzone, 1 its zone, 2 its region, 3 elsewhere — 4 for a region
-// other than the one failover names for the proxy's — then renumbered from 0 without gaps, as Envoy wants.
+// other than the one failover names for the proxy's — within the priority a group already has (from the
+// failover priority labels), then renumbered from 0 without gaps, as Envoy wants.
 func (lp localityPolicy) applyPriorities(cla *endpoint.ClusterLoadAssignment) {
 	used := map[uint32]bool{}
 	for _, grp := range cla.Endpoints {
@@ -85,6 +114,7 @@ func (lp localityPolicy) applyPriorities(cla *endpoint.ClusterLoadAssignment) {
 				}
 			}
 		}
+		p += grp.Priority * 5 // five locality priorities (0-4) within each the labels gave
 		grp.Priority = p
 		used[p] = true
 	}

@@ -174,3 +174,38 @@ spec:
 		}
 	}
 }
+
+// failoverPriority gives priorities by the labels an endpoint shares with the proxy, here its node: two
+// proxies in the same locality on different nodes get different assignments from one set of generators.
+func TestLocalityFailoverPriority(t *testing.T) {
+	push := pushFromYAML(t, []byte(localityMesh+`
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  trafficPolicy:
+    outlierDetection: {consecutive5xxErrors: 5}
+    loadBalancer: {localityLbSetting: {failoverPriority: [kubernetes.io/hostname]}}
+`))
+	g := New(Options{})
+	for node, first := range map[string]string{"node-b": "region1/zone-b", "node-c": "region2/zone-c"} {
+		proxy := sidecarIn("default", "10.1.0.1", nil)
+		proxy.Locality, proxy.NodeName = &core.Locality{Region: "region1", Zone: "zone-a"}, node
+		res, err := g.ByTypeURL()[EndpointType].Generate(proxy, push, named(EndpointType, reviewsCluster), nil)
+		if err != nil || len(res) != 1 {
+			t.Fatalf("%d assignments, %v", len(res), err)
+		}
+		cla := newCLA()
+		if err := res[0].Any.UnmarshalTo(cla); err != nil {
+			t.Fatal(err)
+		}
+		for _, grp := range cla.Endpoints {
+			loc := grp.Locality.GetRegion() + "/" + grp.Locality.GetZone()
+			if want := map[bool]uint32{true: 0, false: 1}[loc == first]; grp.Priority != want {
+				t.Errorf("proxy on %s: %s has priority %d, want %d", node, loc, grp.Priority, want)
+			}
+		}
+	}
+}
