@@ -91,6 +91,12 @@ func setTCPKeepalive(c *cluster.Cluster, ka *networking.ConnectionPoolSettings_T
 // stat name pattern (inboundClusterStatName, outboundClusterStatName): the pattern with the service's
 // names, the port and subset in it, ended by Istio's stat prefix delimiter.
 func clusterStatName(pattern string, svc *model.Service, subset string, port *model.Port, targetPort uint32) string {
+	return statPrefix(pattern, svc, subset, port, strconv.FormatUint(uint64(targetPort), 10)) + ";"
+}
+
+// statPrefix is pattern with svc's names, the subset, targetPort and port in it, as istiod's
+// BuildStatPrefix; a targetPort of "%TARGET_PORT%" leaves that text as is, as istiod's inbound listeners do.
+func statPrefix(pattern string, svc *model.Service, subset string, port *model.Port, targetPort string) string {
 	short, name := svc.Hostname, svc.Hostname
 	if svc.Source.Kind == config.Service {
 		// A Kubernetes Service's names, as istiod's; other hosts (ServiceEntries) are their hostname.
@@ -98,11 +104,11 @@ func clusterStatName(pattern string, svc *model.Service, subset string, port *mo
 	}
 	// One after another in istiod's order, so that a value holding a pattern's text ends up as in istiod's.
 	for _, r := range [][2]string{{"%SERVICE%", short}, {"%SERVICE_NAME%", name}, {"%SERVICE_FQDN%", svc.Hostname},
-		{"%SUBSET_NAME%", subset}, {"%TARGET_PORT%", strconv.FormatUint(uint64(targetPort), 10)},
+		{"%SUBSET_NAME%", subset}, {"%TARGET_PORT%", targetPort},
 		{"%SERVICE_PORT%", strconv.FormatUint(uint64(port.Port), 10)}, {"%SERVICE_PORT_NAME%", port.Name}} {
 		pattern = strings.ReplaceAll(pattern, r[0], r[1])
 	}
-	return pattern + ";"
+	return pattern
 }
 
 // inboundStatName is the alt_stat_name of ip's inbound cluster under the mesh's inboundClusterStatName, as
@@ -140,4 +146,49 @@ func inboundStatName(m *mesh.Config, ip inboundPort, sidecar *config.Config) str
 		svc = &model.Service{Hostname: sidecar.Name + "." + sidecar.Namespace}
 	}
 	return clusterStatName(pattern, svc, "", port, ip.port)
+}
+
+// inboundTCPStatPrefix is the stat_prefix istiod gives the tcp_proxy of ip's inbound chains under the mesh's
+// inboundClusterStatName: the pattern with the first service reaching the port, its port and port name; for
+// a Sidecar ingress port, a stand-in named after the Sidecar with the ingress port. "" (the cluster's name)
+// without a pattern. Unlike the cluster's, %TARGET_PORT% stays as written.
+func inboundTCPStatPrefix(m *mesh.Config, ip inboundPort, sidecar *config.Config) string {
+	pattern := meshSpec(m).GetInboundClusterStatName()
+	if pattern == "" {
+		return ""
+	}
+	if ip.ingress {
+		if sidecar == nil {
+			return ""
+		}
+		port := &model.Port{Port: ip.port}
+		for _, in := range sidecar.Spec.(*networking.Sidecar).GetIngress() {
+			if in.GetPort().GetNumber() == ip.port {
+				port.Name = in.GetPort().GetName()
+				break
+			}
+		}
+		// istiod names a Sidecar ingress chain after the Sidecar even when a service reaches the port.
+		return statPrefix(pattern, &model.Service{Hostname: sidecar.Name + "." + sidecar.Namespace}, "", port, "%TARGET_PORT%")
+	}
+	if ip.svc == nil {
+		return ""
+	}
+	for _, p := range ip.svc.Ports {
+		if p.Port == ip.svcPort {
+			return statPrefix(pattern, ip.svc, "", p, "%TARGET_PORT%")
+		}
+	}
+	return ""
+}
+
+// inboundPassthroughStatPrefix is the stat_prefix of the inbound passthrough chains' tcp_proxy under the
+// mesh's inboundClusterStatName: istiod fills the pattern with no service, port 0 named virtualInbound.
+// "" (the cluster's name) without a pattern.
+func inboundPassthroughStatPrefix(m *mesh.Config) string {
+	pattern := meshSpec(m).GetInboundClusterStatName()
+	if pattern == "" {
+		return ""
+	}
+	return statPrefix(pattern, &model.Service{}, "", &model.Port{Name: "virtualInbound"}, "%TARGET_PORT%")
 }

@@ -445,9 +445,34 @@ func ldsTCPProxyFilter(statPrefix string, dests []tcpDest) *listener.Filter {
 	return ldsNetworkFilter(ldsTCPProxyFilterName, ldsTCPProxy(statPrefix, dests))
 }
 
+// tcpStatPrefix is the stat_prefix of a tcp_proxy to dests: a lone destination's name under the mesh's
+// outboundClusterStatName, else the first cluster's name.
+func tcpStatPrefix(dests []tcpDest) string {
+	if len(dests) == 1 && dests[0].stat != "" {
+		return dests[0].stat
+	}
+	return dests[0].name
+}
+
 type tcpDest struct {
 	name   string
 	weight uint32
+	// host and subset are the route's destination; stat its statistics' name when it is the only one
+	// (nameTCPStats), "" for the cluster's name.
+	host, subset, stat string
+}
+
+// nameTCPStats names the statistics of a lone destination of dests under the mesh's outboundClusterStatName,
+// as istiod's: the pattern with the destination's service (as the proxy in proxyNS sees it), its subset and
+// the listener's port; a host no service has keeps the cluster's name.
+func nameTCPStats(push *model.PushContext, proxyNS string, dests []tcpDest, port *model.Port) {
+	pattern := meshSpec(push.Mesh).GetOutboundClusterStatName()
+	if pattern == "" || len(dests) != 1 || dests[0].host == "" {
+		return
+	}
+	if svc := push.ServiceForHostname(proxyNS, dests[0].host); svc != nil {
+		dests[0].stat = statPrefix(pattern, svc, dests[0].subset, port, "0")
+	}
 }
 
 func ldsPortName(p uint32) string { return strconv.FormatUint(uint64(p), 10) }

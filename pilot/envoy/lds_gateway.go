@@ -316,7 +316,7 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 				if _, ok := claim(nil); !ok {
 					continue
 				}
-				chains = append(chains, &listener.FilterChain{Name: name, Filters: authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))})
+				chains = append(chains, &listener.FilterChain{Name: name, Filters: authz.tcpFilters(ldsTCPProxyFilter(tcpStatPrefix(dests), dests))})
 			}
 		case gatewayTLS:
 			mode := s.GetTls().GetMode()
@@ -332,10 +332,11 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 							continue
 						}
 						claim(r.sni)
+						nameTCPStats(push, proxyNS, r.dests, &model.Port{Name: s.Port.Name, Port: s.Port.Number})
 						chains = append(chains, &listener.FilterChain{
 							Name:             name + "/" + strings.Join(r.sni, ","),
 							FilterChainMatch: &listener.FilterChainMatch{ServerNames: r.sni},
-							Filters:          authz.tcpFilters(ldsTCPProxyFilter(r.dests[0].name, r.dests)),
+							Filters:          authz.tcpFilters(ldsTCPProxyFilter(tcpStatPrefix(r.dests), r.dests)),
 						})
 					}
 				}
@@ -352,7 +353,7 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 					ldsGatewayHTTPManager(hc, push.Mesh.PathNormalization.Normalization, topo)
 					filters = []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}
 				} else if dests := gatewayTCPDestinations(push, proxyNS, gs, gwName, s.Port.Number); len(dests) > 0 {
-					filters = authz.tcpFilters(ldsTCPProxyFilter(dests[0].name, dests))
+					filters = authz.tcpFilters(ldsTCPProxyFilter(tcpStatPrefix(dests), dests))
 				} else {
 					continue
 				}
@@ -502,6 +503,7 @@ func gatewayTCPDestinations(push *model.PushContext, proxyNS string, gs gatewayS
 			continue
 		}
 		if d := gatewayTCPRouteDests(push, vs, gs.gw.Namespace, gwName, port); len(d) > 0 {
+			nameTCPStats(push, proxyNS, d, &model.Port{Name: gs.server.Port.Name, Port: port})
 			return d
 		}
 	}

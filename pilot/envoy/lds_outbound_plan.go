@@ -281,7 +281,8 @@ func (p *outboundPlanner) routesOf(ol *outboundListener, svc *model.Service, vss
 	if a.block {
 		ownBlock = svc.Addresses
 	}
-	r := portRoutes{name: a.namePrefix + "_" + ldsPortName(port.Port), own: []tcpDest{{OutboundClusterName(port.Port, "", svc.Hostname), 100}}}
+	own := tcpDest{name: OutboundClusterName(port.Port, "", svc.Hostname), weight: 100, host: svc.Hostname}
+	r := portRoutes{name: a.namePrefix + "_" + ldsPortName(port.Port), own: []tcpDest{own}}
 	if r.name == ol.name && ol.httpPort {
 		r.name += "_tcp" // the HTTP chain has the listener's name
 	}
@@ -305,6 +306,13 @@ func (p *outboundPlanner) routesOf(ol *outboundListener, svc *model.Service, vss
 		if len(subnets) > 0 {
 			r.chainVIPs = slices.DeleteFunc(slices.Clone(a.vips), func(v *core.CidrRange) bool { return rangesContain(subnets, v.AddressPrefix) })
 		}
+	}
+	// Named here, where the listener's port is known; as istiod's, the service's own route by the port's
+	// number alone.
+	nameTCPStats(p.push, p.scope.Namespace, r.own, &model.Port{Port: port.Port})
+	nameTCPStats(p.push, p.scope.Namespace, r.tcp.def, port)
+	for _, route := range append(slices.Clone(r.tcp.subnetRoutes), r.tlsRoutes...) {
+		nameTCPStats(p.push, p.scope.Namespace, route.dests, port)
 	}
 	r.dests = r.own
 	if len(r.tcp.def) > 0 {

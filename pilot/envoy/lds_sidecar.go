@@ -214,7 +214,7 @@ func buildVirtualOutbound(registryOnly, transparent bool, family cluster.Cluster
 		ListenerFilters:  []*listener.ListenerFilter{ldsOriginalDst()},
 		FilterChains: []*listener.FilterChain{{
 			Name:    passthroughChain,
-			Filters: []*listener.Filter{ldsTCPProxyFilter(catchAll, []tcpDest{{catchAll, 100}})},
+			Filters: []*listener.Filter{ldsTCPProxyFilter(catchAll, []tcpDest{{name: catchAll, weight: 100}})},
 		}},
 	}
 }
@@ -280,7 +280,8 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 		}
 		i := slices.IndexFunc(ol.chains, func(c chainPlan) bool { return c.takesPort(ol.ip) })
 		if i < 0 {
-			ol.chains = append(ol.chains, chainPlan{name: passthroughChain, port: ol.port, dests: []tcpDest{{catchAll, 100}}, isDefault: true})
+			ol.chains = append(ol.chains, chainPlan{name: passthroughChain, port: ol.port, dests: []tcpDest{{name: catchAll, weight: 100}},
+				isDefault: true})
 			continue
 		}
 		ol.chains[i].isDefault = ol.httpPort
@@ -403,7 +404,7 @@ func (c chainPlan) build(paths string) *listener.FilterChain {
 		ldsMeshHTTPManager(hc, paths)
 		return &listener.FilterChain{Name: c.name, FilterChainMatch: m, Filters: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, hc)}}
 	}
-	filters := []*listener.Filter{ldsTCPProxyFilter(c.dests[0].name, c.dests)}
+	filters := []*listener.Filter{ldsTCPProxyFilter(tcpStatPrefix(c.dests), c.dests)}
 	if c.dnsCache != "" {
 		filters = append([]*listener.Filter{ldsNetworkFilter(ldsSNIDynamicForwardProxyFilter, &dfpsni.FilterConfig{
 			DnsCacheConfig: dfpDNSCache(c.dnsCache, c.dnsFamily), PortSpecifier: &dfpsni.FilterConfig_PortValue{PortValue: c.port}})}, filters...)
@@ -457,6 +458,8 @@ func (ol *outboundListener) describe(additional []string) string {
 			b.WriteString(d.name)
 			b.WriteByte(':')
 			b.WriteString(strconv.FormatUint(uint64(d.weight), 10))
+			b.WriteByte(':')
+			b.WriteString(d.stat)
 		}
 	}
 	return b.String()

@@ -172,6 +172,10 @@ type inboundInputs struct {
 	// inspectors wait for the client's first bytes (protocolDetectionTimeout).
 	mtlsParams *tlsv3.TlsParameters
 	detection  *durationpb.Duration
+	// tcpStats: the stat_prefix of each port's tcp_proxy under the mesh's inboundClusterStatName (none:
+	// the cluster's name); passthroughStat the passthrough chains'.
+	tcpStats        map[uint32]string
+	passthroughStat string
 }
 
 func (in inboundInputs) describe(ns string) string {
@@ -182,12 +186,13 @@ func (in inboundInputs) describe(ns string) string {
 		b.WriteString("v6|") // the listener's address
 	}
 	for _, p := range in.ports {
-		fmt.Fprintf(&b, "%d/%s/%s/%s/%t,", p.port, p.protocol, in.mtls.ModeForPort(p.port), p.bind, p.bound)
+		fmt.Fprintf(&b, "%d/%s/%s/%s/%t/%s,", p.port, p.protocol, in.mtls.ModeForPort(p.port), p.bind, p.bound, in.tcpStats[p.port])
 	}
 	// Port-level modes on other ports have passthrough chains of their own.
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
 		fmt.Fprintf(&b, "%d=%s,", port, in.mtls.PortModes[port])
 	}
+	b.WriteString(in.passthroughStat)
 	b.WriteString(authpolicy.DescribePolicies(in.policies))
 	return b.String()
 }
@@ -196,14 +201,22 @@ func (in inboundInputs) describe(ns string) string {
 func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushContext) inboundInputs {
 	_, labels, ports := l.g.sidecarInboundPortsOf(proxy, push)
 	in := inboundInputs{
-		ports:      ports,
-		mtls:       push.PeerAuthentication(proxy.Namespace, labels),
-		policies:   push.AuthorizationPolicies(proxy.Namespace, labels),
-		paths:      push.Mesh.PathNormalization.Normalization,
-		tproxy:     proxy.InterceptionMode == model.InterceptTPROXY,
-		family:     dnsLookupFamily(proxy.IPAddresses),
-		mtlsParams: meshMTLSParams(push.Mesh),
-		detection:  meshDetectionTimeout(push.Mesh),
+		ports:           ports,
+		mtls:            push.PeerAuthentication(proxy.Namespace, labels),
+		policies:        push.AuthorizationPolicies(proxy.Namespace, labels),
+		paths:           push.Mesh.PathNormalization.Normalization,
+		tproxy:          proxy.InterceptionMode == model.InterceptTPROXY,
+		family:          dnsLookupFamily(proxy.IPAddresses),
+		mtlsParams:      meshMTLSParams(push.Mesh),
+		detection:       meshDetectionTimeout(push.Mesh),
+		tcpStats:        map[uint32]string{},
+		passthroughStat: inboundPassthroughStatPrefix(push.Mesh),
+	}
+	if meshSpec(push.Mesh).GetInboundClusterStatName() != "" {
+		sidecar := push.Sidecar(proxy.Namespace, proxy.Labels) // names a Sidecar ingress port's statistics
+		for _, p := range ports {
+			in.tcpStats[p.port] = inboundTCPStatPrefix(push.Mesh, p, sidecar)
+		}
 	}
 	in.env = authpolicy.NewEnv(push, in.policies, OutboundClusterName)
 	in.env.JWT = authpolicy.NewJWTAuthn(push, proxy.Namespace, labels, false)
@@ -277,7 +290,7 @@ func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilt
 	ldsMeshHTTPManager(manager, in.paths)
 	filters := inboundFilters{
 		http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
-		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cluster, []tcpDest{{cluster, 100}})),
+		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cmp.Or(in.tcpStats[p.port], cluster), []tcpDest{{name: cluster, weight: 100}})),
 	}
 	kind := inboundSniffed
 	switch {
@@ -330,7 +343,8 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	ldsMeshHTTPManager(manager, in.paths)
 	passthrough := inboundFilters{
 		http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
-		tcp:  append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(InboundPassthroughCluster, []tcpDest{{InboundPassthroughCluster, 100}})),
+		tcp: append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cmp.Or(in.passthroughStat, InboundPassthroughCluster),
+			[]tcpDest{{name: InboundPassthroughCluster, weight: 100}})),
 	}
 	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode),
 		meshMTLSOf(in), passthrough)...)

@@ -277,7 +277,8 @@ func l4Destinations(push *model.PushContext, vs *model.VirtualService, proxyNS s
 		if len(dests) > 1 && d.Weight <= 0 {
 			continue
 		}
-		out = append(out, tcpDest{OutboundClusterName(p, dst.Subset, host), uint32(max(d.Weight, 1))})
+		out = append(out, tcpDest{name: OutboundClusterName(p, dst.Subset, host), weight: uint32(max(d.Weight, 1)), host: host,
+			subset: dst.Subset})
 	}
 	return out
 }

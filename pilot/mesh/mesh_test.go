@@ -282,15 +282,3 @@ func TestMeshMTLSRefusesECDHCurves(t *testing.T) {
 		t.Errorf("spec %v", cfg.Spec)
 	}
 }
-
-// A field honoured in part is reported whatever its value, saying which part.
-func TestPartlyHonouredFieldWarns(t *testing.T) {
-	cfg := Default()
-	if err := Parse([]byte("outboundClusterStatName: \"%SERVICE%_%SERVICE_PORT%\"\n"), cfg); err != nil {
-		t.Fatal(err)
-	}
-	w := cfg.Warnings("mesh.yaml")
-	if len(w) != 1 || w[0].Field != "outboundClusterStatName" || !strings.Contains(w[0].Message, "in part") {
-		t.Fatalf("warnings %v", w)
-	}
-}

@@ -789,6 +789,10 @@ func chainFields(f Fields, p string, fc *listener.FilterChain, port uint32) {
 		switch m := msg.(type) {
 		case *tcpproxy.TcpProxy:
 			f[p+"to"] = "tcp " + tcpDestinations(m)
+			// Recorded only off the usual naming (the cluster's): the mesh's cluster stat name patterns.
+			if c := m.GetCluster(); c != "" && m.GetStatPrefix() != c {
+				f[p+"tcp.stat_prefix"] = m.GetStatPrefix()
+			}
 			f[p+"tcp.idle_timeout"] = durationOr(m.GetIdleTimeout(), "1h0m0s")
 			f[p+"tcp.max_connect_attempts"] = uint32Or(m.GetMaxConnectAttempts(), "1")
 			f[p+"tcp.max_connection_duration"] = durationOr(m.GetMaxDownstreamConnectionDuration(), "none")
