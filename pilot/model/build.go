@@ -97,7 +97,7 @@ func Build(reader ConfigReader, m *mesh.Config) *PushContext {
 	var all []*Service
 	for _, kind := range []config.Kind{config.Service, config.ServiceEntry} {
 		for _, c := range reader.ListUnsorted(kind) {
-			svcs := convertServices(c, m)
+			svcs := convertServices(c, m, ps.namespaces.Get)
 			bySource.Set(c.Key.String(), svcs)
 			for _, s := range svcs {
 				hostLists[s.Hostname] = append(hostLists[s.Hostname], s)
@@ -221,13 +221,6 @@ func parallel(n int, newWorker func() func(int)) {
 		})
 	}
 	wg.Wait()
-}
-
-func convertServices(c *config.Config, m *mesh.Config) []*Service {
-	if c.Kind == config.Service {
-		return withKey(servicesFromKube(c, m))
-	}
-	return withKey(servicesFromServiceEntry(c, m))
 }
 
 // labelPair is one key=value of a workload's labels, for the selector index.
@@ -460,7 +453,7 @@ func (u *updater) serviceChanged(key config.Key) {
 	old, _ := u.bySource.Get(src)
 	var fresh []*Service
 	if c := u.reader.Get(key); c != nil {
-		fresh = convertServices(c, u.m)
+		fresh = convertServices(c, u.m, u.namespace)
 	}
 	if len(fresh) > 0 {
 		u.bySource.Set(src, fresh)
@@ -796,6 +789,7 @@ func (u *updater) namespaceChanged(name string) {
 		u.namespaces.Delete(name)
 	}
 	u.addRebuilt(IndexNamespaces)
+	u.reconvertServiceEntries(name)
 }
 
 func (u *updater) addRebuilt(name string) {

@@ -344,8 +344,21 @@ func protocolFromPortName(name string) Protocol {
 	return ParseProtocol(prefix)
 }
 
-// servicesFromServiceEntry converts a ServiceEntry: one Service per host.
-func servicesFromServiceEntry(c *config.Config, m *mesh.Config) []*Service {
+// convertServices converts a Service or ServiceEntry; namespace looks up a Namespace object (nil if none).
+func convertServices(c *config.Config, m *mesh.Config, namespace func(string) (*config.Config, bool)) []*Service {
+	if c.Kind == config.Service {
+		return withKey(servicesFromKube(c, m))
+	}
+	var nsLabels map[string]string
+	if ns, _ := namespace(c.Namespace); ns != nil {
+		nsLabels = ns.Labels
+	}
+	return withKey(servicesFromServiceEntry(c, m, nsLabels))
+}
+
+// servicesFromServiceEntry converts a ServiceEntry: one Service per host. nsLabels are its namespace's
+// labels, which the mesh config's serviceEntryVisibility matches.
+func servicesFromServiceEntry(c *config.Config, m *mesh.Config, nsLabels map[string]string) []*Service {
 	se := c.Spec.(*networking.ServiceEntry)
 	var ports []*Port
 	for _, p := range se.Ports {
@@ -374,7 +387,7 @@ func servicesFromServiceEntry(c *config.Config, m *mesh.Config) []*Service {
 			selector = map[string]string{}
 		}
 	}
-	exportTo := normalizeExportTo(se.ExportTo, c.Namespace, m.DefaultServiceExportTo)
+	exportTo := capServiceEntryExportTo(m, c.Namespace, nsLabels, normalizeExportTo(se.ExportTo, c.Namespace, m.DefaultServiceExportTo))
 	out := make([]*Service, 0, len(se.Hosts))
 	for _, h := range se.Hosts {
 		out = append(out, &Service{
