@@ -63,8 +63,6 @@ var meshCompatGroups = []meshCompatGroup{
 		Note: "sidecars and gateways follow it (applyToSidecars) as istiod's do; Sextant's ztunnel output does not carry the visibility"}},
 	{meshMsg + ".OutboundTrafficPolicy", []protoreflect.Name{"tls"}, CompatEntry{Status: Warned,
 		Note: "traffic to unknown destinations passes through as it came"}},
-	{meshMsg, []protoreflect.Name{"inbound_cluster_stat_name", "outbound_cluster_stat_name"}, CompatEntry{Status: Partly,
-		Note: "clusters' statistics follow it (alt_stat_name); TCP proxies' and inbound listeners' stat prefixes do not"}},
 	{meshMsg, []protoreflect.Name{"tls_defaults"}, CompatEntry{Status: Honoured,
 		Note: "gateways' SIMPLE and MUTUAL servers take all three; TLS origination (SIMPLE, MUTUAL) the curves and ciphers, as istiod's"}},
 	{meshMsg, []protoreflect.Name{"mesh_mTLS"}, CompatEntry{Status: Honoured,
