@@ -35,7 +35,8 @@ func capServiceEntryExportTo(m *mesh.Config, ns string, nsLabels map[string]stri
 
 // serviceEntryVisibility is the visibility of the first policy whose rules all match the namespace's
 // labels, else the default.
-func serviceEntryVisibility(sev *meshconfig.ServiceEntryVisibility, nsLabels map[string]string) meshconfig.ServiceEntryVisibility_Visibility {
+func serviceEntryVisibility(sev *meshconfig.ServiceEntryVisibility,
+	nsLabels map[string]string) meshconfig.ServiceEntryVisibility_Visibility {
 	set := labels.Set(nsLabels)
 	for _, p := range sev.GetPolicies() {
 		if visibilityPolicyMatches(p, set) {
