@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	istiometa "istio.io/api/meta/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
@@ -108,11 +109,28 @@ func crdTransform(kind config.Kind) cache.TransformFunc {
 	}
 }
 
+// statusConditions are the type and status of u's status conditions.
+func statusConditions(u *unstructured.Unstructured) []*istiometa.IstioCondition {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var out []*istiometa.IstioCondition
+	for _, c := range list {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		t, _ := m["type"].(string)
+		s, _ := m["status"].(string)
+		out = append(out, &istiometa.IstioCondition{Type: t, Status: s})
+	}
+	return out
+}
+
 // decodeCRD decodes u as kind's typed object, or returns an undecodable. Only the spec goes through JSON
 // (each spec's UnmarshalJSON ignores unknown fields, as Istio's typed client does): the metadata, which the
 // API server validated, is copied from the map, skipping the JSON round trip of managedFields and of
-// kubectl's last-applied copy, which are dropped anyway. Status is never read, so it is not decoded: a
-// status Sextant cannot decode must not hide a good spec.
+// kubectl's last-applied copy, which are dropped anyway. Of the status only the conditions of the kinds
+// config.HasConditions names are read, type and status alone, leniently: a status Sextant cannot decode
+// must not hide a good spec.
 func decodeCRD(kind config.Kind, u *unstructured.Unstructured) runtime.Object {
 	var m metav1.ObjectMeta
 	m.Name, m.Namespace = u.GetName(), u.GetNamespace()
@@ -126,6 +144,9 @@ func decodeCRD(kind config.Kind, u *unstructured.Unstructured) runtime.Object {
 	if err == nil {
 		*meta = m
 		out.GetObjectKind().SetGroupVersionKind(u.GroupVersionKind())
+		if we, ok := out.(*networkingv1.WorkloadEntry); ok && config.HasConditions(kind) {
+			we.Status.Conditions = statusConditions(u)
+		}
 		return out
 	}
 	bad := &undecodable{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, ObjectMeta: m, Kind: kind,

@@ -82,3 +82,24 @@ func benchDecode(b *testing.B, data []byte) {
 		}
 	})
 }
+
+// A WorkloadEntry's status conditions reach the config (a health-checked entry is served by them); a
+// status entry that is not a condition is skipped.
+func TestWorkloadEntryConditionsDecoded(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+		"metadata": map[string]any{"name": "vm", "namespace": "default"},
+		"spec":     map[string]any{"address": "10.0.0.7"},
+		"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "Healthy", "status": "True", "lastProbeTime": "2026-03-01T12:00:00Z"},
+			"not a condition",
+		}},
+	}}
+	c, err := toConfig(decodeCRD(config.WorkloadEntry, u))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Conditions["Healthy"] != "True" {
+		t.Errorf("conditions %v, want Healthy True", c.Conditions)
+	}
+}
