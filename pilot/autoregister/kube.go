@@ -149,28 +149,6 @@ func toUnstructured(e *config.Config) (*unstructured.Unstructured, error) {
 	return u, nil
 }
 
-// statusConditions are u's status conditions, type → status.
-func statusConditions(u *unstructured.Unstructured) map[string]string {
-	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	var out map[string]string
-	for _, c := range list {
-		m, ok := c.(map[string]any)
-		if !ok {
-			continue
-		}
-		t, _ := m["type"].(string)
-		s, _ := m["status"].(string)
-		if _, seen := out[t]; t == "" || seen {
-			continue
-		}
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[t] = s
-	}
-	return out
-}
-
 func fromUnstructured(u *unstructured.Unstructured) (*config.Config, error) {
 	b, err := json.Marshal(u.Object["spec"])
 	if err != nil {
@@ -183,6 +161,6 @@ func fromUnstructured(u *unstructured.Unstructured) (*config.Config, error) {
 	return &config.Config{
 		Key:    config.Key{Kind: config.WorkloadEntry, Namespace: u.GetNamespace(), Name: u.GetName()},
 		Labels: u.GetLabels(), Annotations: u.GetAnnotations(), ResourceVersion: u.GetResourceVersion(), UID: string(u.GetUID()),
-		Source: config.KubeSource, Spec: spec, Conditions: statusConditions(u),
+		Source: config.KubeSource, Spec: spec, Conditions: config.IstioConditions(config.UnstructuredIstioStatus(u.Object)),
 	}, nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"google.golang.org/protobuf/encoding/protojson"
 	istiometa "istio.io/api/meta/v1alpha1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	sigsjson "sigs.k8s.io/json"
 )
 
@@ -21,6 +22,23 @@ func IstioConditions(s *istiometa.IstioStatus) map[string]string {
 		if _, seen := out[c.GetType()]; !seen { // the first of a type counts, as in istiod
 			out[c.GetType()] = c.GetStatus()
 		}
+	}
+	return out
+}
+
+// UnstructuredIstioStatus reads the type and status of the conditions of an object's status as the API
+// server holds it, leniently: an entry that is not a condition is skipped.
+func UnstructuredIstioStatus(obj map[string]any) *istiometa.IstioStatus {
+	list, _, _ := unstructured.NestedSlice(obj, "status", "conditions")
+	out := &istiometa.IstioStatus{}
+	for _, c := range list {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		t, _ := m["type"].(string)
+		s, _ := m["status"].(string)
+		out.Conditions = append(out.Conditions, &istiometa.IstioCondition{Type: t, Status: s})
 	}
 	return out
 }

@@ -445,7 +445,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC, push.Mesh, k.svc)
 		return c
 	}
-	if p := meshSpec(k.mesh).GetOutboundClusterStatName(); p != "" && (k.svc.Resolution != model.DynamicDNS || k.sniDNAT) {
+	if p := k.mesh.GetSpec().GetOutboundClusterStatName(); p != "" && (k.svc.Resolution != model.DynamicDNS || k.sniDNAT) {
 		// As istiod: not a forward proxy's cluster, which keeps its name.
 		c.AltStatName = clusterStatName(p, k.svc, k.subset, k.port, 0)
 	}

@@ -20,19 +20,10 @@ import (
 // it only after a failed lookup.
 const defaultDNSRefreshRate = 60 * time.Second
 
-// meshSpec is the mesh config as istiod reads it, nil when m has none (a hand-built test config): the
-// accessors below then give istiod's defaults.
-func meshSpec(m *mesh.Config) *meshconfig.MeshConfig {
-	if m == nil {
-		return nil
-	}
-	return m.Spec
-}
-
 // meshConnectTimeout is the connect timeout of every cluster whose connection pool sets none: the mesh
 // config's connectTimeout (istiod's default 10 s when the file does not say).
 func meshConnectTimeout(m *mesh.Config) *durationpb.Duration {
-	if d := meshSpec(m).GetConnectTimeout(); d != nil {
+	if d := m.GetSpec().GetConnectTimeout(); d != nil {
 		return durationpb.New(d.AsDuration())
 	}
 	return durationpb.New(defaultConnectTimeout)
@@ -40,7 +31,7 @@ func meshConnectTimeout(m *mesh.Config) *durationpb.Duration {
 
 // meshDNSRefreshRate is the dns_refresh_rate of STRICT_DNS and LOGICAL_DNS clusters, as istiod sets it.
 func meshDNSRefreshRate(m *mesh.Config) *durationpb.Duration {
-	if d := meshSpec(m).GetDnsRefreshRate(); d != nil {
+	if d := m.GetSpec().GetDnsRefreshRate(); d != nil {
 		return durationpb.New(d.AsDuration())
 	}
 	return durationpb.New(defaultDNSRefreshRate)
@@ -49,7 +40,7 @@ func meshDNSRefreshRate(m *mesh.Config) *durationpb.Duration {
 // meshAutoMTLS reports whether clusters without a DestinationRule TLS setting get Istio's automatic mTLS
 // (meshConfig.enableAutoMtls, on unless the file turns it off).
 func meshAutoMTLS(m *mesh.Config) bool {
-	if v := meshSpec(m).GetEnableAutoMtls(); v != nil {
+	if v := m.GetSpec().GetEnableAutoMtls(); v != nil {
 		return v.GetValue()
 	}
 	return true
@@ -57,12 +48,12 @@ func meshAutoMTLS(m *mesh.Config) bool {
 
 // meshH2Upgrade reports whether the mesh upgrades HTTP/1.1 clusters to HTTP/2 (h2UpgradePolicy UPGRADE).
 func meshH2Upgrade(m *mesh.Config) bool {
-	return meshSpec(m).GetH2UpgradePolicy() == meshconfig.MeshConfig_UPGRADE
+	return m.GetSpec().GetH2UpgradePolicy() == meshconfig.MeshConfig_UPGRADE
 }
 
 // meshTCPKeepalive is the mesh config's tcpKeepalive, nil when it sets none.
 func meshTCPKeepalive(m *mesh.Config) *networking.ConnectionPoolSettings_TCPSettings_TcpKeepalive {
-	return meshSpec(m).GetTcpKeepalive()
+	return m.GetSpec().GetTcpKeepalive()
 }
 
 // setTCPKeepalive turns SO_KEEPALIVE on for the cluster's connections and sets what ka sets over what is
@@ -116,7 +107,7 @@ func statPrefix(pattern string, svc *model.Service, subset string, port *model.P
 // service whose target port it is, else a stand-in named after the Sidecar (istiod's findOrCreateService).
 // "" (the cluster's name) without a pattern.
 func inboundStatName(m *mesh.Config, ip inboundPort, sidecar *config.Config) string {
-	pattern := meshSpec(m).GetInboundClusterStatName()
+	pattern := m.GetSpec().GetInboundClusterStatName()
 	if pattern == "" {
 		return ""
 	}
@@ -153,7 +144,7 @@ func inboundStatName(m *mesh.Config, ip inboundPort, sidecar *config.Config) str
 // a Sidecar ingress port, a stand-in named after the Sidecar with the ingress port. "" (the cluster's name)
 // without a pattern. Unlike the cluster's, %TARGET_PORT% stays as written.
 func inboundTCPStatPrefix(m *mesh.Config, ip inboundPort, sidecar *config.Config) string {
-	pattern := meshSpec(m).GetInboundClusterStatName()
+	pattern := m.GetSpec().GetInboundClusterStatName()
 	if pattern == "" {
 		return ""
 	}
@@ -186,7 +177,7 @@ func inboundTCPStatPrefix(m *mesh.Config, ip inboundPort, sidecar *config.Config
 // mesh's inboundClusterStatName: istiod fills the pattern with no service, port 0 named virtualInbound.
 // "" (the cluster's name) without a pattern.
 func inboundPassthroughStatPrefix(m *mesh.Config) string {
-	pattern := meshSpec(m).GetInboundClusterStatName()
+	pattern := m.GetSpec().GetInboundClusterStatName()
 	if pattern == "" {
 		return ""
 	}

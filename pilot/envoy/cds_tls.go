@@ -61,7 +61,7 @@ func applyTLS(c *cluster.Cluster, tls *networking.ClientTLSSettings, k outboundC
 		c.TransportSocket = tlsSocket(istioMutualTLS(c.Name, tls.Sni, sans, h2))
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		ctx := &tlsv3.UpstreamTlsContext{Sni: tls.Sni,
-			CommonTlsContext: &tlsv3.CommonTlsContext{TlsParams: upstreamTLSParams(meshSpecOf(k.mesh).GetTlsDefaults())}}
+			CommonTlsContext: &tlsv3.CommonTlsContext{TlsParams: upstreamTLSParams(k.mesh.GetSpec().GetTlsDefaults())}}
 		sans := tls.SubjectAltNames
 		if len(sans) == 0 && svc.Source.Kind == config.ServiceEntry {
 			sans = accounts // a ServiceEntry's subjectAltNames (and its endpoints' accounts), as istiod

@@ -466,7 +466,7 @@ type tcpDest struct {
 // as istiod's: the pattern with the destination's service (as the proxy in proxyNS sees it), its subset and
 // the listener's port; a host no service has keeps the cluster's name.
 func nameTCPStats(push *model.PushContext, proxyNS string, dests []tcpDest, port *model.Port) {
-	pattern := meshSpec(push.Mesh).GetOutboundClusterStatName()
+	pattern := push.Mesh.GetSpec().GetOutboundClusterStatName()
 	if pattern == "" || len(dests) != 1 || dests[0].host == "" {
 		return
 	}

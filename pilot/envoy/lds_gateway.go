@@ -365,7 +365,7 @@ func buildGatewayListener(push *model.PushContext, proxyNS string, addr gatewayA
 					Name:             name + "/" + cmp.Or(strings.Join(sni, ","), "*"),
 					FilterChainMatch: match,
 					Filters:          filters,
-					TransportSocket:  ldsDownstreamTLSSocket(gatewayDownstreamTLS(s.Tls, isHTTPS, meshSpecOf(push.Mesh).GetTlsDefaults())),
+					TransportSocket:  ldsDownstreamTLSSocket(gatewayDownstreamTLS(s.Tls, isHTTPS, push.Mesh.GetSpec().GetTlsDefaults())),
 				})
 			case networking.ServerTLSSettings_AUTO_PASSTHROUGH:
 				chains = append(chains, auto.chains(push, s, claim)...)

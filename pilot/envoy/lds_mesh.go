@@ -9,19 +9,11 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 )
 
-// meshSpecOf is the mesh config as istiod reads it, nil for a hand-built test config (istiod's defaults).
-func meshSpecOf(m *mesh.Config) *meshconfig.MeshConfig {
-	if m == nil {
-		return nil
-	}
-	return m.Spec
-}
-
 // meshMTLSParams are the TLS parameters of inbound mesh mTLS, as istiod's BuildInboundTLS: from TLS 1.2 (1.3
 // when meshMTLS.minProtocolVersion says TLSV1_3) to 1.3, meshMTLS.cipherSuites else istiod's ECDHE and
 // AES-GCM list. meshMTLS.ecdhCurves is not read: istiod's mesh mTLS does not respect them either.
 func meshMTLSParams(m *mesh.Config) *tlsv3.TlsParameters {
-	mt := meshSpecOf(m).GetMeshMTLS()
+	mt := m.GetSpec().GetMeshMTLS()
 	params := &tlsv3.TlsParameters{
 		CipherSuites:              ldsMeshCiphers,
 		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
@@ -40,7 +32,7 @@ func meshMTLSParams(m *mesh.Config) *tlsv3.TlsParameters {
 // http_inspector) wait: the mesh config's protocolDetectionTimeout, istiod's default 0 (no limit), after
 // which the connection goes on undetected (continue_on_listener_filters_timeout), as istiod's.
 func meshDetectionTimeout(m *mesh.Config) *durationpb.Duration {
-	if d := meshSpecOf(m).GetProtocolDetectionTimeout(); d != nil {
+	if d := m.GetSpec().GetProtocolDetectionTimeout(); d != nil {
 		return durationpb.New(d.AsDuration())
 	}
 	return durationpb.New(0)

@@ -212,7 +212,7 @@ func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushC
 		tcpStats:        map[uint32]string{},
 		passthroughStat: inboundPassthroughStatPrefix(push.Mesh),
 	}
-	if meshSpec(push.Mesh).GetInboundClusterStatName() != "" {
+	if push.Mesh.GetSpec().GetInboundClusterStatName() != "" {
 		sidecar := push.Sidecar(proxy.Namespace, proxy.Labels) // names a Sidecar ingress port's statistics
 		for _, p := range ports {
 			in.tcpStats[p.port] = inboundTCPStatPrefix(push.Mesh, p, sidecar)

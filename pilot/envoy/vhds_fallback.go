@@ -24,6 +24,9 @@ type vhdsRefusals struct {
 const maxVHDSRefusals = 100_000
 
 func (r *vhdsRefusals) refused(node string) bool {
+	if r.total.Load() == 0 {
+		return false // no proxy ever refused: generation takes no lock
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	_, ok := r.byNode[node]

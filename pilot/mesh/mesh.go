@@ -113,6 +113,14 @@ const (
 type RetryPolicy struct{ Spec *networking.HTTPRetry }
 
 // DefaultRetries returns the mesh's default HTTP retry policy, nil when the mesh config sets none.
+// GetSpec is Spec, nil for a nil Config, so a getter chain reads istiod's defaults from a hand-built one.
+func (c *Config) GetSpec() *meshconfig.MeshConfig {
+	if c == nil {
+		return nil
+	}
+	return c.Spec
+}
+
 func (c *Config) DefaultRetries() *networking.HTTPRetry {
 	if c == nil || c.DefaultHTTPRetryPolicy == nil {
 		return nil

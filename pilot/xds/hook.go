@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"slices"
 	"time"
 
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -27,6 +26,7 @@ type ConnectionHook interface {
 // reports a client sends on its stream rather than subscriptions (Istio's agent sends its workload's health
 // so, as istio.v1.HealthInformation). They are neither answered nor tracked.
 type ReportHook interface {
+	// ReportTypes is read once, when the server is made.
 	ReportTypes() []string
 	// Report runs on the stream's goroutine; failure is the request's error_detail message, "" when it has
 	// none (a success).
@@ -35,11 +35,10 @@ type ReportHook interface {
 
 // report hands a request of a reported type to the hook and says whether it was one.
 func (c *Connection) report(typeURL string, detail *rpcstatus.Status) bool {
-	rh, ok := c.srv.opts.ConnectionHook.(ReportHook)
-	if !ok || !slices.Contains(rh.ReportTypes(), typeURL) {
+	if !c.srv.reportTypes[typeURL] {
 		return false
 	}
-	rh.Report(ConnectionEvent{ID: c.id, Proxy: c.proxy, ConnectedAt: c.connectedAt}, typeURL, detail != nil, detail.GetMessage())
+	c.srv.reports.Report(ConnectionEvent{ID: c.id, Proxy: c.proxy, ConnectedAt: c.connectedAt}, typeURL, detail != nil, detail.GetMessage())
 	return true
 }
 

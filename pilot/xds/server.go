@@ -82,13 +82,16 @@ type Options struct {
 
 // Server serves ADS. It implements discovery.AggregatedDiscoveryServiceServer.
 type Server struct {
-	opts     Options
-	log      *slog.Logger
-	connLog  *loglimit.Log // connections accepted, ended and refused
-	queue    *pushQueue
-	limiter  *rate.Limiter
-	instance string // random per process, so nonces from a previous run never look current
-	inflight *budget
+	opts Options
+	// reports are the ConnectionHook's ReportHook and the types it hears, fixed at construction.
+	reports     ReportHook
+	reportTypes map[string]bool
+	log         *slog.Logger
+	connLog     *loglimit.Log // connections accepted, ended and refused
+	queue       *pushQueue
+	limiter     *rate.Limiter
+	instance    string // random per process, so nonces from a previous run never look current
+	inflight    *budget
 
 	base   context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -138,6 +141,12 @@ func NewServer(opts Options) *Server {
 		conns:    map[*Connection]struct{}{},
 		wake:     make(chan struct{}, 1),
 		byType:   map[string]*typeCounters{},
+	}
+	if rh, ok := opts.ConnectionHook.(ReportHook); ok {
+		s.reports, s.reportTypes = rh, map[string]bool{}
+		for _, t := range rh.ReportTypes() {
+			s.reportTypes[t] = true
+		}
 	}
 	for t := range opts.Generators {
 		s.byType[t] = &typeCounters{}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 
-	istiometa "istio.io/api/meta/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
@@ -109,22 +108,6 @@ func crdTransform(kind config.Kind) cache.TransformFunc {
 	}
 }
 
-// statusConditions are the type and status of u's status conditions.
-func statusConditions(u *unstructured.Unstructured) []*istiometa.IstioCondition {
-	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	var out []*istiometa.IstioCondition
-	for _, c := range list {
-		m, ok := c.(map[string]any)
-		if !ok {
-			continue
-		}
-		t, _ := m["type"].(string)
-		s, _ := m["status"].(string)
-		out = append(out, &istiometa.IstioCondition{Type: t, Status: s})
-	}
-	return out
-}
-
 // decodeCRD decodes u as kind's typed object, or returns an undecodable. Only the spec goes through JSON
 // (each spec's UnmarshalJSON ignores unknown fields, as Istio's typed client does): the metadata, which the
 // API server validated, is copied from the map, skipping the JSON round trip of managedFields and of
@@ -145,7 +128,7 @@ func decodeCRD(kind config.Kind, u *unstructured.Unstructured) runtime.Object {
 		*meta = m
 		out.GetObjectKind().SetGroupVersionKind(u.GroupVersionKind())
 		if we, ok := out.(*networkingv1.WorkloadEntry); ok && config.HasConditions(kind) {
-			we.Status.Conditions = statusConditions(u)
+			we.Status.Conditions = config.UnstructuredIstioStatus(u.Object).Conditions
 		}
 		return out
 	}

@@ -27,20 +27,8 @@ var (
 // group and naming the replica that holds the agent's connection, read back by the Kubernetes source and
 // served to a sidecar; the agent going marks it disconnected and deletes it after the grace period.
 func TestIstioAgentRegistersAVMInTheCluster(t *testing.T) {
-	api, kubeconfig := startAPIServer(t)
+	api, kubeconfig, vmToken, group := clusterWithVMGroup(t)
 	ctx := context.Background()
-	if _, err := api.InstallIstioCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
-	vmToken := token(t, api, "bookinfo", "vmapp")
-	groups, err := kubeenv.Decode(strings.NewReader(vmGroupYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	group, err := api.Dynamic.Resource(workloadGroupsGVR).Namespace("bookinfo").Create(ctx, groups[0], metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := startSextantArgs(t, discovery.Args{ConfigDir: vmConfigDir(t, false), Kubeconfig: kubeconfig, WorkloadEntryGracePeriod: vmGrace})
 	eds := watchEDS(t, s.srv.GRPCAddr(), vmCluster)
 	dir, node, stop := runVMAgent(t, s, vmToken, "vmapp")
@@ -77,19 +65,7 @@ func TestIstioAgentRegistersAVMInTheCluster(t *testing.T) {
 // With the real API server, the agent's health is written to the entry's status as istiod writes it, read
 // back by the Kubernetes source, and gates the VM's endpoint.
 func TestIstioAgentHealthWrittenToTheCluster(t *testing.T) {
-	api, kubeconfig := startAPIServer(t)
-	ctx := context.Background()
-	if _, err := api.InstallIstioCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
-	vmToken := token(t, api, "bookinfo", "vmapp")
-	groups, err := kubeenv.Decode(strings.NewReader(vmGroupYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.Dynamic.Resource(workloadGroupsGVR).Namespace("bookinfo").Create(ctx, groups[0], metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	api, kubeconfig, vmToken, _ := clusterWithVMGroup(t)
 	app, probe := probedApp(t)
 	s := startSextantArgs(t, discovery.Args{ConfigDir: vmConfigDir(t, false), Kubeconfig: kubeconfig, WorkloadEntryGracePeriod: vmGrace})
 	eds := watchEDS(t, s.srv.GRPCAddr(), vmCluster)
@@ -107,6 +83,27 @@ func TestIstioAgentHealthWrittenToTheCluster(t *testing.T) {
 	if got := healthyCondition(t, entries.Get); got["status"] != "False" || got["message"] == "" {
 		t.Errorf("status condition Healthy %v, want False with the probe's failure", got)
 	}
+}
+
+// clusterWithVMGroup starts the API server with Istio's CRDs and the VM's WorkloadGroup, and returns it, its
+// kubeconfig, the token of the group's service account and the group as created.
+func clusterWithVMGroup(t *testing.T) (*kubeenv.Server, string, string, *unstructured.Unstructured) {
+	t.Helper()
+	api, kubeconfig := startAPIServer(t)
+	ctx := context.Background()
+	if _, err := api.InstallIstioCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vmToken := token(t, api, "bookinfo", "vmapp")
+	groups, err := kubeenv.Decode(strings.NewReader(vmGroupYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := api.Dynamic.Resource(workloadGroupsGVR).Namespace("bookinfo").Create(ctx, groups[0], metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api, kubeconfig, vmToken, group
 }
 
 // healthyCondition reads the entry's Healthy status condition from the cluster.
