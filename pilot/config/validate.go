@@ -340,9 +340,16 @@ func validateTrafficPolicy(f string, tp *networking.TrafficPolicy) error {
 	if od := tp.OutlierDetection; od != nil && od.MaxEjectionPercent < 0 || od != nil && od.MaxEjectionPercent > 100 {
 		return fieldErr(f+".outlierDetection.maxEjectionPercent", "%d is not a percentage", od.MaxEjectionPercent)
 	}
+	if err := ValidateLocalityLbSetting(f+".loadBalancer.localityLbSetting", tp.GetLoadBalancer().GetLocalityLbSetting()); err != nil {
+		return err
+	}
 	for i, pl := range tp.PortLevelSettings {
 		if pl.Port == nil || !validPort(int64(pl.Port.Number)) {
 			return fieldErr(fmt.Sprintf("%s.portLevelSettings[%d].port", f, i), "a port number (1-65535) is required")
+		}
+		lb := pl.GetLoadBalancer().GetLocalityLbSetting()
+		if err := ValidateLocalityLbSetting(fmt.Sprintf("%s.portLevelSettings[%d].loadBalancer.localityLbSetting", f, i), lb); err != nil {
+			return err
 		}
 		if err := validateClientTLS(fmt.Sprintf("%s.portLevelSettings[%d].tls", f, i), pl.Tls); err != nil {
 			return err

@@ -337,3 +337,37 @@ func TestExportToErrors(t *testing.T) {
 		}
 	}
 }
+
+// A localityLbSetting istiod's validation refuses is refused, at the rule's level and a port's, naming the field;
+// failover with a label that is not a topology level is kept.
+func TestDestinationRuleLocalityLbErrors(t *testing.T) {
+	const head = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: a\n"
+	const failover = "failover: [{from: us-east, to: us-west}]"
+	for _, tc := range []struct{ spec, field, message string }{
+		{"  trafficPolicy: {loadBalancer: {localityLbSetting: {" + failover + ", distribute: [{from: 'us-east/*', to: {'us-west/*': 100}}]}}}\n",
+			"spec.trafficPolicy.loadBalancer.localityLbSetting.failover", "'distribute' and 'failover'"},
+		{"  trafficPolicy: {loadBalancer: {localityLbSetting: {" + failover +
+			", failoverPriority: [my-label, topology.kubernetes.io/region]}}}\n",
+			"spec.trafficPolicy.loadBalancer.localityLbSetting.failoverPriority[1]", "topology.kubernetes.io/region"},
+		{"  trafficPolicy: {portLevelSettings: [{port: {number: 80}, loadBalancer: {localityLbSetting: {" + failover +
+			", failoverPriority: [topology.kubernetes.io/zone]}}}]}\n",
+			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.localityLbSetting.failoverPriority[0]", "topology.kubernetes.io/zone"},
+		{"  subsets: [{name: v1, trafficPolicy: {loadBalancer: {localityLbSetting: {" + failover +
+			", failoverPriority: [topology.istio.io/subzone]}}}}]\n",
+			"spec.subsets[0].trafficPolicy.loadBalancer.localityLbSetting.failoverPriority[0]", "topology.istio.io/subzone"},
+	} {
+		_, err := parseOne(t, head+tc.spec)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(ce.Message, tc.message) {
+			t.Errorf("spec %q: error %v, want field %s with %q", tc.spec, err, tc.field, tc.message)
+		}
+	}
+	for _, ok := range []string{
+		"  trafficPolicy: {loadBalancer: {localityLbSetting: {" + failover + ", failoverPriority: [my-label]}}}\n",
+		"  trafficPolicy: {loadBalancer: {localityLbSetting: {failoverPriority: [topology.kubernetes.io/region]}}}\n",
+	} {
+		if _, err := parseOne(t, head+ok); err != nil {
+			t.Errorf("valid rule %q refused: %v", ok, err)
+		}
+	}
+}

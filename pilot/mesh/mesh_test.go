@@ -282,3 +282,19 @@ func TestMeshMTLSRefusesECDHCurves(t *testing.T) {
 		t.Errorf("spec %v", cfg.Spec)
 	}
 }
+
+// The mesh's localityLbSetting is refused where istiod's validation refuses it, naming the field.
+func TestLocalityLbSettingErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, field string }{
+		{"localityLbSetting: {failover: [{from: a, to: b}], distribute: [{from: 'a/*', to: {'b/*': 100}}]}\n", "localityLbSetting.failover"},
+		{"localityLbSetting: {failover: [{from: a, to: b}], failoverPriority: [topology.kubernetes.io/zone]}\n",
+			"localityLbSetting.failoverPriority[0]"},
+	} {
+		if err := Parse([]byte(tc.yaml), Default()); err == nil || !strings.Contains(err.Error(), "field "+tc.field+":") {
+			t.Errorf("%q: error %v, want one naming %s", tc.yaml, err, tc.field)
+		}
+	}
+	if err := Parse([]byte("localityLbSetting: {failover: [{from: a, to: b}], failoverPriority: [my-label]}\n"), Default()); err != nil {
+		t.Errorf("valid localityLbSetting refused: %v", err)
+	}
+}

@@ -105,6 +105,9 @@ func parseSpec(data []byte, base *meshconfig.MeshConfig) (*meshconfig.MeshConfig
 	if file.GetMeshMTLS().GetEcdhCurves() != nil {
 		return nil, nil, errors.New("field meshMTLS.ecdhCurves: not supported: mesh mTLS does not take ECDH curves (set tlsDefaults.ecdhCurves)")
 	}
+	if err := config.ValidateLocalityLbSetting("localityLbSetting", file.GetLocalityLbSetting()); err != nil {
+		return nil, nil, err
+	}
 	spec := proto.Clone(base).(*meshconfig.MeshConfig)
 	overlayFields(spec.ProtoReflect(), file.ProtoReflect(), top)
 	if pc, ok := top["defaultConfig"].(map[string]any); ok {
