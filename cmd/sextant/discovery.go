@@ -44,7 +44,7 @@ from a Kubernetes cluster (--kubeconfig, or in-cluster when run in a pod), or bo
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "sextant %s\n", version)
+			fmt.Fprintf(out, "sextant %s\n", readBuildInfo())
 			fmt.Fprintf(out, "HTTP (ready, healthz, debug) listening on %s\n", srv.HTTPAddr())
 			if err := srv.Start(ctx); err != nil {
 				return err

@@ -2,14 +2,17 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sextantmesh/sextant/pkg/buildinfo"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// readBuildInfo is what version reports; tests feed it a fixed build.
+var readBuildInfo = buildinfo.Read
 
 func main() {
 	root := &cobra.Command{
@@ -27,11 +30,30 @@ func main() {
 }
 
 func versionCommand() *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "sextant", version)
+		Short: "Print the version and the commit the binary was built from",
+		Long: `Print the module version and the git commit (with its time, and "modified" when the checkout had
+uncommitted changes) that go build recorded in the binary. -o json prints what the server's /version answers.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			info := readBuildInfo()
+			if output == "json" {
+				b, err := json.MarshalIndent(info, "", "  ")
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				return err
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "sextant", info)
+			return err
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table (one line) or json")
+	return cmd
 }
