@@ -4,11 +4,14 @@ CONFIG_DIR ?= examples/bookinfo
 
 .PHONY: run test test-short test-deps build generate generate-check bench
 
+# A cold build prints the modules it downloads, then nothing for minutes while it compiles: say so first.
 build:
+	@echo "building bin/sextant (the first build downloads modules and takes a few minutes)..."
 	$(GO) build -o bin/sextant ./cmd/sextant
 
+# The server on CONFIG_DIR and the demo proxy (sextant demo-proxy) beside it; Ctrl-C stops both.
 run: build
-	./bin/sextant discovery --config-dir $(CONFIG_DIR)
+	@bash scripts/run.sh $(CONFIG_DIR)
 
 test: test-deps
 	$(GO) vet ./...

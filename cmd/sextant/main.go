@@ -22,7 +22,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(discoveryCommand(), translateCommand(), proxyStatusCommand(), waitCommand(), configDumpCommand(),
-		validateCommand(), versionCommand())
+		validateCommand(), versionCommand(), demoProxyCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
