@@ -47,7 +47,7 @@ generate-check: generate
 # --- Integration tests against a real kube-apiserver and etcd (tests/integration, and the load harness's
 # -source kube run in tests/load) ---
 # test-env builds both from the versions pinned in tools/ into a cache outside the repository
-# (~13 minutes cold on 2 cores; instant when cached). test-integration starts them on loopback.
+# (a cold build takes minutes: scripts/test-env.sh says how long; instant when cached). test-integration starts them on loopback.
 .PHONY: test-env test-integration
 
 test-env:
