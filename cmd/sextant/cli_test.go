@@ -22,7 +22,7 @@ import (
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(proxyStatusCommand(), waitCommand(), configDumpCommand(), validateCommand())
+	root.AddCommand(proxyStatusCommand(), waitCommand(), configDumpCommand(), validateCommand(), translateCommand(), versionCommand())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
@@ -263,7 +263,7 @@ func TestValidateWarnings(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || lines[0] != "warning: "+serverErrs[1].Error ||
-		!strings.HasPrefix(lines[1], "1 objects accepted, 0 documents rejected, 1 warnings") {
+		!strings.HasPrefix(lines[1], "1 object accepted, 0 documents rejected, 1 warning ") {
 		t.Errorf("validate:\n%s\nserver: %s", out, serverErrs[1].Error)
 	}
 	// With an error too, the error comes first and the exit status is non-zero.

@@ -3,7 +3,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -23,10 +25,20 @@ func main() {
 	}
 	root.AddCommand(discoveryCommand(), translateCommand(), proxyStatusCommand(), waitCommand(), configDumpCommand(),
 		validateCommand(), versionCommand(), demoProxyCommand())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
+	os.Exit(exitCode(root.Execute(), os.Stderr))
+}
+
+// exitCode prints err, unless the command has said why it failed (exitStatus), and returns the status.
+func exitCode(err error, stderr io.Writer) int {
+	var status exitStatus
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &status):
+		return int(status)
 	}
+	fmt.Fprintln(stderr, "error:", err)
+	return 1
 }
 
 func versionCommand() *cobra.Command {

@@ -41,19 +41,19 @@ func TestTranslateBookinfoSidecar(t *testing.T) {
 	for _, l := range got["lds"] {
 		switch l["name"] {
 		case "virtualOutbound":
-			if chains, _ := l["filter_chains"].([]any); len(chains) != 1 {
+			if chains, _ := l["filterChains"].([]any); len(chains) != 1 {
 				t.Errorf("virtualOutbound has %d chains, want the passthrough one", len(chains))
 			}
 		case "0.0.0.0_9080":
-			if l["bind_to_port"] != false {
-				t.Errorf("0.0.0.0_9080 bind_to_port = %v", l["bind_to_port"])
+			if l["bindToPort"] != false {
+				t.Errorf("0.0.0.0_9080 bindToPort = %v", l["bindToPort"])
 			}
 		}
 	}
 	if r := names("rds", "name"); !strings.Contains(r, "9080") {
 		t.Errorf("rds = %s", r)
 	}
-	if e := names("eds", "cluster_name"); !strings.Contains(e, "outbound|9080|v1|reviews.bookinfo.svc.cluster.local") {
+	if e := names("eds", "clusterName"); !strings.Contains(e, "outbound|9080|v1|reviews.bookinfo.svc.cluster.local") {
 		t.Errorf("eds = %s", e)
 	}
 	// The example's Sidecar limits egress to bookinfo, istio-system and shop: payments in shop is visible.
@@ -65,6 +65,10 @@ func TestTranslateBookinfoSidecar(t *testing.T) {
 	bad.SetOut(&out)
 	bad.SetErr(&errOut)
 	bad.SetArgs([]string{"-f", "../../examples/bookinfo", "--proxy", "nonsense"})
+	if err := bad.Execute(); err == nil || !strings.Contains(err.Error(), "want POD.NAMESPACE or a node id") {
+		t.Errorf("neither POD.NAMESPACE nor a node id: %v", err)
+	}
+	bad.SetArgs([]string{"-f", "../../examples/bookinfo", "--proxy", "sidecar~10.1.0.30~reviews-v1-0002.bookinfo"})
 	if err := bad.Execute(); err == nil || !strings.Contains(err.Error(), "want 4") {
 		t.Errorf("malformed node id: %v", err)
 	}

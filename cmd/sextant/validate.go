@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -21,22 +22,22 @@ func validateCommand() *cobra.Command {
 	var paths []string
 	var output, meshFile string
 	cmd := &cobra.Command{
-		Use:   "validate -f FILE|DIR [-f ...] [--mesh-config FILE]",
+		Use:   "validate FILE|DIR... [-f FILE|DIR ...] [--mesh-config FILE]",
 		Short: "Check config files offline, with the errors the server would give",
-		Long: `Parse and validate YAML/JSON config the way the server's file source does (the same code, so the same
+		Long: `Parse and validate YAML/JSON config files and directories, given as arguments or with -f, the way the server's file source does (the same code, so the same
 messages, naming file, document, object and field). Fields Sextant accepts but does not implement are listed
 after the errors as warnings, and so are the references the server would warn about (a VirtualService
 delegating to one none of the files defines, which may still exist in the cluster). With --mesh-config, the
 mesh config file is checked as the server reads it: a bad value is rejected naming its field, and each field
 it sets that Sextant does not honour is warned, by path, with the reason. Exits non-zero when anything is
 rejected; warnings alone exit 0.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			paths := append(slices.Clone(paths), args...)
 			if len(paths) == 0 && meshFile == "" {
-				return errors.New("nothing to validate: give -f FILE|DIR and/or --mesh-config FILE")
+				return errors.New("nothing to validate: give FILE|DIR (as arguments or with -f) and/or --mesh-config FILE")
 			}
 			m, rejected, warnings, err := validateMesh(meshFile)
 			if err != nil {
@@ -82,14 +83,14 @@ rejected; warnings alone exit 0.`,
 				for _, e := range warnings {
 					fmt.Fprintln(out, "warning: "+e.Error())
 				}
-				fmt.Fprintf(out, "%d objects accepted, %d documents rejected", objects, len(rejected))
+				fmt.Fprintf(out, "%s accepted, %s rejected", counted(objects, "object"), counted(len(rejected), "document"))
 				if len(warnings) > 0 {
-					fmt.Fprintf(out, ", %d warnings (fields accepted but not implemented or without effect)", len(warnings))
+					fmt.Fprintf(out, ", %s (fields accepted but not implemented or without effect)", counted(len(warnings), "warning"))
 				}
 				fmt.Fprintln(out)
 			}
 			if len(rejected) > 0 {
-				return fmt.Errorf("%d documents rejected", len(rejected)) // exit status 1
+				return exitStatus(1) // the summary above said why
 			}
 			return nil
 		},
@@ -136,3 +137,16 @@ func snapshotWarnings(ps *model.PushContext) []*config.Error {
 	out = append(out, ps.IngressProblems()...)
 	return out
 }
+
+// counted is "1 object", "2 objects".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// exitStatus ends the command with that status and no further message: the command has printed why.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }

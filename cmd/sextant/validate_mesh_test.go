@@ -31,7 +31,7 @@ func TestValidateMeshConfigWarnsUnhonouredFields(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := "warning: " + file + ": document 0 (MeshConfig): field defaultConfig.tracing.zipkin.address: " +
 		"Sextant does not honour this mesh config field: telemetry: Sextant generates no tracing or access log config"
-	if len(lines) != 2 || lines[0] != want || !strings.HasSuffix(lines[1], "0 documents rejected, 1 warnings "+
+	if len(lines) != 2 || lines[0] != want || !strings.HasSuffix(lines[1], "0 documents rejected, 1 warning "+
 		"(fields accepted but not implemented or without effect)") {
 		t.Errorf("validate:\n%s\nwant first\n%s", out, want)
 	}
@@ -67,7 +67,7 @@ func TestValidateMeshConfigRejectsBadValue(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err == nil || len(lines) != 3 || !strings.HasPrefix(lines[0], file+": document 0 (MeshConfig): field outboundTrafficPolicy.mode: ") ||
 		!strings.Contains(lines[1], "field spec.tcp[0].match[0].sourceSubnet") ||
-		!strings.HasPrefix(lines[2], "1 objects accepted, 1 documents rejected, 1 warnings") {
+		!strings.HasPrefix(lines[2], "1 object accepted, 1 document rejected, 1 warning ") {
 		t.Errorf("validate: %v\n%s", err, out)
 	}
 	if _, err := run(t, "validate", "--mesh-config", filepath.Join(dir, "none.yaml")); err == nil {

@@ -53,7 +53,7 @@ func TestValidateRefusesBadRouteRegex(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err == nil || len(lines) != 2 || !strings.Contains(lines[0], "VirtualService bookinfo/reviews") ||
 		!strings.Contains(lines[0], "spec.http[0].match[0].uri.regex") || !strings.Contains(lines[0], "not an RE2 regex") ||
-		lines[1] != "0 objects accepted, 1 documents rejected" {
+		lines[1] != "0 objects accepted, 1 document rejected" {
 		t.Errorf("validate: %v\n%s", err, out)
 	}
 }
