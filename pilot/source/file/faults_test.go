@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -495,5 +496,34 @@ func TestDanglingSymlinkAtStartupIsReported(t *testing.T) {
 	f.load(t)
 	if errs := f.src.Errors(); len(errs) != 0 {
 		t.Errorf("still reported after removal:%s", errorsString(errs))
+	}
+}
+
+// A file rejected at startup is logged once: the watcher's first look after Load, and later rescans, find
+// the same fault and say nothing more. A new fault of the same file is logged again.
+func TestRejectedFileLoggedOnce(t *testing.T) {
+	f := newFixture(t)
+	var logs strings.Builder
+	var mu sync.Mutex
+	f.src = file.New(file.Options{Dir: f.dir, Store: f.store, Settle: 20 * time.Millisecond, MaxFileDocuments: 2,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	many := write(t, f.dir, "many.yaml", join(svcDoc("shop", "a", 80), svcDoc("shop", "b", 80), svcDoc("shop", "c", 80)))
+	write(t, f.dir, "bad.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: shop}\nspec: {ports: [{port: -1}]}\n")
+	count := func(what string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(logs.String(), what)
+	}
+	f.load(t)
+	f.run(t)
+	waitWatching(t, f)
+	time.Sleep(100 * time.Millisecond) // the reads the first rescan queued are applied by now
+	if n, m := count("config file unreadable"), count("config rejected"); n != 1 || m != 1 {
+		t.Fatalf("logged the over-long file %d times and the rejected document %d times, want once each:\n%s", n, m, logs.String())
+	}
+	write(t, f.dir, "many.yaml", "- not\n- a map\n")
+	within(t, waitFor, "the new fault of "+many+" to be logged", func() bool { return count("config rejected") == 2 })
+	if n := count("config file unreadable"); n != 1 {
+		t.Errorf("the over-long file logged %d times", n)
 	}
 }

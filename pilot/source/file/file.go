@@ -381,21 +381,29 @@ func (s *Source) missing(path string, p *pass) {
 func (s *Source) keep(path, msg string, notConfig bool) {
 	s.mu.Lock()
 	s.stamp(path)
-	s.keepLocked(path, msg, notConfig)
+	news := s.keepLocked(path, msg, notConfig)
 	s.mu.Unlock()
-	s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
+	if news {
+		s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
+	}
 }
 
-// keepLocked is keep without the log. Called with s.mu held.
-func (s *Source) keepLocked(path, msg string, notConfig bool) {
-	s.markUnreadable(s.stateFor(path), path, msg)
+// keepLocked is keep without the log; it reports whether the fault is news (see markUnreadable). Called
+// with s.mu held.
+func (s *Source) keepLocked(path, msg string, notConfig bool) bool {
+	news := s.markUnreadable(s.stateFor(path), path, msg)
 	s.files[path].errors[0].NotConfig = notConfig
+	return news
 }
 
-// markUnreadable records msg as the file's only error. Called with s.mu held.
-func (s *Source) markUnreadable(st *fileState, path, msg string) {
+// markUnreadable records msg as the file's only error and reports whether that is news, to be logged: a file
+// read again with the same fault (by the watcher's first look after Load, or a rescan) was logged already.
+// Called with s.mu held.
+func (s *Source) markUnreadable(st *fileState, path, msg string) bool {
+	news := len(st.errors) != 1 || st.errors[0].Message != msg
 	st.errors = []*config.Error{{File: path, Message: msg}}
 	st.hash = [32]byte{} // so the next good read is parsed and clears this error, even with the same content
+	return news
 }
 
 func fileType(m fs.FileMode) string {

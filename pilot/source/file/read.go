@@ -274,8 +274,9 @@ func (s *Source) apply(path string, ticket uint64, r *parsed) {
 		msg := fmt.Sprintf(
 			"cannot read: the config files would hold %d bytes together, over the limit of %d bytes; keeping the last good objects",
 			total, s.opts.MaxTotalBytes)
-		s.markUnreadable(st, path, msg)
-		s.opts.Logger.Warn("config file refused; keeping what it held", "file", path, "err", msg)
+		if s.markUnreadable(st, path, msg) {
+			s.opts.Logger.Warn("config file refused; keeping what it held", "file", path, "err", msg)
+		}
 		return
 	}
 	delete(s.overTotal, path)
@@ -304,9 +305,11 @@ func (s *Source) keepRead(path string, ticket uint64, msg string, notConfig bool
 		s.mu.Unlock()
 		return
 	}
-	s.keepLocked(path, msg, notConfig)
+	news := s.keepLocked(path, msg, notConfig)
 	s.mu.Unlock()
-	s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
+	if news {
+		s.opts.Logger.Warn("config file unreadable; keeping what it held", "file", path, "err", msg)
+	}
 }
 
 // nextTicket numbers a read or a change of a file's state. Called with s.mu held.
