@@ -13,10 +13,12 @@ build:
 run: build
 	@bash scripts/run.sh $(CONFIG_DIR)
 
+# tests/testlog prints go test's usual output from its -json stream, then lists the skipped tests with their
+# reasons and the failed ones; its exit status is go test's.
 test: test-deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) run ./tests/testlog $(GO) test -json -race -count=1 -timeout 20m ./...
 
 # The contributors' inner loop: vet, gofmt and the tests without -race, less what -short skips; CI runs make test.
 test-short:
