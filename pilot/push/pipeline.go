@@ -13,6 +13,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 	"github.com/sextantmesh/sextant/pilot/store"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 )
 
 // Options configure a Pipeline.
@@ -39,6 +40,9 @@ type Options struct {
 	// case, is pushed without waiting for a burst that is not coming.
 	DebounceFirst time.Duration
 	Logger        *slog.Logger
+	// LogEvery is the least time between two "config change applied" lines (default 1s): the snapshots
+	// published meanwhile are summed up in the next.
+	LogEvery time.Duration
 }
 
 // Stats are counters for operators.
@@ -74,6 +78,7 @@ type Pipeline struct {
 	lastBuild                         atomic.Int64
 	// peakObjects is the most store objects since memory was last released; see releaseAfterDrop.
 	peakObjects int
+	applied     *loglimit.Fold[applied]
 }
 
 // A drop of at least releaseMinDrop objects and a quarter of the peak returns memory to the OS
@@ -102,7 +107,11 @@ func New(opts Options) *Pipeline {
 	if opts.Mesh == nil {
 		opts.Mesh = mesh.Default()
 	}
+	if opts.LogEvery == 0 {
+		opts.LogEvery = appliedLogEvery
+	}
 	p := &Pipeline{opts: opts, pending: map[config.Key]*model.Change{}, wake: make(chan struct{}, 1)}
+	p.applied = loglimit.NewFold(opts.LogEvery, func(a applied) { logApplied(opts.Logger, a) })
 	opts.Store.AddHandler(p.onEvent)
 	return p
 }
@@ -303,6 +312,7 @@ func (p *Pipeline) apply(pending map[config.Key]*model.Change, start time.Time) 
 	}
 	p.opts.Logger.Debug("snapshot published", "version", next.Version, "full", res.Full, "changes", len(changes),
 		"rebuilt", next.Rebuilt, "servicesUpdated", len(res.ServicesUpdated), "build", next.BuildDuration)
+	p.applied.Add(func(a *applied) { a.add(next.Version, res.Full, changes) })
 	if !res.Full && len(res.ServicesUpdated) == 0 && len(res.WorkloadsUpdated) == 0 && len(res.SecretsUpdated) == 0 {
 		return // nothing a proxy sees changed (e.g. a pod annotation)
 	}

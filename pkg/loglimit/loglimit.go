@@ -1,5 +1,5 @@
-// Package loglimit bounds what anyone reaching a port can put in the log: lines at a bounded rate, saying
-// how many it left out, and the text a client chose cut to a bounded length.
+// Package loglimit bounds what goes in the log: lines at a bounded rate, saying how many it left out;
+// storms of events summed up once a second (Fold); and the text a client chose cut to a bounded length.
 package loglimit
 
 import (
