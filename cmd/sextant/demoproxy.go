@@ -232,8 +232,8 @@ func (s *demoStream) handle(resp *discovery.DeltaDiscoveryResponse) error {
 	return nil
 }
 
-// follow subscribes to the names of type to that the held resources of type from name, and unsubscribes
-// from those none names any more.
+// follow subscribes to the resources of type to that the held resources of type from name, and
+// unsubscribes from those none of them names any more.
 func (s *demoStream) follow(from, to string) error {
 	want := map[string]bool{}
 	for _, names := range s.refs[from] {
