@@ -432,6 +432,9 @@ func (c *Connection) send(msg proto.Message, typeURL string) error {
 		tc.responses.Add(1)
 		tc.bytes.Add(uint64(size))
 	}
+	if c.pushing != nil && c.pushing.Push != nil {
+		c.srv.rounds.sent(c.id, typeURL, c.pushing.Push.Version, size)
+	}
 	return nil
 }
 

@@ -166,6 +166,13 @@ func (q *pushQueue) Len() int {
 	return q.queued
 }
 
+// Drained reports whether no connection is waiting for a push or being pushed to.
+func (q *pushQueue) Drained() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.entries) == 0
+}
+
 // Close wakes every Dequeue; they return nil.
 func (q *pushQueue) Close() {
 	q.mu.Lock()

@@ -89,9 +89,13 @@ type Server struct {
 	log         *slog.Logger
 	connLog     *loglimit.Log // connections accepted, ended and refused
 	queue       *pushQueue
-	limiter     *rate.Limiter
-	instance    string // random per process, so nonces from a previous run never look current
-	inflight    *budget
+	rounds      *rounds
+	// distributing is set while distribute hands a request out: the queue may drain meanwhile, and the
+	// round is not over.
+	distributing atomic.Int32
+	limiter      *rate.Limiter
+	instance     string // random per process, so nonces from a previous run never look current
+	inflight     *budget
 
 	base   context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -137,6 +141,7 @@ func NewServer(opts Options) *Server {
 		log:      opts.Logger,
 		connLog:  loglimit.New(opts.Logger, connLogRate, connLogBurst),
 		queue:    newPushQueue(),
+		rounds:   newRounds(opts.Logger),
 		instance: hex.EncodeToString(id[:]),
 		conns:    map[*Connection]struct{}{},
 		wake:     make(chan struct{}, 1),
@@ -336,19 +341,28 @@ func (s *Server) distribute() {
 		case <-s.base.Done():
 			return
 		}
+		s.distributing.Add(1)
 		s.incomingMu.Lock()
 		req := s.incoming
 		s.incoming = nil
 		s.incomingMu.Unlock()
-		if req == nil {
-			continue
-		}
-		for _, c := range s.connections() {
-			if c.needsPush(req) {
-				s.pushesQueued.Add(1)
-				s.queue.Enqueue(c, req)
+		if req != nil {
+			for _, c := range s.connections() {
+				if c.needsPush(req) {
+					s.pushesQueued.Add(1)
+					s.queue.Enqueue(c, req)
+				}
 			}
 		}
+		s.distributing.Add(-1)
+		s.endRoundIfDrained()
+	}
+}
+
+// endRoundIfDrained ends the push round once nothing is queued, in flight or being handed out.
+func (s *Server) endRoundIfDrained() {
+	if s.distributing.Load() == 0 && s.queue.Drained() {
+		s.rounds.end()
 	}
 }
 
@@ -361,6 +375,7 @@ func (s *Server) worker() {
 		}
 		c.deliverPush(req)
 		s.queue.Done(c)
+		s.endRoundIfDrained()
 	}
 }
 
