@@ -19,6 +19,7 @@ import (
 	"github.com/sextantmesh/sextant/pilot/store"
 	"github.com/sextantmesh/sextant/pilot/xds"
 	"github.com/sextantmesh/sextant/pilot/ztunnel"
+	"github.com/sextantmesh/sextant/pkg/loglimit"
 )
 
 // Sources are the parts of the discovery server the views read. Only Store, Pipeline and XDS are required.
@@ -97,13 +98,15 @@ func (d *Debug) endpoints() []endpoint {
 		{"/debug/config_errors", "rejected config, then fields accepted but not implemented (warning: true), with file, object and field; " +
 			"paged: ?offset=&limit=, X-Total-Count and X-Next-Offset headers", d.handleConfigErrors},
 		{"/debug/distribution", "which proxies run an object's current generation; ?kind=&name=&namespace=", d.handleDistribution},
+		{"/debug/mesh", "the mesh config in force (MeshConfig, defaults applied), as istiod's /debug/mesh", d.handleMesh},
 		{"/debug/ui", "dashboard (HTML)", d.handleUI},
 		{"/debug/pprof/", "Go profiles", pprof.Index},
 		{"/metrics", "Prometheus metrics", nil},
 	}
 }
 
-// Register adds every handler to mux: /metrics open, every /debug path behind Sources.Access.
+// Register adds every handler to mux: /metrics and /version open, every /debug path behind Sources.Access;
+// istiod's debug paths that Sextant serves under another name answer 404 naming it.
 func (d *Debug) Register(mux *http.ServeMux) {
 	mux.Handle("/metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{Registry: d.registry}))
 	guard := func(path string, h http.HandlerFunc) { mux.Handle(path, d.src.Access.wrap(h)) }
@@ -118,8 +121,14 @@ func (d *Debug) Register(mux *http.ServeMux) {
 	guard("/debug/pprof/trace", pprof.Trace)
 	guard("/debug", d.handleIndex)
 	guard("/debug/{$}", d.handleIndex)
+	for _, p := range istiodPaths {
+		guard(p.Path, handleIstiodPath(p))
+	}
 	// Any other /debug path answers 404 to the authorized only, so the guard says first what it needs.
-	guard("/debug/", http.NotFound)
+	guard("/debug/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no debug view "+loglimit.Text(r.URL.Path)+"; GET /debug lists them")
+	})
+	mux.HandleFunc("/version", handleVersion)
 }
 
 func (d *Debug) handleIndex(w http.ResponseWriter, _ *http.Request) {
