@@ -2,6 +2,7 @@ package push
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +19,7 @@ type applied struct {
 	version   uint64 // the newest
 	full      bool
 	objects   int
-	// The first changed objects, kind/namespace/name: those of config kinds, and of endpoint kinds.
+	// The first objects changed, each once, kind/namespace/name: those of config kinds, and of endpoint kinds.
 	config, endpoints []string
 }
 
@@ -32,8 +33,8 @@ func (a *applied) add(version uint64, full bool, changes []model.Change) {
 		if config.IsEndpointKind(ch.Key.Kind) {
 			list = &a.endpoints
 		}
-		if len(*list) < appliedListed {
-			*list = append(*list, ch.Key.String())
+		if name := ch.Key.String(); len(*list) < appliedListed && !slices.Contains(*list, name) {
+			*list = append(*list, name)
 		}
 	}
 }
@@ -42,10 +43,8 @@ func (a *applied) add(version uint64, full bool, changes []model.Change) {
 func logApplied(log *slog.Logger, a applied) {
 	// Config objects are what an operator changed; endpoints churn on their own: config first.
 	listed := append(a.config, a.endpoints...)[:min(appliedListed, len(a.config)+len(a.endpoints))]
-	attrs := []any{"version", a.version, "objects", a.objects, "changed", strings.Join(listed, " ")}
-	if more := a.objects - len(listed); more > 0 {
-		attrs = append(attrs, "more", more)
-	}
+	// changes counts object changes, an object changed in two snapshots twice; changed names the first few.
+	attrs := []any{"version", a.version, "changes", a.objects, "changed", strings.Join(listed, " ")}
 	if a.snapshots > 1 {
 		attrs = append(attrs, "snapshots", a.snapshots)
 	}

@@ -57,11 +57,17 @@ func TestAppliedChangeLogged(t *testing.T) {
 	st.Upsert(store.LayerFile, service("reviews"))
 	p.Flush()
 	lines := logs.of("config change applied")
-	if len(lines) != 1 || lines[0]["changed"] != "Service/ns/reviews" || lines[0]["version"] != "2" || lines[0]["objects"] != "1" {
+	if len(lines) != 1 || lines[0]["changed"] != "Service/ns/reviews" || lines[0]["version"] != "2" || lines[0]["changes"] != "1" {
 		t.Fatalf("after one change: %v", lines)
 	}
 
 	for i := range 20 {
+		if i%2 == 1 { // an object changed again is named once
+			st.Upsert(store.LayerFile, service("s00"))
+			st.Upsert(store.LayerFile, slice("s00", fmt.Sprintf("10.1.0.%d", i)))
+			p.Flush()
+			continue
+		}
 		st.Upsert(store.LayerFile, service(fmt.Sprintf("s%02d", i)))
 		st.Upsert(store.LayerFile, slice(fmt.Sprintf("s%02d", i), "10.1.0.1"))
 		p.Flush()
@@ -79,8 +85,11 @@ func TestAppliedChangeLogged(t *testing.T) {
 	}
 	l := lines[1]
 	listed := strings.Fields(l["changed"])
-	if l["snapshots"] != "20" || l["objects"] != "40" || l["more"] != "35" || l["version"] != "22" || len(listed) != 5 {
+	if l["snapshots"] != "20" || l["changes"] != "40" || l["version"] != "22" || len(listed) != 5 {
 		t.Fatalf("the storm's line: %v", l)
+	}
+	if listed[0] != "Service/ns/s00" || listed[1] != "Service/ns/s02" {
+		t.Errorf("listed %v, want each object once, in order", listed)
 	}
 	for _, name := range listed {
 		if !strings.HasPrefix(name, string(config.Service)+"/") {
