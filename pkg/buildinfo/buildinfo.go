@@ -66,6 +66,9 @@ func (i Info) String() string {
 			b.WriteString(" (" + strings.Join(notes, ", ") + ")")
 		}
 	}
+	if i.Revision == "" && i.Version == "(devel)" {
+		b.WriteString(", no commit recorded (built outside a git checkout, or with -buildvcs=false)")
+	}
 	if i.GoVersion != "" {
 		b.WriteString(", " + i.GoVersion)
 	}

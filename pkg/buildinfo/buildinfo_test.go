@@ -2,6 +2,7 @@ package buildinfo
 
 import (
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +19,9 @@ func TestFromVCSSettings(t *testing.T) {
 	}
 	if s := got.String(); s != "(devel) commit 0123456789ab (2026-12-01T10:00:00Z, modified), go1.26.8" {
 		t.Errorf("String = %q", s)
+	}
+	if s := From(&debug.BuildInfo{GoVersion: "go1.26.8"}).String(); !strings.Contains(s, "no commit recorded") {
+		t.Errorf("a build without vcs info: %q", s)
 	}
 	tagged := From(&debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}})
 	if s := tagged.String(); s != "v1.4.0" {
