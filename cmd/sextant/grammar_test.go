@@ -128,11 +128,13 @@ func TestConfigDirectoryArgument(t *testing.T) {
 
 // One object, one document, one warning: singular. A rejection exits 1 without repeating the count.
 func TestValidateCountsInWords(t *testing.T) {
-	if got := counted(1, "document") + ", " + counted(2, "document") + ", " + counted(0, "warning"); got != "1 document, 2 documents, 0 warnings" {
+	got := counted(1, "document") + ", " + counted(2, "document") + ", " + counted(0, "warning")
+	if got != "1 document, 2 documents, 0 warnings" {
 		t.Errorf("counted: %q", got)
 	}
 	dir := t.TempDir()
-	writeConfigFile(t, filepath.Join(dir, "bad.yaml"), "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr, namespace: shop}\n"+
+	writeConfigFile(t, filepath.Join(dir, "bad.yaml"), "apiVersion: networking.istio.io/v1\nkind: DestinationRule\n"+
+		"metadata: {name: dr, namespace: shop}\n"+
 		"spec:\n  host: cart\n  trafficPolicy: {loadBalancer: {simple: SOMETIMES}}\n")
 	out, err := run(t, "validate", dir)
 	if !strings.HasSuffix(strings.TrimSpace(out), "0 objects accepted, 1 document rejected") {
