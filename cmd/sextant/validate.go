@@ -26,11 +26,11 @@ func validateCommand() *cobra.Command {
 		Short: "Check config files offline, with the errors the server would give",
 		Long: `Parse and validate YAML/JSON config files and directories, given as arguments or with -f, the way the
 server's file source does (the same code, so the same messages, naming file, document, object and field).
-Fields Sextant accepts but does not implement are listed after the errors as warnings, and so are the references the server would warn about (a VirtualService
-delegating to one none of the files defines, which may still exist in the cluster). With --mesh-config, the
-mesh config file is checked as the server reads it: a bad value is rejected naming its field, and each field
-it sets that Sextant does not honour is warned, by path, with the reason. Exits non-zero when anything is
-rejected; warnings alone exit 0.`,
+Fields Sextant accepts but does not implement are listed after the errors as warnings, and so are the
+references the server would warn about (a VirtualService delegating to one none of the files defines, which
+may still exist in the cluster). With --mesh-config, the mesh config file is checked as the server reads it:
+a bad value is rejected naming its field, and each field it sets that Sextant does not honour is warned, by
+path, with the reason. Exits non-zero when anything is rejected; warnings alone exit 0.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
