@@ -55,7 +55,8 @@ func TestParent(t *testing.T) {
 		"--- FAIL: TestFails",
 		"the reason it failed",
 		"FAIL\texample.com/m",
-		"skipped (2):\n  example.com/m TestParent/child: m_test.go:12: no cluster here\n  example.com/m TestSkipped: m_test.go:9: needs chromium\n",
+		"skipped (2):\n  example.com/m TestParent/child: m_test.go:12: no cluster here\n" +
+			"  example.com/m TestSkipped: m_test.go:9: needs chromium\n",
 		"failed (1):\n  example.com/m TestFails\n",
 	} {
 		if !strings.Contains(got, want) {
