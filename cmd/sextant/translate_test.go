@@ -41,8 +41,8 @@ func TestTranslateBookinfoSidecar(t *testing.T) {
 	for _, l := range got["lds"] {
 		switch l["name"] {
 		case "virtualOutbound":
-			if chains, _ := l["filterChains"].([]any); len(chains) != 1 {
-				t.Errorf("virtualOutbound has %d chains, want the passthrough one", len(chains))
+			if chains, _ := l["filterChains"].([]any); len(chains) != 2 {
+				t.Errorf("virtualOutbound has %d chains, want its own port's blackhole and the passthrough", len(chains))
 			}
 		case "0.0.0.0_9080":
 			if l["bindToPort"] != false {

@@ -39,8 +39,9 @@ type meshCompatGroup struct {
 // that they do), and render the page again. A field of a message the kinds share (TrafficPolicy, HTTPRetry,
 // ClientTLSSettings) has the kinds' status unless a MeshConfig field above it is listed here.
 var meshCompatGroups = []meshCompatGroup{
-	{meshMsg, []protoreflect.Name{"proxy_listen_port", "proxy_inbound_listen_port", "proxy_http_port"}, CompatEntry{Status: Warned,
-		Note: "the capture listeners stay on 15001 and 15006: the proxy's iptables rules, set at injection, must match"}},
+	{meshMsg, []protoreflect.Name{"proxy_http_port"}, CompatEntry{Status: Warned,
+		Note: "no HTTP proxy listener (istiod's 127.0.0.1:PORT with the http_proxy routes) is built, as for a Sidecar's HTTP_PROXY " +
+			"egress port"}},
 	{meshMsg, []protoreflect.Name{"hbone_idle_timeout", "service_scope_configs"}, CompatEntry{Status: Warned,
 		Note: "ambient mode (waypoints, HBONE): not what Sextant's ztunnel output reads"}},
 	{meshMsg, []protoreflect.Name{"enable_tracing", "access_log_file", "access_log_format", "access_log_encoding",

@@ -394,6 +394,9 @@ func TestSidecarInboundFollowsNamespaceServices(t *testing.T) {
 				continue
 			}
 			for _, fc := range l.FilterChains {
+				if fc.Name == VirtualInboundListener+"-blackhole" { // the capture port's own, not a workload port
+					continue
+				}
 				if p := fc.GetFilterChainMatch().GetDestinationPort().GetValue(); p != 0 && !slices.Contains(ports, p) {
 					ports = append(ports, p)
 				}

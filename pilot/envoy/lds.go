@@ -139,6 +139,7 @@ package envoy
 // mode and RBAC (lds_grpc_inbound.go).
 
 import (
+	"cmp"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -165,13 +166,21 @@ import (
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
-// Listener names and ports of sidecars, as istiod's.
+// Listener names of sidecars, as istiod's, and the default ports of their capture listeners.
 const (
 	VirtualOutboundListener = "virtualOutbound"
 	VirtualInboundListener  = "virtualInbound"
 	VirtualOutboundPort     = 15001
 	VirtualInboundPort      = 15006
 )
+
+// capturePorts are where iptables sends a sidecar's connections, as istiod reads them: the mesh config's
+// proxyListenPort (outbound) and proxyInboundListenPort (inbound); the injector writes the pod's rules from
+// the same mesh config. The capture listeners listen on them, and no other listener may take them.
+func capturePorts(m *mesh.Config) (outbound, inbound uint32) {
+	s := m.GetSpec()
+	return cmp.Or(uint32(s.GetProxyListenPort()), VirtualOutboundPort), cmp.Or(uint32(s.GetProxyInboundListenPort()), VirtualInboundPort)
+}
 
 // ldsServerName is the Server header istiod's gateways and inbound listeners answer with (ProxyConfig
 // proxyHeaders.server unset); outbound ones keep Envoy's own, "envoy", as istiod's do.

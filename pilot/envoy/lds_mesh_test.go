@@ -67,3 +67,30 @@ func TestProtocolDetectionTimeout(t *testing.T) {
 		}
 	}
 }
+
+// The capture listeners listen on the mesh config's proxyListenPort and proxyInboundListenPort, as istiod's,
+// each dropping connections addressed to its own port; one set of generators follows each mesh config in turn.
+func TestCapturePortsFromMesh(t *testing.T) {
+	g := New(Options{})
+	moved := meshOf(t, "proxyListenPort: 15101\nproxyInboundListenPort: 15106\n")
+	for _, tc := range []struct {
+		mesh    *mesh.Config
+		out, in uint32
+	}{{mesh.Default(), 15001, 15006}, {moved, 15101, 15106}, {mesh.Default(), 15001, 15006}} {
+		ls := ldsGenerate(t, g, ldsFrontend, ldsPush(t, tc.mesh), wildcard(ListenerType))
+		for _, want := range []struct {
+			name string
+			port uint32
+		}{{VirtualOutboundListener, tc.out}, {VirtualInboundListener, tc.in}} {
+			l := ldsFind(t, ls, want.name)
+			if p := l.GetAddress().GetSocketAddress().GetPortValue(); p != want.port {
+				t.Errorf("%s on port %d, want %d", want.name, p, want.port)
+			}
+			hole := ldsChain(t, l, want.name+"-blackhole")
+			if p := hole.GetFilterChainMatch().GetDestinationPort().GetValue(); p != want.port ||
+				ldsTCPProxyOf(t, hole).GetCluster() != BlackHoleCluster {
+				t.Errorf("%s-blackhole matches port %d, want %d to BlackHoleCluster", want.name, p, want.port)
+			}
+		}
+	}
+}

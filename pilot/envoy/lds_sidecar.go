@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextantmesh/sextant/pilot/derive"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -27,6 +28,7 @@ import (
 type virtualOutboundKey struct {
 	registryOnly, transparent bool
 	family                    cluster.Cluster_DnsLookupFamily
+	port                      uint32
 }
 
 // inboundListenerKey: virtualInbound is built from what desc spells out (ports, modes, the policies' keys and
@@ -66,8 +68,9 @@ func (l listenerGenerator) sidecarListeners(proxy *model.Proxy, push *model.Push
 			variant: string(proxy.Type) + mode.variant(), labels: labels}, outbound, l.boundInboundListeners(proxy, push)), nil
 	}
 	tproxy := proxy.InterceptionMode == model.InterceptTPROXY
-	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly, tproxy, family}, VirtualOutboundListener, func() proto.Message {
-		return buildVirtualOutbound(scope.RegistryOnly, tproxy, family)
+	port, _ := capturePorts(push.Mesh)
+	capture, err := l.g.cached(virtualOutboundKey{scope.RegistryOnly, tproxy, family, port}, VirtualOutboundListener, func() proto.Message {
+		return buildVirtualOutbound(scope.RegistryOnly, tproxy, family, port)
 	})
 	if err != nil {
 		return nil, err
@@ -198,31 +201,46 @@ func catchAllCluster(registryOnly bool) string {
 }
 
 // buildVirtualOutbound builds the outbound capture listener, istiod's: iptables sends all outbound traffic
-// to 15001, use_original_dst hands each connection to the listener for its original destination (see
-// buildOutboundListeners), and what no listener takes goes to PassthroughCluster, or under REGISTRY_ONLY
-// to BlackHoleCluster (istiod's catch-all chain; the chain keeps one name so only its cluster changes).
-// Under TPROXY capture (transparent) the listener takes connections addressed elsewhere, as istiod's. It
-// listens on the unspecified address of the proxy's family.
-func buildVirtualOutbound(registryOnly, transparent bool, family cluster.Cluster_DnsLookupFamily) *listener.Listener {
+// to port (the mesh's proxyListenPort), use_original_dst hands each connection to the listener for its
+// original destination (see buildOutboundListeners), and what no listener takes goes to PassthroughCluster,
+// or under REGISTRY_ONLY to BlackHoleCluster (istiod's catch-all chain; the chain keeps one name so only its
+// cluster changes). A connection addressed to the capture port itself goes to BlackHoleCluster, as istiod's:
+// passed through, it would come back to this listener. Under TPROXY capture (transparent) the listener takes
+// connections addressed elsewhere, as istiod's. It listens on the unspecified address of the proxy's family.
+func buildVirtualOutbound(registryOnly, transparent bool, family cluster.Cluster_DnsLookupFamily, port uint32) *listener.Listener {
 	catchAll := catchAllCluster(registryOnly)
 	return &listener.Listener{
 		Name:             VirtualOutboundListener,
-		Address:          socketAddress(wildcardIP(family), VirtualOutboundPort),
+		Address:          socketAddress(wildcardIP(family), port),
 		Transparent:      transparentFor(transparent),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		ListenerFilters:  []*listener.ListenerFilter{ldsOriginalDst()},
-		FilterChains: []*listener.FilterChain{{
+		FilterChains: []*listener.FilterChain{blackholeChain(VirtualOutboundListener+"-blackhole", port), {
 			Name:    passthroughChain,
 			Filters: []*listener.Filter{ldsTCPProxyFilter(catchAll, []tcpDest{{name: catchAll, weight: 100}})},
 		}},
 	}
 }
 
-// ldsWildcardReserved are the ports of the sidecar's own listeners on the unspecified address (virtualOutbound,
-// virtualInbound, and the bootstrap's health and Prometheus listeners). Envoy refuses a second listener on
-// one address, so no outbound listener 0.0.0.0_PORT ([::]_PORT) is built on them (istiod skips them too).
-var ldsWildcardReserved = map[uint32]bool{VirtualOutboundPort: true, VirtualInboundPort: true, 15021: true, 15090: true}
+// blackholeChain sends connections to port, a capture listener's own, to BlackHoleCluster: istiod's
+// virtualOutbound-blackhole and virtualInbound-blackhole chains, which keep a connection from looping.
+func blackholeChain(name string, port uint32) *listener.FilterChain {
+	return &listener.FilterChain{
+		Name:             name,
+		FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)},
+		Filters:          []*listener.Filter{ldsTCPProxyFilter(BlackHoleCluster, []tcpDest{{name: BlackHoleCluster, weight: 100}})},
+	}
+}
+
+// wildcardReserved reports whether port is one of the sidecar's own listeners on the unspecified address
+// (virtualOutbound and virtualInbound on the mesh's capture ports, the bootstrap's health and Prometheus
+// listeners). Envoy refuses a second listener on one address, so no outbound listener 0.0.0.0_PORT
+// ([::]_PORT) is built on them (istiod skips them too).
+func wildcardReserved(m *mesh.Config, port uint32) bool {
+	out, in := capturePorts(m)
+	return port == out || port == in || port == 15021 || port == 15090
+}
 
 // outboundListener collects the chains of one outbound listener.
 type outboundListener struct {
@@ -299,7 +317,7 @@ func (g *Generators) finishOutboundListeners(push *model.PushContext, scope *Sco
 		if len(ol.chains) == 0 { // every chain went to an earlier service: Envoy refuses a listener without
 			continue
 		}
-		if isUnspecifiedIP(ol.ip) && ldsWildcardReserved[ol.port] {
+		if isUnspecifiedIP(ol.ip) && wildcardReserved(push.Mesh, ol.port) {
 			slog.Debug("outbound listener left out: its address is the sidecar's own", "listener", ol.name, "namespace", scope.Namespace)
 			continue
 		}

@@ -71,9 +71,15 @@ func proxyWorkload(proxy *model.Proxy, push *model.PushContext) (*model.Workload
 	return w, labels
 }
 
-// ldsReservedPorts are the sidecar's own ports; traffic to them is never application traffic.
-var ldsReservedPorts = map[uint32]bool{15000: true, 15001: true, 15004: true, 15006: true, 15008: true, 15020: true, 15021: true,
-	15053: true, 15090: true}
+// ldsReservedPorts are the sidecar's own ports besides the capture ports (capturePorts); traffic to them is
+// never application traffic.
+var ldsReservedPorts = map[uint32]bool{15000: true, 15004: true, 15008: true, 15020: true, 15021: true, 15053: true, 15090: true}
+
+// reserved reports whether port is one of the sidecar's own: its capture listeners' (the mesh's, as istiod's
+// conflict check) or another of ldsReservedPorts.
+func (in inboundInputs) reserved(port uint32) bool {
+	return ldsReservedPorts[port] || port == in.capture[0] || port == in.capture[1]
+}
 
 // inboundPortsInputs is what a sidecar's inbound ports depend on besides the proxy itself (whose labels and
 // addresses are fixed): its namespace's services, a slice replaced whenever one of them changes, its
@@ -176,12 +182,15 @@ type inboundInputs struct {
 	// the cluster's name); passthroughStat the passthrough chains'.
 	tcpStats        map[uint32]string
 	passthroughStat string
+	// capture: the mesh's capture ports, outbound and inbound; virtualInbound listens on the second.
+	capture [2]uint32
 }
 
 func (in inboundInputs) describe(ns string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s/%s|%s|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy,
-		in.mtlsParams.GetTlsMinimumProtocolVersion(), strings.Join(in.mtlsParams.GetCipherSuites(), ":"), in.detection.AsDuration())
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s/%s|%s|%v|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy,
+		in.mtlsParams.GetTlsMinimumProtocolVersion(), strings.Join(in.mtlsParams.GetCipherSuites(), ":"), in.detection.AsDuration(),
+		in.capture)
 	if in.family != cluster.Cluster_V4_ONLY {
 		b.WriteString("v6|") // the listener's address
 	}
@@ -212,6 +221,7 @@ func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushC
 		tcpStats:        map[uint32]string{},
 		passthroughStat: inboundPassthroughStatPrefix(push.Mesh),
 	}
+	in.capture[0], in.capture[1] = capturePorts(push.Mesh)
 	if push.Mesh.GetSpec().GetInboundClusterStatName() != "" {
 		sidecar := push.Sidecar(proxy.Namespace, proxy.Labels) // names a Sidecar ingress port's statistics
 		for _, p := range ports {
@@ -241,7 +251,7 @@ func (l listenerGenerator) boundInboundListeners(proxy *model.Proxy, push *model
 	var out model.Resources
 	var desc string
 	for _, p := range in.ports {
-		if !p.bound || ldsReservedPorts[p.port] {
+		if !p.bound || in.reserved(p.port) {
 			continue
 		}
 		if proxy.Unprivileged && p.port < 1024 {
@@ -332,7 +342,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	var chains []*listener.FilterChain
 	declared := map[uint32]bool{}
 	for _, p := range in.ports {
-		if ldsReservedPorts[p.port] || p.bound {
+		if in.reserved(p.port) || p.bound {
 			continue
 		}
 		declared[p.port] = true
@@ -346,11 +356,13 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 		tcp: append(slices.Clone(tcpRBAC), ldsTCPProxyFilter(cmp.Or(in.passthroughStat, InboundPassthroughCluster),
 			[]tcpDest{{name: InboundPassthroughCluster, weight: 100}})),
 	}
+	// A connection to the capture port itself goes nowhere, as istiod's virtualInbound-blackhole: it would loop.
+	chains = append(chains, blackholeChain(VirtualInboundListener+"-blackhole", in.capture[1]))
 	chains = append(chains, inboundChains("inbound_passthrough", nil, inboundChainOptions(inboundSniffed, in.mtls.Mode),
 		meshMTLSOf(in), passthrough)...)
 	// A port-level mTLS mode on a port no service declares governs that port's passthrough, as in istiod.
 	for _, port := range slices.Sorted(maps.Keys(in.mtls.PortModes)) {
-		if declared[port] || ldsReservedPorts[port] {
+		if declared[port] || in.reserved(port) {
 			continue
 		}
 		chains = append(chains, inboundChains("inbound_passthrough_"+ldsPortName(port), wrapperspb.UInt32(port),
@@ -368,7 +380,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	// listener filter alone restores the destination the chains match on.
 	return &listener.Listener{
 		Name:             VirtualInboundListener,
-		Address:          socketAddress(wildcardIP(in.family), VirtualInboundPort),
+		Address:          socketAddress(wildcardIP(in.family), in.capture[1]),
 		Transparent:      transparentFor(in.tproxy),
 		TrafficDirection: core.TrafficDirection_INBOUND,
 		ListenerFilters:  append(filters, inboundInspectors(chains)...),

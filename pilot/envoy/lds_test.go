@@ -372,15 +372,17 @@ func TestListenerSidecarOutbound(t *testing.T) {
 		t.Fatalf("listeners %v, want %v", got, ldsSidecarOutboundNames)
 	}
 
-	// virtualOutbound: istiod's capture listener, passthrough only.
+	// virtualOutbound: istiod's capture listener: connections to its own port dropped, the rest passed through.
 	vo := ldsFind(t, ls, VirtualOutboundListener)
 	if vo.Address.GetSocketAddress().GetPortValue() != 15001 || !vo.UseOriginalDst.GetValue() || vo.BindToPort != nil ||
 		vo.TrafficDirection != core.TrafficDirection_OUTBOUND {
 		t.Errorf("virtualOutbound address %v use_original_dst %v bind_to_port %v direction %v", vo.Address, vo.UseOriginalDst,
 			vo.BindToPort, vo.TrafficDirection)
 	}
-	if len(vo.FilterChains) != 1 || vo.FilterChains[0].Name != "PassthroughFilterChain" || vo.FilterChains[0].FilterChainMatch != nil ||
-		ldsTCPProxyOf(t, vo.FilterChains[0]).GetCluster() != PassthroughCluster {
+	if len(vo.FilterChains) != 2 || vo.FilterChains[1].Name != "PassthroughFilterChain" || vo.FilterChains[1].FilterChainMatch != nil ||
+		ldsTCPProxyOf(t, vo.FilterChains[1]).GetCluster() != PassthroughCluster ||
+		vo.FilterChains[0].GetFilterChainMatch().GetDestinationPort().GetValue() != 15001 ||
+		ldsTCPProxyOf(t, vo.FilterChains[0]).GetCluster() != BlackHoleCluster {
 		t.Errorf("virtualOutbound chains %v", vo.FilterChains)
 	}
 	if got := listenerFilterNames(vo); !slices.Equal(got, []string{ldsOriginalDstFilter}) {
@@ -696,12 +698,14 @@ func TestListenerInboundMTLS(t *testing.T) {
 			{"inbound_0.0.0.0_9080_tls", 9080, "tls", true, tlsFilters(ldsHCMFilter)},
 			{"inbound_0.0.0.0_9080_plaintext", 9080, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
 			{"inbound_0.0.0.0_17070_tls", 17070, "tls", true, tlsFilters(ldsHCMFilter)},
+			{"virtualInbound-blackhole", 15006, "", false, []string{ldsTCPProxyFilterName}},
 			{"inbound_passthrough_http_tls", 0, "tls", true, tlsFilters(ldsHCMFilter)},
 			{"inbound_passthrough_tls", 0, "tls", true, []string{tcpRBACFilter, tcpRBACFilter, ldsTCPProxyFilterName}},
 		}},
 		// DISABLE: plaintext only, no TLS inspection.
 		{ldsMySQL, []inboundChainWant{
 			{"inbound_0.0.0.0_3306_plaintext", 3306, "raw_buffer", false, []string{tcpRBACFilter, ldsTCPProxyFilterName}},
+			{"virtualInbound-blackhole", 15006, "", false, []string{ldsTCPProxyFilterName}},
 			{"inbound_passthrough_http_plaintext", 0, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
 			{"inbound_passthrough_plaintext", 0, "raw_buffer", false, []string{tcpRBACFilter, ldsTCPProxyFilterName}},
 		}},
@@ -710,6 +714,7 @@ func TestListenerInboundMTLS(t *testing.T) {
 		{ldsFrontend, []inboundChainWant{
 			{"inbound_0.0.0.0_8080_tls", 8080, "tls", true, tlsFilters(ldsHCMFilter)},
 			{"inbound_0.0.0.0_8080_plaintext", 8080, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
+			{"virtualInbound-blackhole", 15006, "", false, []string{ldsTCPProxyFilterName}},
 			{"inbound_passthrough_http_tls", 0, "tls", true, tlsFilters(ldsHCMFilter)},
 			{"inbound_passthrough_http_plaintext", 0, "raw_buffer", false, tlsFilters(ldsHCMFilter)},
 			{"inbound_passthrough_tls", 0, "tls", true, []string{ldsTCPProxyFilterName}},
@@ -761,7 +766,11 @@ func TestListenerInboundMTLS(t *testing.T) {
 						t.Errorf("chain %s: routes to %q, want %q", fc.Name, cluster, want)
 					}
 				} else if w.port != 0 {
-					if got := ldsTCPProxyOf(t, fc).GetCluster(); got != InboundClusterName(w.port) {
+					want := InboundClusterName(w.port)
+					if w.name == "virtualInbound-blackhole" {
+						want = BlackHoleCluster
+					}
+					if got := ldsTCPProxyOf(t, fc).GetCluster(); got != want {
 						t.Errorf("chain %s: forwards to %q", fc.Name, got)
 					}
 				} else if got := ldsTCPProxyOf(t, fc).GetCluster(); got != InboundPassthroughCluster {

@@ -130,10 +130,10 @@ spec:
 				wantCluster, wantVH = BlackHoleCluster, BlockAllVirtualHost
 			}
 			out := ldsFind(t, ldsGenerate(t, g, ldsFrontend, push, wildcard(ListenerType)), VirtualOutboundListener)
-			if len(out.FilterChains) != 1 {
+			if len(out.FilterChains) != 2 { // the capture port's own blackhole chain, then the catch-all
 				t.Fatalf("virtualOutbound chains %d", len(out.FilterChains))
 			}
-			if tp := ldsTCPProxyOf(t, out.FilterChains[0]); tp.GetCluster() != wantCluster || tp.StatPrefix != wantCluster {
+			if tp := ldsTCPProxyOf(t, out.FilterChains[1]); tp.GetCluster() != wantCluster || tp.StatPrefix != wantCluster {
 				t.Errorf("catch-all chain to %q (stat prefix %q), want %s", tp.GetCluster(), tp.StatPrefix, wantCluster)
 			}
 			// Inline route tables, and those of an Envoy that gets its virtual hosts over VHDS (the catch-all stays inline).

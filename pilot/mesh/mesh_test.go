@@ -298,3 +298,20 @@ func TestLocalityLbSettingErrors(t *testing.T) {
 		t.Errorf("valid localityLbSetting refused: %v", err)
 	}
 }
+
+// The capture ports are read, and one that is no port is refused, naming the field.
+func TestCapturePorts(t *testing.T) {
+	cfg := Default()
+	if err := Parse([]byte("proxyListenPort: 15101\nproxyInboundListenPort: 15106\n"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.GetSpec(); s.GetProxyListenPort() != 15101 || s.GetProxyInboundListenPort() != 15106 {
+		t.Errorf("ports = %d, %d", s.GetProxyListenPort(), s.GetProxyInboundListenPort())
+	}
+	for _, doc := range []string{"proxyListenPort: 0\n", "proxyInboundListenPort: 70000\n"} {
+		field, _, _ := strings.Cut(doc, ":")
+		if err := Parse([]byte(doc), Default()); err == nil || !strings.Contains(err.Error(), "field "+field+":") {
+			t.Errorf("%q: error %v, want one naming %s", doc, err, field)
+		}
+	}
+}

@@ -108,6 +108,15 @@ func parseSpec(data []byte, base *meshconfig.MeshConfig) (*meshconfig.MeshConfig
 	if err := config.ValidateLocalityLbSetting("localityLbSetting", file.GetLocalityLbSetting()); err != nil {
 		return nil, nil, err
 	}
+	// The capture listeners listen on these ports; istiod's validation refuses a proxyListenPort that is no port.
+	for _, p := range []struct {
+		name string
+		port int32
+	}{{"proxyListenPort", file.GetProxyListenPort()}, {"proxyInboundListenPort", file.GetProxyInboundListenPort()}} {
+		if _, set := top[p.name]; set && (p.port < 1 || p.port > 65535) {
+			return nil, nil, fmt.Errorf("field %s: %d is not a port (1-65535)", p.name, p.port)
+		}
+	}
 	spec := proto.Clone(base).(*meshconfig.MeshConfig)
 	overlayFields(spec.ProtoReflect(), file.ProtoReflect(), top)
 	if pc, ok := top["defaultConfig"].(map[string]any); ok {

@@ -152,3 +152,23 @@ func splitConfig(all string) (kube, istio string, err error) {
 	}
 	return strings.Join(k, "\n---\n"), strings.Join(i, "\n---\n"), nil
 }
+
+// CapturePortsOf reads the capture ports of a case's mesh config (mesh.yaml), the defaults where it is
+// silent.
+func CapturePortsOf(meshYAML string) (CapturePorts, error) {
+	var m struct {
+		ProxyListenPort        uint32 `json:"proxyListenPort"`
+		ProxyInboundListenPort uint32 `json:"proxyInboundListenPort"`
+	}
+	if err := yaml.Unmarshal([]byte(meshYAML), &m); err != nil {
+		return CapturePorts{}, fmt.Errorf("mesh.yaml: %w", err)
+	}
+	p := DefaultCapturePorts
+	if m.ProxyListenPort != 0 {
+		p.Outbound = m.ProxyListenPort
+	}
+	if m.ProxyInboundListenPort != 0 {
+		p.Inbound = m.ProxyInboundListenPort
+	}
+	return p, nil
+}

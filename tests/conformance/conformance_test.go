@@ -65,9 +65,13 @@ func compareCase(t *testing.T, c *Case) []Difference {
 	if err != nil {
 		t.Fatalf("sextant: %v", err)
 	}
+	capture, err := CapturePortsOf(c.Mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var diffs []Difference
 	for _, p := range c.Proxies {
-		probes := ProbesOf(ist[p.Name].Listeners, sx[p.Name].Listeners)
+		probes := ProbesWith(capture, ist[p.Name].Listeners, sx[p.Name].Listeners)
 		istSnap, err := ist[p.Name].Normalise(p, probes)
 		if err != nil {
 			t.Fatalf("istiod %s: %v", p.Name, err)

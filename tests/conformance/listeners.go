@@ -35,11 +35,13 @@ import (
 // kind of traffic, the filter chain Envoy selects for it and what that chain does with it.
 const KindListener Kind = "listener"
 
-// Istio's capture ports: iptables sends a sidecar's outbound connections to 15001 and inbound ones to 15006.
-const (
-	outboundCapturePort = 15001
-	inboundCapturePort  = 15006
-)
+// CapturePorts are where iptables sends a sidecar's connections: outbound ones to the mesh config's
+// proxyListenPort, inbound ones to its proxyInboundListenPort (the injector writes the rules from the same
+// mesh config); Istio's defaults are 15001 and 15006.
+type CapturePorts struct{ Outbound, Inbound uint32 }
+
+// DefaultCapturePorts are the capture ports of a mesh config that does not set them.
+var DefaultCapturePorts = CapturePorts{Outbound: 15001, Inbound: 15006}
 
 // otherIP and otherPort stand for a destination no listener names: where traffic to an address or port the
 // mesh does not know goes. An IPv6-only proxy's application connects to IPv6 addresses: otherIP is asked
@@ -119,10 +121,17 @@ type Probes struct {
 	// IstioALPN holds the ports where some chain matches on one of Istio's mTLS ALPNs: their server names are
 	// asked with a sidecar's mTLS connection too.
 	IstioALPN map[uint32]bool
+	// Capture are the ports a sidecar's capture listeners take redirected connections on.
+	Capture CapturePorts
 }
 
-// ProbesOf gathers the destinations named by the listeners of every side.
-func ProbesOf(sides ...[]*listener.Listener) Probes {
+// ProbesOf gathers the destinations named by the listeners of every side, under Istio's default capture ports.
+func ProbesOf(sides ...[]*listener.Listener) Probes { return ProbesWith(DefaultCapturePorts, sides...) }
+
+// ProbesWith gathers the destinations named by the listeners of every side, for sidecars whose iptables
+// rules redirect to capture.
+func ProbesWith(capture CapturePorts, sides ...[]*listener.Listener) Probes {
+	outboundCapturePort, inboundCapturePort := capture.Outbound, capture.Inbound
 	outbound := map[uint32]map[string]bool{}
 	inbound := map[uint32]bool{}
 	gateway := map[uint32]bool{}
@@ -190,7 +199,8 @@ func ProbesOf(sides ...[]*listener.Listener) Probes {
 			}
 		}
 	}
-	p := Probes{Outbound: map[uint32][]string{}, SNI: map[uint32][]string{}, IstioALPN: istioALPN, Bound: map[uint32][]string{}}
+	p := Probes{Outbound: map[uint32][]string{}, SNI: map[uint32][]string{}, IstioALPN: istioALPN, Bound: map[uint32][]string{},
+		Capture: capture}
 	for port, ips := range outbound {
 		p.Outbound[port] = sortedKeys(ips)
 	}
@@ -276,7 +286,9 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		}
 		return
 	}
-	capture := findListener(listeners, func(_ string, p uint32, _ *listener.Listener) bool { return p == outboundCapturePort })
+	capture := findListener(listeners, func(ip string, p uint32, l *listener.Listener) bool {
+		return isCapture(ip, p, l, probes.Capture.Outbound)
+	})
 	// use_original_dst on the outbound capture listener is what hands connections on; without it the
 	// capture listener's own chains take everything.
 	handOff := capture.GetUseOriginalDst().GetValue()
@@ -321,7 +333,9 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 	// Nothing names this destination: the capture listener's own chains decide.
 	probeListener(out, Key{Kind: KindListener, Host: outboundHostText(otherIP)}, capture, other, otherPort, classesFor(0))
 	recordBind(out, Key{Kind: KindListener, Host: outboundHostText(otherIP)}, capture)
-	inbound := findListener(listeners, func(_ string, p uint32, _ *listener.Listener) bool { return p == inboundCapturePort })
+	inbound := findListener(listeners, func(ip string, p uint32, l *listener.Listener) bool {
+		return isCapture(ip, p, l, probes.Capture.Inbound)
+	})
 	for _, port := range append(slices.Clone(probes.Inbound), 0) {
 		dst := port
 		if port == 0 {
@@ -338,6 +352,12 @@ func normaliseListeners(out Snapshot, listeners []*listener.Listener, proxyType,
 		probeListener(out, Key{Kind: KindListener, Inbound: true, Port: port}, l, proxyIP, dst, inboundClasses)
 	}
 	recordBind(out, Key{Kind: KindListener, Inbound: true}, inbound)
+}
+
+// isCapture reports whether the listener l, on ip:p, is the capture listener of port: bound to it on the
+// unspecified address, where iptables' redirect arrives (not a listener handed connections for a VIP on it).
+func isCapture(ip string, p uint32, l *listener.Listener, port uint32) bool {
+	return p == port && (ip == "0.0.0.0" || ip == "::") && (l.GetBindToPort() == nil || l.GetBindToPort().GetValue())
 }
 
 // recordBind adds to key the addresses l listens on (its own and its additional ones): which family's

@@ -75,7 +75,7 @@ func TestListenerInboundModeChangeIsNamed(t *testing.T) {
 	strict := cloneOutput(out)
 	var port uint32
 	for _, l := range strict.Listeners {
-		if _, p := listenerAddress(l.GetAddress()); p != inboundCapturePort {
+		if _, p := listenerAddress(l.GetAddress()); p != DefaultCapturePorts.Inbound {
 			continue
 		}
 		var kept []*listener.FilterChain
@@ -195,7 +195,7 @@ func withHTTPRBAC(t *testing.T, o *Output, rules *rbacpb.RBAC) *Output {
 		t.Fatal(err)
 	}
 	for _, l := range out.Listeners {
-		if _, p := listenerAddress(l.GetAddress()); p != inboundCapturePort {
+		if _, p := listenerAddress(l.GetAddress()); p != DefaultCapturePorts.Inbound {
 			continue
 		}
 		for _, fc := range l.FilterChains {
@@ -306,7 +306,7 @@ func TestInboundHandOffFollowsUseOriginalDst(t *testing.T) {
 	without.Listeners = append(without.Listeners, outboundOnPort)
 	handsOff := cloneOutput(without)
 	for _, l := range handsOff.Listeners {
-		if _, p := listenerAddress(l.GetAddress()); p == inboundCapturePort {
+		if _, p := listenerAddress(l.GetAddress()); p == DefaultCapturePorts.Inbound {
 			l.UseOriginalDst = wrapperspb.Bool(true)
 		}
 	}
@@ -369,9 +369,9 @@ func TestTransparentCaptureIsCompared(t *testing.T) {
 	tproxy := cloneOutput(out)
 	for _, l := range tproxy.Listeners {
 		switch _, p := listenerAddress(l.GetAddress()); p {
-		case outboundCapturePort:
+		case DefaultCapturePorts.Outbound:
 			l.Transparent = wrapperspb.Bool(true)
-		case inboundCapturePort:
+		case DefaultCapturePorts.Inbound:
 			l.Transparent = wrapperspb.Bool(true)
 			l.ListenerFilters = append(l.ListenerFilters, &listener.ListenerFilter{Name: "original_src",
 				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: src}})
