@@ -87,8 +87,19 @@ var meshCompatGroups = []meshCompatGroup{
 		Note: "agent-side: the agent builds the proxy's bootstrap from it; the generators read what the node sends"}},
 	{proxyMsg, []protoreflect.Name{"tracing_service_name", "zipkin_address", "tracing", "envoy_access_log_service"},
 		CompatEntry{Status: Warned, Note: "telemetry: Sextant generates no tracing or access log config"}},
-	{proxyMsg, []protoreflect.Name{"private_key_provider", "proxy_headers", "connection_settings"}, CompatEntry{Status: Warned,
+	{proxyMsg, []protoreflect.Name{"private_key_provider"}, CompatEntry{Status: Warned,
 		Note: "not implemented: the listeners and clusters keep Sextant's defaults"}},
+	{proxyMsg, []protoreflect.Name{"proxy_headers"}, CompatEntry{Status: Warned,
+		Note: "not implemented beyond istiod's defaults (Server istio-envoy inbound and on gateways): istiod reads it per proxy " +
+			"(PROXY_CONFIG, else defaultConfig) into its HTTP connection managers (server, requestId, xForwardedPort, and inbound " +
+			"forwardedClientCert and setCurrentClientCertDetails), routers (envoyDebugHeaders), routes (attemptCount, " +
+			"xForwardedHost), the metadata exchange (metadataExchangeHeaders) and HTTP/1 header case on listeners and clusters " +
+			"(preserveHttp1HeaderCase)"}},
+	{proxyMsg, []protoreflect.Name{"connection_settings"}, CompatEntry{Status: Warned,
+		Note: "not implemented: istiod reads it per proxy (PROXY_CONFIG, else defaultConfig) into every HTTP connection manager " +
+			"(idle, drain, request, request-headers and stream-idle timeouts, connection and stream durations, HTTP/2 streams and " +
+			"windows, underscore-header and escaped-slash actions, mergeSlashes) and into a gateway listener's per-connection buffer " +
+			"limit, profile EDGE filling a gateway's unset ones; clusterPerConnectionBufferLimitBytes it does not read"}},
 }
 
 // meshNotImplemented is the entry of a field whose effect on the generated config is still to be built.

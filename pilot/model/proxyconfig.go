@@ -14,7 +14,7 @@ import (
 // the proxy gets instead. Every other field is the agent's own (bootstrap, drain, image, concurrency, ...).
 var proxyConfigUnhonoured = map[string]string{
 	"proxyHeaders":       "the headers a proxy adds or keeps (server, x-request-id, x-forwarded-*, ...) are Sextant's defaults",
-	"connectionSettings": "listener and cluster buffer and connection limits are Sextant's defaults",
+	"connectionSettings": "HTTP timeouts, HTTP/2 limits, header and path actions and a gateway's buffer limit are Sextant's defaults",
 	"privateKeyProvider": "certificates are served with their private keys in SDS, not through a private key provider",
 }
 
