@@ -145,4 +145,8 @@ func addTransportFlags(f *pflag.FlagSet, args *discovery.Args) {
 	f.StringVar(&args.VHDSMinEnvoy, "vhds-min-envoy", "1.38",
 		"oldest Envoy (MAJOR.MINOR) whose delta stream gets sidecar virtual hosts over VHDS instead of inside the route configurations; off "+
 			"disables VHDS")
+	f.StringVar(&args.OutboundHTTPRoutes, "outbound-http-routes", "service",
+		"sidecars' outbound HTTP routes: service (a Kubernetes Service's HTTP port on its ClusterIP's listener with a route configuration of "+
+			"its own, so a service change sends only its own) or port (every service in the port's shared table, as istiod: a request to one "+
+			"ClusterIP naming another service's host goes to the named one)")
 }

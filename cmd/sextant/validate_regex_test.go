@@ -66,7 +66,7 @@ func TestServerKeepsGuardOnBadRouteRegex(t *testing.T) {
 	env := debugtest.Start(t, files)
 	p := env.Connect(t, debugtest.SidecarNode("reviews-v1", "bookinfo"))
 	p.Subscribe(envoy.ListenerType)
-	p.Subscribe(envoy.RouteType, "9080")
+	p.Subscribe(envoy.RouteType, "reviews.bookinfo.svc.cluster.local:9080")
 	env.WaitStatus(t, debugtest.ReviewsProxy, "rds", debug.Synced)
 	checkGuard(t, env)
 
@@ -99,8 +99,8 @@ func TestServerKeepsGuardOnBadRouteRegex(t *testing.T) {
 	}
 }
 
-// checkGuard asserts that the reviews proxy's route configuration 9080 starts the reviews virtual host with
-// the admin guard (the good regex, a fault abort) and ends it with the catch-all.
+// checkGuard asserts that the route configuration of reviews' own listener (routes by service) starts the
+// reviews virtual host with the admin guard (the good regex, a fault abort) and ends it with the catch-all.
 func checkGuard(t *testing.T, env *debugtest.Env) {
 	t.Helper()
 	out, err := run(t, "config-dump", debugtest.ReviewsProxy, "--server", env.URL, "--type", "rds", "-o", "json")

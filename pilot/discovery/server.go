@@ -99,6 +99,8 @@ type Args struct {
 	MaxRequestBytes          int
 	// VHDSMinEnvoy is envoy.Options.VHDSMinEnvoy.
 	VHDSMinEnvoy string
+	// OutboundHTTPRoutes is envoy.Options.OutboundHTTPRoutes.
+	OutboundHTTPRoutes string
 	// WorkloadEntryGracePeriod is how long a VM's auto-registered WorkloadEntry outlives its agent's
 	// connection (default autoregister.DefaultGracePeriod, istiod's PILOT_WORKLOAD_ENTRY_GRACE_PERIOD).
 	WorkloadEntryGracePeriod time.Duration
@@ -163,6 +165,9 @@ func NewServer(args Args) (*Server, error) {
 	if _, _, err := envoy.ParseVHDSMinEnvoy(args.VHDSMinEnvoy); err != nil {
 		return nil, err
 	}
+	if _, err := envoy.ParseOutboundHTTPRoutes(args.OutboundHTTPRoutes); err != nil {
+		return nil, err
+	}
 	if args.GRPCAddr == "" && args.SecureGRPCAddr == "" {
 		return nil, errors.New("no xDS address: give --grpc-addr and/or --secure-grpc-addr")
 	}
@@ -210,7 +215,8 @@ func NewServer(args Args) (*Server, error) {
 	if secretAuthorizer == nil {
 		secretAuthorizer = fileMode
 	}
-	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy, SecretAuthorizer: secretAuthorizer}), ztunnel.New()
+	s.Envoy, s.Ztunnel = envoy.New(envoy.Options{VHDSMinEnvoy: args.VHDSMinEnvoy, OutboundHTTPRoutes: args.OutboundHTTPRoutes,
+		SecretAuthorizer: secretAuthorizer}), ztunnel.New()
 	generators := s.Envoy.ByTypeURL()
 	maps.Copy(generators, s.Ztunnel.ByTypeURL())
 	s.Generators = generators

@@ -28,6 +28,9 @@ type Options struct {
 	// stream gets its sidecar virtual hosts over VHDS rather than inside the route configurations
 	// (default "1.38": older Envoys reject VHDS over ADS). "off" never uses VHDS.
 	VHDSMinEnvoy string
+	// OutboundHTTPRoutes lays out sidecars' outbound HTTP routes: "service" (the default) or "port", as
+	// istiod (routes_by_service.go).
+	OutboundHTTPRoutes string
 	// SecretAuthorizer, if set, must allow an identity before it is served a key pair over SDS.
 	SecretAuthorizer SecretAuthorizer
 }
@@ -75,6 +78,8 @@ type Generators struct {
 	// vhdsMin is the oldest Envoy served VHDS; vhdsOff disables it.
 	vhdsMin [2]uint32
 	vhdsOff bool
+	// routesByPort: every service's virtual host in its port's shared route configuration, as istiod.
+	routesByPort bool
 	// vhdsRefusals are the nodes that rejected the VHDS shape (vhds_fallback.go).
 	vhdsRefusals vhdsRefusals
 	// secretAuthorizer is Options.SecretAuthorizer.
@@ -114,7 +119,8 @@ func resourceName(slotName string) string {
 	return slotName
 }
 
-// New returns the generators. It panics on a malformed VHDSMinEnvoy: check it first with ParseVHDSMinEnvoy.
+// New returns the generators. It panics on a malformed VHDSMinEnvoy or OutboundHTTPRoutes: check them first
+// with ParseVHDSMinEnvoy and ParseOutboundHTTPRoutes.
 func New(opts Options) *Generators {
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 20_000
@@ -144,6 +150,9 @@ func New(opts Options) *Generators {
 	}
 	var err error
 	if g.vhdsMin, g.vhdsOff, err = ParseVHDSMinEnvoy(opts.VHDSMinEnvoy); err != nil {
+		panic(err)
+	}
+	if g.routesByPort, err = ParseOutboundHTTPRoutes(opts.OutboundHTTPRoutes); err != nil {
 		panic(err)
 	}
 	return g

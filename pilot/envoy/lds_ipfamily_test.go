@@ -71,7 +71,7 @@ spec:
 // istiod's (conformance cases ipv6-only, ipv6-inbound-localhost).
 func TestListenerAddressesFollowIPFamily(t *testing.T) {
 	push := pushFromYAML(t, []byte(ipFamilyMesh))
-	g := New(Options{})
+	g := newByPort()
 	dual := sidecarIn("default", "10.1.0.41", map[string]string{"app": "client"})
 	dual.IPAddresses = append(dual.IPAddresses, "fd00::41")
 	for _, tc := range []struct {

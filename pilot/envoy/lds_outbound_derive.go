@@ -110,7 +110,7 @@ func buildOutboundOwner(c *outboundInputs, out []outboundItem, owner listenerOwn
 		byName = c.planShared(owner.shared, planned)
 	} else {
 		// Its chains claim matches no other service has: planned alone, they are what a plan of all gives.
-		byName = planOutbound(c.push, c.scope, nil, []*model.Service{owner.svc}, egressBinding{imports: c.scope.egress}, c.labels,
+		byName = planOutbound(c.push, c.scope, nil, []*model.Service{owner.svc}, c.defaultBinding(), c.labels,
 			planned, c.family)
 	}
 	if planned.l4Routed {
@@ -128,7 +128,7 @@ func buildOutboundOwner(c *outboundInputs, out []outboundItem, owner listenerOwn
 func (c *outboundInputs) planShared(s *sharedListeners, planned *outboundPlanned) map[string]*outboundListener {
 	scope := c.scope
 	if scope.listeners == nil {
-		return planOutbound(c.push, scope, scope.Services, s.services, egressBinding{imports: scope.egress}, c.labels, planned, c.family)
+		return planOutbound(c.push, scope, scope.Services, s.services, c.defaultBinding(), c.labels, planned, c.family)
 	}
 	// As istiod: each egress listener's services in turn; a listener address:port one has taken is not
 	// added to by a later one (the catch-all's services do not join a port a listener with a port set up
@@ -151,6 +151,11 @@ func (c *outboundInputs) planShared(s *sharedListeners, planned *outboundPlanned
 		}
 	}
 	return byName
+}
+
+// defaultBinding is where outbound listeners go without egress listeners: on each service's addresses.
+func (c *outboundInputs) defaultBinding() egressBinding {
+	return egressBinding{imports: c.scope.egress, byService: !c.g.routesByPort}
 }
 
 // outboundOwners returns the owners of a scope's outbound listeners: the shared owner, then each service
@@ -236,25 +241,27 @@ func (g *Generators) listenerFactsOf(push *model.PushContext, svc *model.Service
 		key.eps = push.Endpoints(svc.Key())
 	}
 	f, _ := g.listenerFacts[mode].Get(svc.Key(), key, func() (serviceListenerFacts, error) {
-		return serviceListenerFacts{names: listenerNamesOf(push, svc, mode), alone: listensAlone(push, svc, mode),
-			otherPorts: hasOtherPorts(svc)}, nil
+		byService := !g.routesByPort
+		return serviceListenerFacts{names: listenerNamesOf(push, svc, mode, byService), alone: listensAlone(push, svc, mode, byService),
+			otherPorts: hasOtherPorts(svc, mode, byService)}, nil
 	})
 	return f
 }
 
-// hasOtherPorts reports whether svc has a port other than HTTP and UDP.
-func hasOtherPorts(svc *model.Service) bool {
-	return slices.ContainsFunc(svc.Ports, func(p *model.Port) bool { return !p.Protocol.IsHTTP() && p.Protocol != model.ProtocolUDP })
+// hasOtherPorts reports whether svc has a port on listeners of its own addresses (listenedPort), which the
+// shared owner plans when it is not alone.
+func hasOtherPorts(svc *model.Service, mode ipMode, byService bool) bool {
+	return slices.ContainsFunc(svc.Ports, func(p *model.Port) bool { return listenedPort(svc, p, mode, byService) })
 }
 
 // listensAlone reports whether svc's non-HTTP ports go on listeners of its own addresses, whatever else is in
 // scope, provided no other service takes those names (outboundOwners counts them): on each port a listener
 // per VIP (not a block) or per endpoint address. Its TCP and TLS routes then match within its own
 // listeners; that they read other services taints the list (buildOutboundOwner).
-func listensAlone(push *model.PushContext, svc *model.Service, mode ipMode) bool {
+func listensAlone(push *model.PushContext, svc *model.Service, mode ipMode, byService bool) bool {
 	vips := listenVIPs(svc, mode)
 	for _, p := range svc.Ports {
-		if p.Protocol.IsHTTP() || p.Protocol == model.ProtocolUDP {
+		if !listenedPort(svc, p, mode, byService) {
 			continue
 		}
 		if svc.ListensOnEndpoints() && svc.ListensOnEndpointPort(p) {
@@ -276,11 +283,11 @@ func listensAlone(push *model.PushContext, svc *model.Service, mode ipMode) bool
 }
 
 // listenerNamesOf returns serviceListenerFacts.names.
-func listenerNamesOf(push *model.PushContext, svc *model.Service, mode ipMode) []string {
+func listenerNamesOf(push *model.PushContext, svc *model.Service, mode ipMode, byService bool) []string {
 	var out []string
 	vips := listenVIPs(svc, mode)
 	for _, p := range svc.Ports {
-		if p.Protocol.IsHTTP() || p.Protocol == model.ProtocolUDP {
+		if !listenedPort(svc, p, mode, byService) {
 			continue
 		}
 		port := ldsPortName(p.Port)

@@ -202,6 +202,10 @@ func (p *outboundPlanner) service(svc *model.Service) {
 	perEndpoint := svc.ListensOnEndpoints() && p.b.ip == "" && !p.b.port
 	p.out.readsEndpoints = p.out.readsEndpoints || perEndpoint
 	for _, port := range svc.Ports {
+		if p.b.byService && ownsHTTPListener(svc, port, p.out.mode) {
+			p.ownHTTPChain(svc, a, port.Port)
+			continue
+		}
 		if port.Protocol.IsHTTP() || port.Protocol == model.ProtocolUDP {
 			continue // HTTP is planned already; as istiod, no listener for UDP
 		}
@@ -344,6 +348,17 @@ func (p *outboundPlanner) portChains(ol *outboundListener, svc *model.Service, v
 	if p.claim(a.vips, port.Port, "") {
 		p.addChain(ol, chainPlan{name: r.name, port: port.Port, vips: r.chainVIPs, dests: r.dests})
 	}
+}
+
+// ownHTTPChain plans the HTTP chain of a service's HTTP port served by service (routes_by_service.go): on
+// the service's listener, taking plaintext HTTP as the port's shared chain does, to the service's own route
+// configuration. Its stats are the port's, as the shared chain's: one set per port, not per service.
+func (p *outboundPlanner) ownHTTPChain(svc *model.Service, a serviceAddresses, port uint32) {
+	if !p.claim(a.vips, port, "http") {
+		return
+	}
+	p.addChain(p.serviceListener(a, port), chainPlan{name: p.wildcard + "_" + ldsPortName(port), port: port, vips: a.vips,
+		alpn: sniffedHTTP, transport: "raw_buffer", http: true, route: hostPort(svc.Hostname, port)})
 }
 
 // sniffedHTTPChain plans the HTTP chain of a sniffed port.

@@ -278,6 +278,8 @@ type egressBinding struct {
 	loopback bool
 	// imports are the egress hosts whose VirtualServices the listeners' tcp and tls routes come from.
 	imports []egressHost
+	// byService: HTTP ports of Kubernetes Services go on listeners of their ClusterIPs (routes_by_service.go).
+	byService bool
 }
 
 // finishOutboundListeners completes the planned listeners, marshals them and appends them to out.

@@ -184,7 +184,7 @@ spec:
 `)
 	const name = "legacy.shop.svc.cluster.local:8000"
 	for _, proxy := range []*model.Proxy{ldsFrontend, envoyProxy("shop", map[string]string{"app": "frontend"}, true, 1, 38)} {
-		g := New(Options{})
+		g := newByPort()
 		got := generateRoutes(t, g, proxy, push, named(RouteType, name, "legacy.shop.svc.cluster.local:9000",
 			"reviews.shop.svc.cluster.local:9080", "nowhere.shop.svc.cluster.local:8000", "legacy.shop.svc.cluster.local:x"))
 		if len(got) != 1 || got[0].Name != name {

@@ -344,9 +344,11 @@ func filterNames(fc *listener.FilterChain) []string {
 	return out
 }
 
-// ldsSidecarOutboundNames are the listeners of every sidecar in testdata/lds/mesh.yaml, in order.
+// ldsSidecarOutboundNames are the listeners of every sidecar in testdata/lds/mesh.yaml, in order: with
+// routes by service, the Kubernetes Services' HTTP ports on their ClusterIPs (10.0.0.10, 10.0.0.11) too.
 var ldsSidecarOutboundNames = []string{"0.0.0.0_443", "0.0.0.0_5432", "0.0.0.0_7070", "0.0.0.0_80",
-	"0.0.0.0_9080", "10.0.0.20_3306", "10.0.0.21_3306", "10.0.0.25_8000", "10.0.0.25_9000", "10.0.0.30_9001",
+	"0.0.0.0_9080", "10.0.0.10_80", "10.0.0.11_7070", "10.0.0.11_9080", "10.0.0.20_3306", "10.0.0.21_3306", "10.0.0.25_8000",
+	"10.0.0.25_9000", "10.0.0.30_9001",
 	"10.0.0.40_8443", "10.0.0.41_6379", "10.1.3.1_27017", "10.1.3.2_27017", VirtualInboundListener, VirtualOutboundListener}
 
 func listenerNames(ls []*listener.Listener) []string {
@@ -600,8 +602,8 @@ spec:
 }
 
 // TestListenerServiceAddSendsOneListener: adding a service with a TCP port and an HTTP port other services
-// already use changes one listener, the new VIP_PORT one; every other keeps its bytes, so delta xDS sends
-// that one only.
+// already use adds the service's own listeners, VIP_PORT, one per port (the HTTP one too: routes by
+// service); every other keeps its bytes, so delta xDS sends those only.
 func TestListenerServiceAddSendsOneListener(t *testing.T) {
 	g := New(Options{})
 	gen := g.ByTypeURL()[ListenerType]
@@ -637,8 +639,9 @@ spec:
 			changed = append(changed, name)
 		}
 	}
-	if !slices.Equal(changed, []string{"10.0.0.50_3306"}) {
-		t.Errorf("changed listeners %v, want the new 10.0.0.50_3306 only", changed)
+	slices.Sort(changed)
+	if !slices.Equal(changed, []string{"10.0.0.50_3306", "10.0.0.50_9080"}) {
+		t.Errorf("changed listeners %v, want the new 10.0.0.50_3306 and 10.0.0.50_9080 only", changed)
 	}
 	if len(before) < 10 || before[VirtualOutboundListener] == "" || before["0.0.0.0_9080"] == "" {
 		t.Errorf("listeners before %v", before)

@@ -140,7 +140,7 @@ func (g *Generators) routeConfig(proxy *model.Proxy, push *model.PushContext, sc
 		return r, nil
 	}
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts,
-		grpc: proxy.Type == model.GRPC, mode: mode}
+		grpc: proxy.Type == model.GRPC, mode: mode, byService: g.byService(scope)}
 	var rc *route.RouteConfiguration
 	switch proxy.Type {
 	case model.Router:
@@ -209,6 +209,8 @@ type routeBuilder struct {
 	gatewayPorts gatewayPorts
 	grpc         bool
 	mode         ipMode // the proxy's
+	// byService: Kubernetes Services' HTTP ports have route configurations of their own (routes_by_service.go).
+	byService bool
 	// usedLabels records that the routes depend on the proxy's labels: a VirtualService match on
 	// sourceLabels, or a DestinationRule with a workloadSelector, was evaluated against the proxy.
 	usedLabels bool
@@ -272,8 +274,9 @@ func (b *routeBuilder) sidecarVHDSRouteConfig(name string) *route.RouteConfigura
 }
 
 // sniffedRouteConfig builds "HOST:PORT", the route configuration of the sniffed HTTP chain of a service
-// port of unknown protocol, as istiod: the service's virtual host alone, answering any Host (the listener
-// is the service's own), without a catch-all. nil when the service in scope has no such port.
+// port of unknown protocol, as istiod, or of an HTTP port served by service: the service's virtual host
+// alone, answering any Host (the listener is the service's own), without a catch-all. nil when the
+// service in scope has no such port.
 func (b *routeBuilder) sniffedRouteConfig(name string) *route.RouteConfiguration {
 	host, ps, err := net.SplitHostPort(name)
 	if err != nil {
@@ -305,7 +308,8 @@ func (b *routeBuilder) sniffedRouteConfig(name string) *route.RouteConfiguration
 		return rc
 	} else if svc == nil {
 		return nil
-	} else if sp := svc.PortByNumber(port); sp == nil || sp.Protocol != model.ProtocolUnset {
+	} else if sp := svc.PortByNumber(port); sp == nil ||
+		sp.Protocol != model.ProtocolUnset && !(b.byService && ownsHTTPListener(svc, sp, b.mode)) {
 		return nil
 	}
 	return &route.RouteConfiguration{
@@ -358,7 +362,7 @@ func (b *routeBuilder) sidecarVirtualHosts(services []*model.Service, port uint3
 	}
 	for _, svc := range services {
 		sp := svc.PortByNumber(port)
-		if sp == nil || !isHTTPPort(sp) && !(sniffed && sp.Protocol == model.ProtocolUnset) {
+		if sp == nil || !isHTTPPort(sp) && !(sniffed && sp.Protocol == model.ProtocolUnset) || b.byService && ownsHTTPListener(svc, sp, b.mode) {
 			continue
 		}
 		ds := domains.add(serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix, b.mode))

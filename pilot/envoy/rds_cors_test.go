@@ -95,7 +95,7 @@ func routeCORS(t *testing.T, r *route.Route) *corsv3.CorsPolicy {
 
 func TestRouteCORSPolicy(t *testing.T) {
 	push := pushFromYAML(t, []byte(corsMesh))
-	g := New(Options{})
+	g := newByPort()
 	sidecar := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
 	gateway := generateRoutes(t, g, &model.Proxy{Type: model.Router, Namespace: "ns", Labels: map[string]string{"istio": "ingressgateway"}},
 		push, named(RouteType, "http.80"))

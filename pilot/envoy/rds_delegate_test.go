@@ -40,7 +40,7 @@ func TestDelegateChangeRebuildsOnlyItsRootsVirtualHost(t *testing.T) {
 		add("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: api, namespace: ns}\nspec:\n  http:\n" +
 			"  - match: [{uri: {prefix: /api/v2}}]\n    timeout: 5s\n    route: [{destination: {host: other}}]\n")})
 
-	g := New(Options{})
+	g := newByPort()
 	proxy := envoyProxy("ns", nil, true, 1, 38)
 	const frontVH, otherVH = "80/front.ns.svc.cluster.local:80", "80/other.ns.svc.cluster.local:80"
 	check := func(push *model.PushContext, timeout time.Duration) map[string]*model.Resource {

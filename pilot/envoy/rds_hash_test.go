@@ -111,12 +111,12 @@ func TestRouteHashPolicyPerDestination(t *testing.T) {
 	for _, vhds := range []bool{false, true} {
 		var vhosts []*route.VirtualHost
 		if vhds {
-			for _, vh := range generateVirtualHosts(t, New(Options{}), envoyProxy("ns", nil, true, 1, 38), push) {
+			for _, vh := range generateVirtualHosts(t, newByPort(), envoyProxy("ns", nil, true, 1, 38), push) {
 				vh.Name = vh.Name[len("8080/"):]
 				vhosts = append(vhosts, vh)
 			}
 		} else {
-			vhosts = generateRoutes(t, New(Options{}), proxy, push, named(RouteType, "8080"))[0].VirtualHosts
+			vhosts = generateRoutes(t, newByPort(), proxy, push, named(RouteType, "8080"))[0].VirtualHosts
 		}
 		byName := map[string]*route.VirtualHost{}
 		for _, vh := range vhosts {
@@ -215,7 +215,7 @@ spec:
 func TestRouteHashPolicyFromSelectedDestinationRule(t *testing.T) {
 	push := pushFromYAML(t, []byte(selectedHashMesh))
 	for _, vhds := range []bool{false, true} {
-		g := New(Options{})
+		g := newByPort()
 		for _, labels := range []map[string]string{{"app": "client"}, {"app": "other"}, {"app": "client", "version": "v2"}, nil} {
 			byName := map[string]*route.VirtualHost{}
 			if vhds {

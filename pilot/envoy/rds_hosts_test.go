@@ -72,7 +72,7 @@ func routeClusters(vh *route.VirtualHost) []string {
 func TestVirtualServiceHostsOutsideRegistry(t *testing.T) {
 	push := pushFromYAML(t, []byte(vsHostsMesh))
 	proxy := &model.Proxy{Type: model.Sidecar, Namespace: "ns"}
-	rcs := generateRoutes(t, New(Options{}), proxy, push, named(RouteType, "80", "8080"))
+	rcs := generateRoutes(t, newByPort(), proxy, push, named(RouteType, "80", "8080"))
 	if len(rcs) != 2 {
 		t.Fatalf("got %v", routeNames(rcs))
 	}
@@ -148,7 +148,7 @@ spec:
   egress:
   - hosts: ["./web.ns.svc.cluster.local", "./partner.example.com"]
 `))
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
+	rcs := generateRoutes(t, newByPort(), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
 	var names []string
 	for _, vh := range rcs[0].VirtualHosts {
 		names = append(names, vh.Name)

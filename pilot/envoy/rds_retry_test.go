@@ -74,7 +74,7 @@ spec:
 
 func retryRoutes(t *testing.T) map[string]*route.Route {
 	t.Helper()
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"},
+	rcs := generateRoutes(t, newByPort(), &model.Proxy{Type: model.Sidecar, Namespace: "ns"},
 		pushFromYAML(t, []byte(retryMesh)), named(RouteType, "80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations", len(rcs))
@@ -174,7 +174,7 @@ func TestRouteRetryRemoteLocalities(t *testing.T) {
 // attempts 0 in the mesh turns retries off. One generator serves both meshes without mixing them up.
 func TestRouteMeshDefaultRetryPolicy(t *testing.T) {
 	st := storeFromYAML(t, []byte(retryMesh))
-	g := New(Options{})
+	g := newByPort()
 	routesFor := func(m *mesh.Config) map[string]*route.Route {
 		t.Helper()
 		rcs := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, model.Build(st, m), named(RouteType, "80"))
@@ -236,7 +236,7 @@ func TestRouteGRPCRetryPolicyIsTheSidecars(t *testing.T) {
 		}
 		return m
 	}
-	g := New(Options{})
+	g := newByPort()
 	for _, m := range []*mesh.Config{mesh.Default(),
 		withPolicy("defaultHttpRetryPolicy: {attempts: 4, retryOn: \"unavailable,409\", backoff: 0.05s}\n"),
 		withPolicy("defaultHttpRetryPolicy: {attempts: 0}\n")} {

@@ -24,7 +24,7 @@ spec:
   - match: [{uri: {prefix: /a}, statPrefix: details-a}, {uri: {prefix: /b}}]
     route: [{destination: {host: productpage}}]
 `)...)
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, pushFromYAML(t, data),
+	rcs := generateRoutes(t, newByPort(), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, pushFromYAML(t, data),
 		named(RouteType, "9080"))
 	vh := virtualHost(t, rcs[0], "productpage.bookinfo.svc.cluster.local:9080")
 	if len(vh.Routes) < 2 {

@@ -127,29 +127,40 @@ func generateRoutes(t *testing.T, g *Generators, proxy *model.Proxy, push *model
 
 func TestRDSGolden(t *testing.T) {
 	push := rdsPush(t)
+	reviews := &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}}
 	cases := []struct {
-		name  string
-		proxy *model.Proxy
-		w     *model.WatchedResource
+		name   string
+		proxy  *model.Proxy
+		w      *model.WatchedResource
+		byPort bool
 	}{
-		{"sidecar-bookinfo", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "reviews"}},
-			wildcard(RouteType)},
+		{"sidecar-bookinfo", reviews, wildcard(RouteType), false},
+		// The configurations of the services' own listeners (routes by service), and every service in its
+		// port's table (by port, istiod's layout).
+		{"sidecar-bookinfo-own", reviews, named(RouteType, "echo.bookinfo.svc.cluster.local:7070", "reviews.bookinfo.svc.cluster.local:9080",
+			"web.bookinfo.svc.cluster.local:80", "httpbin.other.svc.cluster.local:8000", "external-api.example.com:80"), false},
+		{"sidecar-bookinfo-by-port", reviews, wildcard(RouteType), true},
 		{"sidecar-productpage-9080", &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo", Labels: map[string]string{"app": "productpage"}},
-			named(RouteType, "9080")},
-		{"sidecar-other", &model.Proxy{Type: model.Sidecar, Namespace: "other"}, named(RouteType, "80", "8000", "9080", "12345", "http.80")},
+			named(RouteType, "9080"), false},
+		{"sidecar-other", &model.Proxy{Type: model.Sidecar, Namespace: "other"},
+			named(RouteType, "80", "8000", "9080", "12345", "http.80"), false},
 		{"gateway", &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}},
-			wildcard(RouteType)},
+			wildcard(RouteType), false},
 		{"grpc", &model.Proxy{Type: model.GRPC, Namespace: "bookinfo"}, named(RouteType,
 			"echo.bookinfo.svc.cluster.local:7070",
 			"outbound|9080||reviews.bookinfo.svc.cluster.local",
 			"nothere.bookinfo.svc.cluster.local:7070",
 			"echo.bookinfo.svc.cluster.local:7071",
 			"echo:7070",
-		)},
+		), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			golden(t, "rds", tc.name, generateRoutes(t, New(Options{}), tc.proxy, push, tc.w))
+			opts := Options{}
+			if tc.byPort {
+				opts.OutboundHTTPRoutes = RoutesByPort
+			}
+			golden(t, "rds", tc.name, generateRoutes(t, New(opts), tc.proxy, push, tc.w))
 		})
 	}
 }
@@ -205,7 +216,7 @@ func TestRouteNames(t *testing.T) {
 
 func TestRouteSidecarReviews(t *testing.T) {
 	push := rdsPush(t)
-	g := New(Options{})
+	g := newByPort()
 	rcs := generateRoutes(t, g, &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, named(RouteType, "9080"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %d route configurations", len(rcs))
@@ -260,7 +271,7 @@ func TestRouteSidecarReviews(t *testing.T) {
 
 func TestRouteRatingsFeatures(t *testing.T) {
 	push := rdsPush(t)
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, named(RouteType, "9080"))
+	rcs := generateRoutes(t, newByPort(), &model.Proxy{Type: model.Sidecar, Namespace: "bookinfo"}, push, named(RouteType, "9080"))
 	vh := virtualHost(t, rcs[0], "ratings.bookinfo.svc.cluster.local:9080")
 	var names []string
 	for _, r := range vh.Routes {
@@ -389,7 +400,7 @@ func TestRouteGRPC(t *testing.T) {
 // Proxies of one namespace share the marshaled configuration unless a VirtualService matches on sourceLabels.
 func TestRouteCacheSharing(t *testing.T) {
 	push := rdsPush(t)
-	g := New(Options{})
+	g := newByPort()
 	gen := g.ByTypeURL()[RouteType]
 	get := func(labels map[string]string, name string) *model.Resource {
 		t.Helper()
@@ -431,7 +442,7 @@ func TestRouteRejectsNothing(t *testing.T) {
 	vs := st.Get(config.Key{Kind: config.VirtualService, Namespace: "ns", Name: "a"}).Spec.(*networking.VirtualService)
 	vs.Http[0].Match[0].Uri.MatchType = &networking.StringMatch_Regex{Regex: "("}
 	push := model.Build(st, mesh.Default())
-	rcs := generateRoutes(t, New(Options{}), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
+	rcs := generateRoutes(t, newByPort(), &model.Proxy{Type: model.Sidecar, Namespace: "ns"}, push, named(RouteType, "80"))
 	if len(rcs) != 1 {
 		t.Fatalf("got %v", routeNames(rcs))
 	}

@@ -142,7 +142,7 @@ func buildVirtualHost(in vhostListInputs, out []*model.Resource, o vhostOwner, b
 		return in.hostVirtualHostOf(out, o, b)
 	}
 	svc := o.svc
-	if sp := svc.PortByNumber(in.port); sp == nil || !isHTTPPort(sp) {
+	if sp := svc.PortByNumber(in.port); sp == nil || !isHTTPPort(sp) || in.g.byService(in.scope) && ownsHTTPListener(svc, sp, in.mode) {
 		return out, nil
 	}
 	rb, rules := in.builder(), in.push.DestinationRulesID()

@@ -130,7 +130,7 @@ spec:
   ports: [{name: http, port: 9080}, {name: http-web, port: 80}]
 `)
 
-	g := New(Options{})
+	g := newByPort()
 	proxy := envoyProxy("bookinfo", map[string]string{"app": "ratings"}, true, 1, 38)
 	old, cur := generateByName(t, g, VirtualHostType, proxy, before), generateByName(t, g, VirtualHostType, proxy, after)
 	var changed, rebuilt []string
@@ -224,7 +224,7 @@ func TestVHDSRoutedVirtualHostFollowsDestinations(t *testing.T) {
 		"  ports: [{name: http, port: 7000}]\n")
 	after, _ := model.Update(before, st, []model.Change{{Key: key, New: st.Get(key)}})
 
-	g := New(Options{})
+	g := newByPort()
 	proxy := envoyProxy("ns", nil, true, 1, 38)
 	action := func(push *model.PushContext) *route.RouteAction {
 		for _, vh := range generateVirtualHosts(t, g, proxy, push) {

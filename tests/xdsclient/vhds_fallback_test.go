@@ -29,9 +29,10 @@ func rejectVHDS(typeURL, _ string, a *anypb.Any) error {
 // that stream and, without rejecting again, on the next one; it ends up holding exactly what the server
 // generates for it, with every route.
 func TestEnvoyRejectingVHDSFallsBackToInlineVirtualHosts(t *testing.T) {
+	// The hosts are ServiceEntries': a Kubernetes Service's virtual host is in a route configuration of its
+	// own (routes by service), never in the VHDS shape.
 	files := baseFiles()
-	reviews := service{ns: "alpha", name: "reviews", index: 1, ports: []port{{"http", 9080}}, pods: 2}
-	files[reviews.file()] = reviews.yaml()
+	files["alpha-reviews-entry.yaml"] = httpServiceEntry("alpha", "reviews.example.com")
 	s := startServer(t, files)
 	e := NewEnvoy(EnvoyOptions{Addr: s.addr(), NodeID: sidecarNode("alpha"), Delta: true, BuildVersion: [3]uint32{1, 38, 0},
 		InitialFetchTimeout: testFetchTimeout, Reject: rejectVHDS})
@@ -39,7 +40,7 @@ func TestEnvoyRejectingVHDSFallsBackToInlineVirtualHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	if !waitFor(10*time.Second, func() bool { return inlineRoutesFor(e, "reviews.alpha.svc.cluster.local") }) {
+	if !waitFor(10*time.Second, func() bool { return inlineRoutesFor(e, "reviews.example.com") }) {
 		t.Fatalf("no inline virtual host for reviews after the NACK; NACKs %d, routes %v", e.NACKs(), keys(e.Held(RouteType)))
 	}
 	settled(s, []*Envoy{e}, nil, 10*time.Second)
@@ -52,12 +53,11 @@ func TestEnvoyRejectingVHDSFallsBackToInlineVirtualHosts(t *testing.T) {
 
 	// The next stream of the same node starts inline: nothing more to reject.
 	e.Disconnect()
-	ratings := service{ns: "alpha", name: "ratings", index: 2, ports: []port{{"http", 9080}}, pods: 1}
-	s.put(t, ratings.file(), ratings.yaml())
+	s.put(t, "alpha-ratings-entry.yaml", httpServiceEntry("alpha", "ratings.example.com"))
 	if err := e.Connect(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(10*time.Second, func() bool { return inlineRoutesFor(e, "ratings.alpha.svc.cluster.local") }) {
+	if !waitFor(10*time.Second, func() bool { return inlineRoutesFor(e, "ratings.example.com") }) {
 		t.Fatalf("no inline virtual host for ratings on the next stream; routes %v", keys(e.Held(RouteType)))
 	}
 	settled(s, []*Envoy{e}, nil, 10*time.Second)
@@ -100,4 +100,19 @@ func inlineRoutesFor(e *Envoy, host string) bool {
 		}
 	}
 	return false
+}
+
+// httpServiceEntry declares host, outside the cluster, on HTTP port 9080.
+func httpServiceEntry(ns, host string) string {
+	return `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: ` + strings.Split(host, ".")[0] + `
+  namespace: ` + ns + `
+spec:
+  hosts: [` + host + `]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{number: 9080, name: http, protocol: HTTP}]
+`
 }
