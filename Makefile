@@ -5,9 +5,10 @@ CONFIG_DIR ?= examples/bookinfo
 .PHONY: run test test-short test-deps build generate generate-check bench
 
 # A cold build prints the modules it downloads, then nothing for minutes while it compiles: say so first.
+# -buildvcs=auto: the binary names its commit (sextant version) even where GOFLAGS turns vcs stamping off.
 build:
 	@echo "building bin/sextant (the first build downloads modules and takes a few minutes)..."
-	$(GO) build -o bin/sextant ./cmd/sextant
+	$(GO) build -buildvcs=auto -o bin/sextant ./cmd/sextant
 
 # The server on CONFIG_DIR and the demo proxy (sextant demo-proxy) beside it; Ctrl-C stops both.
 run: build
