@@ -252,7 +252,7 @@ spec:
   http:
   - route: [{destination: {host: db-canary.shop.svc.cluster.local, port: {number: 5432}}}]
 `)
-	g := New(Options{})
+	g := newByPort()
 	web := ldsSidecar("web-1", "10.1.0.23", map[string]string{"app": "web"})
 	l := ldsFind(t, ldsGenerate(t, g, web, push, wildcard(ListenerType)), "10.0.5.10_5432")
 	if got := l4Dest(t, l, connection{ip: "10.0.5.10", port: 5432}); got != "outbound|5432||db.shop.svc.cluster.local" {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextantmesh/sextant/pilot/derive"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -136,7 +137,7 @@ func (c *outboundInputs) planShared(s *sharedListeners, planned *outboundPlanned
 	byName := map[string]*outboundListener{}
 	for _, el := range scope.listeners {
 		services := el.services
-		b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0, imports: el.hosts}
+		b := egressBinding{ip: el.bind, real: el.bindToPort, port: el.port != 0, imports: el.hosts, byService: !c.g.routesByPort}
 		if b.real && b.ip == "" {
 			b.ip, b.loopback = loopbackIP(c.family), true
 		}
@@ -226,32 +227,35 @@ type serviceListenerFacts struct {
 	otherPorts bool
 }
 
-// listenerFactsKey is what a service's facts are found from, under one IP mode: the service, and its
-// endpoints when its listeners stand on their addresses.
+// listenerFactsKey is what a service's facts are found from, under one IP mode: the service, its endpoints
+// when its listeners stand on their addresses, and the mesh's capture ports (an HTTP port on one has no
+// listener of its own).
 type listenerFactsKey struct {
-	svc *model.Service
-	eps *model.ServiceEndpoints
+	svc     *model.Service
+	eps     *model.ServiceEndpoints
+	capture [2]uint32
 }
 
 // listenerFactsOf returns svc's facts, found once per service, endpoints and IP mode rather than once per
 // scope and snapshot.
 func (g *Generators) listenerFactsOf(push *model.PushContext, svc *model.Service, mode ipMode) serviceListenerFacts {
 	key := listenerFactsKey{svc: svc}
+	key.capture[0], key.capture[1] = capturePorts(push.Mesh)
 	if svc.ListensOnEndpoints() {
 		key.eps = push.Endpoints(svc.Key())
 	}
 	f, _ := g.listenerFacts[mode].Get(svc.Key(), key, func() (serviceListenerFacts, error) {
 		byService := !g.routesByPort
 		return serviceListenerFacts{names: listenerNamesOf(push, svc, mode, byService), alone: listensAlone(push, svc, mode, byService),
-			otherPorts: hasOtherPorts(svc, mode, byService)}, nil
+			otherPorts: hasOtherPorts(push.Mesh, svc, mode, byService)}, nil
 	})
 	return f
 }
 
 // hasOtherPorts reports whether svc has a port on listeners of its own addresses (listenedPort), which the
 // shared owner plans when it is not alone.
-func hasOtherPorts(svc *model.Service, mode ipMode, byService bool) bool {
-	return slices.ContainsFunc(svc.Ports, func(p *model.Port) bool { return listenedPort(svc, p, mode, byService) })
+func hasOtherPorts(m *mesh.Config, svc *model.Service, mode ipMode, byService bool) bool {
+	return slices.ContainsFunc(svc.Ports, func(p *model.Port) bool { return listenedPort(m, svc, p, mode, byService) })
 }
 
 // listensAlone reports whether svc's non-HTTP ports go on listeners of its own addresses, whatever else is in
@@ -261,7 +265,7 @@ func hasOtherPorts(svc *model.Service, mode ipMode, byService bool) bool {
 func listensAlone(push *model.PushContext, svc *model.Service, mode ipMode, byService bool) bool {
 	vips := listenVIPs(svc, mode)
 	for _, p := range svc.Ports {
-		if !listenedPort(svc, p, mode, byService) {
+		if !listenedPort(push.Mesh, svc, p, mode, byService) {
 			continue
 		}
 		if svc.ListensOnEndpoints() && svc.ListensOnEndpointPort(p) {
@@ -287,7 +291,7 @@ func listenerNamesOf(push *model.PushContext, svc *model.Service, mode ipMode, b
 	var out []string
 	vips := listenVIPs(svc, mode)
 	for _, p := range svc.Ports {
-		if !listenedPort(svc, p, mode, byService) {
+		if !listenedPort(push.Mesh, svc, p, mode, byService) {
 			continue
 		}
 		port := ldsPortName(p.Port)

@@ -202,7 +202,7 @@ func (p *outboundPlanner) service(svc *model.Service) {
 	perEndpoint := svc.ListensOnEndpoints() && p.b.ip == "" && !p.b.port
 	p.out.readsEndpoints = p.out.readsEndpoints || perEndpoint
 	for _, port := range svc.Ports {
-		if p.b.byService && ownsHTTPListener(svc, port, p.out.mode) {
+		if p.b.byService && p.b.ip == "" && p.scope.byServiceOn(port.Port) && ownsHTTPListener(p.push.Mesh, svc, port, p.out.mode) {
 			p.ownHTTPChain(svc, a, port.Port)
 			continue
 		}

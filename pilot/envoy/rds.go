@@ -140,7 +140,7 @@ func (g *Generators) routeConfig(proxy *model.Proxy, push *model.PushContext, sc
 		return r, nil
 	}
 	b := &routeBuilder{push: push, proxy: proxy, scope: scope, gateways: gws, gatewayPorts: gwPorts,
-		grpc: proxy.Type == model.GRPC, mode: mode, byService: g.byService(scope)}
+		grpc: proxy.Type == model.GRPC, mode: mode, byService: !g.routesByPort}
 	var rc *route.RouteConfiguration
 	switch proxy.Type {
 	case model.Router:
@@ -300,7 +300,8 @@ func (b *routeBuilder) sniffedRouteConfig(name string) *route.RouteConfiguration
 			sp, op := s.PortByNumber(port), el.originals[i].PortByNumber(port)
 			// The chain sniffs (the listener's protocol); the virtual host is there for a service whose own
 			// port is HTTP or sniffed.
-			if s.Hostname == host && sp != nil && sp.Protocol == model.ProtocolUnset && (isHTTPPort(op) || op.Protocol == model.ProtocolUnset) {
+			sniffed := sp != nil && sp.Protocol == model.ProtocolUnset && (isHTTPPort(op) || op.Protocol == model.ProtocolUnset)
+			if s.Hostname == host && (sniffed || op != nil && b.ownsRoute(el.originals[i], op)) {
 				rc.VirtualHosts = []*route.VirtualHost{{Name: hostPort(host, port), Domains: []string{"*"},
 					Routes: b.serviceRoutes(el.originals[i], port), IncludeRequestAttemptCount: true}}
 			}
@@ -309,7 +310,7 @@ func (b *routeBuilder) sniffedRouteConfig(name string) *route.RouteConfiguration
 	} else if svc == nil {
 		return nil
 	} else if sp := svc.PortByNumber(port); sp == nil ||
-		sp.Protocol != model.ProtocolUnset && !(b.byService && ownsHTTPListener(svc, sp, b.mode)) {
+		sp.Protocol != model.ProtocolUnset && !b.ownsRoute(svc, sp) {
 		return nil
 	}
 	return &route.RouteConfiguration{
@@ -362,7 +363,7 @@ func (b *routeBuilder) sidecarVirtualHosts(services []*model.Service, port uint3
 	}
 	for _, svc := range services {
 		sp := svc.PortByNumber(port)
-		if sp == nil || !isHTTPPort(sp) && !(sniffed && sp.Protocol == model.ProtocolUnset) || b.byService && ownsHTTPListener(svc, sp, b.mode) {
+		if sp == nil || !isHTTPPort(sp) && !(sniffed && sp.Protocol == model.ProtocolUnset) || b.ownsRoute(svc, sp) {
 			continue
 		}
 		ds := domains.add(serviceDomains(svc, port, b.proxy.Namespace, b.push.Mesh.DomainSuffix, b.mode))

@@ -142,7 +142,7 @@ func buildVirtualHost(in vhostListInputs, out []*model.Resource, o vhostOwner, b
 		return in.hostVirtualHostOf(out, o, b)
 	}
 	svc := o.svc
-	if sp := svc.PortByNumber(in.port); sp == nil || !isHTTPPort(sp) || in.g.byService(in.scope) && ownsHTTPListener(svc, sp, in.mode) {
+	if sp := svc.PortByNumber(in.port); sp == nil || !isHTTPPort(sp) || in.ownsRoute(svc, sp) {
 		return out, nil
 	}
 	rb, rules := in.builder(), in.push.DestinationRulesID()
@@ -238,4 +238,10 @@ func claimDomains(b *derive.Building, domains, lower []string) []string {
 		}
 	}
 	return out
+}
+
+// ownsRoute reports whether svc's port sp has a route configuration of its own (routes by service), so no
+// virtual host in the port's.
+func (in vhostListInputs) ownsRoute(svc *model.Service, sp *model.Port) bool {
+	return !in.g.routesByPort && in.scope.byServiceOn(in.port) && ownsHTTPListener(in.push.Mesh, svc, sp, in.mode)
 }

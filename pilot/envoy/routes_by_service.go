@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sextantmesh/sextant/pilot/config"
+	"github.com/sextantmesh/sextant/pilot/mesh"
 	"github.com/sextantmesh/sextant/pilot/model"
 )
 
@@ -41,9 +42,10 @@ func ParseOutboundHTTPRoutes(s string) (byPort bool, err error) {
 // with ClusterIPs of the proxy's family (mode), host addresses all. Only a ClusterIP is what clients reach
 // by the service's DNS name; a ServiceEntry's addresses need not be (a client resolving the host's real
 // address must still find its virtual host in the port's table). A ClusterIP of another family reaches no
-// HTTP listener of the proxy's, and stays so.
-func ownsHTTPListener(svc *model.Service, p *model.Port, mode ipMode) bool {
-	if !p.Protocol.IsHTTP() || svc.Source.Kind != config.Service {
+// HTTP listener of the proxy's, and stays so; so does a port of the sidecar's own listeners (the capture
+// ports, health, Prometheus), on which istiod builds no HTTP listener.
+func ownsHTTPListener(m *mesh.Config, svc *model.Service, p *model.Port, mode ipMode) bool {
+	if !p.Protocol.IsHTTP() || svc.Source.Kind != config.Service || wildcardReserved(m, p.Port) {
 		return false
 	}
 	vips := serviceVIPs(svc, mode)
@@ -58,16 +60,28 @@ func ownsHTTPListener(svc *model.Service, p *model.Port, mode ipMode) bool {
 
 // listenedPort reports whether svc's port p goes on listeners of the service's own addresses: any port but
 // UDP (no listener) and HTTP, which the port's shared listener serves unless served by service.
-func listenedPort(svc *model.Service, p *model.Port, mode ipMode, byService bool) bool {
+func listenedPort(m *mesh.Config, svc *model.Service, p *model.Port, mode ipMode, byService bool) bool {
 	switch {
 	case p.Protocol == model.ProtocolUDP:
 		return false
 	case p.Protocol.IsHTTP():
-		return byService && ownsHTTPListener(svc, p, mode)
+		return byService && ownsHTTPListener(m, svc, p, mode)
 	}
 	return true
 }
 
-// byService reports whether scope's sidecars get routes by service: without egress listeners, whose
-// bindings keep istiod's layout.
-func (g *Generators) byService(scope *Scope) bool { return !g.routesByPort && scope.listeners == nil }
+// byServiceOn reports whether services' HTTP ports on port may go by service in the scope: without egress
+// listeners, or where the port's routes are those of a Sidecar's catch-all egress listener binding no
+// address (a listener with a port or a bind keeps istiod's layout: it decides the addresses itself).
+func (s *Scope) byServiceOn(port uint32) bool {
+	if s.listeners == nil {
+		return true
+	}
+	el := s.egressForRoute(port)
+	return el != nil && el.port == 0 && el.bind == "" && !el.bindToPort
+}
+
+// ownsRoute reports whether svc's port sp has a route configuration of its own (routes by service).
+func (b *routeBuilder) ownsRoute(svc *model.Service, sp *model.Port) bool {
+	return b.byService && b.scope.byServiceOn(sp.Port) && ownsHTTPListener(b.push.Mesh, svc, sp, b.mode)
+}

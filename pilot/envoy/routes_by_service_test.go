@@ -133,3 +133,25 @@ func TestParseOutboundHTTPRoutes(t *testing.T) {
 // newByPort returns generators laying out routes as istiod (every service in its port's table): the tests of
 // what a virtual host holds read it there, where istiod's domains are too.
 func newByPort() *Generators { return New(Options{OutboundHTTPRoutes: RoutesByPort}) }
+
+// Under a Sidecar, the catch-all egress listener's services go by service; a port an egress listener of its
+// own takes keeps istiod's layout, its addresses being that listener's to decide.
+func TestRoutesByServiceUnderSidecarEgress(t *testing.T) {
+	const sidecar = `
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  egress:
+  - port: {number: 9080, protocol: HTTP, name: http}
+    hosts: ["./*"]
+  - hosts: ["./*"]
+`
+	ls := listenerNames(ldsGenerate(t, New(Options{}), ldsFrontend, ldsPush(t, nil, sidecar), wildcard(ListenerType)))
+	if !slices.Contains(ls, "10.0.0.10_80") || !slices.Contains(ls, "10.0.0.11_7070") {
+		t.Errorf("the catch-all's HTTP ports are not by service: %v", ls)
+	}
+	if slices.Contains(ls, "10.0.0.11_9080") || !slices.Contains(ls, "0.0.0.0_9080") {
+		t.Errorf("port 9080, the egress listener's own, went by service: %v", ls)
+	}
+}
