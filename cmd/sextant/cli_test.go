@@ -22,7 +22,8 @@ import (
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(proxyStatusCommand(), waitCommand(), configDumpCommand(), validateCommand(), translateCommand(), versionCommand())
+	root.AddCommand(proxyStatusCommand(), waitCommand(), configDumpCommand(), validateCommand(), translateCommand(), versionCommand(),
+		demoProxyCommand())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)

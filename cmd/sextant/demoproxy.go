@@ -46,20 +46,43 @@ func (o demoProxyOptions) nodeID() string {
 	return "sidecar~" + o.IP + "~" + o.Pod + "." + o.Namespace + "~" + o.Namespace + ".svc.cluster.local"
 }
 
+// setProxy takes the proxy as the other commands name one: POD.NAMESPACE, or a sidecar's node id, whose IP
+// it takes too.
+func (o *demoProxyOptions) setProxy(arg string) error {
+	id := arg
+	if parts := strings.Split(arg, "~"); len(parts) == 4 && parts[0] == "sidecar" && parts[1] != "" {
+		id, o.IP = parts[2], parts[1]
+	} else if len(parts) > 1 {
+		return fmt.Errorf("proxy %q: want POD.NAMESPACE or a sidecar's node id sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local", arg)
+	}
+	i := strings.LastIndexByte(id, '.')
+	if i <= 0 || i == len(id)-1 {
+		return fmt.Errorf("proxy %q: want POD.NAMESPACE or a sidecar's node id sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local", arg)
+	}
+	o.Pod, o.Namespace = id[:i], id[i+1:]
+	return nil
+}
+
 func demoProxyCommand() *cobra.Command {
 	opts := demoPod
 	opts.Retry = time.Second
 	cmd := &cobra.Command{
-		Use:   "demo-proxy",
+		Use:   "demo-proxy [POD.NAMESPACE|NODE_ID]",
 		Short: "Connect a stand-in sidecar of the example mesh to a server, so its views show a proxy",
 		Long: `Connect to the server's plaintext xDS port as the sidecar of one pod (by default productpage-v1-0000
 in examples/bookinfo) and stay connected. It speaks delta ADS as Envoy does: it subscribes to every
 cluster and listener, then to the load assignments and route configurations they name, and ACKs each
 response (a resource it cannot decode is NACKed). It reconnects when the stream ends. It routes no traffic:
 it lets proxy-status, config-dump, wait --for distribution and the dashboard show a proxy at once.
-make run starts it beside the server.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+make run starts it beside the server. The proxy is named as every command names one: POD.NAMESPACE (the
+flags give the rest) or a sidecar's node id sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if err := opts.setProxy(args[0]); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runDemoProxy(ctx, opts, cmd.OutOrStdout())

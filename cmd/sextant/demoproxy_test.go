@@ -154,3 +154,23 @@ func eventually(within time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// demo-proxy names its proxy as the other commands do: POD.NAMESPACE or a sidecar's node id, to the same pod.
+func TestDemoProxyArgumentForms(t *testing.T) {
+	byPod, byNode := demoPod, demoPod
+	if err := byPod.setProxy("reviews-v1-0002.bookinfo"); err != nil {
+		t.Fatal(err)
+	}
+	if err := byNode.setProxy("sidecar~10.1.0.30~reviews-v1-0002.bookinfo~bookinfo.svc.cluster.local"); err != nil {
+		t.Fatal(err)
+	}
+	if byPod.Pod != "reviews-v1-0002" || byPod.Namespace != "bookinfo" || byNode.Pod != byPod.Pod || byNode.Namespace != byPod.Namespace ||
+		byNode.IP != "10.1.0.30" || byNode.nodeID() != "sidecar~10.1.0.30~reviews-v1-0002.bookinfo~bookinfo.svc.cluster.local" {
+		t.Errorf("POD.NAMESPACE gave %+v, the node id %+v", byPod, byNode)
+	}
+	for _, bad := range []string{"reviews", "router~10.1.0.1~gw.istio-system~istio-system.svc.cluster.local", "a~b"} {
+		if _, err := run(t, "demo-proxy", bad); err == nil || !strings.Contains(err.Error(), "want POD.NAMESPACE") {
+			t.Errorf("demo-proxy %s: %v", bad, err)
+		}
+	}
+}
