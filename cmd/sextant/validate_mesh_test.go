@@ -23,7 +23,8 @@ func meshFile(t *testing.T, data string) string {
 // honoured one is not, and warnings alone exit 0, as for the kinds.
 func TestValidateMeshConfigWarnsUnhonouredFields(t *testing.T) {
 	file := meshFile(t, "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\nproxyListenPort: 15101\nproxyInboundListenPort: 15106\n"+
-		"defaultConfig:\n  tracing:\n    zipkin: {address: zipkin.istio-system:9411}\n")
+		"defaultConfig:\n  proxyHeaders: {forwardedClientCert: SANITIZE, setCurrentClientCertDetails: {cert: true}}\n"+
+		"  tracing:\n    zipkin: {address: zipkin.istio-system:9411}\n")
 	out, err := run(t, "validate", "--mesh-config", file)
 	if err != nil {
 		t.Fatalf("validate failed on warnings only: %v\n%s", err, out)
@@ -35,7 +36,7 @@ func TestValidateMeshConfigWarnsUnhonouredFields(t *testing.T) {
 		"(fields accepted but not implemented or without effect)") {
 		t.Errorf("validate:\n%s\nwant first\n%s", out, want)
 	}
-	if strings.Contains(out, "outboundTrafficPolicy") || strings.Contains(out, "ListenPort") {
+	if strings.Contains(out, "outboundTrafficPolicy") || strings.Contains(out, "ListenPort") || strings.Contains(out, "proxyHeaders") {
 		t.Errorf("a honoured field is warned:\n%s", out)
 	}
 

@@ -89,12 +89,14 @@ var meshCompatGroups = []meshCompatGroup{
 		CompatEntry{Status: Warned, Note: "telemetry: Sextant generates no tracing or access log config"}},
 	{proxyMsg, []protoreflect.Name{"private_key_provider"}, CompatEntry{Status: Warned,
 		Note: "not implemented: the listeners and clusters keep Sextant's defaults"}},
-	{proxyMsg, []protoreflect.Name{"proxy_headers"}, CompatEntry{Status: Warned,
-		Note: "not implemented beyond istiod's defaults (Server istio-envoy inbound and on gateways): istiod reads it per proxy " +
-			"(PROXY_CONFIG, else defaultConfig) into its HTTP connection managers (server, requestId, xForwardedPort, and inbound " +
-			"forwardedClientCert and setCurrentClientCertDetails), routers (envoyDebugHeaders), routes (attemptCount, " +
-			"xForwardedHost), the metadata exchange (metadataExchangeHeaders) and HTTP/1 header case on listeners and clusters " +
-			"(preserveHttp1HeaderCase)"}},
+	// forwardedClientCert and setCurrentClientCertDetails are honoured: istiod reads them for inbound listeners only.
+	{proxyMsg + ".ProxyHeaders", []protoreflect.Name{"request_id", "server", "envoy_debug_headers", "x_forwarded_port"},
+		CompatEntry{Status: Partly, Note: "per proxy (PROXY_CONFIG, else defaultConfig), as istiod: inbound and gateway listeners' " +
+			"connection managers follow it; outbound listeners keep istiod's defaults"}},
+	{proxyMsg + ".ProxyHeaders", []protoreflect.Name{"attempt_count", "x_forwarded_host", "metadata_exchange_headers",
+		"preserve_http1_header_case"}, CompatEntry{Status: Warned,
+		Note: "not implemented: istiod reads it into routes (attemptCount, xForwardedHost), the metadata exchange or the HTTP/1 " +
+			"header case of listeners and clusters; Sextant keeps istiod's defaults"}},
 	{proxyMsg, []protoreflect.Name{"connection_settings"}, CompatEntry{Status: Warned,
 		Note: "not implemented: istiod reads it per proxy (PROXY_CONFIG, else defaultConfig) into every HTTP connection manager " +
 			"(idle, drain, request, request-headers and stream-idle timeouts, connection and stream durations, HTTP/2 streams and " +

@@ -156,6 +156,7 @@ func (l listenerGenerator) gatewayListeners(proxy *model.Proxy, push *model.Push
 	var out model.Resources
 	var auto *autoPassthrough
 	topo := gatewayTopologyOf(proxy, push.Mesh.DefaultProxyConfig())
+	topo.headers = proxyHeadersOf(proxy, push.Mesh)
 	for _, a := range addrs {
 		if proxy.Unprivileged && a.port < 1024 {
 			// As istiod: an unprivileged gateway pod (UNPRIVILEGED_POD) cannot bind the port.
@@ -258,13 +259,13 @@ func (a gatewayAuthz) tcpFilters(proxy *listener.Filter) []*listener.Filter {
 }
 
 // ldsGatewayHTTPManager sets what istiod sets on a gateway's connection managers besides the mesh defaults:
-// the Server header istio-envoy; the client address is the peer's (or the one topo's trusted hops name);
-// and by default a mutual-TLS client's certificate details replace any X-Forwarded-Client-Cert the client
-// sent (SANITIZE_SET: subject, certificate, DNS and URI SANs).
+// the proxy's proxyHeaders (by default the Server header istio-envoy); the client address is the peer's (or
+// the one topo's trusted hops name); and by default a mutual-TLS client's certificate details replace any
+// X-Forwarded-Client-Cert the client sent (SANITIZE_SET: subject, certificate, DNS and URI SANs).
 func ldsGatewayHTTPManager(hc *hcm.HttpConnectionManager, paths string, topo gatewayTopology) {
 	ldsMeshHTTPManager(hc, paths)
 	hc.UseRemoteAddress = wrapperspb.Bool(true)
-	hc.ServerName = ldsServerName
+	topo.headers.apply(hc)
 	topo.applyHTTP(hc)
 }
 

@@ -21,6 +21,8 @@ type gatewayTopology struct {
 	trustedHops   uint32
 	fcc           hcm.HttpConnectionManager_ForwardClientCertDetails
 	proxyProtocol bool
+	// headers: the proxy's proxyHeaders, but for XFCC, which gateways take from the topology, as istiod's.
+	headers proxyHeaders
 }
 
 // gatewayTopologyOf reads the topology as istiod does: from the proxy's PROXY_CONFIG, else from def, the mesh's
@@ -44,7 +46,7 @@ func gatewayTopologyOf(proxy *model.Proxy, def *meshconfig.ProxyConfig) gatewayT
 
 // String describes the topology for cache keys and tests.
 func (t gatewayTopology) String() string {
-	return fmt.Sprintf("hops=%d fcc=%s proxy_protocol=%t", t.trustedHops, t.fcc, t.proxyProtocol)
+	return fmt.Sprintf("hops=%d fcc=%s proxy_protocol=%t headers=%s", t.trustedHops, t.fcc, t.proxyProtocol, t.headers)
 }
 
 // applyHTTP sets the connection manager's client address and certificate forwarding. Like istiod, the

@@ -6,9 +6,14 @@ import (
 	"time"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
+	"github.com/sextantmesh/sextant/pilot/model"
 )
 
 func meshOf(t *testing.T, yaml string) *mesh.Config {
@@ -91,6 +96,44 @@ func TestCapturePortsFromMesh(t *testing.T) {
 				ldsTCPProxyOf(t, hole).GetCluster() != BlackHoleCluster {
 				t.Errorf("%s-blackhole matches port %d, want %d to BlackHoleCluster", want.name, p, want.port)
 			}
+		}
+	}
+}
+
+// A sidecar's inbound connection managers follow its proxyHeaders as istiod's: the proxy's own ProxyConfig
+// (PROXY_CONFIG) when it sends one, else the mesh's defaultConfig; a cached listener follows each in turn.
+func TestInboundProxyHeaders(t *testing.T) {
+	g := New(Options{})
+	m := meshOf(t, "defaultConfig:\n  proxyHeaders:\n    server: {value: edge}\n    requestId: {disabled: true}\n"+
+		"    envoyDebugHeaders: {disabled: true}\n    xForwardedPort: {enabled: true}\n    forwardedClientCert: SANITIZE\n")
+	own := *ldsFrontend
+	own.ProxyConfig = &meshconfig.ProxyConfig{ProxyHeaders: &meshconfig.ProxyConfig_ProxyHeaders{
+		Server: &meshconfig.ProxyConfig_ProxyHeaders_Server{Disabled: wrapperspb.Bool(true)}}}
+	for _, tc := range []struct {
+		name   string
+		proxy  *model.Proxy
+		mesh   *mesh.Config
+		server string
+		pass   bool
+		noID   bool
+		fcc    hcm.HttpConnectionManager_ForwardClientCertDetails
+	}{
+		{"defaults", ldsFrontend, mesh.Default(), ldsServerName, false, false, hcm.HttpConnectionManager_APPEND_FORWARD},
+		{"mesh", ldsFrontend, m, "edge", false, true, hcm.HttpConnectionManager_SANITIZE},
+		{"proxy's own over the mesh's", &own, m, "", true, false, hcm.HttpConnectionManager_APPEND_FORWARD},
+	} {
+		in := ldsFind(t, ldsGenerate(t, g, tc.proxy, ldsPush(t, tc.mesh), wildcard(ListenerType)), VirtualInboundListener)
+		hc := ldsHCMOf(t, ldsChain(t, in, "inbound_0.0.0.0_8080_plaintext"))
+		router := &routerv3.Router{}
+		if err := hc.HttpFilters[len(hc.HttpFilters)-1].GetTypedConfig().UnmarshalTo(router); err != nil {
+			t.Fatal(err)
+		}
+		if hc.ServerName != tc.server || (hc.ServerHeaderTransformation == hcm.HttpConnectionManager_PASS_THROUGH) != tc.pass ||
+			(hc.GenerateRequestId != nil && !hc.GenerateRequestId.Value) != tc.noID || hc.ForwardClientCertDetails != tc.fcc ||
+			router.SuppressEnvoyHeaders != tc.noID || hc.AppendXForwardedPort != tc.noID {
+			t.Errorf("%s: server %q %s, request id %v, xfcc %s, suppress %v, x-forwarded-port %v", tc.name, hc.ServerName,
+				hc.ServerHeaderTransformation, hc.GenerateRequestId, hc.ForwardClientCertDetails, router.SuppressEnvoyHeaders,
+				hc.AppendXForwardedPort)
 		}
 	}
 }

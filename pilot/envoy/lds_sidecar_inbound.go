@@ -184,6 +184,7 @@ type inboundInputs struct {
 	passthroughStat string
 	// capture: the mesh's capture ports, outbound and inbound; virtualInbound listens on the second.
 	capture [2]uint32
+	headers proxyHeaders // the proxy's proxyHeaders, which its connection managers follow
 }
 
 func (in inboundInputs) describe(ns string) string {
@@ -191,6 +192,7 @@ func (in inboundInputs) describe(ns string) string {
 	fmt.Fprintf(&b, "%s|%s|%s|%s|%t|%s/%s|%s|%v|", ns, in.env.Describe(), in.mtls.Mode, in.paths, in.tproxy,
 		in.mtlsParams.GetTlsMinimumProtocolVersion(), strings.Join(in.mtlsParams.GetCipherSuites(), ":"), in.detection.AsDuration(),
 		in.capture)
+	b.WriteString(in.headers.String())
 	if in.family != cluster.Cluster_V4_ONLY {
 		b.WriteString("v6|") // the listener's address
 	}
@@ -222,6 +224,7 @@ func (l listenerGenerator) inboundInputsOf(proxy *model.Proxy, push *model.PushC
 		passthroughStat: inboundPassthroughStatPrefix(push.Mesh),
 	}
 	in.capture[0], in.capture[1] = capturePorts(push.Mesh)
+	in.headers = proxyHeadersOf(proxy, push.Mesh)
 	if push.Mesh.GetSpec().GetInboundClusterStatName() != "" {
 		sidecar := push.Sidecar(proxy.Namespace, proxy.Labels) // names a Sidecar ingress port's statistics
 		for _, p := range ports {
@@ -297,6 +300,7 @@ func inboundPortChains(in inboundInputs, p inboundPort, httpRBAC []*hcm.HttpFilt
 	bind := cmp.Or(p.bind, wildcardIP(in.family))
 	chainName := "inbound_" + bind + "_" + ldsPortName(p.port)
 	manager := ldsInboundManager(cluster, chainName, ldsPortName(p.port), p.protocol, httpRBAC)
+	in.headers.applyInbound(manager)
 	ldsMeshHTTPManager(manager, in.paths)
 	filters := inboundFilters{
 		http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},
@@ -350,6 +354,7 @@ func buildVirtualInbound(in inboundInputs) (*listener.Listener, []string) {
 	}
 
 	manager := ldsInboundManager(InboundPassthroughCluster, InboundPassthroughCluster, "0", model.ProtocolUnset, httpRBAC)
+	in.headers.applyInbound(manager)
 	ldsMeshHTTPManager(manager, in.paths)
 	passthrough := inboundFilters{
 		http: []*listener.Filter{ldsNetworkFilter(ldsHCMFilter, manager)},

@@ -13,7 +13,7 @@ import (
 // proxyConfigUnhonoured are the PROXY_CONFIG fields istiod's generators read that Sextant does not, with what
 // the proxy gets instead. Every other field is the agent's own (bootstrap, drain, image, concurrency, ...).
 var proxyConfigUnhonoured = map[string]string{
-	"proxyHeaders":       "the headers a proxy adds or keeps (server, x-request-id, x-forwarded-*, ...) are Sextant's defaults",
+	"proxyHeaders":       "its outbound listeners, routes and clusters keep the default headers (inbound and gateway listeners follow it)",
 	"connectionSettings": "HTTP timeouts, HTTP/2 limits, header and path actions and a gateway's buffer limit are Sextant's defaults",
 	"privateKeyProvider": "certificates are served with their private keys in SDS, not through a private key provider",
 }

@@ -13,6 +13,7 @@ import (
 	dfphttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
 	extauthzhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	originalsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 	proxyprotocol "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/proxy_protocol/v3"
 	extauthznet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
@@ -25,7 +26,6 @@ import (
 
 	// Registered so the filters not named above unmarshal from their Any.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
@@ -1080,6 +1080,14 @@ func hcmFields(f Fields, p string, m *hcm.HttpConnectionManager, port uint32) {
 	f[h+"proxy_100_continue"] = strconv.FormatBool(m.GetProxy_100Continue())
 	f[h+"preserve_external_request_id"] = strconv.FormatBool(m.GetPreserveExternalRequestId())
 	f[h+"generate_request_id"] = strconv.FormatBool(m.GetGenerateRequestId() == nil || m.GetGenerateRequestId().GetValue())
+	f[h+"append_x_forwarded_port"] = strconv.FormatBool(m.GetAppendXForwardedPort())
+	// Whether the router adds Envoy's x-envoy-* headers (upstream service time, attempt count, ...).
+	for _, hf := range m.GetHttpFilters() {
+		r := &routerv3.Router{}
+		if hf.GetTypedConfig().UnmarshalTo(r) == nil {
+			f[h+"router.suppress_envoy_headers"] = strconv.FormatBool(r.GetSuppressEnvoyHeaders())
+		}
+	}
 }
 
 func extAuthzFields(f Fields, p string, x *extauthzhttp.ExtAuthz) {
