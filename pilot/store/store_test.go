@@ -400,7 +400,7 @@ func TestHandlersSeeConsistentHistory(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				name := fmt.Sprintf("svc-%d", i%4)
-				layer := store.Layer((g + i) % 2)
+				layer := []store.Layer{store.LayerRegistered, store.LayerKube, store.LayerFile}[(g+i)%3]
 				switch (g * i) % 5 {
 				case 0:
 					s.Delete(layer, config.Key{Kind: config.Service, Namespace: "ns", Name: name})
@@ -446,9 +446,11 @@ func TestHandlersSeeConsistentHistory(t *testing.T) {
 	}
 	// And the layers agree with the effective object.
 	for _, c := range s.List(config.Service) {
-		want := s.GetLayer(store.LayerFile, c.Key)
-		if want == nil {
-			want = s.GetLayer(store.LayerKube, c.Key)
+		var want *config.Config
+		for _, l := range []store.Layer{store.LayerFile, store.LayerKube, store.LayerRegistered} { // top first
+			if want = s.GetLayer(l, c.Key); want != nil {
+				break
+			}
 		}
 		if c != want {
 			t.Errorf("%v: effective object is not the top layer's", c.Key)
