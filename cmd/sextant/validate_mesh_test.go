@@ -101,3 +101,12 @@ func TestTranslateMeshConfig(t *testing.T) {
 		t.Errorf("bad mesh config: %v", err)
 	}
 }
+
+// The mesh config's cluster traffic policies Sextant honours are not warned.
+func TestValidateMeshConfigHonoursClusterPolicies(t *testing.T) {
+	file := meshFile(t, "defaultTrafficPolicy: {connectionPool: {tcp: {maxConnections: 100}}, outlierDetection: {consecutive5xxErrors: 7}}\n")
+	out, err := run(t, "validate", "--mesh-config", file)
+	if err != nil || strings.Contains(out, "warning: ") || strings.Contains(out, "defaultTrafficPolicy") {
+		t.Errorf("validate: %v\n%s", err, out)
+	}
+}

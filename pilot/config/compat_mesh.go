@@ -58,8 +58,6 @@ var meshCompatGroups = []meshCompatGroup{
 	{meshMsg, []protoreflect.Name{"default_inbound_http_retry_policy"}, CompatEntry{Status: Warned,
 		Note: "istiod does not read it either: its sidecars' inbound routes, like Sextant's, keep reset-before-request with 2 " +
 			"retries (none on gRPC ports) whatever it says"}},
-	{meshMsg, []protoreflect.Name{"default_traffic_policy"}, CompatEntry{Status: Warned,
-		Note: "clusters without a DestinationRule get Sextant's defaults, not this policy"}},
 	{meshMsg, []protoreflect.Name{"service_entry_visibility"}, CompatEntry{Status: Partly,
 		Note: "sidecars and gateways follow it (applyToSidecars) as istiod's do; Sextant's ztunnel output does not carry the visibility"}},
 	{meshMsg + ".OutboundTrafficPolicy", []protoreflect.Name{"tls"}, CompatEntry{Status: Warned,

@@ -12,7 +12,9 @@ import (
 	dfpcluster "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
 	dfpcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/dynamic_forward_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -92,6 +94,11 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 				// (neither its outlier detection nor its load balancer or TLS); the Sidecar's replaces it.
 				pool = inboundRulePool(push.DestinationRule(proxy.Namespace, ip.svc), ip.svcPort)
 			}
+			if pool == nil {
+				// As istiod: the mesh's default pool under the rule's and the Sidecar's, so the receiver's
+				// limits match what its clients may send.
+				pool = push.Mesh.GetSpec().GetDefaultTrafficPolicy().GetConnectionPool()
+			}
 			key := inboundClusterKey{port: ip.port, protocol: ip.protocol, endpoint: ip.endpoint, endpointPort: ip.endpointPort, pool: pool,
 				family: who.dnsFamily, mesh: push.Mesh, statName: inboundStatName(push.Mesh, ip, sidecar)}
 			if !ip.ingress && push.Mesh.InboundTrafficPolicy.Mode == mesh.InboundLocalhost {
@@ -106,7 +113,11 @@ func (c clusterGenerator) Generate(proxy *model.Proxy, push *model.PushContext, 
 			extra = append(extra, r)
 		}
 	}
-	for _, name := range []string{BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster} {
+	static := []string{BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster}
+	if proxy.Type == model.Router {
+		static = static[:1] // as istiod's: a gateway has no capture listener to pass unknown traffic through
+	}
+	for _, name := range static {
 		if !wants(w, name) {
 			continue
 		}
@@ -439,7 +450,7 @@ func buildOutboundCluster(push *model.PushContext, k outboundClusterKey) *cluste
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
 	}
 
-	policy := effectivePolicy(k.dr, k.subset, k.port.Port)
+	policy := clusterPolicy(k.dr, k.subset, k.port.Port, k.mesh.GetSpec().GetDefaultTrafficPolicy())
 	if k.flavor == flavorGRPC {
 		// Proxyless gRPC: EDS from ADS, plain round robin; it understands few of Envoy's knobs.
 		applyLoadBalancer(c, policy.GetLoadBalancer(), flavorGRPC, push.Mesh, k.svc)
@@ -615,6 +626,17 @@ func inboundPool(pool *networking.ConnectionPoolSettings) *networking.Connection
 	return pool
 }
 
+// passthroughHTTPOptions are istiod's for the passthrough clusters: upstream HTTP in the client's protocol
+// (HTTP/1.1 or HTTP/2), idle connections closed after 5 minutes.
+func passthroughHTTPOptions() map[string]*anypb.Any {
+	return map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": ldsAny(&httpv3.HttpProtocolOptions{
+		CommonHttpProtocolOptions: &core.HttpProtocolOptions{IdleTimeout: durationpb.New(5 * time.Minute)},
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{
+			UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions: &core.Http1ProtocolOptions{}, Http2ProtocolOptions: &core.Http2ProtocolOptions{}}},
+	})}
+}
+
 // inboundCleanupSeconds is the longest whole-second time.Duration, as istiod sets it.
 const inboundCleanupSeconds = (math.MaxInt64 - 999999999) / int64(time.Second)
 
@@ -627,8 +649,14 @@ func buildStaticCluster(k staticClusterKey) *cluster.Cluster {
 	default:
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
 		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
-		setTCPKeepalive(c, meshTCPKeepalive(k.mesh)) // as istiod's passthrough clusters; not the black hole
+		// As istiod's passthrough clusters (not the black hole): the mesh's default pool, its circuit breakers
+		// at the maximum where it sets no limit, its connect timeout, the mesh's keepalive under its own; the
+		// pool's HTTP settings do not reach them.
+		applyConnectionPool(c, k.mesh.GetSpec().GetDefaultTrafficPolicy().GetConnectionPool(), meshTCPKeepalive(k.mesh))
+		c.TypedExtensionProtocolOptions = passthroughHTTPOptions()
 		if name == InboundPassthroughCluster {
+			// istiod builds it as a copy of PassthroughCluster, whose statistics it keeps.
+			c.AltStatName = PassthroughCluster + ";"
 			// Istio binds inbound passthrough connections to 127.0.0.6 (::6) so they are not redirected again.
 			// Envoy cannot bind one family and connect to the other: a dual-stack proxy also gets ::6, which
 			// Envoy picks for IPv6 destinations (istiod's, whatever ISTIO_DUAL_STACK says).

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/sextantmesh/sextant/pilot/mesh"
@@ -346,11 +347,21 @@ func enforcing(count uint32) uint32 {
 // the same way, over it: field by field, or for the four port-level settings whole when the subset has a
 // portLevelSettings entry for the port.
 func effectivePolicy(dr *model.DestinationRule, subset string, port uint32) *networking.TrafficPolicy {
-	if dr == nil {
-		return nil
+	return clusterPolicy(dr, subset, port, nil)
+}
+
+// clusterPolicy is effectivePolicy with the mesh's defaultTrafficPolicy (def) under the rule's policy for the
+// port, as istiod's cluster builder: each of its two blocks applies where the rule (or its port-level entry)
+// leaves that block unset, before a subset's policy goes over them. istiod's endpoints ignore it: EDS reads
+// effectivePolicy.
+func clusterPolicy(dr *model.DestinationRule, subset string, port uint32,
+	def *meshconfig.MeshConfig_DefaultTrafficPolicy) *networking.TrafficPolicy {
+	var policy *networking.TrafficPolicy
+	if dr != nil {
+		policy, _ = forPort(dr.Spec.TrafficPolicy, port)
 	}
-	policy, _ := forPort(dr.Spec.TrafficPolicy, port)
-	if subset == "" {
+	policy = withMeshDefault(def, policy)
+	if dr == nil || subset == "" {
 		return policy
 	}
 	for _, ss := range dr.Spec.Subsets {
@@ -364,6 +375,28 @@ func effectivePolicy(dr *model.DestinationRule, subset string, port uint32) *net
 		return overlayPolicy(policy, sp, portLevel)
 	}
 	return policy
+}
+
+// withMeshDefault is policy with the mesh default's connectionPool and outlierDetection where policy sets
+// none (istiod's applyDefaultTrafficPolicy); policy itself when nothing is added.
+func withMeshDefault(def *meshconfig.MeshConfig_DefaultTrafficPolicy, policy *networking.TrafficPolicy) *networking.TrafficPolicy {
+	pool := def.GetConnectionPool() != nil && policy.GetConnectionPool() == nil
+	outlier := def.GetOutlierDetection() != nil && policy.GetOutlierDetection() == nil
+	if !pool && !outlier {
+		return policy
+	}
+	out := &networking.TrafficPolicy{}
+	if policy != nil {
+		out = &networking.TrafficPolicy{LoadBalancer: policy.LoadBalancer, ConnectionPool: policy.ConnectionPool,
+			OutlierDetection: policy.OutlierDetection, Tls: policy.Tls, ProxyProtocol: policy.ProxyProtocol}
+	}
+	if pool {
+		out.ConnectionPool = def.GetConnectionPool()
+	}
+	if outlier {
+		out.OutlierDetection = def.GetOutlierDetection()
+	}
+	return out
 }
 
 // forPort is the policy p gives port, and whether a portLevelSettings entry matched (istiod's

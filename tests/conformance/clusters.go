@@ -46,9 +46,13 @@ const (
 
 // clusterKey reads a cluster name of the DIRECTION|PORT|SUBSET|HOST form both control planes use for mesh
 // destinations, or the outbound_.PORT_.SUBSET_.HOST form of a gateway's SNI-DNAT clusters (keyed apart: the
-// name is what an AUTO_PASSTHROUGH chain matches clients' SNI on, and their settings differ); anything else
-// (BlackHoleCluster, PassthroughCluster, agent and stats clusters) is infrastructure and not compared.
+// name is what an AUTO_PASSTHROUGH chain matches clients' SNI on, and their settings differ), and the two
+// passthrough clusters by their names (what unknown destinations and a sidecar's unmatched inbound ports
+// get); anything else (BlackHoleCluster, agent and stats clusters) is infrastructure and not compared.
 func clusterKey(kind Kind, name string) (Key, bool) {
+	if kind == KindCluster && (name == "PassthroughCluster" || name == "InboundPassthroughCluster") {
+		return Key{Kind: kind, Host: name}, true
+	}
 	if rest, ok := strings.CutPrefix(name, "outbound_."); ok {
 		parts := strings.Split(rest, "_.")
 		if len(parts) != 3 || parts[2] == "" {

@@ -311,8 +311,8 @@ func headerMatch(h *route.HeaderMatcher) string {
 // destination maps a cluster name back to its key text, so weighted clusters compare by what they reach.
 func destination(name string) string {
 	k, ok := clusterKey(KindCluster, name)
-	if !ok {
-		return name
+	if !ok || k.Port == 0 {
+		return name // a passthrough cluster goes by its name
 	}
 	host := k.Host
 	if k.Inbound {

@@ -31,7 +31,7 @@ type Key struct {
 }
 
 // String is the key as the diff and the allowlist write it: "cluster reviews.default.svc.cluster.local:9080 v1",
-// "cluster inbound:9080", "cluster sni-dnat reviews.default.svc.cluster.local:9080 v1",
+// "cluster inbound:9080", "cluster sni-dnat reviews.default.svc.cluster.local:9080 v1", "cluster PassthroughCluster",
 // "route reviews.default.svc.cluster.local:9080".
 func (k Key) String() string {
 	if k.Kind == KindRejected {
@@ -43,6 +43,9 @@ func (k Key) String() string {
 	}
 	if k.SNIDNAT {
 		host = "sni-dnat " + host
+	}
+	if k.Kind == KindCluster && k.Port == 0 {
+		return string(k.Kind) + " " + host // a passthrough cluster, by its name
 	}
 	port := strconv.FormatUint(uint64(k.Port), 10)
 	if k.Kind == KindListener && k.Port == 0 {
