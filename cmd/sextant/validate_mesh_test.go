@@ -104,9 +104,11 @@ func TestTranslateMeshConfig(t *testing.T) {
 
 // The mesh config's cluster traffic policies Sextant honours are not warned.
 func TestValidateMeshConfigHonoursClusterPolicies(t *testing.T) {
-	file := meshFile(t, "defaultTrafficPolicy: {connectionPool: {tcp: {maxConnections: 100}}, outlierDetection: {consecutive5xxErrors: 7}}\n")
+	file := meshFile(t, "defaultTrafficPolicy: {connectionPool: {tcp: {maxConnections: 100}}, outlierDetection: {consecutive5xxErrors: 7}}\n"+
+		"zoneAwareLbSetting: {minClusterSize: 3, failover: [{from: region1, to: region2}]}\n")
 	out, err := run(t, "validate", "--mesh-config", file)
-	if err != nil || strings.Contains(out, "warning: ") || strings.Contains(out, "defaultTrafficPolicy") {
+	if err != nil || strings.Contains(out, "warning: ") || strings.Contains(out, "defaultTrafficPolicy") ||
+		strings.Contains(out, "zoneAwareLbSetting") {
 		t.Errorf("validate: %v\n%s", err, out)
 	}
 }

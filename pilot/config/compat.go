@@ -120,8 +120,6 @@ var compatTable = map[CompatField]CompatEntry{
 		Note: "not implemented (istiod neither): no abort is injected"},
 
 	// DestinationRule
-	{networkingPkg + "LoadBalancerSettings", "zone_aware_lb_setting"}: {Status: Warned,
-		Note: "Envoy's default zone-aware routing settings apply"},
 	{networkingPkg + "LoadBalancerSettings", "backend_utilization"}: {Status: Warned,
 		Note: "not implemented (istiod neither): the default load balancing policy applies"},
 	{networkingPkg + "OutlierDetection", "consecutive_errors"}: {Status: Warned,

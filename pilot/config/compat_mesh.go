@@ -51,8 +51,6 @@ var meshCompatGroups = []meshCompatGroup{
 		Note: "Sextant reads config from --config-dir and the cluster, not from MCP servers"}},
 	{meshMsg, []protoreflect.Name{"ca_certificates", "certificates", "ca", "verify_certificate_at_client"}, CompatEntry{Status: Warned,
 		Note: "certificates come from Sextant's own CA and its roots; extra roots named here are not trusted (fail closed)"}},
-	{meshMsg, []protoreflect.Name{"zone_aware_lb_setting"}, CompatEntry{Status: Warned,
-		Note: "Envoy's default zone-aware routing settings apply"}},
 	{meshMsg, []protoreflect.Name{"service_settings"}, CompatEntry{Status: Warned,
 		Note: "clusterLocal hosts are not kept in the cluster: Sextant serves one cluster"}},
 	{meshMsg, []protoreflect.Name{"default_inbound_http_retry_policy"}, CompatEntry{Status: Warned,

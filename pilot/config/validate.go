@@ -899,9 +899,6 @@ func invalidCipherSuites(suites []string) []string {
 // (the rule, its subsets, and their port-level settings).
 func destinationRuleWarnings(s *networking.DestinationRule, warn func(field, format string, args ...any)) {
 	balancing := func(f string, lb *networking.LoadBalancerSettings, od *networking.OutlierDetection) {
-		if lb.GetZoneAwareLbSetting() != nil {
-			warn(f+".loadBalancer.zoneAwareLbSetting", "not implemented: Envoy's default zone-aware routing settings apply")
-		}
 		if lb.GetBackendUtilization() != nil {
 			warn(f+".loadBalancer.backendUtilization", "not implemented (istiod neither): the default load balancing policy applies")
 		}

@@ -34,7 +34,7 @@ spec:
     trafficPolicy:
       outlierDetection: {consecutiveErrors: 1}
       retryBudget: {minRetryConcurrency: 5}
-`, []string{"spec.trafficPolicy.loadBalancer.zoneAwareLbSetting", "spec.trafficPolicy.outlierDetection.consecutiveErrors",
+`, []string{"spec.trafficPolicy.outlierDetection.consecutiveErrors",
 			"spec.trafficPolicy.outlierDetection.outlierDetectionHttpErrorCodes", "spec.trafficPolicy.outlierDetection.failurePercentageThreshold",
 			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.backendUtilization", "spec.trafficPolicy.retryBudget",
 			"spec.subsets[0].trafficPolicy.outlierDetection.consecutiveErrors", "spec.subsets[0].trafficPolicy.retryBudget"}},

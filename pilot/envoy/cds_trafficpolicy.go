@@ -69,8 +69,8 @@ func maxThresholds() *cluster.CircuitBreakers_Thresholds {
 // applyLoadBalancer sets the cluster's LB policy; Envoy clusters default to LEAST_REQUEST and have the
 // healthy-panic threshold off unless outlier detection set it, as istiod: with few pods per service,
 // Envoy's 50 % panic mode would send traffic to unhealthy hosts. Consistent hashing also needs a hash
-// policy on the route, which RDS adds. Locality weighting follows the rule's locality setting, else svc's
-// traffic distribution, else the mesh config's (m).
+// policy on the route, which RDS adds. Zone-aware routing or locality weighting follows the rule's setting,
+// else svc's traffic distribution, else the mesh config's (m), its zone-aware setting first.
 func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, f flavor, m *mesh.Config, svc *model.Service) {
 	if f == flavorEnvoy {
 		if c.CommonLbConfig == nil {
@@ -79,7 +79,9 @@ func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, 
 		if c.CommonLbConfig.HealthyPanicThreshold == nil {
 			c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: 0}
 		}
-		if localityWeighted(effectiveLocality(lb, m), c.OutlierDetection != nil) || distributionWeighted(svc, lb) {
+		if z := zoneAwareSetting(lb, m, svc); z != nil {
+			c.CommonLbConfig.LocalityConfigSpecifier = zoneAwareLbConfig(z)
+		} else if localityWeighted(effectiveLocality(lb, m), c.OutlierDetection != nil) || distributionWeighted(svc, lb) {
 			c.CommonLbConfig.LocalityConfigSpecifier = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
 				LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}
 		}

@@ -30,6 +30,8 @@ type edsKey struct {
 	// the setting that does (the rule's, or the mesh config's, which a mesh config change replaces).
 	locality        string
 	localitySetting *networking.LocalityLoadBalancerSetting
+	// zoneSetting: the zone-aware setting that applies instead (the rule's or the mesh config's).
+	zoneSetting *networking.ZoneAwareLoadBalancerSetting
 	// peerAuthn: the PeerAuthentications of the service's namespace and the mesh, which decide which
 	// endpoints keep their tlsMode (serverMTLS).
 	peerAuthn model.PeerAuthenticationsKey
@@ -91,6 +93,8 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 		}
 		slot := slotName(fl, name)
 		var lp localityPolicy
+		var zp zoneAwarePolicy
+		var zoned bool
 		policy := effectivePolicy(dr, cn.Subset, cn.Port)
 		dp, distributed := distributionPolicyOf(svc, policy.GetLoadBalancer(), proxy)
 		distributed = distributed && fl == flavorEnvoy
@@ -98,6 +102,12 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 			// The Service's traffic distribution: the assignment is that of the proxy's topology.
 			key.locality = dp.String()
 			slot = "distribution " + key.locality + "\x00" + slot
+		} else if z := zoneAwareSetting(policy.GetLoadBalancer(), push.Mesh, svc); z != nil && fl == flavorEnvoy {
+			if zp, zoned = zoneAwarePolicyOf(z, proxy); zoned {
+				key.zoneSetting = z
+				key.locality = zp.String()
+				slot = "zone " + key.locality + "\x00" + slot
+			}
 		} else if fl == flavorEnvoy {
 			setting := effectiveLocality(policy.GetLoadBalancer(), push.Mesh)
 			lp = localityPolicyOf(setting, policy.GetOutlierDetection() != nil, proxy)
@@ -134,6 +144,9 @@ func (e endpointGenerator) assignments(proxy *model.Proxy, push *model.PushConte
 			}
 			if distributed {
 				return dp.assignment(name, eps, subsetLabels, fl, mtls)
+			}
+			if zoned {
+				return zp.assignment(name, eps, subsetLabels, fl, mtls)
 			}
 			return lp.assignment(name, eps, subsetLabels, fl, mtls)
 		})

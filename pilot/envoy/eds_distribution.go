@@ -20,7 +20,7 @@ const (
 )
 
 // distributionPolicy is what a Service's traffic distribution does to one proxy's assignments when no
-// DestinationRule sets locality load balancing, as istiod's GetEffectiveLbSetting: endpoints get
+// DestinationRule sets locality or zone-aware load balancing, as istiod's GetEffectiveLbSetting: endpoints get
 // priorities by how many of the labels, in order, they share with the proxy (failover priority, always on
 // whether or not outlier detection is set). A different network only lowers the priority further.
 type distributionPolicy struct {
@@ -33,7 +33,7 @@ type distributionPolicy struct {
 // balancer settings for the cluster); ok is false when none applies.
 func distributionPolicyOf(svc *model.Service, lb *networking.LoadBalancerSettings, proxy *model.Proxy) (distributionPolicy, bool) {
 	labels := distributionLabels(svc)
-	if labels == nil || lb.GetLocalityLbSetting() != nil {
+	if labels == nil || lb.GetLocalityLbSetting() != nil || lb.GetZoneAwareLbSetting() != nil {
 		return distributionPolicy{}, false
 	}
 	return failoverPriorityPolicy(labels, proxy), true
@@ -69,7 +69,7 @@ func distributionLabels(svc *model.Service) []string {
 // distributionWeighted reports whether a cluster of svc weights localities for its traffic distribution:
 // istiod's forced failover priority sets locality weighting on the cluster.
 func distributionWeighted(svc *model.Service, lb *networking.LoadBalancerSettings) bool {
-	return svc != nil && distributionLabels(svc) != nil && lb.GetLocalityLbSetting() == nil
+	return svc != nil && distributionLabels(svc) != nil && lb.GetLocalityLbSetting() == nil && lb.GetZoneAwareLbSetting() == nil
 }
 
 // String is the proxy's side of the policy, what the assignment depends on.

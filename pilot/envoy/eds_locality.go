@@ -3,10 +3,13 @@ package envoy
 import (
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -195,4 +198,103 @@ func localityMatch(loc *core.Locality, pattern string) bool {
 // localityString spells a locality region/zone/subzone.
 func localityString(l *core.Locality) string {
 	return l.GetRegion() + "/" + l.GetZone() + "/" + l.GetSubZone()
+}
+
+// zoneAwareSetting is the zone-aware setting istiod applies to a cluster of svc (GetEffectiveLbSetting): the
+// rule's (lb), else the mesh config's when neither the rule's locality setting nor svc's traffic
+// distribution decides first; it then wins over the mesh's localityLbSetting. nil for none.
+func zoneAwareSetting(lb *networking.LoadBalancerSettings, m *mesh.Config, svc *model.Service) *networking.ZoneAwareLoadBalancerSetting {
+	if z := lb.GetZoneAwareLbSetting(); z != nil {
+		return z
+	}
+	if lb.GetLocalityLbSetting() != nil || svc != nil && distributionLabels(svc) != nil {
+		return nil
+	}
+	return m.GetSpec().GetZoneAwareLbSetting()
+}
+
+// zoneAwareLbConfig is the cluster's side of a zone-aware setting, as istiod's: Envoy's zone-aware routing
+// with the setting's minimum cluster size, or turned off (routing enabled for 0 %) when it says enabled: false.
+func zoneAwareLbConfig(z *networking.ZoneAwareLoadBalancerSetting) *cluster.Cluster_CommonLbConfig_ZoneAwareLbConfig_ {
+	zc := &cluster.Cluster_CommonLbConfig_ZoneAwareLbConfig{}
+	if z.MinClusterSize != nil {
+		zc.MinClusterSize = wrapperspb.UInt64(uint64(z.MinClusterSize.GetValue()))
+	}
+	if z.Enabled != nil && !z.Enabled.GetValue() {
+		zc.RoutingEnabled = &typev3.Percent{Value: 0}
+	}
+	return &cluster.Cluster_CommonLbConfig_ZoneAwareLbConfig_{ZoneAwareLbConfig: zc}
+}
+
+// zoneAwarePolicy is what zone-aware load balancing does to one proxy's assignments, as istiod's
+// ApplyZoneAwareLoadBalancer, whether or not outlier detection is set: the localities of the proxy's region
+// first (Envoy's zone-aware routing then balances across their zones), then those of the region failover
+// names for it, then the rest; within the priorities failoverPriority's labels give, when set.
+type zoneAwarePolicy struct {
+	region           string
+	failover         bool   // failover names a region for the proxy's
+	failoverTo       string // that region
+	failoverPriority *distributionPolicy
+}
+
+// zoneAwarePolicyOf is the policy of setting z for proxy; ok is false when z turns routing off, which leaves
+// the assignment as it is.
+func zoneAwarePolicyOf(z *networking.ZoneAwareLoadBalancerSetting, proxy *model.Proxy) (_ zoneAwarePolicy, ok bool) {
+	if z == nil || z.Enabled != nil && !z.Enabled.GetValue() {
+		return zoneAwarePolicy{}, false
+	}
+	zp := zoneAwarePolicy{region: proxy.Locality.GetRegion()}
+	for _, f := range z.Failover {
+		if f.From == zp.region {
+			zp.failover, zp.failoverTo = true, f.To
+			break // the first entry for the proxy's region decides, as istiod's
+		}
+	}
+	if labels := z.FailoverPriority; len(labels) > 0 {
+		dp := failoverPriorityPolicy(labels, proxy)
+		zp.failoverPriority = &dp
+	}
+	return zp, true
+}
+
+// String is the proxy's side of the policy, what the assignment depends on.
+func (zp zoneAwarePolicy) String() string {
+	s := zp.region + " " + strconv.FormatBool(zp.failover) + " " + zp.failoverTo
+	if zp.failoverPriority != nil {
+		s += " " + zp.failoverPriority.String()
+	}
+	return s
+}
+
+// assignment builds the load assignment of eps for the proxy under the policy: three region priorities
+// (own, failover, other) within each the labels gave, renumbered from 0 without gaps.
+func (zp zoneAwarePolicy) assignment(name string, eps []*model.Endpoint, subsetLabels map[string]string, fl flavor,
+	mtls serverMTLS) *endpoint.ClusterLoadAssignment {
+	var cla *endpoint.ClusterLoadAssignment
+	if zp.failoverPriority != nil {
+		cla = zp.failoverPriority.assignment(name, eps, subsetLabels, fl, mtls)
+	} else {
+		cla = loadAssignment(name, eps, subsetLabels, fl, mtls)
+	}
+	used := map[uint32]bool{}
+	for _, grp := range cla.Endpoints {
+		p := uint32(2)
+		switch region := grp.Locality.GetRegion(); {
+		case region == zp.region:
+			p = 0
+		case zp.failover && region == zp.failoverTo:
+			p = 1
+		}
+		grp.Priority = grp.Priority*3 + p
+		used[grp.Priority] = true
+	}
+	levels := make([]uint32, 0, len(used))
+	for p := range used {
+		levels = append(levels, p)
+	}
+	slices.Sort(levels)
+	for _, grp := range cla.Endpoints {
+		grp.Priority = uint32(slices.Index(levels, grp.Priority))
+	}
+	return cla
 }

@@ -170,6 +170,15 @@ func lbFields(f Fields, c *cluster.Cluster) error {
 	f["lb.panic_threshold"] = percentOr(c.GetCommonLbConfig().GetHealthyPanicThreshold().GetValue(),
 		c.GetCommonLbConfig().GetHealthyPanicThreshold() != nil, defaultPanicThreshold)
 	f["lb.locality_weighted"] = strconv.FormatBool(c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil)
+	// Envoy's zone-aware routing (on by default where the proxy knows its own cluster's hosts): how much of the
+	// traffic it routes, and the size below which it does not.
+	za := c.GetCommonLbConfig().GetZoneAwareLbConfig()
+	routing := "100"
+	if za.GetRoutingEnabled() != nil {
+		routing = strconv.FormatFloat(za.GetRoutingEnabled().GetValue(), 'f', -1, 64)
+	}
+	setIf(f, "lb.zone_aware", fmt.Sprintf("routing=%s%% min_cluster_size=%s fail_on_panic=%t", routing,
+		uint64Or(za.GetMinClusterSize(), "6"), za.GetFailTrafficOnPanic()), "routing=100% min_cluster_size=6 fail_on_panic=false")
 	if p := c.GetLoadBalancingPolicy(); p != nil && len(p.GetPolicies()) > 0 {
 		msg, err := p.GetPolicies()[0].GetTypedExtensionConfig().GetTypedConfig().UnmarshalNew()
 		if err != nil {
