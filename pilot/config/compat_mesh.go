@@ -59,7 +59,8 @@ var meshCompatGroups = []meshCompatGroup{
 	{meshMsg, []protoreflect.Name{"service_entry_visibility"}, CompatEntry{Status: Partly,
 		Note: "sidecars and gateways follow it (applyToSidecars) as istiod's do; Sextant's ztunnel output does not carry the visibility"}},
 	{meshMsg + ".OutboundTrafficPolicy", []protoreflect.Name{"tls"}, CompatEntry{Status: Warned,
-		Note: "traffic to unknown destinations passes through as it came"}},
+		Note: "istiod reads it only under mode ALLOW_ANY_DYNAMIC_DNS (TLS on its dynamic forward proxy cluster for unknown " +
+			"destinations), which Sextant refuses; under ALLOW_ANY and REGISTRY_ONLY istiod ignores it as Sextant does"}},
 	{meshMsg, []protoreflect.Name{"tls_defaults"}, CompatEntry{Status: Honoured,
 		Note: "gateways' SIMPLE and MUTUAL servers take all three; TLS origination (SIMPLE, MUTUAL) the curves and ciphers, as istiod's"}},
 	{meshMsg, []protoreflect.Name{"mesh_mTLS"}, CompatEntry{Status: Honoured,
