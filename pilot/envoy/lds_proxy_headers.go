@@ -35,7 +35,8 @@ func proxyHeadersOf(proxy *model.Proxy, m *mesh.Config) proxyHeaders {
 	if ph == nil {
 		return h
 	}
-	if c := ph.GetForwardedClientCert(); c != meshconfig.ForwardClientCertDetails_UNDEFINED && meshconfig.ForwardClientCertDetails_name[int32(c)] != "" {
+	if c := ph.GetForwardedClientCert(); c != meshconfig.ForwardClientCertDetails_UNDEFINED &&
+		meshconfig.ForwardClientCertDetails_name[int32(c)] != "" {
 		h.fcc = hcm.HttpConnectionManager_ForwardClientCertDetails(c - 1) // the mesh enum counts UNDEFINED first
 	}
 	if s := ph.GetServer(); s != nil {
