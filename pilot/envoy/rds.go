@@ -128,6 +128,12 @@ func (g *Generators) routeConfig(proxy *model.Proxy, push *model.PushContext, sc
 	mode := ipModeOf(proxy.IPAddresses)
 	key := routeKey{routing: routingID(push), proxyType: routeProxyType(proxy), name: name, scope: scope, gateways: gwKey,
 		vhds: g.usesVHDS(proxy) && scope.listeners == nil, mode: mode} // egress listeners' routes are inline
+	if key.vhds {
+		var err error
+		if key.vhds, err = g.hasVirtualHosts(proxy, push, scope, name); err != nil {
+			return nil, err
+		}
+	}
 	r, ok := g.resources.Get(key)
 	if ok && r == routeDependsOnLabel {
 		key.labels, key.labelled = model.LabelsKey(proxy.Labels), true

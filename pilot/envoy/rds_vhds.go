@@ -62,6 +62,18 @@ func (v virtualHostGenerator) Generate(proxy *model.Proxy, push *model.PushConte
 	return g.lists.GetOrBuild(id, key, concat)
 }
 
+// hasVirtualHosts reports whether route configuration name has virtual hosts to send over VHDS. One without
+// (by service, a port's table may hold only the catch-all) is served inline: Envoy would wait for the
+// virtual hosts of a VHDS-shaped configuration until its initial fetch timeout.
+func (g *Generators) hasVirtualHosts(proxy *model.Proxy, push *model.PushContext, scope *Scope, name string) (bool, error) {
+	port, ok := routePort(name)
+	if !ok {
+		return true, nil // not a port's table: served inline whatever this says (sniffedRouteConfig)
+	}
+	list, _, err := g.virtualHosts(proxy, push, scope, name, port)
+	return len(list) > 0, err
+}
+
 // virtualHosts returns the marshaled VHDS virtual hosts of route configuration name, shared by the proxies
 // of a scope (and of a label set, when a VirtualService's sourceLabels made them depend on it: labelled).
 func (g *Generators) virtualHosts(proxy *model.Proxy, push *model.PushContext, scope *Scope, name string, port uint32) (

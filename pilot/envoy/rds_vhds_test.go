@@ -51,7 +51,8 @@ func generateVirtualHosts(t *testing.T, g *Generators, proxy *model.Proxy, push 
 }
 
 // A VHDS sidecar gets route configurations holding only the catch-all, and virtual hosts that rebuild exactly
-// the table a sidecar without VHDS gets: sourceLabels, VirtualServices, and VIPs shared between services.
+// the table a sidecar without VHDS gets: sourceLabels, VirtualServices, and VIPs shared between services. By
+// port, where every service is in a table; by service, the golden holds what is left to VHDS.
 func TestVHDSMatchesInlineRoutes(t *testing.T) {
 	push := rdsPush(t)
 	for _, labels := range []map[string]string{{"app": "productpage"}, {"app": "reviews"}} {
@@ -74,7 +75,7 @@ spec:
 
 func checkVHDSMatchesInline(t *testing.T, push *model.PushContext, ns string, labels map[string]string) {
 	t.Helper()
-	g := New(Options{})
+	g := newByPort()
 	vhdsProxy := envoyProxy(ns, labels, true, 1, 38)
 	inline := generateRoutes(t, g, envoyProxy(ns, labels, false, 1, 38), push, wildcard(RouteType))
 	withVHDS := generateRoutes(t, g, vhdsProxy, push, wildcard(RouteType))
@@ -176,6 +177,7 @@ func TestVHDSOnlyWhereSupported(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.OutboundHTTPRoutes = RoutesByPort // every service in the port's table, so it has hosts to send
 			g := New(tc.opts)
 			vhosts := generateVirtualHosts(t, g, tc.proxy, push)
 			rcs := generateRoutes(t, g, tc.proxy, push, named(RouteType, "9080"))

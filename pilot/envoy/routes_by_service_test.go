@@ -155,3 +155,22 @@ spec:
 		t.Errorf("port 9080, the egress listener's own, went by service: %v", ls)
 	}
 }
+
+// A port's table with no virtual host to send over VHDS (by service, its Services have tables of their own)
+// is served inline to an Envoy that takes VHDS: in the VHDS shape Envoy would wait for virtual hosts that
+// never come. One with a host keeps the VHDS shape.
+func TestRoutesByServiceEmptyPortTableIsInline(t *testing.T) {
+	push := ldsPush(t, nil, byServiceMesh)
+	proxy := envoyProxy("shop", ldsFrontend.Labels, true, 1, 38)
+	proxy.IPAddresses = ldsFrontend.IPAddresses
+	rcs := generateRoutes(t, New(Options{}), proxy, push, named(RouteType, "80", "9080"))
+	if len(rcs) != 2 || rcs[0].Name != "80" || rcs[1].Name != "9080" {
+		t.Fatalf("route configurations %v", routeNames(rcs))
+	}
+	if rcs[0].GetVhds() != nil || len(rcs[0].VirtualHosts) != 1 || rcs[0].VirtualHosts[0].Name != "allow_any" {
+		t.Errorf("80, only Services' port: %v", rcs[0])
+	}
+	if rcs[1].GetVhds() == nil {
+		t.Errorf("9080, with the ServiceEntry's host, is not in the VHDS shape: %v", rcs[1])
+	}
+}

@@ -121,7 +121,9 @@ spec:
 		// An egress proxy is not implemented: refused rather than let out around it.
 		{"Sidecar egressProxy", nil, []string{sidecar(egressGW)}, true},
 	}
-	g := New(Options{}) // one generator for all: the cached capture listener must follow the policy
+	// One generator for all: the cached capture listener must follow the policy. By port, every table has
+	// services, so the VHDS Envoy's are in the VHDS shape with the catch-all inline.
+	g := newByPort()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			push := ldsPush(t, tc.mesh, tc.extra...)
