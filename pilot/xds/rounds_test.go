@@ -52,7 +52,13 @@ func TestPushRoundLogged(t *testing.T) {
 	}
 	eventually(t, "the rounds summed up", func() bool { return len(pushed()) == 2 })
 	got = pushed()[1]
-	if rounds, _ := strconv.Atoi(got[6]); got[2] != "2" || rounds < 2 || rounds > 5 || got[3] != "Cluster:"+strconv.Itoa(2*rounds) {
+	// Five changes, two responses each; how many rounds they made depends on whether the push queue drained
+	// between two changes.
+	rounds := 1 // a line for one round leaves the count out
+	if got[6] != "" {
+		rounds, _ = strconv.Atoi(got[6])
+	}
+	if got[2] != "2" || rounds < 1 || rounds > 5 || got[3] != "Cluster:10" {
 		t.Fatalf("summary line %q", got[0])
 	}
 }
